@@ -1,0 +1,66 @@
+"""Run-time helpers of the NumPy interpreter's generated code: masked loads and stores over
+tile spans. A span is (start, size, valid): lanes [0, size) at indices start + lane, of which
+the first `valid` are in bounds."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+try:
+    import ml_dtypes
+    BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
+except ImportError:  # bf16 then is not available on the CPU backends
+    BFLOAT16 = None
+
+DTYPES = {"f32": np.dtype(np.float32), "f16": np.dtype(np.float16), "f64": np.dtype(np.float64)}
+if BFLOAT16 is not None:
+    DTYPES["bf16"] = BFLOAT16
+
+
+def span(start: int, size: int, limit: int | None) -> tuple[int, int, int]:
+    if limit is None:
+        return start, size, size
+    return start, size, max(0, min(size, limit - start))
+
+
+def load(tensor: np.ndarray, spans, perm, dtype) -> np.ndarray:
+    view = tensor[tuple(slice(s, s + v) for s, _, v in spans)]
+    if any(v < n for _, n, v in spans):
+        padded = np.zeros([n for _, n, _ in spans], dtype=dtype)
+        padded[tuple(slice(0, v) for _, _, v in spans)] = view
+        view = padded
+    if perm is not None:
+        view = view.transpose(perm)
+    return view.astype(dtype, copy=False) if view.dtype == dtype else view.astype(dtype)
+
+
+def store(tensor: np.ndarray, spans, value: np.ndarray):
+    tensor[tuple(slice(s, s + v) for s, _, v in spans)] = value[tuple(slice(0, v) for _, _, v in spans)]
+
+
+def mask(sp) -> np.ndarray:
+    return np.arange(sp[1]) < sp[2]
+
+
+def offsets(sp, dtype) -> np.ndarray:
+    return np.arange(sp[0], sp[0] + sp[1], dtype=dtype)
+
+
+def sigmoid(x):
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+def rsqrt(x):
+    return 1.0 / np.sqrt(x)
+
+
+_erf = np.vectorize(math.erf, otypes=[np.float64])
+
+
+def erf(x):
+    return _erf(x).astype(x.dtype, copy=False) if isinstance(x, np.ndarray) else math.erf(x)
+
+
+def dot(a, b, acc, dtype):
+    return acc + np.matmul(a.astype(dtype, copy=False), b.astype(dtype, copy=False))

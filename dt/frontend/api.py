@@ -1,0 +1,318 @@
+"""The Python API of the DT language: the same objects the DT parser builds.
+
+    from dt import Func, In, SIn, Var, RVar, rsum, exp
+    x, y = Var("x"), RVar("y")
+    A = In("A")
+    s, sm = Func("s"), Func("sm")
+    s[x] = rsum(exp(A[x, y]), y)
+    sm[x, y] = exp(A[x, y]) / s[x]
+    s.fuse_at(sm, x)
+    sm.block(x=4); sm.tensorize(x=0, y=512)
+    sm.compile_to_kernel()
+    prog = dt.program(sm)
+"""
+from __future__ import annotations
+
+import linecache
+import os
+import sys
+from dataclasses import replace
+
+from dt.errors import DTDimensionError, DTError, DTNameError, Loc
+from dt.ir import algorithm as A
+
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def caller_loc() -> Loc | None:
+    """The first Python frame outside the dt package: where the user wrote this."""
+    frame = sys._getframe(1)
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(_PACKAGE_DIR + os.sep):
+        frame = frame.f_back
+    if frame is None:
+        return None
+    filename, line = frame.f_code.co_filename, frame.f_lineno
+    col, length = 0, 1
+    positions = list(frame.f_code.co_positions())
+    index = frame.f_lasti // 2
+    if index < len(positions) and positions[index][2] is not None:
+        start_line, end_line, start_col, end_col = positions[index]
+        col = start_col + 1
+        if start_line == end_line and end_col is not None:
+            length = max(end_col - start_col, 1)
+    return Loc(filename, line, col, length, linecache.getline(filename, line))
+
+
+class _Named:
+    kind = ""
+
+    def __init__(self, name: str, *, loc: Loc | None = None):
+        if not isinstance(name, str) or not name.isidentifier():
+            raise DTNameError(f"{name!r} is not a valid DT name", loc or caller_loc(),
+                              "names are letters, digits and underscores, not starting with a digit")
+        self.name = name
+        self.loc = loc or caller_loc()
+
+    def __repr__(self):
+        return f"{self.kind}({self.name!r})"
+
+
+class Var(_Named, A.ExprOps):
+    """A pure dimension label. Used as a value, it is the index along that dimension."""
+    kind = "Var"
+
+    def as_expr(self):
+        return A.DimRef(self.name, caller_loc(), decl=self)
+
+
+class RVar(Var):
+    """A reduction dimension label."""
+    kind = "RVar"
+
+
+class SIn(_Named, A.ExprOps):
+    """A scalar input."""
+    kind = "SIn"
+
+    def as_expr(self):
+        return A.ScalarRef(self.name, caller_loc(), decl=self)
+
+
+def _dims(obj, indices, loc) -> tuple[tuple[str, ...], tuple[Var, ...]]:
+    if not isinstance(indices, tuple):
+        indices = (indices,)
+    names, decls = [], []
+    for i in indices:
+        if isinstance(i, Var):
+            names.append(i.name)
+            decls.append(i)
+        else:
+            raise DTNameError(f"index {i!r} of '{obj.name}' is not a Var or RVar", loc,
+                              "index tensors with dimension objects: A[x, y]")
+    return tuple(names), tuple(decls)
+
+
+class In(_Named):
+    """An input tensor."""
+    kind = "In"
+
+    def __getitem__(self, indices):
+        loc = caller_loc()
+        names, decls = _dims(self, indices, loc)
+        return A.Access(self.name, "input", names, loc, (), decl=self, index_decls=decls)
+
+
+class Func(_Named):
+    """A tensor function: defined once, scheduled by its methods."""
+    kind = "Func"
+
+    def __init__(self, name: str, *, loc: Loc | None = None):
+        super().__init__(name, loc=loc)
+        self.definition: A.FuncDef | None = None
+        self.redefinitions: list[A.FuncDef] = []
+        self.lhs_decls: tuple[Var, ...] = ()
+        self.schedule: list[A.ScheduleCall] = []
+        self.fuse_targets: list[Func] = []
+
+    def __getitem__(self, indices):
+        loc = caller_loc()
+        names, decls = _dims(self, indices, loc)
+        return A.Access(self.name, "func", names, loc, (), decl=self, index_decls=decls)
+
+    def __setitem__(self, indices, expr):
+        self.define(indices, expr, loc=caller_loc())
+
+    def define(self, indices, expr, *, loc: Loc | None = None):
+        names, decls = _dims(self, indices, loc)
+        definition = A.FuncDef(self.name, names, A.as_expr(expr), loc)
+        if self.definition is None:
+            self.definition, self.lhs_decls = definition, decls
+        else:
+            self.redefinitions.append(definition)
+
+    def _call(self, primitive, args, loc, arg_locs=()):
+        self.schedule.append(A.ScheduleCall(self.name, primitive, tuple(args), loc or caller_loc(), tuple(arg_locs)))
+        return self
+
+    # Schedule primitives. Dimension sizes are keyword arguments (x=128) or dict items.
+    def block(self, sizes: dict | None = None, *, loc: Loc | None = None, arg_locs=(), **kw):
+        return self._call("block", _sizes(sizes, kw), loc, arg_locs)
+
+    def tensorize(self, sizes: dict | None = None, *, loc: Loc | None = None, arg_locs=(), **kw):
+        return self._call("tensorize", _sizes(sizes, kw), loc, arg_locs)
+
+    def map(self, *order, loc: Loc | None = None, arg_locs=()):
+        """Block order, slowest-varying first. Splits: "x:x1/8" or (x, "x1", 8)."""
+        return self._call("map", tuple(_map_entry(o) for o in order), loc, arg_locs)
+
+    def num_warps(self, n: int, *, loc: Loc | None = None, arg_locs=()):
+        return self._call("num_warps", (n,), loc, arg_locs)
+
+    def num_stages(self, n: int, *, loc: Loc | None = None, arg_locs=()):
+        return self._call("num_stages", (n,), loc, arg_locs)
+
+    def fuse_at(self, consumer: "Func", dim, *, loc: Loc | None = None, arg_locs=()):
+        if isinstance(consumer, Func):
+            self.fuse_targets.append(consumer)
+        return self._call("fuse_at", (_name(consumer), _name(dim)), loc, arg_locs)
+
+    def inline(self, *, loc: Loc | None = None):
+        return self._call("inline", (), loc)
+
+    def compile(self, *, loc: Loc | None = None):
+        return self._call("compile", (), loc)
+
+    def compile_to_kernel(self, *, loc: Loc | None = None):
+        return self._call("compile_to_kernel", (), loc)
+
+
+def _name(x) -> str:
+    return x.name if isinstance(x, _Named) else str(x)
+
+
+def _sizes(sizes, kw) -> tuple[tuple[str, int], ...]:
+    merged = dict(sizes or {})
+    merged.update(kw)
+    return tuple((_name(k), v) for k, v in merged.items())
+
+
+def _map_entry(o):
+    if isinstance(o, tuple):
+        dim, inner, group = o
+        return (_name(dim), _name(inner), group)
+    o = _name(o)
+    if ":" in o:
+        dim, rest = o.split(":", 1)
+        inner, group = rest.split("/", 1)
+        return (dim.strip(), inner.strip(), int(group))
+    return o
+
+
+# Element-wise functions and reductions of the language.
+def _unary(op):
+    def fn(x):
+        return A.Unary(op, A.as_expr(x), caller_loc())
+    fn.__name__ = op
+    fn.__doc__ = f"Element-wise {op}."
+    return fn
+
+
+exp, exp2, log, log2, sqrt, rsqrt, sigmoid, tanh, erf, sin, cos, floor, ceil = (
+    _unary(n) for n in ("exp", "exp2", "log", "log2", "sqrt", "rsqrt", "sigmoid", "tanh", "erf", "sin", "cos",
+                        "floor", "ceil"))
+abs_ = _unary("abs")
+
+
+def maximum(a, b):
+    return A.Binary("maximum", A.as_expr(a), A.as_expr(b), caller_loc())
+
+
+def minimum(a, b):
+    return A.Binary("minimum", A.as_expr(a), A.as_expr(b), caller_loc())
+
+
+def pow(a, b):  # noqa: A001 - the DT function's name
+    return A.Binary("pow", A.as_expr(a), A.as_expr(b), caller_loc())
+
+
+def where(cond, a, b):
+    return A.Where(A.as_expr(cond), A.as_expr(a), A.as_expr(b), caller_loc())
+
+
+def _compare(op):
+    def fn(a, b):
+        return A.Binary(op, A.as_expr(a), A.as_expr(b), caller_loc())
+    return fn
+
+
+eq, ne = _compare("=="), _compare("!=")
+
+
+def _reduction(op):
+    def fn(body, dim):
+        if not isinstance(dim, Var):
+            raise DTDimensionError(f"r{op} needs a dimension object as its last argument", caller_loc())
+        return A.Reduce(op, (A.as_expr(body),), dim.name, caller_loc(), None, dim_decl=dim)
+    fn.__name__ = f"r{op}"
+    return fn
+
+
+rsum, rmax, rmin = _reduction("sum"), _reduction("max"), _reduction("min")
+
+
+def rdot(a, b, dim):
+    """rsum(a * b, dim), lowered to tensor-core dot products where tile shapes allow."""
+    if not isinstance(dim, Var):
+        raise DTDimensionError("rdot needs a dimension object as its last argument", caller_loc())
+    return A.Reduce("dot", (A.as_expr(a), A.as_expr(b)), dim.name, caller_loc(), None, dim_decl=dim)
+
+
+def dim_len(dim: Var):
+    """len(v): the extent of v as a number."""
+    return A.Len(dim.name, caller_loc(), decl=dim)
+
+
+def reshape(expr, *layout):
+    """reshape(e, x, 1): e laid out over x with a new unit axis. Broadcasting is by name, so
+    this only checks the layout and returns e."""
+    loc = caller_loc()
+    e = A.as_expr(expr)
+    names = tuple(_name(d) for d in layout if not (isinstance(d, int) and d == 1))
+    check_reshape(e, names, loc)
+    return e
+
+
+def check_reshape(e: A.Expr, names: tuple[str, ...], loc):
+    free = A.free_dims(e)
+    if set(names) != set(free) or len(names) != len(set(names)):
+        raise DTDimensionError(f"reshape lists dimensions ({', '.join(names)}) but its argument has "
+                               f"({', '.join(sorted(free))})", loc,
+                               "list each dimension of the argument once, with 1 for each new unit axis")
+
+
+def program(*outputs: Func, name: str | None = None):
+    """Collect every declaration reachable from `outputs` into a DT program and compile it."""
+    from dt.runtime import Program
+
+    if not outputs or not all(isinstance(o, Func) for o in outputs):
+        raise DTError("dt.program takes the output Funcs, e.g. dt.program(out)", caller_loc())
+    for o in outputs:
+        if not any(c.primitive in ("compile", "compile_to_kernel") for c in o.schedule):
+            o.compile(loc=o.loc)
+    objects = _collect(outputs)
+    return Program(build(objects, name=name or outputs[0].name))
+
+
+def _collect(outputs) -> list[_Named]:
+    seen: dict[int, _Named] = {}
+    stack: list[_Named] = list(outputs)
+    while stack:
+        obj = stack.pop()
+        if id(obj) in seen:
+            continue
+        seen[id(obj)] = obj
+        if isinstance(obj, Func):
+            stack += list(obj.lhs_decls) + obj.fuse_targets
+            for d in [obj.definition] + obj.redefinitions:
+                if d is not None:
+                    for node in A.walk(d.expr):
+                        stack += [x for x in (getattr(node, "decl", None), getattr(node, "dim_decl", None)) if x]
+                        stack += list(getattr(node, "index_decls", ()))
+    # Consumers that fuse these producers in are reachable through fuse_targets; producers of
+    # consumers through their definitions. Order: as created, for stable output.
+    return sorted(seen.values(), key=lambda o: (o.loc.file, o.loc.line, o.loc.col) if o.loc else ("", 0, 0))
+
+
+def build(objects: list[_Named], *, name: str, source: str = "", file: str = "<python>") -> A.Program:
+    declarations, funcs, schedule = [], [], []
+    by_name: dict[str, _Named] = {}
+    for obj in objects:
+        declarations.append(A.Declaration(obj.name, obj.kind, obj.loc))
+        if obj.name in by_name and by_name[obj.name] is not obj:
+            continue
+        by_name[obj.name] = obj
+        if isinstance(obj, Func):
+            funcs += [d for d in [obj.definition] + obj.redefinitions if d is not None]
+            schedule += obj.schedule
+    schedule.sort(key=lambda c: (c.loc.file, c.loc.line, c.loc.col) if c.loc else ("", 0, 0))
+    return A.Program(name, tuple(declarations), tuple(funcs), tuple(schedule), source, file)

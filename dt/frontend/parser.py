@@ -1,0 +1,240 @@
+"""DT text → the frontend objects of dt.frontend.api → an algorithm-IR Program."""
+from __future__ import annotations
+
+import difflib
+from functools import lru_cache
+from pathlib import Path
+
+import lark
+
+from dt.errors import DTNameError, DTSyntaxError, Loc
+from dt.frontend import api
+from dt.ir import algorithm as A
+
+_TERMINALS = {"SEMICOLON": "';'", "LSQB": "'['", "RSQB": "']'", "LPAR": "'('", "RPAR": "')'", "COMMA": "','",
+              "EQUAL": "'='", "DOT": "'.'", "COLON": "':'", "SLASH": "'/'", "NAME": "a name", "INT": "an integer",
+              "FLOAT": "a number", "DECL_KIND": "a declaration", "COMPARE": "a comparison", "ADD": "'+' or '-'",
+              "MUL": "'*' or '/'", "MINUS": "'-'", "PLUS": "'+'", "$END": "the end of the file"}
+_FUNCTIONS = set(A.UNARY_FUNCTIONS) | set(A.BINARY_FUNCTIONS) | set(A.REDUCTIONS) | {"where", "reshape", "len"}
+
+
+@lru_cache(maxsize=1)
+def _parser() -> lark.Lark:
+    grammar = (Path(__file__).parent / "grammar.lark").read_text()
+    return lark.Lark(grammar, parser="lalr", propagate_positions=True, maybe_placeholders=True)
+
+
+class _Source:
+    def __init__(self, text: str, file: str):
+        self.lines = text.splitlines()
+        self.file = file
+
+    def loc(self, line: int, col: int, length: int = 1) -> Loc:
+        text = self.lines[line - 1] if 0 < line <= len(self.lines) else ""
+        return Loc(self.file, line, col, max(length, 1), text)
+
+    def of(self, node) -> Loc:
+        if isinstance(node, lark.Token):
+            return self.loc(node.line, node.column, len(node))
+        meta = node.meta
+        length = meta.end_column - meta.column if meta.line == meta.end_line else 1
+        return self.loc(meta.line, meta.column, length)
+
+
+def parse(text: str, file: str = "<dt>", name: str | None = None) -> A.Program:
+    src = _Source(text, file)
+    try:
+        tree = _parser().parse(text)
+    except lark.UnexpectedInput as e:
+        raise _syntax_error(e, src, text) from None
+    return _Builder(src, text).build(tree, name or Path(file).stem)
+
+
+def _syntax_error(e: lark.UnexpectedInput, src: _Source, text: str) -> DTSyntaxError:
+    line, col = getattr(e, "line", 0) or 1, getattr(e, "column", 0) or 1
+    if isinstance(e, lark.UnexpectedCharacters):
+        char = text[e.pos_in_stream] if e.pos_in_stream < len(text) else ""
+        return DTSyntaxError(f"unexpected character {char!r}", src.loc(line, col), "remove or replace it")
+    token = getattr(e, "token", None)
+    expected = sorted(_TERMINALS.get(t, t) for t in (getattr(e, "expected", None) or ()))
+    if token is None or token.type == "$END":
+        last = len(src.lines)
+        loc = src.loc(last, len(src.lines[-1]) + 1 if src.lines else 1)
+        return DTSyntaxError("unexpected end of file", loc,
+                             f"expected {' or '.join(expected)}" if expected else "the last statement is unfinished")
+    shown = str(token)
+    hint = f"expected {' or '.join(expected[:6])}" if expected else None
+    if "';'" in expected:
+        hint = "a statement ends with ';' — is one missing before this?"
+    return DTSyntaxError(f"unexpected {shown!r}", src.loc(token.line, token.column, len(shown)), hint)
+
+
+class _Builder:
+    def __init__(self, src: _Source, text: str):
+        self.src = src
+        self.text = text
+        self.objects: list[api._Named] = []
+        self.table: dict[str, api._Named] = {}
+        self.orphan_funcs: list[A.FuncDef] = []
+        self.orphan_schedule: list[A.ScheduleCall] = []
+
+    def build(self, tree, name: str) -> A.Program:
+        statements = list(tree.children)
+        kinds = {"Func": api.Func, "In": api.In, "SIn": api.SIn, "Var": api.Var, "RVar": api.RVar}
+        for st in statements:
+            if st.data == "declaration":
+                kind = str(st.children[0])
+                for n in st.children[1:]:
+                    obj = kinds[kind](self._name(n), loc=self.src.of(n))
+                    self.objects.append(obj)
+                    self.table.setdefault(obj.name, obj)
+        for st in statements:
+            if st.data == "definition":
+                self._definition(st)
+            elif st.data == "schedule_call":
+                self._schedule(st)
+        program = api.build(self.objects, name=name, source=self.text, file=self.src.file)
+        funcs = program.funcs + tuple(self.orphan_funcs)
+        schedule = tuple(sorted(program.schedule + tuple(self.orphan_schedule), key=lambda c: (c.loc.line, c.loc.col)))
+        return A.Program(name, program.declarations, funcs, schedule, self.text, self.src.file)
+
+    @staticmethod
+    def _name(node) -> str:
+        return str(node.children[0])
+
+    def _dims(self, nodes) -> tuple[str, ...]:
+        return tuple(self._name(n) for n in nodes if n is not None)
+
+    def _definition(self, st):
+        name_node, *index_nodes, expr_node = st.children
+        name = self._name(name_node)
+        loc = self.src.of(name_node)
+        dims = self._dims(index_nodes)
+        expr = self._expr(expr_node)
+        target = self.table.get(name)
+        if isinstance(target, api.Func):
+            target.define(tuple(self._dim_obj(n) for n in index_nodes if n is not None), expr, loc=loc)
+        else:
+            self.orphan_funcs.append(A.FuncDef(name, dims, expr, loc))
+
+    def _dim_obj(self, node):
+        obj = self.table.get(self._name(node))
+        if isinstance(obj, api.Var):
+            return obj
+        return api.Var(self._name(node), loc=self.src.of(node))  # undeclared: check() reports it by name
+
+    def _schedule(self, st):
+        func_node, prim_node, *arg_nodes = st.children
+        arg_nodes = [a for a in arg_nodes if a is not None]
+        args, arg_locs = [], []
+        for a in arg_nodes:
+            arg_locs.append(self.src.of(a))
+            if a.data == "dim_size":
+                args.append((self._name(a.children[0]), int(a.children[1])))
+            elif a.data == "dim_split":
+                args.append((self._name(a.children[0]), self._name(a.children[1]), int(a.children[2])))
+            elif a.data == "name_arg":
+                args.append(self._name(a.children[0]))
+            else:
+                args.append(int(a.children[0]))
+        call = A.ScheduleCall(self._name(func_node), self._name(prim_node), tuple(args), self.src.of(st),
+                              tuple(arg_locs))
+        target = self.table.get(call.func)
+        if isinstance(target, api.Func):
+            target.schedule.append(call)
+        else:
+            self.orphan_schedule.append(call)
+
+    def _expr(self, node) -> A.Expr:
+        if isinstance(node, lark.Token):
+            raise AssertionError(f"unexpected token {node!r}")
+        loc = self.src.of(node)
+        kind = node.data
+        if kind == "number":
+            return A.Num(float(node.children[0]), loc)
+        if kind in ("sum", "product", "comparison"):
+            a, op, b = node.children
+            return A.Binary(str(op), self._expr(a), self._expr(b), self.src.of(op))
+        if kind == "neg":
+            return A.Unary("neg", self._expr(node.children[0]), loc)
+        if kind == "unary":  # unary plus
+            return self._expr(node.children[0])
+        if kind == "name_ref":
+            return self._name_ref(node.children[0])
+        if kind == "access":
+            name_node, *index_nodes = node.children
+            index_nodes = [n for n in index_nodes if n is not None]
+            name = self._name(name_node)
+            obj = self.table.get(name)
+            access_kind = "func" if isinstance(obj, api.Func) else "input"
+            if isinstance(obj, (api.Var, api.SIn)):
+                raise DTNameError(f"'{name}' is declared as {obj.kind} and cannot be indexed", loc,
+                                  "only input tensors (In) and Funcs are indexed")
+            return A.Access(name, access_kind, self._dims(index_nodes), loc,
+                            tuple(self.src.of(n) for n in index_nodes))
+        if kind == "call":
+            return self._call(node, loc)
+        raise AssertionError(f"unknown node {kind}")
+
+    def _name_ref(self, node) -> A.Expr:
+        name, loc = self._name(node), self.src.of(node)
+        obj = self.table.get(name)
+        if isinstance(obj, api.Var):
+            return A.DimRef(name, loc)
+        if isinstance(obj, (api.In, api.Func)):
+            raise DTNameError(f"'{name}' is a tensor and needs indices here", loc,
+                              f"write {name}[...] with its dimensions")
+        if obj is None and name in _FUNCTIONS:
+            raise DTSyntaxError(f"'{name}' is a function and needs arguments", loc, f"write {name}(...)")
+        return A.ScalarRef(name, loc)  # SIn, or unknown: check() reports it
+
+    def _call(self, node, loc) -> A.Expr:
+        name_node, *arg_nodes = node.children
+        arg_nodes = [a for a in arg_nodes if a is not None]
+        fn = self._name(name_node)
+        fn_loc = self.src.of(name_node)
+
+        def arity(n):
+            if len(arg_nodes) != n:
+                raise DTSyntaxError(f"{fn} takes {n} argument(s), got {len(arg_nodes)}", loc)
+
+        def dim_arg(a):
+            if not (not isinstance(a, lark.Token) and a.data == "name_ref"):
+                raise DTSyntaxError(f"the last argument of {fn} must be a dimension name", self.src.of(a))
+            return self._name(a.children[0]), self.src.of(a)
+
+        if fn in A.UNARY_FUNCTIONS:
+            arity(1)
+            return A.Unary(fn, self._expr(arg_nodes[0]), fn_loc)
+        if fn in A.BINARY_FUNCTIONS:
+            arity(2)
+            return A.Binary(fn, self._expr(arg_nodes[0]), self._expr(arg_nodes[1]), fn_loc)
+        if fn == "where":
+            arity(3)
+            return A.Where(*(self._expr(a) for a in arg_nodes), fn_loc)
+        if fn in ("rsum", "rmax", "rmin"):
+            arity(2)
+            dim, dim_loc = dim_arg(arg_nodes[1])
+            return A.Reduce(fn[1:], (self._expr(arg_nodes[0]),), dim, fn_loc, dim_loc)
+        if fn == "rdot":
+            arity(3)
+            dim, dim_loc = dim_arg(arg_nodes[2])
+            return A.Reduce("dot", (self._expr(arg_nodes[0]), self._expr(arg_nodes[1])), dim, fn_loc, dim_loc)
+        if fn == "len":
+            arity(1)
+            dim, dim_loc = dim_arg(arg_nodes[0])
+            return A.Len(dim, dim_loc)
+        if fn == "reshape":
+            if len(arg_nodes) < 2:
+                raise DTSyntaxError("reshape takes an expression and its layout, e.g. reshape(s[x], x, 1)", loc)
+            inner = self._expr(arg_nodes[0])
+            layout = []
+            for a in arg_nodes[1:]:
+                if not isinstance(a, lark.Token) and a.data == "number" and str(a.children[0]) == "1":
+                    continue
+                layout.append(dim_arg(a)[0])
+            api.check_reshape(inner, tuple(layout), loc)
+            return inner
+        close = difflib.get_close_matches(fn, sorted(_FUNCTIONS), n=1)
+        raise DTNameError(f"unknown function '{fn}'", fn_loc,
+                          f"did you mean {close[0]}?" if close else f"the functions are: {', '.join(sorted(_FUNCTIONS))}")

@@ -1,0 +1,225 @@
+"""The algorithm IR: what a DT program computes, independent of any schedule.
+
+Expressions are small frozen dataclasses. Dimensions are referred to by name; tensors and
+Funcs by name. The frontend (DT text or the Python API) builds these nodes.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from dt.errors import Loc
+
+UNARY_FUNCTIONS = ("exp", "exp2", "log", "log2", "sqrt", "rsqrt", "sigmoid", "tanh", "abs", "erf",
+                   "sin", "cos", "floor", "ceil")
+BINARY_FUNCTIONS = ("maximum", "minimum", "pow")
+ARITHMETIC = ("+", "-", "*", "/")
+COMPARISONS = ("<", "<=", ">", ">=", "==", "!=")
+REDUCTIONS = ("rsum", "rmax", "rmin", "rdot")
+
+
+class ExprOps:
+    """Operator overloading so that the Python API can write DT expressions naturally."""
+
+    def _wrap(self, other):
+        return as_expr(other)
+
+    def __add__(self, o): return Binary("+", self, as_expr(o))
+    def __radd__(self, o): return Binary("+", as_expr(o), self)
+    def __sub__(self, o): return Binary("-", self, as_expr(o))
+    def __rsub__(self, o): return Binary("-", as_expr(o), self)
+    def __mul__(self, o): return Binary("*", self, as_expr(o))
+    def __rmul__(self, o): return Binary("*", as_expr(o), self)
+    def __truediv__(self, o): return Binary("/", self, as_expr(o))
+    def __rtruediv__(self, o): return Binary("/", as_expr(o), self)
+    def __neg__(self): return Unary("neg", self)
+    def __lt__(self, o): return Binary("<", self, as_expr(o))
+    def __le__(self, o): return Binary("<=", self, as_expr(o))
+    def __gt__(self, o): return Binary(">", self, as_expr(o))
+    def __ge__(self, o): return Binary(">=", self, as_expr(o))
+
+
+def as_expr(value) -> "Expr":
+    if isinstance(value, Expr):
+        return value
+    if isinstance(value, bool):
+        raise TypeError("booleans are not DT values; use comparisons")
+    if isinstance(value, (int, float)):
+        return Num(float(value))
+    to_expr = getattr(value, "as_expr", None)
+    if to_expr is not None:
+        return to_expr()
+    raise TypeError(f"cannot use {value!r} in a DT expression")
+
+
+@dataclass(frozen=True, eq=False)
+class Expr(ExprOps):
+    pass
+
+
+@dataclass(frozen=True, eq=False)
+class Num(Expr):
+    value: float
+    loc: Loc | None = field(default=None, compare=False)
+
+
+@dataclass(frozen=True, eq=False)
+class ScalarRef(Expr):
+    """An SIn scalar input."""
+    name: str
+    loc: Loc | None = field(default=None, compare=False)
+    decl: object = field(default=None, compare=False, repr=False)
+
+
+@dataclass(frozen=True, eq=False)
+class DimRef(Expr):
+    """A dimension used as a value: its index along that dimension."""
+    dim: str
+    loc: Loc | None = field(default=None, compare=False)
+    decl: object = field(default=None, compare=False, repr=False)
+
+
+@dataclass(frozen=True, eq=False)
+class Len(Expr):
+    """len(v): the extent of dimension v."""
+    dim: str
+    loc: Loc | None = field(default=None, compare=False)
+    decl: object = field(default=None, compare=False, repr=False)
+
+
+@dataclass(frozen=True, eq=False)
+class Access(Expr):
+    """T[i, j, ...] where T is an input tensor ('input') or a Func ('func')."""
+    name: str
+    kind: str
+    indices: tuple[str, ...]
+    loc: Loc | None = field(default=None, compare=False)
+    index_locs: tuple[Loc | None, ...] = field(default=(), compare=False)
+    decl: object = field(default=None, compare=False, repr=False)  # the frontend object, for dt.program
+    index_decls: tuple = field(default=(), compare=False, repr=False)
+
+
+@dataclass(frozen=True, eq=False)
+class Unary(Expr):
+    op: str  # 'neg' or one of UNARY_FUNCTIONS
+    x: Expr
+    loc: Loc | None = field(default=None, compare=False)
+
+
+@dataclass(frozen=True, eq=False)
+class Binary(Expr):
+    op: str  # ARITHMETIC, COMPARISONS or BINARY_FUNCTIONS
+    a: Expr
+    b: Expr
+    loc: Loc | None = field(default=None, compare=False)
+
+
+@dataclass(frozen=True, eq=False)
+class Where(Expr):
+    cond: Expr
+    a: Expr
+    b: Expr
+    loc: Loc | None = field(default=None, compare=False)
+
+
+@dataclass(frozen=True, eq=False)
+class Reduce(Expr):
+    """rsum / rmax / rmin over `dim` of `body`; rdot(a, b, k) is Reduce('dot', (a, b), k)."""
+    op: str  # 'sum' | 'max' | 'min' | 'dot'
+    args: tuple[Expr, ...]
+    dim: str
+    loc: Loc | None = field(default=None, compare=False)
+    dim_loc: Loc | None = field(default=None, compare=False)
+    dim_decl: object = field(default=None, compare=False, repr=False)
+
+
+def children(e: Expr) -> tuple[Expr, ...]:
+    if isinstance(e, Unary):
+        return (e.x,)
+    if isinstance(e, Binary):
+        return (e.a, e.b)
+    if isinstance(e, Where):
+        return (e.cond, e.a, e.b)
+    if isinstance(e, Reduce):
+        return e.args
+    return ()
+
+
+def walk(e: Expr):
+    yield e
+    for c in children(e):
+        yield from walk(c)
+
+
+def rebuild(e: Expr, kids: tuple[Expr, ...]) -> Expr:
+    if isinstance(e, Unary):
+        return Unary(e.op, kids[0], e.loc)
+    if isinstance(e, Binary):
+        return Binary(e.op, kids[0], kids[1], e.loc)
+    if isinstance(e, Where):
+        return Where(kids[0], kids[1], kids[2], e.loc)
+    if isinstance(e, Reduce):
+        return Reduce(e.op, kids, e.dim, e.loc, e.dim_loc, e.dim_decl)
+    return e
+
+
+def free_dims(e: Expr) -> frozenset[str]:
+    """Dimensions an expression varies over (reductions bind theirs)."""
+    if isinstance(e, Access):
+        return frozenset(e.indices)
+    if isinstance(e, DimRef):
+        return frozenset((e.dim,))
+    if isinstance(e, Reduce):
+        inner = frozenset().union(*(free_dims(a) for a in e.args))
+        return inner - {e.dim}
+    return frozenset().union(*(free_dims(c) for c in children(e))) if children(e) else frozenset()
+
+
+@dataclass(frozen=True)
+class FuncDef:
+    name: str
+    dims: tuple[str, ...]  # LHS dimension names, in order
+    expr: Expr
+    loc: Loc | None = field(default=None, compare=False)
+
+
+@dataclass(frozen=True)
+class ScheduleCall:
+    """One schedule statement as written, e.g. mm.block(x:128, y:128)."""
+    func: str
+    primitive: str
+    args: tuple  # primitive-specific, see dt.ir.schedule
+    loc: Loc | None = field(default=None, compare=False)
+    arg_locs: tuple[Loc | None, ...] = field(default=(), compare=False)
+
+
+@dataclass(frozen=True)
+class Declaration:
+    name: str
+    kind: str  # 'Func' | 'In' | 'SIn' | 'Var' | 'RVar'
+    loc: Loc | None = field(default=None, compare=False)
+
+
+@dataclass(frozen=True)
+class Program:
+    """A whole DT program: declarations, Func definitions and schedule statements, as written."""
+    name: str
+    declarations: tuple[Declaration, ...]
+    funcs: tuple[FuncDef, ...]
+    schedule: tuple[ScheduleCall, ...]
+    source: str = field(default="", compare=False)
+    file: str = field(default="<dt>", compare=False)
+
+    def decl(self, name: str) -> Declaration | None:
+        for d in self.declarations:
+            if d.name == name:
+                return d
+        return None
+
+    def names_of(self, kind: str) -> tuple[str, ...]:
+        return tuple(d.name for d in self.declarations if d.kind == kind)
+
+    def func(self, name: str) -> FuncDef:
+        for f in self.funcs:
+            if f.name == name:
+                return f
+        raise KeyError(name)

@@ -1,0 +1,541 @@
+"""Validation of a DT program and resolution of its schedule.
+
+`check(program)` returns a `CheckedProgram`: the algorithm with inlined Funcs substituted,
+the schedule of each Func resolved, and the kernel structure (which Func is computed where).
+Every problem raises a DTError pointing at the DT source.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from dt.errors import DTDimensionError, DTNameError, DTScheduleError, Loc
+from dt.ir import algorithm as A
+
+PRIMITIVES = ("block", "tensorize", "map", "num_warps", "num_stages", "fuse_at", "inline",
+              "compile", "compile_to_kernel")
+
+
+@dataclass(frozen=True)
+class MapEntry:
+    """One entry of f.map(...): a whole block index, or the outer / inner part of a split."""
+    name: str  # the name shown in generated code: 'x' or the inner name 'x1'
+    dim: str
+    part: str  # 'whole' | 'outer' | 'inner'
+    group: int = 0  # group size of a split
+
+
+@dataclass
+class FuncSchedule:
+    block: dict[str, int] = field(default_factory=dict)
+    tensorize: dict[str, int] = field(default_factory=dict)
+    map: tuple[MapEntry, ...] | None = None
+    num_warps: int | None = None
+    num_stages: int | None = None
+    fuse_at: tuple[str, str] | None = None
+    inline: bool = False
+    compiled: str | None = None  # None | 'compile' | 'compile_to_kernel'
+    locs: dict[str, Loc | None] = field(default_factory=dict)  # primitive -> where it was written
+    dim_locs: dict[tuple[str, str], Loc | None] = field(default_factory=dict)  # (primitive, dim)
+
+
+@dataclass(frozen=True)
+class CheckedProgram:
+    program: A.Program
+    funcs: dict[str, A.FuncDef]  # computed Funcs (inlined ones substituted away), topological order
+    inputs: tuple[str, ...]
+    scalars: tuple[str, ...]
+    dim_kinds: dict[str, str]  # dim -> 'Var' | 'RVar'
+    schedules: dict[str, FuncSchedule]
+    outputs: tuple[str, ...]
+    kernel_roots: tuple[str, ...]  # Funcs computed at root, in launch order
+    fused: dict[str, tuple[str, str]]  # producer -> (consumer, loop dim)
+    input_ranks: dict[str, int]
+
+    def root_of(self, func: str) -> str:
+        while func in self.fused:
+            func = self.fused[func][0]
+        return func
+
+    def reduction_dims(self, func: str) -> tuple[str, ...]:
+        seen: list[str] = []
+        for e in A.walk(self.funcs[func].expr):
+            if isinstance(e, A.Reduce) and e.dim not in seen:
+                seen.append(e.dim)
+        return tuple(seen)
+
+    def kernel_dims(self, root: str) -> tuple[str, ...]:
+        """Every dimension the kernel of `root` loops over: root's dims first."""
+        dims: list[str] = []
+        for f in self.kernel_funcs(root):
+            for d in self.funcs[f].dims + self.reduction_dims(f):
+                if d not in dims:
+                    dims.append(d)
+        return tuple(dims)
+
+    def kernel_funcs(self, root: str) -> tuple[str, ...]:
+        return (root,) + tuple(f for f in self.funcs if f != root and self.root_of(f) == root)
+
+
+def _err(cls, message, loc, hint=None, notes=()):
+    return cls(message, loc, hint, notes)
+
+
+def check(program: A.Program) -> CheckedProgram:
+    decls: dict[str, A.Declaration] = {}
+    for d in program.declarations:
+        if d.name in decls:
+            raise _err(DTNameError, f"'{d.name}' is declared twice", d.loc,
+                       f"remove one of the declarations or rename one",
+                       ((f"first declared here as {decls[d.name].kind}", decls[d.name].loc),))
+        decls[d.name] = d
+    kinds = {n: d.kind for n, d in decls.items()}
+    dim_kinds = {n: k for n, k in kinds.items() if k in ("Var", "RVar")}
+
+    defs: dict[str, A.FuncDef] = {}
+    for f in program.funcs:
+        kind = kinds.get(f.name)
+        if kind is None:
+            raise _err(DTNameError, f"unknown name '{f.name}'", f.loc, f"declare it first: `Func {f.name};`")
+        if kind != "Func":
+            raise _err(DTNameError, f"'{f.name}' is declared as {kind}, so it cannot be defined", f.loc,
+                       f"only Funcs are defined; declare `Func {f.name};` instead")
+        if f.name in defs:
+            raise _err(DTNameError, f"Func '{f.name}' is defined twice", f.loc,
+                       "each Func has exactly one definition; give the second one another name",
+                       (("first definition here", defs[f.name].loc),))
+        _check_lhs(f, dim_kinds)
+        defs[f.name] = f
+
+    input_ranks: dict[str, tuple[int, Loc | None]] = {}
+    for f in defs.values():
+        _check_expr(f, f.expr, kinds, defs, input_ranks, bound=frozenset())
+        missing = A.free_dims(f.expr) - set(f.dims)
+        if missing:
+            dim = sorted(missing)[0]
+            loc = _dim_use_loc(f.expr, dim) or f.loc
+            if dim_kinds.get(dim) == "RVar":
+                raise _err(DTDimensionError, f"RVar '{dim}' is used outside a reduction over '{dim}' in '{f.name}'",
+                           loc, f"wrap the expression in a reduction such as rsum(..., {dim}), "
+                                f"or add {dim} to the left-hand side {f.name}[{', '.join(f.dims + (dim,))}]")
+            raise _err(DTDimensionError, f"dimension '{dim}' appears on the right of '{f.name}' but not on its left",
+                       loc, f"add it to the left-hand side, {f.name}[{', '.join(f.dims + (dim,))}], "
+                            f"or reduce over it")
+
+    order = _topological_order(defs)
+    schedules = _resolve_schedule(program, defs, kinds)
+    outputs = tuple(n for n in order if schedules[n].compiled)
+    if not outputs:
+        raise _err(DTScheduleError, "no Func is compiled, so the program computes nothing", None,
+                   "call .compile() on each output Func, e.g. `out.compile();`")
+
+    funcs = _inline(defs, order, schedules)
+    needed = _reachable(funcs, outputs)
+    funcs = {n: funcs[n] for n in order if n in needed and not schedules[n].inline}
+    fused = {n: schedules[n].fuse_at for n in funcs if schedules[n].fuse_at}
+    for n, (consumer, dim) in fused.items():
+        _check_fuse(n, consumer, dim, funcs, schedules, fused, dim_kinds)
+    kernel_roots = tuple(n for n in funcs if n not in fused)
+    checked = CheckedProgram(program, funcs, program.names_of("In"), program.names_of("SIn"), dim_kinds,
+                             schedules, outputs, kernel_roots, fused,
+                             {k: v[0] for k, v in input_ranks.items()})
+    _check_fused_uses(checked)
+    for root in kernel_roots:
+        _check_func_schedule(checked, root)
+    for out in outputs:
+        if schedules[out].compiled == "compile_to_kernel":
+            _check_single_kernel(checked, out)
+    return checked
+
+
+def _check_lhs(f: A.FuncDef, dim_kinds):
+    seen = set()
+    for d in f.dims:
+        if d not in dim_kinds:
+            raise _err(DTNameError, f"'{d}' on the left of '{f.name}' is not a declared dimension", f.loc,
+                       f"declare it with `Var {d};`")
+        if d in seen:
+            raise _err(DTDimensionError, f"dimension '{d}' appears twice on the left of '{f.name}'", f.loc,
+                       "the left-hand side names distinct dimensions")
+        seen.add(d)
+
+
+def _dim_use_loc(e: A.Expr, dim: str) -> Loc | None:
+    for node in A.walk(e):
+        if isinstance(node, A.Access) and dim in node.indices:
+            i = node.indices.index(dim)
+            return node.index_locs[i] if i < len(node.index_locs) and node.index_locs[i] else node.loc
+        if isinstance(node, A.DimRef) and node.dim == dim:
+            return node.loc
+    return None
+
+
+def _check_expr(f, e, kinds, defs, input_ranks, bound):
+    if isinstance(e, A.Access):
+        kind = kinds.get(e.name)
+        if kind is None:
+            raise _err(DTNameError, f"unknown name '{e.name}'", e.loc,
+                       f"declare it, e.g. `In {e.name};` for an input tensor or `Func {e.name};`")
+        if kind not in ("In", "Func"):
+            raise _err(DTNameError, f"'{e.name}' is declared as {kind} and cannot be indexed", e.loc,
+                       "only input tensors (In) and Funcs are indexed")
+        for i, d in enumerate(e.indices):
+            loc = e.index_locs[i] if i < len(e.index_locs) else e.loc
+            if kinds.get(d) not in ("Var", "RVar"):
+                what = "unknown name" if d not in kinds else f"'{d}' is declared as {kinds[d]}, not a dimension:"
+                raise _err(DTNameError, f"{what} '{d}' used as an index of '{e.name}'" if d not in kinds
+                           else f"{what} it cannot index '{e.name}'", loc or e.loc, f"declare it with `Var {d};`")
+        if len(set(e.indices)) != len(e.indices):
+            raise _err(DTDimensionError, f"'{e.name}' is indexed with a repeated dimension", e.loc,
+                       "each index names a different dimension")
+        if kind == "Func":
+            if e.name not in defs:
+                raise _err(DTNameError, f"Func '{e.name}' is used but never defined", e.loc,
+                           f"define it: `{e.name}[...] = ...;`")
+            want = len(defs[e.name].dims)
+            if len(e.indices) != want:
+                raise _err(DTDimensionError, f"'{e.name}' has {want} dimension(s) "
+                           f"({', '.join(defs[e.name].dims)}) but is indexed with {len(e.indices)}", e.loc,
+                           f"index it as {e.name}[{', '.join(defs[e.name].dims)}]",
+                           (("defined here", defs[e.name].loc),))
+        else:
+            rank = input_ranks.setdefault(e.name, (len(e.indices), e.loc))
+            if rank[0] != len(e.indices):
+                raise _err(DTDimensionError, f"input '{e.name}' is indexed with {len(e.indices)} dimension(s) here "
+                           f"but with {rank[0]} elsewhere", e.loc, "every access of an input has its rank",
+                           (("indexed here", rank[1]),))
+        return
+    if isinstance(e, A.ScalarRef):
+        if kinds.get(e.name) != "SIn":
+            raise _err(DTNameError, f"unknown name '{e.name}'" if e.name not in kinds
+                       else f"'{e.name}' is declared as {kinds[e.name]} and cannot be used as a value here",
+                       e.loc, f"declare a scalar input with `SIn {e.name};`")
+        return
+    if isinstance(e, (A.Len, A.DimRef)):
+        if kinds.get(e.dim) not in ("Var", "RVar"):
+            raise _err(DTNameError, f"'{e.dim}' is not a declared dimension", e.loc, f"declare it with `Var {e.dim};`")
+        return
+    if isinstance(e, A.Reduce):
+        kind = kinds.get(e.dim)
+        if kind != "RVar":
+            raise _err(DTDimensionError, f"reduction over '{e.dim}', which is " +
+                       ("not declared" if kind is None else f"declared as {kind}"), e.dim_loc or e.loc,
+                       f"reductions run over reduction dimensions: declare `RVar {e.dim};`")
+        if e.dim in f.dims and e.dim not in bound:
+            raise _err(DTDimensionError, f"'{f.name}' reduces over '{e.dim}', which is also on its left-hand side",
+                       e.dim_loc or e.loc, f"a dimension of {f.name} cannot be reduced away")
+        for a in e.args:
+            _check_expr(f, a, kinds, defs, input_ranks, bound | {e.dim})
+        return
+    for c in A.children(e):
+        _check_expr(f, c, kinds, defs, input_ranks, bound)
+
+
+def _uses(e: A.Expr) -> list[A.Access]:
+    return [n for n in A.walk(e) if isinstance(n, A.Access) and n.kind == "func"]
+
+
+def _topological_order(defs: dict[str, A.FuncDef]) -> list[str]:
+    order: list[str] = []
+    state: dict[str, int] = {}
+
+    def visit(name, path):
+        if state.get(name) == 2:
+            return
+        if state.get(name) == 1:
+            cycle = path[path.index(name):] + [name]
+            raise _err(DTDimensionError, f"Funcs depend on each other in a cycle: {' -> '.join(cycle)}",
+                       defs[name].loc, "a Func cannot use itself, directly or through others")
+        state[name] = 1
+        for u in _uses(defs[name].expr):
+            visit(u.name, path + [name])
+        state[name] = 2
+        order.append(name)
+
+    for name in defs:
+        visit(name, [])
+    return order
+
+
+def _resolve_schedule(program, defs, kinds) -> dict[str, FuncSchedule]:
+    schedules = {n: FuncSchedule() for n in defs}
+    for call in program.schedule:
+        if call.func not in kinds:
+            raise _err(DTNameError, f"unknown name '{call.func}'", call.loc, f"declare and define `Func {call.func};`")
+        if call.func not in defs:
+            raise _err(DTScheduleError, f"'{call.func}' is scheduled but is not a defined Func", call.loc,
+                       "only defined Funcs have schedules")
+        if call.primitive not in PRIMITIVES:
+            raise _err(DTScheduleError, f"unknown schedule primitive '{call.primitive}'", call.loc,
+                       f"the primitives are: {', '.join(PRIMITIVES)}")
+        s = schedules[call.func]
+        f = defs[call.func]
+        prim = call.primitive
+        s.locs[prim] = call.loc
+
+        def arg_loc(i):
+            return call.arg_locs[i] if i < len(call.arg_locs) and call.arg_locs[i] else call.loc
+
+        if prim in ("block", "tensorize"):
+            if not call.args:
+                raise _err(DTScheduleError, f"{prim} needs at least one dim:size argument", call.loc,
+                           f"e.g. {call.func}.{prim}({f.dims[0] if f.dims else 'x'}:64)")
+            for i, arg in enumerate(call.args):
+                if not (isinstance(arg, tuple) and len(arg) == 2 and isinstance(arg[1], int)):
+                    raise _err(DTScheduleError, f"{prim} takes dim:size arguments", arg_loc(i),
+                               f"write it as {call.func}.{prim}(x:128)")
+                dim, size = arg
+                if kinds.get(dim) not in ("Var", "RVar"):
+                    raise _err(DTNameError, f"'{dim}' is not a declared dimension", arg_loc(i),
+                               f"declare it with `Var {dim};`")
+                if prim == "block":
+                    if dim not in f.dims:
+                        raise _err(DTScheduleError, f"block names '{dim}', but '{call.func}' has no dimension "
+                                   f"'{dim}' (its dimensions: {', '.join(f.dims) or 'none'})", arg_loc(i),
+                                   "block the Func's own left-hand-side dimensions")
+                    if size < 1:
+                        raise _err(DTScheduleError, f"block size for '{dim}' must be at least 1, got {size}",
+                                   arg_loc(i))
+                elif size < 0:
+                    raise _err(DTScheduleError, f"tile size for '{dim}' must be 0 (whole) or positive, got {size}",
+                               arg_loc(i))
+                getattr(s, prim)[dim] = size
+                s.dim_locs[(prim, dim)] = arg_loc(i)
+        elif prim == "map":
+            s.map = _resolve_map(call, f, arg_loc)
+        elif prim in ("num_warps", "num_stages"):
+            if len(call.args) != 1 or not isinstance(call.args[0], int) or call.args[0] < 1:
+                raise _err(DTScheduleError, f"{prim} takes one positive integer", call.loc,
+                           f"e.g. {call.func}.{prim}(4)")
+            n = call.args[0]
+            if prim == "num_warps" and n & (n - 1):
+                raise _err(DTScheduleError, f"num_warps must be a power of two, got {n}", arg_loc(0),
+                           "use 1, 2, 4, 8, 16 or 32")
+            setattr(s, prim, n)
+        elif prim == "fuse_at":
+            if len(call.args) != 2 or not all(isinstance(a, str) for a in call.args):
+                raise _err(DTScheduleError, "fuse_at takes a consumer Func and one of its loop dimensions",
+                           call.loc, f"e.g. {call.func}.fuse_at(consumer, x)")
+            consumer, dim = call.args
+            if consumer not in defs:
+                raise _err(DTScheduleError if consumer in kinds else DTNameError,
+                           f"'{consumer}' is not a defined Func", arg_loc(0), "fuse into a Func that uses this one")
+            if consumer == call.func:
+                raise _err(DTScheduleError, f"'{call.func}' cannot be fused into itself", arg_loc(0))
+            if s.fuse_at and s.fuse_at != (consumer, dim):
+                raise _err(DTScheduleError, f"'{call.func}' is fused twice", call.loc,
+                           "a Func is computed at one place; keep one fuse_at",
+                           (("first fuse_at here", s.locs.get("fuse_at_first")),))
+            s.locs["fuse_at_first"] = s.locs.get("fuse_at_first") or call.loc
+            s.dim_locs[("fuse_at", dim)] = arg_loc(1)
+            s.fuse_at = (consumer, dim)
+        elif prim == "inline":
+            s.inline = True
+        else:
+            if call.args:
+                raise _err(DTScheduleError, f"{prim} takes no arguments", call.loc)
+            s.compiled = prim
+    for name, s in schedules.items():
+        conflicts = [p for p, on in (("fuse_at", s.fuse_at), ("inline", s.inline), ("compile", s.compiled)) if on]
+        if len(conflicts) > 1:
+            raise _err(DTScheduleError, f"'{name}' cannot be both {' and '.join(conflicts)}",
+                       s.locs.get(conflicts[1]) or s.locs.get("compile_to_kernel"),
+                       "an output is computed at root; a fused or inlined Func is computed inside its consumer")
+    return schedules
+
+
+def _resolve_map(call, f, arg_loc) -> tuple[MapEntry, ...]:
+    entries: list[MapEntry] = []
+    splits: dict[str, str] = {}
+    named: set[str] = set()
+    for i, arg in enumerate(call.args):
+        if isinstance(arg, tuple) and len(arg) == 3:
+            dim, inner, group = arg
+            if dim not in f.dims:
+                raise _err(DTScheduleError, f"map names '{dim}', but '{call.func}' has no dimension '{dim}'",
+                           arg_loc(i), f"its dimensions: {', '.join(f.dims)}")
+            if not isinstance(group, int) or group < 1:
+                raise _err(DTScheduleError, f"the group size of '{dim}' must be a positive integer", arg_loc(i))
+            if inner in named or inner in f.dims or inner in splits.values():
+                raise _err(DTScheduleError, f"'{inner}' already names a dimension of this map", arg_loc(i),
+                           "the inner part of a split needs a fresh name, e.g. x:x1/8")
+            splits[dim] = inner
+            entries.append(MapEntry(dim, dim, "outer", group))
+            named.add(dim)
+        elif isinstance(arg, str):
+            owner = next((d for d, n in splits.items() if n == arg), None)
+            if owner is not None:
+                entries.append(MapEntry(arg, owner, "inner", next(e.group for e in entries if e.dim == owner)))
+            elif arg in f.dims:
+                entries.append(MapEntry(arg, arg, "whole"))
+            else:
+                raise _err(DTScheduleError, f"map names '{arg}', which is neither a dimension of '{call.func}' "
+                           f"nor the inner part of an earlier split", arg_loc(i),
+                           f"its dimensions: {', '.join(f.dims)}; a split is written x:x1/8 and x1 listed after it")
+            if arg in named:
+                raise _err(DTScheduleError, f"map lists '{arg}' twice", arg_loc(i))
+            named.add(arg)
+        else:
+            raise _err(DTScheduleError, "map takes dimension names and splits like x:x1/8", arg_loc(i))
+    for dim, inner in splits.items():
+        if inner not in named:
+            raise _err(DTScheduleError, f"the split of '{dim}' names an inner part '{inner}' that the map never lists",
+                       call.loc, f"list {inner} after {dim}, e.g. map({dim}:{inner}/8, ..., {inner})")
+    return tuple(entries)
+
+
+def _substitute(e: A.Expr, funcs: dict[str, A.FuncDef], inline: set[str]) -> A.Expr:
+    if isinstance(e, A.Access) and e.kind == "func" and e.name in inline:
+        f = funcs[e.name]
+        rename = dict(zip(f.dims, e.indices))
+        bound = {n.dim for n in A.walk(f.expr) if isinstance(n, A.Reduce)}
+        clash = bound & set(e.indices) - set(f.dims)
+        if clash:
+            raise _err(DTScheduleError, f"cannot inline '{f.name}' here: its reduction dimension "
+                       f"'{sorted(clash)[0]}' is also an index of this use", e.loc,
+                       "rename the reduction dimension in the inlined Func")
+        return _rename(f.expr, rename)
+    kids = tuple(_substitute(c, funcs, inline) for c in A.children(e))
+    return A.rebuild(e, kids) if kids else e
+
+
+def _rename(e: A.Expr, rename: dict[str, str]) -> A.Expr:
+    if isinstance(e, A.Access):
+        return A.Access(e.name, e.kind, tuple(rename.get(i, i) for i in e.indices), e.loc, e.index_locs)
+    if isinstance(e, A.DimRef):
+        return A.DimRef(rename.get(e.dim, e.dim), e.loc)
+    if isinstance(e, A.Len):
+        return A.Len(rename.get(e.dim, e.dim), e.loc)
+    if isinstance(e, A.Reduce):
+        inner = {k: v for k, v in rename.items() if k != e.dim}
+        return A.Reduce(e.op, tuple(_rename(a, inner) for a in e.args), e.dim, e.loc, e.dim_loc)
+    kids = tuple(_rename(c, rename) for c in A.children(e))
+    return A.rebuild(e, kids) if kids else e
+
+
+def _inline(defs, order, schedules) -> dict[str, A.FuncDef]:
+    inline = {n for n in defs if schedules[n].inline}
+    funcs: dict[str, A.FuncDef] = {}
+    for n in order:  # producers first, so substitutions are already complete
+        f = defs[n]
+        funcs[n] = A.FuncDef(f.name, f.dims, _substitute(f.expr, funcs, inline), f.loc)
+    return funcs
+
+
+def _reachable(funcs, outputs) -> set[str]:
+    seen: set[str] = set()
+    stack = list(outputs)
+    while stack:
+        n = stack.pop()
+        if n in seen:
+            continue
+        seen.add(n)
+        stack += [u.name for u in _uses(funcs[n].expr)]
+    return seen
+
+
+def _loops_of(checked_funcs, name, dim_kinds) -> tuple[str, ...]:
+    f = checked_funcs[name]
+    reductions = []
+    for e in A.walk(f.expr):
+        if isinstance(e, A.Reduce) and e.dim not in reductions:
+            reductions.append(e.dim)
+    return f.dims + tuple(reductions)
+
+
+def _check_fuse(producer, consumer, dim, funcs, schedules, fused, dim_kinds):
+    loc = schedules[producer].locs.get("fuse_at_first")
+    if consumer not in funcs:
+        raise _err(DTScheduleError, f"'{producer}' is fused into '{consumer}', which is not computed "
+                   f"(it is inlined or unused)", loc, "fuse into a Func that is computed")
+    loops = _loops_of(funcs, consumer, dim_kinds)
+    if dim not in loops:
+        raise _err(DTScheduleError, f"'{consumer}' has no loop over '{dim}' to fuse '{producer}' at",
+                   schedules[producer].dim_locs.get(("fuse_at", dim)) or loc,
+                   f"the loops of {consumer} are: {', '.join(loops)}")
+    seen = {producer}
+    c = consumer
+    while c in fused:
+        if c in seen:
+            raise _err(DTScheduleError, f"fuse_at forms a cycle through '{producer}'", loc)
+        seen.add(c)
+        c = fused[c][0]
+    if c == producer:
+        raise _err(DTScheduleError, f"fuse_at forms a cycle through '{producer}'", loc)
+
+
+def _enclosing_reductions(e: A.Expr, target: str, stack=()) -> list[tuple[str, ...]]:
+    """For each use of Func `target` in e, the reduction dims enclosing it (outermost first)."""
+    if isinstance(e, A.Access):
+        return [stack] if e.kind == "func" and e.name == target else []
+    if isinstance(e, A.Reduce):
+        stack = stack + (e.dim,)
+    out = []
+    for c in A.children(e):
+        out += _enclosing_reductions(c, target, stack)
+    return out
+
+
+def _check_fused_uses(cp: CheckedProgram):
+    """Every use of a fused producer must lie inside the consumer loop it is computed in."""
+    for producer, (consumer, dim) in cp.fused.items():
+        loc = cp.schedules[producer].locs.get("fuse_at_first")
+        users = [n for n, f in cp.funcs.items() if any(u.name == producer for u in _uses(f.expr))]
+        if not users:
+            raise _err(DTScheduleError, f"'{producer}' is fused into '{consumer}' but nothing uses it", loc)
+        loops = _loops_of(cp.funcs, consumer, cp.dim_kinds)
+        level = loops.index(dim)
+        for user in users:
+            # Walk from the user up to the consumer, finding the consumer loop the use sits in.
+            chain = user
+            while chain != consumer and chain in cp.fused:
+                enter = cp.fused[chain]
+                if enter[0] == consumer:
+                    break
+                chain = enter[0]
+            if chain != consumer and (chain not in cp.fused or cp.fused[chain][0] != consumer):
+                raise _err(DTScheduleError, f"'{producer}' is fused into '{consumer}', but '{user}' also uses it "
+                           f"and is not computed inside '{consumer}'", loc,
+                           f"remove the fuse_at so that {producer} is computed at root, or fuse {user} into "
+                           f"{consumer} as well")
+            if chain == consumer:
+                for reductions in _enclosing_reductions(cp.funcs[consumer].expr, producer):
+                    if dim in cp.dim_kinds and cp.dim_kinds[dim] == "RVar" and dim not in cp.funcs[consumer].dims \
+                            and dim not in reductions:
+                        raise _err(DTScheduleError, f"'{producer}' is fused at the reduction loop over '{dim}' of "
+                                   f"'{consumer}', but '{consumer}' uses it outside that reduction", loc,
+                                   f"fuse it at one of {consumer}'s pure loops ({', '.join(cp.funcs[consumer].dims)})")
+            else:
+                at = cp.fused[chain][1]
+                if loops.index(at) < level:
+                    raise _err(DTScheduleError, f"'{producer}' is fused at '{consumer}''s loop over '{dim}', but its "
+                               f"user '{chain}' is computed further out, at the loop over '{at}'", loc,
+                               f"fuse {producer} at the loop over '{at}' or further out")
+
+
+def _check_func_schedule(cp: CheckedProgram, root: str):
+    """Schedules name only dimensions the kernel has; fused Funcs have no block/map of their own."""
+    kernel_dims = set(cp.kernel_dims(root))
+    for f in cp.kernel_funcs(root):
+        s = cp.schedules[f]
+        for dim in s.tensorize:
+            if dim not in kernel_dims:
+                raise _err(DTScheduleError, f"tensorize names '{dim}', but the kernel of '{root}' has no "
+                           f"dimension '{dim}'", s.dim_locs.get(("tensorize", dim)),
+                           f"its dimensions: {', '.join(cp.kernel_dims(root))}")
+        if f != root:
+            for prim in ("block", "map"):
+                if getattr(s, prim):
+                    raise _err(DTScheduleError, f"'{f}' is fused into '{cp.fused[f][0]}', so it has no {prim} of "
+                               f"its own", s.locs.get(prim), f"schedule the kernel's root Func '{root}' instead")
+
+
+def _check_single_kernel(cp: CheckedProgram, out: str):
+    unfused = [n for n in cp.kernel_roots if n != out and n in _reachable(cp.funcs, (out,))]
+    if unfused:
+        loc = cp.schedules[out].locs.get("compile_to_kernel")
+        notes = tuple((f"'{n}' is computed at root (its own kernel)", cp.funcs[n].loc) for n in unfused)
+        raise _err(DTScheduleError, f"compile_to_kernel({out}) needs one kernel, but "
+                   f"{', '.join(repr(n) for n in unfused)} would each be a kernel of their own", loc,
+                   "fuse each of them into a Func of this kernel, e.g. "
+                   + "; ".join(f"{n}.fuse_at({out}, {cp.funcs[out].dims[0] if cp.funcs[out].dims else 'x'})"
+                               for n in unfused), notes)

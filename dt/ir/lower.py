@@ -1,0 +1,504 @@
+"""Lowering: a checked DT program (algorithm + schedule) → the scheduled IR.
+
+One kernel per Func computed at root. In each kernel:
+- the program id is decomposed into block indices following `map` (slowest first), with
+  partial groups where the group size does not divide the block count;
+- pure dimensions of the root are walked in LHS order by tile loops inside the block;
+  reductions are innermost loops with an accumulator each;
+- a producer fused at consumer c's loop over v is computed inside that loop, just after the
+  loop's tile comes into scope, over the current tiles of the dimensions bound there and the
+  whole extent of its other pure dimensions; it is never written to memory.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from dt.errors import DTScheduleError
+from dt.ir import algorithm as A
+from dt.ir import scheduled as S
+from dt.ir.check import CheckedProgram, MapEntry
+
+IDENTITY = {"sum": 0.0, "dot": 0.0, "max": -np.inf, "min": np.inf}
+COMBINE = {"sum": "+", "dot": "+", "max": "maximum", "min": "minimum"}
+DTYPES = ("f32", "f16", "bf16", "f64")
+
+
+def promote(dtypes) -> str:
+    """The storage dtype of outputs and temporaries: the inputs' common dtype."""
+    kinds = set(dtypes)
+    if not kinds:
+        return "f32"
+    if len(kinds) == 1:
+        return kinds.pop()
+    return "f64" if "f64" in kinds else "f32"
+
+
+def compute_dtype_of(storage: str) -> str:
+    return "f64" if storage == "f64" else "f32"
+
+
+def lower(cp: CheckedProgram, input_dtypes: dict[str, str]) -> S.Pipeline:
+    storage = promote(input_dtypes[n] for n in cp.inputs if n in input_dtypes)
+    compute = compute_dtype_of(storage)
+    input_dims = _input_dims(cp)
+    inputs = tuple(S.TensorSpec(n, input_dims[n], input_dtypes.get(n, storage), "input")
+                   for n in cp.inputs if n in input_dims)
+    outputs = tuple(S.TensorSpec(n, cp.funcs[n].dims, storage, "output") for n in cp.outputs)
+    temporaries = tuple(S.TensorSpec(n, cp.funcs[n].dims, storage, "temporary")
+                        for n in cp.kernel_roots if n not in cp.outputs)
+    kernels = tuple(_KernelLowering(cp, root, compute, storage).lower() for root in cp.kernel_roots)
+    used = [d for d in cp.dim_kinds if d in _all_dims(cp)]
+    return S.Pipeline(cp.program.name, inputs, tuple(s for s in cp.scalars if s in _all_scalars(cp)),
+                      tuple(used), temporaries, outputs, kernels, compute, cp.program.file)
+
+
+def _input_dims(cp: CheckedProgram) -> dict[str, tuple[str, ...]]:
+    dims: dict[str, tuple[str, ...]] = {}
+    for f in cp.funcs.values():
+        for e in A.walk(f.expr):
+            if isinstance(e, A.Access) and e.kind == "input":
+                dims.setdefault(e.name, e.indices)
+    return dims
+
+
+def _all_dims(cp: CheckedProgram) -> set[str]:
+    dims: set[str] = set()
+    for f in cp.funcs.values():
+        dims |= set(f.dims)
+        for e in A.walk(f.expr):
+            if isinstance(e, A.Access):
+                dims |= set(e.indices)
+            elif isinstance(e, (A.Len, A.DimRef, A.Reduce)):
+                dims.add(e.dim)
+    return dims
+
+
+def _all_scalars(cp: CheckedProgram) -> set[str]:
+    return {e.name for f in cp.funcs.values() for e in A.walk(f.expr) if isinstance(e, A.ScalarRef)}
+
+
+def is_bool(e: A.Expr) -> bool:
+    if isinstance(e, A.Binary):
+        return e.op in A.COMPARISONS
+    if isinstance(e, A.Where):
+        return is_bool(e.a) and is_bool(e.b)
+    return False
+
+
+@dataclass(frozen=True)
+class _Range:
+    """The index range a pure dimension covers in this program instance."""
+    start: S.IExpr
+    length: S.IExpr  # number of valid indices
+    size: S.IExpr  # nominal lanes (block size, or the extent)
+    end: S.IExpr  # start + length
+    limit: S.IExpr | None  # None: every lane of size is valid
+    static_size: int | None
+
+
+class _KernelLowering:
+    def __init__(self, cp: CheckedProgram, root: str, compute: str, storage: str):
+        self.cp = cp
+        self.root = root
+        self.compute = compute
+        self.storage = storage
+        self.dot_dtype = storage if storage in ("f16", "bf16") else compute
+        # One namespace for every generated name; scalars and extents keep their own names.
+        self.used: set[str] = set(cp.scalars) | {"pid"} | {S.size_name(d) for d in cp.dim_kinds}
+        self.dim_order: list[str] = list(cp.funcs[root].dims)
+        self.axes: dict[str, S.Axis] = {}
+        self.out: list = []
+        self.scopes: list[dict] = [{}]
+        self.fused_at: dict[tuple[str, str], list[str]] = {}
+        for p in cp.funcs:  # topological: producers before their users
+            if p in cp.fused:
+                self.fused_at.setdefault(cp.fused[p], []).append(p)
+        self.reads: list[str] = []
+        self.load_vars: set[str] = set()
+
+    # ------------------------------------------------------------ helpers
+    def fresh(self, base: str) -> str:
+        name, n = base, 2
+        while name in self.used:
+            name, n = f"{base}_{n}", n + 1
+        self.used.add(name)
+        return name
+
+    def emit(self, stmt):
+        self.out.append(stmt)
+
+    def let(self, base: str, value: S.IExpr) -> S.IExpr:
+        if isinstance(value, (S.IConst, S.IVar)):
+            return value
+        name = self.fresh(base)
+        self.emit(S.Let(name, value))
+        return S.IVar(name)
+
+    def assign(self, base: str, value: S.TExpr, dt_name: str = "", loc=None) -> S.Ref:
+        name = self.fresh(base)
+        self.emit(S.Assign(name, value, dt_name or base, loc))
+        return S.Ref(name, value.dims, value.unit)
+
+    def lookup(self, key):
+        for scope in reversed(self.scopes):
+            if key in scope:
+                return scope[key]
+        return None
+
+    def loop(self, var, stop, step, dim, kind, loc, body_fn):
+        saved = self.out
+        self.out = []
+        self.scopes.append({})
+        body_fn()
+        body = tuple(self.out)
+        self.scopes.pop()
+        self.out = saved
+        self.emit(S.For(var, S.IConst(0), stop, step, body, dim, kind, loc))
+
+    def axis(self, dim, start, size, limit, env, loc=None) -> str:
+        """An axis for `dim` over these lanes; reuses an identical one in scope."""
+        size = S.iconst(size)
+        current = env.get(dim)
+        if current is not None:
+            a = self.axes[current]
+            if (a.start, a.size, a.limit) == (start, size, limit):
+                return current
+        for name in (self.lookup(("axis", dim, start, size, limit)),):
+            if name is not None:
+                return name
+        if dim not in self.dim_order:
+            self.dim_order.append(dim)
+        name = self.fresh(dim)
+        ax = S.Axis(name, dim, start, size, limit, loc)
+        self.axes[name] = ax
+        self.scopes[-1][("axis", dim, start, size, limit)] = name
+        self.emit(ax)
+        return name
+
+    def canonical(self, axes) -> tuple[str, ...]:
+        return tuple(sorted(set(axes), key=lambda a: (self.dim_order.index(self.axes[a].dim), a)))
+
+    def align(self, *values: S.TExpr) -> list[S.TExpr]:
+        ranked = [v for v in values if v.dims]
+        if not ranked:
+            return list(values)
+        union = self.canonical([d for v in ranked for d in v.dims])
+        return [v if not v.dims or v.dims == union else S.Expand(v, union) for v in values]
+
+    def fit(self, value: S.TExpr, axes: tuple[str, ...]) -> S.TExpr:
+        """value laid out exactly over `axes`, full size along each."""
+        if value.dims != axes:
+            value = S.Expand(value, axes)
+        if value.unit:
+            value = S.BroadcastTo(value)
+        return value
+
+    def tile_of(self, func: str, dim: str) -> int | None:
+        s = self.cp.schedules[func]
+        if dim in s.tensorize:
+            return s.tensorize[dim]
+        if func in self.cp.fused:
+            return self.tile_of(self.cp.fused[func][0], dim)
+        return None
+
+    # ------------------------------------------------------------ kernel
+    def lower(self) -> S.Kernel:
+        root = self.cp.funcs[self.root]
+        sched = self.cp.schedules[self.root]
+        program_count, ranges = self.grid(root, sched)
+        self.emit_func(self.root, {}, ranges)
+        return S.Kernel(f"{self.root}_kernel", self.root, program_count, S.prune_lets(tuple(self.out)), sched.num_warps,
+                        sched.num_stages, tuple(self.reads), (self.root,), root.loc)
+
+    def grid(self, root: A.FuncDef, sched) -> tuple[S.IExpr, dict[str, _Range]]:
+        counts: dict[str, S.IExpr] = {}
+        program_count: S.IExpr = S.IConst(1)  # in terms of extents only: the launcher computes it
+        for d in root.dims:
+            if d in sched.block:
+                count = S.icdiv(S.IVar(S.size_name(d)), sched.block[d])
+                counts[d] = self.let(f"{d}_BLOCK_COUNT", count)
+                program_count = S.imul(program_count, count)
+        entries = list(sched.map or ())
+        named = {e.dim for e in entries}
+        default = [MapEntry(d, d, "whole") for d in reversed(root.dims) if d not in named]
+        entries = [e for e in default + entries if e.dim in counts]
+        position = {(e.dim, e.part): i for i, e in enumerate(entries)}
+        values: dict[tuple[str, str], S.IExpr] = {}
+        group_counts: dict[str, S.IExpr] = {}
+        rest: S.IExpr = S.IVar("pid")
+        split = {e.dim for e in entries if e.part != "whole"}
+        for i, e in enumerate(entries):
+            # How many programs share this entry's value: the product, over every dimension,
+            # of the parts of its block index that vary faster than this entry.
+            below: S.IExpr = S.IConst(1)
+            for d in counts:
+                parts = ("outer", "inner") if d in split else ("whole",)
+                after = [p for p in parts if position[(d, p)] > i]
+                if not after:
+                    continue
+                if len(after) == len(parts):
+                    below = S.imul(below, counts[d])
+                elif position[(d, "outer")] == i:
+                    below = S.imul(below, S.IConst(e.group))  # all groups but the last are full
+                else:
+                    below = S.imul(below, group_counts[d])
+            last = i == len(entries) - 1
+            name = {"whole": f"{e.dim}_pid", "outer": f"{e.dim}_group_id", "inner": f"{e.name}_pid"}[e.part]
+            value = self._bind(name, rest if last else S.ifloordiv(rest, below))
+            values[(e.dim, e.part)] = value
+            if e.part == "outer":
+                group_counts[e.dim] = self.let(f"{e.dim}_group_size", S.imin(
+                    S.IConst(e.group), S.isub(counts[e.dim], S.imul(value, e.group))))
+            if not last:
+                rest = S.isub(rest, S.imul(value, below))
+                if i + 1 < len(entries) - 1:
+                    rest = self.let("pid_rest", rest)
+        ranges: dict[str, _Range] = {}
+        for d in root.dims:
+            if d not in counts:
+                continue
+            block = sched.block[d]
+            if (d, "outer") in values:
+                pid = self.let(f"{d}_pid", S.iadd(S.imul(values[(d, "outer")], self._group(d, entries)),
+                                                  values[(d, "inner")]))
+            else:
+                pid = values[(d, "whole")]
+            start = self.let(f"{d}_block_start", S.imul(pid, block))
+            if block == 1:
+                ranges[d] = _Range(start, S.IConst(1), S.IConst(1), S.iadd(start, 1), None, 1)
+                continue
+            end = self.let(f"{d}_block_end", S.imin(S.iadd(start, block), S.IVar(S.size_name(d))))
+            ranges[d] = _Range(start, S.isub(end, start), S.IConst(block), end, end, block)
+        return program_count, ranges
+
+    def _bind(self, name: str, value: S.IExpr) -> S.IExpr:
+        bound = self.fresh(name)
+        self.emit(S.Let(bound, value))
+        return S.IVar(bound)
+
+    @staticmethod
+    def _group(dim, entries) -> int:
+        return next(e.group for e in entries if e.dim == dim and e.part == "outer")
+
+    # ------------------------------------------------------------ Funcs
+    def emit_func(self, func: str, env: dict[str, str], ranges: dict[str, _Range] | None = None):
+        """Compute `func` over the tiles bound in env and the whole of its other dims. At root
+        (ranges given) its blocked dims are walked by tile loops and the result stored."""
+        fd = self.cp.funcs[func]
+        is_root = func == self.root
+        result: list = []
+
+        def level(i: int, env: dict[str, str]):
+            if i == len(fd.dims):
+                value = self.number(fd.expr, func, env)
+                axes = tuple(env[d] for d in fd.dims)
+                ref = self.assign(func, self.fit(value, axes), func, fd.loc)
+                if is_root:
+                    self.emit(S.Store(func, axes, ref, fd.loc))
+                result.append((ref.name, axes))
+                return
+            d = fd.dims[i]
+            if d in env and not is_root:
+                self.emit_fused(func, d, env)
+                level(i + 1, env)
+                return
+            rng = ranges[d] if is_root and d in ranges else self.whole(d)
+            tile = self.pure_tile(func, d, rng, is_root)
+            if tile == 0 or (rng.static_size is not None and tile >= rng.static_size):
+                env2 = {**env, d: self.axis(d, rng.start, rng.size, rng.limit, env, fd.loc)}
+                self.emit_fused(func, d, env2)
+                level(i + 1, env2)
+                return
+            var = self.fresh(f"{d}_iter")
+
+            def body():
+                limit = rng.end if tile > 1 else None
+                env2 = {**env, d: self.axis(d, S.iadd(rng.start, S.IVar(var)), tile, limit, env, fd.loc)}
+                self.emit_fused(func, d, env2)
+                level(i + 1, env2)
+
+            self.loop(var, rng.length, tile, d, "tile", fd.loc, body)
+
+        level(0, env)
+        return result[0] if result else None
+
+    def whole(self, dim: str) -> _Range:
+        size = S.IVar(S.size_name(dim))
+        return _Range(S.IConst(0), size, size, size, None, None)
+
+    def pure_tile(self, func, dim, rng: _Range, is_root: bool) -> int:
+        s = self.cp.schedules[func]
+        if not is_root:
+            own = s.tensorize.get(dim)
+            if own:
+                raise DTScheduleError(
+                    f"'{func}' is fused into '{self.cp.fused[func][0]}' and computed there over the whole of "
+                    f"'{dim}' at once, so its tile over '{dim}' must be 0 (whole), not {own}",
+                    s.dim_locs.get(("tensorize", dim)),
+                    f"use {func}.tensorize({dim}:0), or fuse {func} at a loop over '{dim}' so that it is "
+                    f"computed tile by tile")
+            return 0
+        tile = self.tile_of(func, dim)
+        if tile is None:
+            return 1
+        if tile and rng.static_size is not None and tile > rng.static_size:
+            raise DTScheduleError(f"tensorize({dim}:{tile}) is larger than the block of {rng.static_size} along "
+                                  f"'{dim}'; a tile lies inside one block",
+                                  s.dim_locs.get(("tensorize", dim)),
+                                  f"use a tile of at most {rng.static_size}, or 0 for the whole block")
+        return tile
+
+    def emit_fused(self, consumer: str, dim: str, env: dict[str, str]):
+        for producer in self.fused_at.get((consumer, dim), ()):
+            produced = self.emit_func(producer, env)
+            self.scopes[-1][("func", producer)] = produced
+
+    # ------------------------------------------------------------ expressions
+    def lower_expr(self, e: A.Expr, func: str, env: dict[str, str], order: tuple[str, ...] | None = None):
+        if isinstance(e, A.Num):
+            return S.Literal(e.value)
+        if isinstance(e, A.ScalarRef):
+            return S.Param(e.name)
+        if isinstance(e, A.Len):
+            return S.Extent(e.dim)
+        if isinstance(e, A.DimRef):
+            return S.IndexOf(env[e.dim])
+        if isinstance(e, A.Access):
+            return self.access(e, func, env, order)
+        if isinstance(e, A.Unary):
+            return S.Unary(e.op, self.number(e.x, func, env))
+        if isinstance(e, A.Binary):
+            a, b = self.align(self.number(e.a, func, env), self.number(e.b, func, env))
+            return S.Binary(e.op, a, b)
+        if isinstance(e, A.Where):
+            cond = self.lower_expr(e.cond, func, env)
+            if not is_bool(e.cond):
+                cond = S.Binary("!=", cond, S.Literal(0.0))
+            both_bool = is_bool(e.a) and is_bool(e.b)
+            a, b = ((self.lower_expr(x, func, env) if both_bool else self.number(x, func, env)) for x in (e.a, e.b))
+            c, a, b = self.align(cond, a, b)
+            return S.Where(c, a, b)
+        if isinstance(e, A.Reduce):
+            return self.reduction(e, func, env)
+        raise AssertionError(f"cannot lower {e!r}")
+
+    def number(self, e: A.Expr, func: str, env, order=None) -> S.TExpr:
+        """e as a number: comparison results (booleans) become 1.0 / 0.0."""
+        value = self.lower_expr(e, func, env, order)
+        return S.Cast(value, self.compute) if is_bool(e) else value
+
+    def access(self, e: A.Access, func: str, env, order):
+        axes = tuple(env[i] for i in e.indices)
+        if e.kind == "func" and e.name in self.cp.fused:
+            produced = self.lookup(("func", e.name))
+            if produced is None:
+                consumer, dim = self.cp.fused[e.name]
+                raise DTScheduleError(f"'{e.name}' is used by '{func}' where it has not been computed: it is fused "
+                                      f"at '{consumer}''s loop over '{dim}'", e.loc,
+                                      f"fuse {e.name} at a loop that encloses this use")
+            name, have = produced
+            if have != axes:
+                raise self.tile_mismatch(e, func, have, axes)
+            return S.Ref(name, have)
+        key = ("load", e.name, axes, order)
+        cached = self.lookup(key)
+        if cached is not None:
+            return cached
+        if e.name not in self.reads:
+            self.reads.append(e.name)
+        ref = self.assign(e.name, S.Load(e.name, axes, order or self.canonical(axes), self.compute, e.loc),
+                          e.name, e.loc)
+        self.load_vars.add(ref.name)
+        self.scopes[-1][key] = ref
+        return ref
+
+    def tile_mismatch(self, e: A.Access, func: str, have, want) -> DTScheduleError:
+        consumer, level = self.cp.fused[e.name]
+        for h, w in zip(have, want):
+            if h != w:
+                dim = self.axes[w].dim
+                hs, ws = self.axes[h].size, self.axes[w].size
+                return DTScheduleError(
+                    f"'{func}' reads '{e.name}' over a tile of '{dim}' of {self._size_text(ws)}, but '{e.name}' is "
+                    f"computed at '{consumer}''s loop over '{level}' over a tile of {self._size_text(hs)}", e.loc,
+                    f"make the tiles agree (e.g. {consumer}.tensorize({dim}:0)), or fuse {e.name} at the loop over "
+                    f"'{dim}' (fuse_at({consumer}, {dim}))")
+        raise AssertionError("no mismatch")
+
+    @staticmethod
+    def _size_text(size: S.IExpr) -> str:
+        return str(size.value) if isinstance(size, S.IConst) else "the whole extent"
+
+    def masked(self, value: S.TExpr, axis: str, fill: float) -> S.TExpr:
+        """Lanes of `axis` past its end (or padding, in backends that pad) replaced by fill."""
+        ax = self.axes[axis]
+        if ax.limit is None and isinstance(ax.size, S.IConst):
+            return value
+        mask = S.Mask(axis) if value.dims == (axis,) else S.Expand(S.Mask(axis), value.dims)
+        return S.Where(mask, value, S.Literal(fill))
+
+    def reduction(self, e: A.Reduce, func: str, env):
+        result_axes = self.canonical(env[d] for d in A.free_dims(e))
+        op = e.op
+        identity = IDENTITY[op]
+        acc = self.assign(f"{e.dim}_accumulator", S.Full(identity, result_axes, self.compute),
+                          f"r{op}" if op != "dot" else "rdot", e.loc)
+        tile = self.tile_of(func, e.dim)
+        tile = 1 if tile is None else tile
+        rng = self.whole(e.dim)
+
+        def body(start, size, limit):
+            env2 = {**env, e.dim: self.axis(e.dim, start, size, limit, env, e.loc)}
+            self.emit_fused(func, e.dim, env2)
+            ax = env2[e.dim]
+            update = self.dot_update(e, func, env2, ax, acc) if op == "dot" else None
+            if update is None:
+                if op == "dot":
+                    a, b = self.align(self.number(e.args[0], func, env2), self.number(e.args[1], func, env2))
+                    value = S.Binary("*", a, b)
+                else:
+                    value = self.number(e.args[0], func, env2)
+                full = self.canonical(result_axes + (ax,))
+                value = self.fit(value, full)
+                value = self.masked(value, ax, identity)
+                reduced = S.Reduce("sum" if op == "dot" else op, value, ax)
+                update = S.Binary(COMBINE[op], acc, self.fit(reduced, result_axes))
+            self.emit(S.Assign(acc.name, update, f"r{op}" if op != "dot" else "rdot", e.loc))
+
+        if tile == 0:
+            body(rng.start, rng.size, rng.limit)
+        else:
+            var = self.fresh(f"{e.dim}_iter")
+            self.loop(var, rng.length, tile, e.dim, "reduction", e.loc,
+                      lambda: body(S.IVar(var), tile, rng.end if tile > 1 else None))
+        return acc
+
+    def dot_update(self, e: A.Reduce, func, env, ax, acc: S.Ref):
+        """acc + a @ b as a hardware-style Dot, when both operands are 2-D tiles (i, k) and (k, j)."""
+        free = [set(A.free_dims(x)) - {e.dim} for x in e.args]
+        if len(acc.dims) != 2 or any(len(f) != 1 for f in free) or free[0] == free[1] \
+                or any(e.dim not in A.free_dims(x) for x in e.args):
+            return None
+        i_axis, j_axis = acc.dims
+        first = 0 if env[next(iter(free[0]))] == i_axis else 1
+        lhs, rhs = e.args[first], e.args[1 - first]
+        a = self.number(lhs, func, env, (i_axis, ax) if isinstance(lhs, A.Access) else None)
+        b = self.number(rhs, func, env, (ax, j_axis) if isinstance(rhs, A.Access) else None)
+        if a.unit or b.unit:
+            return None
+        operands = []
+        for x, layout in ((a, (i_axis, ax)), (b, (ax, j_axis))):
+            if x.dims != layout:
+                x = S.Expand(x, layout)
+            if not self._is_load(x):
+                x = self.masked(x, ax, 0.0)
+            operands.append(S.Cast(x, self.dot_dtype) if self.dot_dtype != self.compute else x)
+        return S.Dot(operands[0], operands[1], ax, acc, self.compute)
+
+    def _is_load(self, x: S.TExpr) -> bool:
+        """Loads fill masked lanes with 0 already (a permuted load too)."""
+        if isinstance(x, S.Expand) and not x.unit:
+            x = x.x
+        return isinstance(x, S.Ref) and x.name in self.load_vars

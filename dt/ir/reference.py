@@ -1,0 +1,106 @@
+"""The reference evaluator: the algorithm evaluated directly with NumPy, ignoring the
+schedule. It is the oracle every backend is checked against, so it is written for clarity:
+named-axis arrays in float64, broadcasting by dimension name."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from dt.ir import algorithm as A
+from dt.ir.check import CheckedProgram
+
+_UNARY = {
+    "neg": np.negative, "exp": np.exp, "exp2": np.exp2, "log": np.log, "log2": np.log2, "sqrt": np.sqrt,
+    "rsqrt": lambda x: 1.0 / np.sqrt(x), "sigmoid": lambda x: 1.0 / (1.0 + np.exp(-x)), "tanh": np.tanh,
+    "abs": np.abs, "erf": np.vectorize(math.erf, otypes=[np.float64]), "sin": np.sin, "cos": np.cos,
+    "floor": np.floor, "ceil": np.ceil,
+}
+_BINARY = {
+    "+": np.add, "-": np.subtract, "*": np.multiply, "/": np.divide, "maximum": np.maximum,
+    "minimum": np.minimum, "pow": np.power, "<": np.less, "<=": np.less_equal, ">": np.greater,
+    ">=": np.greater_equal, "==": np.equal, "!=": np.not_equal,
+}
+
+
+class _Named:
+    """An array with one dimension name per axis."""
+
+    def __init__(self, array, dims: tuple[str, ...]):
+        self.array = array
+        self.dims = dims
+
+    def aligned(self, dims: tuple[str, ...]) -> np.ndarray:
+        """This array viewed over `dims` (a superset of its own), size 1 where it lacks one."""
+        own = [d for d in dims if d in self.dims]
+        arr = np.transpose(self.array, [self.dims.index(d) for d in own])
+        return arr.reshape([arr.shape[own.index(d)] if d in self.dims else 1 for d in dims])
+
+
+def _union(*values: _Named) -> tuple[str, ...]:
+    dims: list[str] = []
+    for v in values:
+        dims += [d for d in v.dims if d not in dims]
+    return tuple(dims)
+
+
+def evaluate(cp: CheckedProgram, inputs: dict[str, np.ndarray], scalars: dict[str, float],
+             extents: dict[str, int]) -> dict[str, np.ndarray]:
+    """Every computed Func as a float64 array over its LHS dims."""
+    values: dict[str, np.ndarray] = {}
+
+    def ev(e: A.Expr) -> _Named:
+        if isinstance(e, A.Num):
+            return _Named(np.float64(e.value), ())
+        if isinstance(e, A.ScalarRef):
+            return _Named(np.float64(scalars[e.name]), ())
+        if isinstance(e, A.Len):
+            return _Named(np.float64(extents[e.dim]), ())
+        if isinstance(e, A.DimRef):
+            return _Named(np.arange(extents[e.dim], dtype=np.float64), (e.dim,))
+        if isinstance(e, A.Access):
+            source = inputs[e.name] if e.kind == "input" else values[e.name]
+            return _Named(np.asarray(source, dtype=np.float64), e.indices)
+        if isinstance(e, A.Unary):
+            x = ev(e.x)
+            with np.errstate(all="ignore"):
+                return _Named(_UNARY[e.op](x.array), x.dims)
+        if isinstance(e, (A.Binary, A.Where)):
+            args = [ev(c) for c in A.children(e)]
+            dims = _union(*args)
+            arrays = [a.aligned(dims) for a in args]
+            with np.errstate(all="ignore"):
+                out = _BINARY[e.op](*arrays) if isinstance(e, A.Binary) else np.where(*arrays)
+            return _Named(np.asarray(out, dtype=np.float64), dims)
+        if isinstance(e, A.Reduce):
+            return reduce(e)
+        raise AssertionError(e)
+
+    def reduce(e: A.Reduce) -> _Named:
+        args = [ev(a) for a in e.args]
+        out_dims = tuple(d for d in _union(*args) if d != e.dim)
+        if e.op == "dot":
+            letters = {d: chr(ord("a") + i) for i, d in enumerate(_union(*args) + (e.dim,))}
+            spec = ",".join("".join(letters[d] for d in a.dims) for a in args)
+            out = np.einsum(f"{spec}->{''.join(letters[d] for d in out_dims)}", *(a.array for a in args),
+                            optimize=True)
+            if all(e.dim not in a.dims for a in args):
+                out = out * extents[e.dim]
+            return _Named(np.asarray(out, dtype=np.float64), out_dims)
+        x = args[0]
+        if e.dim not in x.dims:  # the body does not vary along the reduced dimension
+            x = _Named(np.broadcast_to(np.asarray(x.array)[..., None], np.shape(x.array) + (extents[e.dim],)),
+                       x.dims + (e.dim,))
+        axis = x.dims.index(e.dim)
+        if x.array.shape[axis] == 0:
+            identity = {"sum": 0.0, "max": -np.inf, "min": np.inf}[e.op]
+            return _Named(np.full([s for i, s in enumerate(x.array.shape) if i != axis], identity), out_dims)
+        fn = {"sum": np.sum, "max": np.max, "min": np.min}[e.op]
+        return _Named(fn(x.array, axis=axis), out_dims)
+
+    for name, f in cp.funcs.items():
+        v = ev(f.expr)
+        shape = [extents[d] for d in f.dims]
+        values[name] = np.ascontiguousarray(np.broadcast_to(v.aligned(f.dims), shape), dtype=np.float64)
+    return values
+

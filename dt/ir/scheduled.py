@@ -1,0 +1,572 @@
+"""The scheduled IR: the contract between dt's front end and every backend.
+
+A `Pipeline` is a sequence of `Kernel`s. Each kernel is launched over `program_count`
+program instances; its body is a list of statements executed by every program instance:
+scalar `Let`s (program-id decomposition, block starts), `Axis` definitions (the index range
+of one tile dimension), sequential `For` loops over tiles, tile `Assign`ments and masked
+`Store`s. Tile values are expressions over axes (`TExpr`), each carrying its `dims`: the
+names of the axes it spans, in order. Every node carries its DT source location and names.
+
+Sizes are symbolic: `IVar("x_SIZE")` is the extent of dimension x, bound at call time, so one
+pipeline serves every shape. Nothing here depends on the frontend.
+
+Backends interpret or render these nodes and nothing else. The rules they rely on:
+- Element-wise operands already have identical `dims` (or are rank-0 scalars); an operand
+  whose `unit` set contains an axis has size 1 along it and broadcasts (NumPy rules).
+- `Load` masks every lane whose index along an axis reaches that axis's `limit` (value 0).
+- `Reduce` and `Dot` operands are already masked for the reduced axis, and full-size.
+- `Store` writes exactly the valid lanes; its value has the store's axes, in order, full-size.
+- An `Axis` with `size` a non-constant (`IVar`) spans a whole extent; backends that need
+  power-of-two shapes pad it and mask the padding.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Union
+
+from dt.errors import Loc
+
+# ---------------------------------------------------------------- index (integer) expressions
+
+
+@dataclass(frozen=True)
+class IConst:
+    value: int
+
+
+@dataclass(frozen=True)
+class IVar:
+    """A named integer: an extent `x_SIZE`, `pid`, a Let-bound name or a loop variable."""
+    name: str
+
+
+@dataclass(frozen=True)
+class IBin:
+    op: str  # '+', '-', '*', '//', '%', 'min', 'max'
+    a: "IExpr"
+    b: "IExpr"
+
+
+IExpr = Union[IConst, IVar, IBin]
+
+
+def size_name(dim: str) -> str:
+    return f"{dim}_SIZE"
+
+
+def iconst(v) -> IExpr:
+    return v if isinstance(v, (IConst, IVar, IBin)) else IConst(int(v))
+
+
+def iadd(a, b) -> IExpr:
+    a, b = iconst(a), iconst(b)
+    if a == IConst(0):
+        return b
+    if b == IConst(0):
+        return a
+    if isinstance(a, IConst) and isinstance(b, IConst):
+        return IConst(a.value + b.value)
+    return IBin("+", a, b)
+
+
+def isub(a, b) -> IExpr:
+    a, b = iconst(a), iconst(b)
+    if b == IConst(0):
+        return a
+    if a == b:
+        return IConst(0)
+    if isinstance(a, IConst) and isinstance(b, IConst):
+        return IConst(a.value - b.value)
+    return IBin("-", a, b)
+
+
+def imul(a, b) -> IExpr:
+    a, b = iconst(a), iconst(b)
+    if a == IConst(1):
+        return b
+    if b == IConst(1):
+        return a
+    if IConst(0) in (a, b):
+        return IConst(0)
+    if isinstance(a, IConst) and isinstance(b, IConst):
+        return IConst(a.value * b.value)
+    return IBin("*", a, b)
+
+
+def ifloordiv(a, b) -> IExpr:
+    a, b = iconst(a), iconst(b)
+    if b == IConst(1):
+        return a
+    if isinstance(a, IConst) and isinstance(b, IConst):
+        return IConst(a.value // b.value)
+    return IBin("//", a, b)
+
+
+def imod(a, b) -> IExpr:
+    a, b = iconst(a), iconst(b)
+    if b == IConst(1):
+        return IConst(0)
+    return IBin("%", a, b)
+
+
+def imin(a, b) -> IExpr:
+    a, b = iconst(a), iconst(b)
+    if isinstance(a, IConst) and isinstance(b, IConst):
+        return IConst(min(a.value, b.value))
+    return IBin("min", a, b)
+
+
+def icdiv(a, b) -> IExpr:
+    return ifloordiv(iadd(a, isub(b, 1)), b)
+
+
+def evaluate_index(e: IExpr, env: dict[str, int]) -> int:
+    """Evaluate an index expression with Python integers (a reference for backends)."""
+    if isinstance(e, IConst):
+        return e.value
+    if isinstance(e, IVar):
+        return env[e.name]
+    a, b = evaluate_index(e.a, env), evaluate_index(e.b, env)
+    return {"+": a + b, "-": a - b, "*": a * b, "//": a // b if b else 0, "%": a % b if b else 0,
+            "min": min(a, b), "max": max(a, b)}[e.op]
+
+
+# ---------------------------------------------------------------- tile expressions
+
+
+@dataclass(frozen=True)
+class TExpr:
+    @property
+    def dims(self) -> tuple[str, ...]:
+        raise NotImplementedError
+
+    @property
+    def unit(self) -> frozenset[str]:
+        """Axes along which this value has size 1 (it broadcasts along them)."""
+        return frozenset()
+
+
+@dataclass(frozen=True)
+class Literal(TExpr):
+    value: float
+
+    @property
+    def dims(self):
+        return ()
+
+
+@dataclass(frozen=True)
+class Param(TExpr):
+    """A scalar input (SIn), by its DT name."""
+    name: str
+
+    @property
+    def dims(self):
+        return ()
+
+
+@dataclass(frozen=True)
+class Extent(TExpr):
+    """len(dim) as a number in the compute dtype."""
+    dim: str
+
+    @property
+    def dims(self):
+        return ()
+
+
+@dataclass(frozen=True)
+class IndexOf(TExpr):
+    """The indices along an axis (its offsets), as numbers in the compute dtype."""
+    axis: str
+
+    @property
+    def dims(self):
+        return (self.axis,)
+
+
+@dataclass(frozen=True)
+class Ref(TExpr):
+    """A tile variable assigned earlier."""
+    name: str
+    ref_dims: tuple[str, ...]
+    ref_unit: frozenset[str] = frozenset()
+
+    @property
+    def dims(self):
+        return self.ref_dims
+
+    @property
+    def unit(self):
+        return self.ref_unit
+
+
+@dataclass(frozen=True)
+class Load(TExpr):
+    """tensor[indices] over the current tiles of `indices` (one axis per tensor axis), masked,
+    converted to `dtype`; the result's axes are ordered as `order`."""
+    tensor: str
+    indices: tuple[str, ...]
+    order: tuple[str, ...]
+    dtype: str
+    loc: Loc | None = field(default=None, compare=False)
+
+    @property
+    def dims(self):
+        return self.order
+
+
+@dataclass(frozen=True)
+class Unary(TExpr):
+    op: str  # 'neg', 'not' or a function of dt.ir.algorithm.UNARY_FUNCTIONS
+    x: TExpr
+
+    @property
+    def dims(self):
+        return self.x.dims
+
+    @property
+    def unit(self):
+        return self.x.unit
+
+
+@dataclass(frozen=True)
+class Binary(TExpr):
+    op: str  # + - * / maximum minimum pow < <= > >= == != and
+    a: TExpr
+    b: TExpr
+
+    @property
+    def dims(self):
+        return self.a.dims or self.b.dims
+
+    @property
+    def unit(self):
+        if not self.a.dims:
+            return self.b.unit
+        if not self.b.dims:
+            return self.a.unit
+        return self.a.unit & self.b.unit
+
+
+@dataclass(frozen=True)
+class Where(TExpr):
+    cond: TExpr
+    a: TExpr
+    b: TExpr
+
+    @property
+    def dims(self):
+        return self.cond.dims or self.a.dims or self.b.dims
+
+    @property
+    def unit(self):
+        ranked = [x.unit for x in (self.cond, self.a, self.b) if x.dims]
+        return frozenset.intersection(*ranked) if ranked else frozenset()
+
+
+@dataclass(frozen=True)
+class Expand(TExpr):
+    """`x` with its axes permuted into the order of `target`, and a size-1 axis inserted for
+    every axis of `target` it lacks (NumPy x[:, None] style)."""
+    x: TExpr
+    target: tuple[str, ...]
+
+    @property
+    def dims(self):
+        return self.target
+
+    @property
+    def unit(self):
+        return frozenset(d for d in self.target if d not in self.x.dims) | self.x.unit
+
+
+@dataclass(frozen=True)
+class BroadcastTo(TExpr):
+    """`x` (already aligned to `dims`) materialised at the full tile size along every axis."""
+    x: TExpr
+
+    @property
+    def dims(self):
+        return self.x.dims
+
+
+@dataclass(frozen=True)
+class Mask(TExpr):
+    """True on the valid lanes of `axis`."""
+    axis: str
+
+    @property
+    def dims(self):
+        return (self.axis,)
+
+
+@dataclass(frozen=True)
+class Full(TExpr):
+    """A tile over `axes` (full size) filled with `value` (may be ±inf) in `dtype`."""
+    value: float
+    axes: tuple[str, ...]
+    dtype: str
+
+    @property
+    def dims(self):
+        return self.axes
+
+
+@dataclass(frozen=True)
+class Cast(TExpr):
+    x: TExpr
+    dtype: str
+
+    @property
+    def dims(self):
+        return self.x.dims
+
+    @property
+    def unit(self):
+        return self.x.unit
+
+
+@dataclass(frozen=True)
+class Reduce(TExpr):
+    op: str  # 'sum' | 'max' | 'min'
+    x: TExpr
+    axis: str
+
+    @property
+    def dims(self):
+        return tuple(d for d in self.x.dims if d != self.axis)
+
+    @property
+    def unit(self):
+        return self.x.unit - {self.axis}
+
+
+@dataclass(frozen=True)
+class Dot(TExpr):
+    """Matrix product over `axis`: a has dims (i, axis), b has dims (axis, j); result (i, j)
+    accumulated in `acc_dtype`, added to `acc` when given."""
+    a: TExpr
+    b: TExpr
+    axis: str
+    acc: TExpr | None
+    acc_dtype: str
+
+    @property
+    def dims(self):
+        return (self.a.dims[0], self.b.dims[1])
+
+
+# ---------------------------------------------------------------- statements
+
+
+@dataclass(frozen=True)
+class Let:
+    name: str
+    value: IExpr
+
+
+@dataclass(frozen=True)
+class Axis:
+    """Brings a tile dimension into scope: lanes i in [0, size) have index start + i and are
+    valid while start + i < limit (no limit: all valid). `name` is unique in the kernel."""
+    name: str
+    dim: str
+    start: IExpr
+    size: IExpr
+    limit: IExpr | None
+    loc: Loc | None = field(default=None, compare=False)
+
+
+@dataclass(frozen=True)
+class Assign:
+    """name = value. `dt_name` is the DT entity this tile holds (a Func, an accumulator, ...)."""
+    name: str
+    value: TExpr
+    dt_name: str = ""
+    loc: Loc | None = field(default=None, compare=False)
+
+
+@dataclass(frozen=True)
+class For:
+    """for var in range(start, stop, step): body. `kind` is 'tile' or 'reduction'."""
+    var: str
+    start: IExpr
+    stop: IExpr
+    step: int
+    body: tuple["Stmt", ...]
+    dim: str
+    kind: str
+    loc: Loc | None = field(default=None, compare=False)
+
+
+@dataclass(frozen=True)
+class Store:
+    """tensor[indices] = value over the current tiles of `indices`, valid lanes only; value is
+    cast to the tensor's dtype."""
+    tensor: str
+    indices: tuple[str, ...]
+    value: TExpr
+    loc: Loc | None = field(default=None, compare=False)
+
+
+Stmt = Union[Let, Axis, Assign, For, Store]
+
+
+# ---------------------------------------------------------------- pipeline
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    name: str
+    dims: tuple[str, ...]  # the dimension of each axis (inputs: as first indexed)
+    dtype: str  # 'f32' | 'f16' | 'bf16' | 'f64'
+    role: str  # 'input' | 'output' | 'temporary'
+
+
+@dataclass(frozen=True)
+class Kernel:
+    name: str  # e.g. 'mm_kernel'
+    func: str  # the root Func computed (and stored) by this kernel
+    program_count: IExpr
+    body: tuple[Stmt, ...]
+    num_warps: int | None = None
+    num_stages: int | None = None
+    reads: tuple[str, ...] = ()
+    writes: tuple[str, ...] = ()
+    loc: Loc | None = field(default=None, compare=False)
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    name: str
+    inputs: tuple[TensorSpec, ...]
+    scalars: tuple[str, ...]
+    sizes: tuple[str, ...]  # every dimension whose extent the kernels use, as `{dim}_SIZE`
+    temporaries: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+    kernels: tuple[Kernel, ...]
+    compute_dtype: str  # arithmetic dtype: 'f32' (or 'f64' for f64 inputs)
+    file: str = ""
+
+    def tensor(self, name: str) -> TensorSpec:
+        for t in self.inputs + self.temporaries + self.outputs:
+            if t.name == name:
+                return t
+        raise KeyError(name)
+
+
+def walk_statements(body):
+    for s in body:
+        yield s
+        if isinstance(s, For):
+            yield from walk_statements(s.body)
+
+
+def walk_texpr(e: TExpr):
+    yield e
+    for child in texpr_children(e):
+        yield from walk_texpr(child)
+
+
+def texpr_children(e: TExpr) -> tuple[TExpr, ...]:
+    if isinstance(e, (Unary, Expand, BroadcastTo, Cast, Reduce)):
+        return (e.x,)
+    if isinstance(e, Binary):
+        return (e.a, e.b)
+    if isinstance(e, Where):
+        return (e.cond, e.a, e.b)
+    if isinstance(e, Dot):
+        return (e.a, e.b) + ((e.acc,) if e.acc is not None else ())
+    return ()
+
+
+@dataclass(frozen=True)
+class KernelParams:
+    tensors: tuple[str, ...]
+    scalars: tuple[str, ...]
+    sizes: tuple[str, ...]  # `{dim}_SIZE` names
+
+
+def kernel_params(kernel: Kernel, pipeline: Pipeline) -> KernelParams:
+    """What a kernel reads from its launcher, in a stable order (pipeline order)."""
+    tensors, scalars, sizes = set(), set(), set()
+
+    def index_names(e):
+        if isinstance(e, IVar):
+            if e.name.endswith("_SIZE"):
+                sizes.add(e.name)
+        elif isinstance(e, IBin):
+            index_names(e.a)
+            index_names(e.b)
+
+    def visit_texpr(e):
+        for node in walk_texpr(e):
+            if isinstance(node, Load):
+                tensors.add(node.tensor)
+            elif isinstance(node, Param):
+                scalars.add(node.name)
+            elif isinstance(node, Extent):
+                sizes.add(size_name(node.dim))
+
+    index_names(kernel.program_count)
+    for s in walk_statements(kernel.body):
+        if isinstance(s, Let):
+            index_names(s.value)
+        elif isinstance(s, Axis):
+            for e in (s.start, s.size, s.limit):
+                if e is not None:
+                    index_names(e)
+        elif isinstance(s, For):
+            index_names(s.start)
+            index_names(s.stop)
+        elif isinstance(s, Assign):
+            visit_texpr(s.value)
+        elif isinstance(s, Store):
+            tensors.add(s.tensor)
+            visit_texpr(s.value)
+    order = [t.name for t in pipeline.inputs + pipeline.temporaries + pipeline.outputs]
+    return KernelParams(tuple(t for t in order if t in tensors),
+                        tuple(s for s in pipeline.scalars if s in scalars),
+                        tuple(size_name(d) for d in pipeline.sizes if size_name(d) in sizes))
+
+
+def index_names(e: IExpr | None) -> set[str]:
+    if isinstance(e, IVar):
+        return {e.name}
+    if isinstance(e, IBin):
+        return index_names(e.a) | index_names(e.b)
+    return set()
+
+
+def _used_index_names(body) -> set[str]:
+    used: set[str] = set()
+    for s in walk_statements(body):
+        if isinstance(s, Let):
+            used |= index_names(s.value)
+        elif isinstance(s, Axis):
+            used |= index_names(s.start) | index_names(s.size) | index_names(s.limit)
+        elif isinstance(s, For):
+            used |= index_names(s.start) | index_names(s.stop)
+    return used
+
+
+def prune_lets(body: tuple) -> tuple:
+    """Drop Let statements nothing reads (e.g. a block count no map needs)."""
+    while True:
+        used = _used_index_names(body)
+        pruned = _drop_lets(body, used)
+        if pruned == body:
+            return body
+        body = pruned
+
+
+def _drop_lets(body, used):
+    out = []
+    for s in body:
+        if isinstance(s, Let) and s.name not in used:
+            continue
+        if isinstance(s, For):
+            s = For(s.var, s.start, s.stop, s.step, _drop_lets(s.body, used), s.dim, s.kind, s.loc)
+        out.append(s)
+    return tuple(out)

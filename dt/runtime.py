@@ -1,0 +1,255 @@
+"""The user-facing Program: binding inputs by DT name, inferring extents, dispatching to a
+backend, and converting arrays (NumPy in, NumPy out; torch in, torch out on the same device)."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from dt import backends
+from dt.backends.numpy.runtime import BFLOAT16, DTYPES
+from dt.errors import DTExtentError, DTInputError, Loc
+from dt.ir import algorithm as A
+from dt.ir import reference
+from dt.ir.check import check
+from dt.ir.lower import lower
+from dt.ir.scheduled import Pipeline, size_name
+
+DEFAULT_BACKEND_ORDER = ("numba", "interp")  # for CPU arrays, the first that loads
+DTYPE_NAMES = {np.dtype(np.float32): "f32", np.dtype(np.float16): "f16", np.dtype(np.float64): "f64"}
+if BFLOAT16 is not None:
+    DTYPE_NAMES[BFLOAT16] = "bf16"
+TORCH_DTYPE_NAMES = {"torch.float32": "f32", "torch.float16": "f16", "torch.bfloat16": "bf16",
+                     "torch.float64": "f64"}
+
+
+def _is_torch(x) -> bool:
+    return type(x).__module__.startswith("torch") and hasattr(x, "device")
+
+
+@dataclass
+class _Binding:
+    arrays: dict[str, object]  # as passed
+    scalars: dict[str, float]
+    extents: dict[str, int]
+    dtypes: dict[str, str]
+    torch_device: object | None  # the device of torch inputs, if any
+
+
+class Program:
+    """A checked DT program, callable on inputs by their DT names."""
+
+    def __init__(self, program: A.Program):
+        self.ast = program
+        self.checked = check(program)
+        self.name = program.name
+        self._pipelines: dict[tuple, Pipeline] = {}
+        self._compiled: dict[tuple, object] = {}
+        self._accesses = [e for f in self.checked.funcs.values() for e in A.walk(f.expr)
+                          if isinstance(e, A.Access) and e.kind == "input"]
+        self.inputs = tuple(n for n in self.checked.inputs if any(a.name == n for a in self._accesses))
+        used_scalars = {e.name for f in self.checked.funcs.values() for e in A.walk(f.expr)
+                        if isinstance(e, A.ScalarRef)}
+        self.scalars = tuple(s for s in self.checked.scalars if s in used_scalars)
+        self.outputs = self.checked.outputs
+
+    def __repr__(self):
+        return (f"<dt.Program {self.name}: inputs {', '.join(self.inputs) or '-'}; "
+                f"scalars {', '.join(self.scalars) or '-'}; outputs {', '.join(self.outputs)}>")
+
+    # ------------------------------------------------------------------ running
+    def __call__(self, *, backend: str | None = None, sizes: dict | None = None, **args):
+        b = self._bind(args, sizes)
+        backend_obj = backends.get(resolve_backend(backend, b.torch_device))
+        pipeline = self.pipeline(b.dtypes)
+        key = (backend_obj.name, tuple(sorted(b.dtypes.items())))
+        compiled = self._compiled.get(key)
+        if compiled is None:
+            self._check_capabilities(backend_obj, pipeline)
+            compiled = self._compiled[key] = backend_obj.compile(pipeline)
+        wants_torch = backend_obj.capabilities.array == "torch"
+        arrays = {n: _to_torch(a) if wants_torch else _to_numpy(a) for n, a in b.arrays.items()}
+        outs = compiled(arrays, b.scalars, {size_name(d): n for d, n in b.extents.items()
+                                            if d in pipeline.sizes})
+        if b.torch_device is not None:
+            outs = {n: _numpy_to_torch(o, b.torch_device) if not _is_torch(o) else o.to(b.torch_device)
+                    for n, o in outs.items()}
+        elif wants_torch:
+            outs = {n: _to_numpy(o) for n, o in outs.items()}
+        return outs[self.outputs[0]] if len(self.outputs) == 1 else {n: outs[n] for n in self.outputs}
+
+    def reference(self, *, sizes: dict | None = None, **args):
+        """The algorithm's answer, evaluated directly in float64 ignoring the schedule."""
+        b = self._bind(args, sizes)
+        values = reference.evaluate(self.checked, {n: _to_numpy(a).astype(np.float64) for n, a in b.arrays.items()},
+                                    b.scalars, b.extents)
+        outs = {n: values[n] for n in self.outputs}
+        if b.torch_device is not None:
+            outs = {n: _numpy_to_torch(o, b.torch_device) for n, o in outs.items()}
+        return outs[self.outputs[0]] if len(self.outputs) == 1 else outs
+
+    def pipeline(self, dtypes: dict[str, str] | str = "f32") -> Pipeline:
+        """The scheduled IR for these input dtypes (one dtype name applies to every input)."""
+        if isinstance(dtypes, str):
+            dtypes = {n: dtypes for n in self.inputs}
+        key = tuple(sorted(dtypes.items()))
+        if key not in self._pipelines:
+            self._pipelines[key] = lower(self.checked, dtypes)
+        return self._pipelines[key]
+
+    def source(self, backend: str = "interp", dtype: str = "f32") -> str:
+        """The code `backend` generates for this program (inputs of `dtype`)."""
+        return backends.get(backend).source(self.pipeline(dtype))
+
+    def _check_capabilities(self, backend_obj, pipeline: Pipeline):
+        caps = backend_obj.capabilities
+        for t in pipeline.inputs + pipeline.outputs:
+            if t.dtype not in caps.dtypes:
+                raise DTInputError(f"backend '{backend_obj.name}' does not support dtype {t.dtype} "
+                                   f"('{t.name}')", self._first_access(t.name),
+                                   f"it supports {', '.join(sorted(caps.dtypes))}")
+
+    # ------------------------------------------------------------------ binding
+    def _first_access(self, name: str) -> Loc | None:
+        for a in self._accesses:
+            if a.name == name:
+                return a.loc
+        decl = self.ast.decl(name)
+        return decl.loc if decl else None
+
+    def _bind(self, args: dict, sizes: dict | None) -> _Binding:
+        names = set(self.inputs) | set(self.scalars)
+        for k in args:
+            if k not in names:
+                raise DTInputError(f"'{k}' is not an input of {self.name}", None,
+                                   f"its inputs are: {', '.join(self.inputs + self.scalars) or 'none'}")
+        arrays, scalars, dtypes, device = {}, {}, {}, None
+        for n in self.inputs:
+            if n not in args:
+                decl = self.ast.decl(n)
+                raise DTInputError(f"missing input '{n}'", decl.loc if decl else None, f"pass {n}=<array>")
+            a = args[n]
+            if _is_torch(a):
+                device = device if device is not None else a.device
+                dtype = TORCH_DTYPE_NAMES.get(str(a.dtype))
+                shown = str(a.dtype)
+            else:
+                if not isinstance(a, np.ndarray):
+                    a = np.asarray(a)
+                dtype, shown = DTYPE_NAMES.get(a.dtype), str(a.dtype)
+            if dtype is None:
+                raise DTInputError(f"input '{n}' has dtype {shown}, which dt does not support",
+                                   self._first_access(n), "pass float32, float16, bfloat16 or float64 data")
+            arrays[n], dtypes[n] = a, dtype
+        for n in self.scalars:
+            if n not in args:
+                decl = self.ast.decl(n)
+                raise DTInputError(f"missing scalar '{n}'", decl.loc if decl else None, f"pass {n}=<number>")
+            try:
+                scalars[n] = float(args[n])
+            except (TypeError, ValueError):
+                decl = self.ast.decl(n)
+                raise DTInputError(f"scalar '{n}' must be a number, got {type(args[n]).__name__}",
+                                   decl.loc if decl else None) from None
+        devices = {str(a.device) for a in arrays.values() if _is_torch(a)}
+        if len(devices) > 1:
+            raise DTInputError(f"inputs are on different devices ({', '.join(sorted(devices))})", None,
+                               "move every tensor to one device")
+        return _Binding(arrays, scalars, self._extents(arrays, sizes or {}), dtypes, device)
+
+    def _extents(self, arrays, sizes) -> dict[str, int]:
+        extents: dict[str, tuple[int, str, Loc | None]] = {}
+        for access in self._accesses:
+            shape = tuple(arrays[access.name].shape)
+            if len(shape) != len(access.indices):
+                raise DTExtentError(f"'{access.name}' is indexed with {len(access.indices)} dimension(s) "
+                                    f"({', '.join(access.indices)}) but the tensor passed has rank {len(shape)} "
+                                    f"(shape {shape})", access.loc, f"pass a {len(access.indices)}-D tensor")
+            for axis, (dim, n) in enumerate(zip(access.indices, shape)):
+                source = f"{access.name}[{', '.join(access.indices)}] axis {axis}"
+                if dim in extents and extents[dim][0] != n:
+                    have, where, first = extents[dim]
+                    raise DTExtentError(f"the extent of '{dim}' disagrees: {have} from {where}, but {n} from "
+                                        f"{source}", access.loc, "pass tensors whose shapes agree on every dimension",
+                                        ((f"{dim} = {have} from {where}", first),))
+                extents.setdefault(dim, (n, source, access.loc))
+        result = {d: v[0] for d, v in extents.items()}
+        for dim, n in sizes.items():
+            if dim not in self.checked.dim_kinds:
+                raise DTExtentError(f"sizes names '{dim}', which is not a dimension of {self.name}", None,
+                                    f"its dimensions: {', '.join(self.checked.dim_kinds)}")
+            if dim in result and result[dim] != int(n):
+                raise DTExtentError(f"sizes gives {dim} = {n}, but {extents[dim][1]} has {result[dim]}",
+                                    extents[dim][2], "drop it from sizes or pass matching tensors")
+            result[dim] = int(n)
+        needed = set()
+        for f in self.checked.funcs.values():
+            needed |= set(f.dims) | {e.dim for e in A.walk(f.expr) if isinstance(e, (A.Len, A.DimRef, A.Reduce))}
+        missing = sorted(needed - set(result))
+        if missing:
+            raise DTExtentError(f"no input gives the extent of {', '.join(repr(m) for m in missing)}", None,
+                                f"pass it at call time: sizes={{{', '.join(repr(m) + ': ...' for m in missing)}}}")
+        for d, n in result.items():
+            if n < 1:
+                raise DTExtentError(f"the extent of '{d}' is {n}; extents must be at least 1", None)
+        return result
+
+
+def resolve_backend(name: str | None, torch_device=None) -> str:
+    """The backend argument, else $DT_BACKEND (read at each call), else the default: 'triton'
+    for CUDA tensors when it loads, otherwise the first CPU backend that loads."""
+    name = name or os.environ.get("DT_BACKEND") or None
+    if name:
+        return name
+    if torch_device is not None and getattr(torch_device, "type", "cpu") == "cuda" and backends.available("triton"):
+        return "triton"
+    for candidate in DEFAULT_BACKEND_ORDER:
+        if candidate in backends.names() and backends.available(candidate):
+            return candidate
+    return "interp"
+
+
+def _to_numpy(a) -> np.ndarray:
+    if not _is_torch(a):
+        return np.asarray(a)
+    import torch
+    t = a.detach().cpu()
+    if t.dtype == torch.bfloat16:
+        if BFLOAT16 is None:
+            raise DTInputError("bfloat16 tensors need the ml_dtypes package on the CPU backends", None,
+                               "pip install ml_dtypes")
+        return t.view(torch.int16).numpy().view(BFLOAT16)
+    return t.numpy()
+
+
+def _to_torch(a):
+    if _is_torch(a):
+        return a
+    import torch
+    if BFLOAT16 is not None and a.dtype == BFLOAT16:
+        return torch.from_numpy(np.ascontiguousarray(a).view(np.int16)).view(torch.bfloat16)
+    return torch.from_numpy(np.ascontiguousarray(a))
+
+
+def _numpy_to_torch(a: np.ndarray, device):
+    return _to_torch(a).to(device)
+
+
+def load(path: str | os.PathLike) -> Program:
+    """Parse and check a .dt file."""
+    from dt.frontend.parser import parse
+    path = Path(path)
+    return Program(parse(path.read_text(), str(path), _identifier(path.stem)))
+
+
+def loads(source: str, name: str = "program", file: str = "<string>") -> Program:
+    """Parse and check DT source text."""
+    from dt.frontend.parser import parse
+    return Program(parse(source, file, _identifier(name)))
+
+
+def _identifier(name: str) -> str:
+    name = "".join(c if c.isalnum() or c == "_" else "_" for c in name)
+    return name if name.isidentifier() else f"dt_{name}"
