@@ -18,24 +18,22 @@ REDUCTIONS = ("rsum", "rmax", "rmin", "rdot")
 
 
 class ExprOps:
-    """Operator overloading so that the Python API can write DT expressions naturally."""
+    """Operator overloading so that the Python API can write DT expressions naturally
+    (Expr nodes, and Var / SIn objects, which stand for a DimRef / ScalarRef)."""
 
-    def _wrap(self, other):
-        return as_expr(other)
-
-    def __add__(self, o): return Binary("+", self, as_expr(o))
-    def __radd__(self, o): return Binary("+", as_expr(o), self)
-    def __sub__(self, o): return Binary("-", self, as_expr(o))
-    def __rsub__(self, o): return Binary("-", as_expr(o), self)
-    def __mul__(self, o): return Binary("*", self, as_expr(o))
-    def __rmul__(self, o): return Binary("*", as_expr(o), self)
-    def __truediv__(self, o): return Binary("/", self, as_expr(o))
-    def __rtruediv__(self, o): return Binary("/", as_expr(o), self)
-    def __neg__(self): return Unary("neg", self)
-    def __lt__(self, o): return Binary("<", self, as_expr(o))
-    def __le__(self, o): return Binary("<=", self, as_expr(o))
-    def __gt__(self, o): return Binary(">", self, as_expr(o))
-    def __ge__(self, o): return Binary(">=", self, as_expr(o))
+    def __add__(self, o): return Binary("+", as_expr(self), as_expr(o))
+    def __radd__(self, o): return Binary("+", as_expr(o), as_expr(self))
+    def __sub__(self, o): return Binary("-", as_expr(self), as_expr(o))
+    def __rsub__(self, o): return Binary("-", as_expr(o), as_expr(self))
+    def __mul__(self, o): return Binary("*", as_expr(self), as_expr(o))
+    def __rmul__(self, o): return Binary("*", as_expr(o), as_expr(self))
+    def __truediv__(self, o): return Binary("/", as_expr(self), as_expr(o))
+    def __rtruediv__(self, o): return Binary("/", as_expr(o), as_expr(self))
+    def __neg__(self): return Unary("neg", as_expr(self))
+    def __lt__(self, o): return Binary("<", as_expr(self), as_expr(o))
+    def __le__(self, o): return Binary("<=", as_expr(self), as_expr(o))
+    def __gt__(self, o): return Binary(">", as_expr(self), as_expr(o))
+    def __ge__(self, o): return Binary(">=", as_expr(self), as_expr(o))
 
 
 def as_expr(value) -> "Expr":

@@ -208,6 +208,7 @@ class _KernelLowering:
         root = self.cp.funcs[self.root]
         sched = self.cp.schedules[self.root]
         program_count, ranges = self.grid(root, sched)
+        self.block_ranges = ranges
         self.emit_func(self.root, {}, ranges)
         return S.Kernel(f"{self.root}_kernel", self.root, program_count, S.prune_lets(tuple(self.out)), sched.num_warps,
                         sched.num_stages, tuple(self.reads), (self.root,), root.loc)
@@ -304,7 +305,8 @@ class _KernelLowering:
                 self.emit_fused(func, d, env)
                 level(i + 1, env)
                 return
-            rng = ranges[d] if is_root and d in ranges else self.whole(d)
+            # A fused producer spans the program's block of a blocked kernel dimension, else all of it.
+            rng = self.block_ranges.get(d) or self.whole(d)
             tile = self.pure_tile(func, d, rng, is_root)
             if tile == 0 or (rng.static_size is not None and tile >= rng.static_size):
                 env2 = {**env, d: self.axis(d, rng.start, rng.size, rng.limit, env, fd.loc)}

@@ -101,6 +101,6 @@ def evaluate(cp: CheckedProgram, inputs: dict[str, np.ndarray], scalars: dict[st
     for name, f in cp.funcs.items():
         v = ev(f.expr)
         shape = [extents[d] for d in f.dims]
-        values[name] = np.ascontiguousarray(np.broadcast_to(v.aligned(f.dims), shape), dtype=np.float64)
+        values[name] = np.array(np.broadcast_to(v.aligned(f.dims), shape), dtype=np.float64)
     return values
 

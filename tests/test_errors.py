@@ -1,0 +1,211 @@
+"""Every kind of bad input gets a DTError with a message, the DT file, line, column and a caret,
+and never a traceback from dt's internals; user data is never modified."""
+import numpy as np
+import pytest
+
+import dt
+from dt.errors import (DTDimensionError, DTError, DTExtentError, DTInputError, DTNameError, DTScheduleError,
+                       DTSyntaxError)
+
+SOFTMAX = """Func _softmax, _sum;
+In A;
+Var x;
+RVar y;
+_sum[x] = rsum(exp(A[x, y]), y);
+_softmax[x, y] = exp(A[x, y]) / _sum[x];
+_softmax.block(x:4);
+_sum.fuse_at(_softmax, x);
+_softmax.compile_to_kernel();
+"""
+
+
+def error_of(source: str, cls=DTError) -> DTError:
+    with pytest.raises(cls) as info:
+        dt.loads(source, file="bad.dt")
+    return info.value
+
+
+def assert_at(err: DTError, line: int, col: int, *fragments: str):
+    assert err.loc is not None, err.render()
+    assert (err.loc.file, err.loc.line, err.loc.col) == ("bad.dt", line, col), err.render()
+    text = err.render()
+    assert text.startswith(f"bad.dt:{line}:{col}:"), text
+    assert "^" in text, text
+    for fragment in fragments:
+        assert fragment in text, text
+
+
+def test_missing_semicolon():
+    err = error_of("Func f;\nIn A;\nVar x;\nf[x] = A[x]\nf.compile();\n", DTSyntaxError)
+    assert_at(err, 5, 1, "unexpected 'f'", "';'")
+
+
+def test_unexpected_character():
+    err = error_of("Func f;\nIn A;\nVar x;\nf[x] = A[x] @ 2;\n", DTSyntaxError)
+    assert_at(err, 4, 13, "unexpected character '@'")
+
+
+def test_unfinished_file():
+    err = error_of("Func f;\nIn A;\nVar x;\nf[x] = A[x] +", DTSyntaxError)
+    assert "unexpected end of file" in err.render()
+    assert err.loc.line == 4
+
+
+def test_unknown_tensor():
+    err = error_of("Func f;\nIn A;\nVar x;\nf[x] = A[x] + B[x];\nf.compile();\n", DTNameError)
+    assert_at(err, 4, 15, "unknown name 'B'", "In B;")
+
+
+def test_unknown_function_suggests():
+    err = error_of("Func f;\nIn A;\nVar x;\nf[x] = expp(A[x]);\nf.compile();\n", DTNameError)
+    assert_at(err, 4, 8, "unknown function 'expp'", "did you mean exp?")
+
+
+def test_unknown_index_dimension():
+    err = error_of("Func f;\nIn A;\nVar x;\nf[x] = A[x, z];\nf.compile();\n", DTNameError)
+    assert_at(err, 4, 13, "'z'")
+
+
+def test_redeclared_name():
+    err = error_of("Func f;\nIn A, f;\nVar x;\nf[x] = A[x];\nf.compile();\n", DTNameError)
+    assert_at(err, 2, 7, "'f' is declared twice", "first declared here")
+
+
+def test_func_defined_twice():
+    err = error_of("Func f;\nIn A;\nVar x;\nf[x] = A[x];\nf[x] = 2 * A[x];\nf.compile();\n", DTNameError)
+    assert_at(err, 5, 1, "Func 'f' is defined twice", "first definition here", "bad.dt:4:1")
+
+
+def test_rvar_outside_its_reduction():
+    err = error_of("Func f;\nIn A;\nVar x;\nRVar k;\nf[x] = A[x, k];\nf.compile();\n", DTDimensionError)
+    assert_at(err, 5, 13, "RVar 'k' is used outside a reduction", "rsum(..., k)")
+
+
+def test_free_dimension_missing_from_lhs():
+    err = error_of("Func f;\nIn A;\nVar x, y;\nf[x] = A[x, y];\nf.compile();\n", DTDimensionError)
+    assert_at(err, 4, 13, "'y' appears on the right of 'f' but not on its left", "f[x, y]")
+
+
+def test_reduction_over_pure_var():
+    err = error_of("Func f;\nIn A;\nVar x, y;\nf[x] = rsum(A[x, y], y);\nf.compile();\n", DTDimensionError)
+    assert_at(err, 4, 22, "reduction over 'y'", "RVar y;")
+
+
+def test_cycle():
+    err = error_of("Func f, g;\nIn A;\nVar x;\nf[x] = g[x] + A[x];\ng[x] = f[x];\nf.compile();\n",
+                   DTDimensionError)
+    assert "cycle" in err.render() and ("f -> g -> f" in err.render() or "g -> f -> g" in err.render())
+    assert err.loc.line in (4, 5)
+
+
+def test_schedule_names_missing_dimension():
+    err = error_of(SOFTMAX.replace("_softmax.block(x:4);", "_softmax.block(x:4, z:8);").replace("Var x;", "Var x, z;"),
+                   DTScheduleError)
+    assert_at(err, 7, 21, "block names 'z'", "'_softmax' has no dimension 'z'")
+
+
+def test_tensorize_names_dimension_outside_kernel():
+    src = SOFTMAX.replace("Var x;", "Var x, z;").replace("_softmax.block(x:4);", "_softmax.block(x:4);\n_softmax.tensorize(z:8);")
+    err = error_of(src, DTScheduleError)
+    assert_at(err, 8, 20, "tensorize names 'z'", "its dimensions: x, y")
+
+
+def test_fuse_at_into_non_consumer():
+    src = ("Func f, g, h;\nIn A;\nVar x;\nf[x] = A[x];\ng[x] = f[x];\nh[x] = A[x] * 2;\n"
+           "f.fuse_at(h, x);\ng.compile();\nh.compile();\n")
+    err = error_of(src, DTScheduleError)
+    assert_at(err, 7, 1, "'f' is fused into 'h', but 'g' also uses it")
+
+
+def test_fuse_at_missing_loop():
+    err = error_of(SOFTMAX.replace("_sum.fuse_at(_softmax, x);", "_sum.fuse_at(_softmax, k);").replace(
+        "RVar y;", "RVar y, k;"), DTScheduleError)
+    assert_at(err, 8, 24, "'_softmax' has no loop over 'k'", "the loops of _softmax are: x, y")
+
+
+def test_compile_to_kernel_with_unfused_producer():
+    err = error_of(SOFTMAX.replace("_sum.fuse_at(_softmax, x);\n", ""), DTScheduleError)
+    assert_at(err, 8, 1, "compile_to_kernel(_softmax) needs one kernel", "'_sum'", "_sum.fuse_at(_softmax, x)")
+
+
+def test_tile_larger_than_block():
+    prog = dt.loads("Func f;\nIn A;\nVar x;\nf[x] = A[x];\nf.block(x:4);\nf.tensorize(x:8);\nf.compile();\n",
+                    file="bad.dt")
+    with pytest.raises(DTScheduleError) as info:
+        prog(A=np.ones(10, np.float32))
+    assert_at(info.value, 6, 13, "larger than the block of 4")
+
+
+def test_nothing_compiled():
+    with pytest.raises(DTScheduleError, match="no Func is compiled"):
+        dt.loads("Func f;\nIn A;\nVar x;\nf[x] = A[x];\n")
+
+
+# ------------------------------------------------------------------------- call-time errors
+
+
+@pytest.fixture
+def softmax():
+    return dt.loads(SOFTMAX, file="bad.dt")
+
+
+def test_extents_disagree_names_dimension_and_both_sources():
+    prog = dt.loads("Func f;\nIn A, B;\nVar x, y;\nf[x, y] = A[x, y] + B[x, y];\nf.compile();\n", file="bad.dt")
+    with pytest.raises(DTExtentError) as info:
+        prog(A=np.ones((4, 8), np.float32), B=np.ones((4, 9), np.float32))
+    assert_at(info.value, 4, 21, "the extent of 'y' disagrees", "8 from A[x, y] axis 1", "9 from B[x, y] axis 1")
+
+
+def test_wrong_rank(softmax):
+    with pytest.raises(DTExtentError) as info:
+        softmax(A=np.ones((2, 3, 4), np.float32))
+    assert_at(info.value, 5, 20, "indexed with 2 dimension(s)", "rank 3")
+
+
+def test_unsupported_dtype(softmax):
+    with pytest.raises(DTInputError) as info:
+        softmax(A=np.ones((2, 3), np.int64))
+    assert_at(info.value, 5, 20, "dtype int64", "float32, float16, bfloat16 or float64")
+
+
+def test_missing_input(softmax):
+    with pytest.raises(DTInputError) as info:
+        softmax()
+    assert_at(info.value, 2, 4, "missing input 'A'")
+
+
+def test_unknown_input(softmax):
+    with pytest.raises(DTInputError, match="'B' is not an input"):
+        softmax(A=np.ones((2, 3), np.float32), B=1)
+
+
+def test_unbound_extent_needs_sizes():
+    prog = dt.loads("Func f;\nVar x;\nf[x] = x * 2;\nf.compile();\n")
+    with pytest.raises(DTExtentError, match=r"sizes=\{'x': \.\.\.\}"):
+        prog(backend="interp")
+    np.testing.assert_array_equal(prog(backend="interp", sizes={"x": 5}), np.arange(5) * 2.0)
+
+
+def test_unknown_backend(softmax):
+    with pytest.raises(dt.DTBackendError, match="unknown backend 'nope'"):
+        softmax(A=np.ones((2, 3), np.float32), backend="nope")
+
+
+def test_inputs_are_never_modified(softmax):
+    a = np.random.default_rng(0).standard_normal((9, 33)).astype(np.float32)
+    before = a.copy()
+    softmax(A=a, backend="interp")
+    softmax.reference(A=a)
+    np.testing.assert_array_equal(a, before)
+
+
+def test_errors_from_the_python_api_point_at_python_lines():
+    x = dt.Var("x")
+    A = dt.In("A")
+    f = dt.Func("f")
+    f[x] = A[x]
+    f.block(y=4)  # noqa: the mistake under test
+    with pytest.raises(DTError) as info:
+        dt.program(f)
+    assert info.value.loc.file == __file__
+    assert "f.block(y=4)" in info.value.render()
