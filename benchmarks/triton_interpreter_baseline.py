@@ -12,6 +12,11 @@ import os
 
 # The interpreter is selected when triton is imported, so this must come first.
 os.environ["TRITON_INTERPRET"] = "1"
+# The interpreter runs each tl.dot as a tiny numpy matmul (128x32 @ 32x128);
+# multi-threaded OpenBLAS only adds thread hand-off cost there, and on small
+# VMs makes timings several times slower and very noisy. Must be set before
+# numpy loads; export OPENBLAS_NUM_THREADS yourself to override.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import argparse  # noqa: E402
 import json  # noqa: E402
@@ -173,12 +178,15 @@ def run_softmax(a, *, block_x=4, block_y=512):
     n_rows, n_cols = a.shape
     out = torch.empty_like(a)
     grid = (triton.cdiv(n_rows, block_x),)
-    softmax_kernel[grid](
-        out, a,
-        n_rows, n_cols,
-        a.stride(0), out.stride(0),
-        BLOCK_X=block_x, BLOCK_Y=block_y,
-    )
+    # Rows past the end (when n_rows % block_x != 0) have sum 0 and compute
+    # 1/0 in lanes that are masked off at the store; numpy would warn about it.
+    with np.errstate(divide="ignore", invalid="ignore"):
+        softmax_kernel[grid](
+            out, a,
+            n_rows, n_cols,
+            a.stride(0), out.stride(0),
+            BLOCK_X=block_x, BLOCK_Y=block_y,
+        )
     return out
 
 
@@ -269,7 +277,8 @@ def main(argv=None):
             "device": device,
         })
 
-    print(f"device: {device}   (median of {args.repeats} after 1 warm-up)")
+    print(f"device: {device}   OPENBLAS_NUM_THREADS={os.environ.get('OPENBLAS_NUM_THREADS')}   "
+          f"(median of {args.repeats} after 1 warm-up)")
     print(f"{'kernel':<10}{'shape':<14}{'dtype':<7}{'provider':<22}{'ms':>12}")
     for r in records:
         print(f"{r['kernel']:<10}{r['shape']:<14}{r['dtype']:<7}{r['provider']:<22}{r['ms']:>12.2f}")

@@ -123,6 +123,13 @@ def test_fuse_at_missing_loop():
     assert_at(err, 8, 24, "'_softmax' has no loop over 'k'", "the loops of _softmax are: x, y")
 
 
+def test_fused_producer_indexed_by_other_names():
+    src = ("Func f, g;\nIn A;\nVar x, y;\nf[x, y] = A[x, y];\ng[x, y] = f[y, x];\n"
+           "f.fuse_at(g, y);\ng.compile();\n")
+    err = error_of(src, DTScheduleError)
+    assert_at(err, 5, 11, "must be indexed by its own dimension names, f[x, y]", "f[y, x]")
+
+
 def test_compile_to_kernel_with_unfused_producer():
     err = error_of(SOFTMAX.replace("_sum.fuse_at(_softmax, x);\n", ""), DTScheduleError)
     assert_at(err, 8, 1, "compile_to_kernel(_softmax) needs one kernel", "'_sum'", "_sum.fuse_at(_softmax, x)")

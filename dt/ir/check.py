@@ -479,6 +479,15 @@ def _check_fused_uses(cp: CheckedProgram):
     """Every use of a fused producer must lie inside the consumer loop it is computed in."""
     for producer, (consumer, dim) in cp.fused.items():
         loc = cp.schedules[producer].locs.get("fuse_at_first")
+        for f in cp.funcs.values():
+            for use in _uses(f.expr):
+                if use.name == producer and use.indices != cp.funcs[producer].dims:
+                    own = ", ".join(cp.funcs[producer].dims)
+                    raise _err(DTScheduleError, f"'{producer}' is fused, so it must be indexed by its own dimension "
+                               f"names, {producer}[{own}], but '{f.name}' indexes it {producer}"
+                               f"[{', '.join(use.indices)}]", use.loc,
+                               f"rename the dimensions in the definition of {producer}, or compute it at root "
+                               f"(remove its fuse_at)")
         users = [n for n, f in cp.funcs.items() if any(u.name == producer for u in _uses(f.expr))]
         if not users:
             raise _err(DTScheduleError, f"'{producer}' is fused into '{consumer}' but nothing uses it", loc)
