@@ -80,3 +80,18 @@ class DTInputError(DTError):
 
 class DTBackendError(DTError):
     kind = "backend error"
+
+
+def user_facing(fn):
+    """Decorator for public entry points: a DTError surfaces from here, without the frames of
+    dt's internals in its traceback (the message already points at the DT source)."""
+    import functools
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except DTError as e:
+            raise e.with_traceback(None) from None
+
+    return wrapper

@@ -10,7 +10,8 @@ import numpy as np
 
 from dt import backends
 from dt.backends.numpy.runtime import BFLOAT16, DTYPES
-from dt.errors import DTExtentError, DTInputError, Loc
+from dt.debug import config as debug_config
+from dt.errors import DTExtentError, DTInputError, Loc, user_facing
 from dt.ir import algorithm as A
 from dt.ir import reference
 from dt.ir.check import check
@@ -41,6 +42,7 @@ class _Binding:
 class Program:
     """A checked DT program, callable on inputs by their DT names."""
 
+    @user_facing
     def __init__(self, program: A.Program):
         self.ast = program
         self.checked = check(program)
@@ -60,6 +62,7 @@ class Program:
                 f"scalars {', '.join(self.scalars) or '-'}; outputs {', '.join(self.outputs)}>")
 
     # ------------------------------------------------------------------ running
+    @user_facing
     def __call__(self, *, backend: str | None = None, sizes: dict | None = None, **args):
         b = self._bind(args, sizes)
         backend_obj = backends.get(resolve_backend(backend, b.torch_device))
@@ -80,6 +83,7 @@ class Program:
             outs = {n: _to_numpy(o) for n, o in outs.items()}
         return outs[self.outputs[0]] if len(self.outputs) == 1 else {n: outs[n] for n in self.outputs}
 
+    @user_facing
     def reference(self, *, sizes: dict | None = None, **args):
         """The algorithm's answer, evaluated directly in float64 ignoring the schedule."""
         b = self._bind(args, sizes)
@@ -90,6 +94,7 @@ class Program:
             outs = {n: _numpy_to_torch(o, b.torch_device) for n, o in outs.items()}
         return outs[self.outputs[0]] if len(self.outputs) == 1 else outs
 
+    @user_facing
     def pipeline(self, dtypes: dict[str, str] | str = "f32") -> Pipeline:
         """The scheduled IR for these input dtypes (one dtype name applies to every input)."""
         if isinstance(dtypes, str):
@@ -99,6 +104,7 @@ class Program:
             self._pipelines[key] = lower(self.checked, dtypes)
         return self._pipelines[key]
 
+    @user_facing
     def source(self, backend: str = "interp", dtype: str = "f32") -> str:
         """The code `backend` generates for this program (inputs of `dtype`)."""
         return backends.get(backend).source(self.pipeline(dtype))
@@ -198,11 +204,14 @@ class Program:
 
 
 def resolve_backend(name: str | None, torch_device=None) -> str:
-    """The backend argument, else $DT_BACKEND (read at each call), else the default: 'triton'
-    for CUDA tensors when it loads, otherwise the first CPU backend that loads."""
+    """The backend argument, else $DT_BACKEND (read at each call), else the default: 'interp'
+    while dt.debug is active, 'triton' for CUDA tensors when it loads, otherwise the first CPU
+    backend that loads."""
     name = name or os.environ.get("DT_BACKEND") or None
     if name:
         return name
+    if debug_config.current() is not None:  # breakpoints, traces and sanitizers run on the interpreter
+        return "interp"
     if torch_device is not None and getattr(torch_device, "type", "cpu") == "cuda" and backends.available("triton"):
         return "triton"
     for candidate in DEFAULT_BACKEND_ORDER:
@@ -237,6 +246,7 @@ def _numpy_to_torch(a: np.ndarray, device):
     return _to_torch(a).to(device)
 
 
+@user_facing
 def load(path: str | os.PathLike) -> Program:
     """Parse and check a .dt file."""
     from dt.frontend.parser import parse
@@ -244,6 +254,7 @@ def load(path: str | os.PathLike) -> Program:
     return Program(parse(path.read_text(), str(path), _identifier(path.stem)))
 
 
+@user_facing
 def loads(source: str, name: str = "program", file: str = "<string>") -> Program:
     """Parse and check DT source text."""
     from dt.frontend.parser import parse

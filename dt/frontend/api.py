@@ -18,7 +18,7 @@ import os
 import sys
 from dataclasses import replace
 
-from dt.errors import DTDimensionError, DTError, DTNameError, Loc
+from dt.errors import DTDimensionError, DTError, DTNameError, Loc, user_facing
 from dt.ir import algorithm as A
 
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -270,6 +270,7 @@ def check_reshape(e: A.Expr, names: tuple[str, ...], loc):
                                "list each dimension of the argument once, with 1 for each new unit axis")
 
 
+@user_facing
 def program(*outputs: Func, name: str | None = None):
     """Collect every declaration reachable from `outputs` into a DT program and compile it."""
     from dt.runtime import Program
