@@ -270,7 +270,10 @@ def _resolve_schedule(program, defs, kinds) -> dict[str, FuncSchedule]:
         s = schedules[call.func]
         f = defs[call.func]
         prim = call.primitive
-        s.locs[prim] = call.loc
+        if prim == "fuse_at":
+            s.locs.setdefault(prim, call.loc)  # the first fuse_at: later ones are errors pointing back to it
+        else:
+            s.locs[prim] = call.loc
 
         def arg_loc(i):
             return call.arg_locs[i] if i < len(call.arg_locs) and call.arg_locs[i] else call.loc
@@ -324,8 +327,7 @@ def _resolve_schedule(program, defs, kinds) -> dict[str, FuncSchedule]:
             if s.fuse_at and s.fuse_at != (consumer, dim):
                 raise _err(DTScheduleError, f"'{call.func}' is fused twice", call.loc,
                            "a Func is computed at one place; keep one fuse_at",
-                           (("first fuse_at here", s.locs.get("fuse_at_first")),))
-            s.locs["fuse_at_first"] = s.locs.get("fuse_at_first") or call.loc
+                           (("first fuse_at here", s.locs.get("fuse_at")),))
             s.dim_locs[("fuse_at", dim)] = arg_loc(1)
             s.fuse_at = (consumer, dim)
         elif prim == "inline":
@@ -433,7 +435,7 @@ def _reachable(funcs, outputs) -> set[str]:
     return seen
 
 
-def _loops_of(checked_funcs, name, dim_kinds) -> tuple[str, ...]:
+def _loops_of(checked_funcs, name) -> tuple[str, ...]:
     f = checked_funcs[name]
     reductions = []
     for e in A.walk(f.expr):
@@ -443,11 +445,11 @@ def _loops_of(checked_funcs, name, dim_kinds) -> tuple[str, ...]:
 
 
 def _check_fuse(producer, consumer, dim, funcs, schedules, fused, dim_kinds):
-    loc = schedules[producer].locs.get("fuse_at_first")
+    loc = schedules[producer].locs.get("fuse_at")
     if consumer not in funcs:
         raise _err(DTScheduleError, f"'{producer}' is fused into '{consumer}', which is not computed "
                    f"(it is inlined or unused)", loc, "fuse into a Func that is computed")
-    loops = _loops_of(funcs, consumer, dim_kinds)
+    loops = _loops_of(funcs, consumer)
     if dim not in loops:
         raise _err(DTScheduleError, f"'{consumer}' has no loop over '{dim}' to fuse '{producer}' at",
                    schedules[producer].dim_locs.get(("fuse_at", dim)) or loc,
@@ -478,7 +480,7 @@ def _enclosing_reductions(e: A.Expr, target: str, stack=()) -> list[tuple[str, .
 def _check_fused_uses(cp: CheckedProgram):
     """Every use of a fused producer must lie inside the consumer loop it is computed in."""
     for producer, (consumer, dim) in cp.fused.items():
-        loc = cp.schedules[producer].locs.get("fuse_at_first")
+        loc = cp.schedules[producer].locs.get("fuse_at")
         for f in cp.funcs.values():
             for use in _uses(f.expr):
                 if use.name == producer and use.indices != cp.funcs[producer].dims:
@@ -491,7 +493,7 @@ def _check_fused_uses(cp: CheckedProgram):
         users = [n for n, f in cp.funcs.items() if any(u.name == producer for u in _uses(f.expr))]
         if not users:
             raise _err(DTScheduleError, f"'{producer}' is fused into '{consumer}' but nothing uses it", loc)
-        loops = _loops_of(cp.funcs, consumer, cp.dim_kinds)
+        loops = _loops_of(cp.funcs, consumer)
         level = loops.index(dim)
         for user in users:
             # Walk from the user up to the consumer, finding the consumer loop the use sits in.

@@ -165,9 +165,9 @@ class _KernelLowering:
             a = self.axes[current]
             if (a.start, a.size, a.limit) == (start, size, limit):
                 return current
-        for name in (self.lookup(("axis", dim, start, size, limit)),):
-            if name is not None:
-                return name
+        same = self.lookup(("axis", dim, start, size, limit))
+        if same is not None:
+            return same
         if dim not in self.dim_order:
             self.dim_order.append(dim)
         name = self.fresh(dim)
