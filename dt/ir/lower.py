@@ -116,7 +116,7 @@ class _KernelLowering:
             if p in cp.fused:
                 self.fused_at.setdefault(cp.fused[p], []).append(p)
         self.reads: list[str] = []
-        self.load_vars: set[str] = set()
+        self.load_dtypes: dict[str, str] = {}  # tile variables holding a Load, and its dtype
 
     # ------------------------------------------------------------ helpers
     def fresh(self, base: str) -> str:
@@ -391,7 +391,7 @@ class _KernelLowering:
         value = self.lower_expr(e, func, env, order)
         return S.Cast(value, self.compute) if is_bool(e) else value
 
-    def access(self, e: A.Access, func: str, env, order):
+    def access(self, e: A.Access, func: str, env, order, dtype: str | None = None):
         axes = tuple(env[i] for i in e.indices)
         if e.kind == "func" and e.name in self.cp.fused:
             produced = self.lookup(("func", e.name))
@@ -404,15 +404,16 @@ class _KernelLowering:
             if have != axes:
                 raise self.tile_mismatch(e, func, have, axes)
             return S.Ref(name, have)
-        key = ("load", e.name, axes, order)
+        dtype = dtype or self.compute
+        key = ("load", e.name, axes, order, dtype)
         cached = self.lookup(key)
         if cached is not None:
             return cached
         if e.name not in self.reads:
             self.reads.append(e.name)
-        ref = self.assign(e.name, S.Load(e.name, axes, order or self.canonical(axes), self.compute, e.loc),
+        ref = self.assign(e.name, S.Load(e.name, axes, order or self.canonical(axes), dtype, e.loc),
                           e.name, e.loc)
-        self.load_vars.add(ref.name)
+        self.load_dtypes[ref.name] = dtype
         self.scopes[-1][key] = ref
         return ref
 
@@ -486,21 +487,30 @@ class _KernelLowering:
         i_axis, j_axis = acc.dims
         first = 0 if env[next(iter(free[0]))] == i_axis else 1
         lhs, rhs = e.args[first], e.args[1 - first]
-        a = self.number(lhs, func, env, (i_axis, ax) if isinstance(lhs, A.Access) else None)
-        b = self.number(rhs, func, env, (ax, j_axis) if isinstance(rhs, A.Access) else None)
-        if a.unit or b.unit:
+        a = self.dot_operand(lhs, func, env, (i_axis, ax), ax)
+        b = self.dot_operand(rhs, func, env, (ax, j_axis), ax)
+        if a is None or b is None:
             return None
-        operands = []
-        for x, layout in ((a, (i_axis, ax)), (b, (ax, j_axis))):
-            if x.dims != layout:
-                x = S.Expand(x, layout)
-            if not self._is_load(x):
-                x = self.masked(x, ax, 0.0)
-            operands.append(S.Cast(x, self.dot_dtype) if self.dot_dtype != self.compute else x)
-        return S.Dot(operands[0], operands[1], ax, acc, self.compute)
+        return S.Dot(a, b, ax, acc, self.compute)
+
+    def dot_operand(self, e: A.Expr, func, env, layout, ax) -> S.TExpr | None:
+        """An operand of a Dot laid out as `layout`, zero past the end of reduction axis `ax`, in
+        the dot dtype. Inputs and temporaries load straight in that dtype: no round trip via f32."""
+        if isinstance(e, A.Access) and e.name not in self.cp.fused:
+            return self.access(e, func, env, layout, self.dot_dtype)
+        x = self.number(e, func, env)
+        if x.unit:
+            return None
+        if x.dims != layout:
+            x = S.Expand(x, layout)
+        if not self._is_load(x):
+            x = self.masked(x, ax, 0.0)
+        if self.load_dtypes.get(getattr(x, "name", None)) == self.dot_dtype:
+            return x
+        return S.Cast(x, self.dot_dtype) if self.dot_dtype != self.compute else x
 
     def _is_load(self, x: S.TExpr) -> bool:
         """Loads fill masked lanes with 0 already (a permuted load too)."""
         if isinstance(x, S.Expand) and not x.unit:
             x = x.x
-        return isinstance(x, S.Ref) and x.name in self.load_vars
+        return isinstance(x, S.Ref) and x.name in self.load_dtypes
