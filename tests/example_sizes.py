@@ -15,7 +15,8 @@ SIZES = {
     "mmsigmoid": [dict(x=128, y=256, k=32), dict(x=7, y=130, k=33)],
     "2mm_outer": [dict(m=32, n=128, k=32, l=32), dict(m=17, n=65, k=7, l=33)],
     "2mm_inner": [dict(m=64, n=64, k=64, l=64), dict(m=33, n=1, k=31, l=65)],
-    "attention": [dict(m=32, l=64, k=16, n=64), dict(m=17, l=33, k=7, n=65)],
+    "attention": [dict(m=64, l=128, k=16, n=32), dict(m=17, l=33, k=7, n=65)],
+    "attention_talk": [dict(m=32, l=64, k=16, n=64), dict(m=17, l=33, k=7, n=65)],
 }
 
 

@@ -54,7 +54,7 @@ def test_masks_only_where_tiles_can_overhang():
 
 
 def test_fused_producer_is_never_stored():
-    pipeline = dt.load("examples/attention.dt").pipeline()
+    pipeline = dt.load("examples/attention_talk.dt").pipeline()
     stores = [s.tensor for s in S.walk_statements(pipeline.kernels[0].body) if isinstance(s, S.Store)]
     assert stores == ["attention"] and not pipeline.temporaries
 
