@@ -30,6 +30,7 @@ import triton.language as tl  # noqa: E402
 
 PROVIDER = "triton-interpreter"
 
+
 def _fix_interpreter_index_for_numpy_2_4():
     """Work around triton-lang/triton#9171 (fixed upstream by PR #9172).
 

@@ -12,6 +12,7 @@ from dt.frontend.api import (RVar, SIn, Var, In, Func, ceil, cos, dim_len, eq, e
                              sigmoid, sin, sqrt, tanh, where)
 from dt.frontend.api import abs_ as abs  # noqa: A004 - the DT function's name
 from dt.runtime import Program, load, loads
+from dt import debug  # breakpoints, tracing and sanitizers on the interpreter
 
 __version__ = "0.1.0"
 

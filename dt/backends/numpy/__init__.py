@@ -1,10 +1,14 @@
-"""The `interp` backend: executes the scheduled IR with NumPy, one program instance at a time."""
+"""The `interp` backend: executes the scheduled IR with NumPy, one program instance at a time.
+While dt.debug has anything to do (breakpoints, traces, sanitizers, a shuffled order), a run
+goes through an instrumented variant of the generated code instead of the plain one."""
 from __future__ import annotations
 
 from dt.backends.base import Capabilities
 from dt.backends.numpy.codegen import render
 from dt.backends.numpy.runtime import BFLOAT16
 from dt.backends.pysource import load_module
+from dt.debug import config as debug_config
+from dt.debug.session import Instrumented
 from dt.ir.scheduled import Pipeline
 
 
@@ -21,9 +25,16 @@ class NumpyInterpreter:
     def compile(self, pipeline: Pipeline):
         namespace = load_module(self.source(pipeline), f"interp {pipeline.name}")
         launcher = namespace[pipeline.name]
+        instrumented = []  # built on the first debugged run
 
         def run(tensors: dict, scalars: dict, sizes: dict) -> dict:
-            return launcher(**tensors, **{k: float(v) for k, v in scalars.items()}, **sizes)
+            debugging = debug_config.current()
+            if debugging is None:
+                return launcher(**tensors, **{k: float(v) for k, v in scalars.items()}, **sizes)
+            if not instrumented:
+                instrumented.append(Instrumented(pipeline))
+            return instrumented[0].run(debugging, {**tensors, **{k: float(v) for k, v in scalars.items()}, **sizes},
+                                       sizes)
 
         return run
 

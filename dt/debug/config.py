@@ -1,0 +1,122 @@
+"""The debugging state in force: breakpoints, traces, sanitizer checks and launch order, set
+through the dt.debug API or the environment. The environment is read at every program call,
+like DT_BACKEND:
+
+    DT_BREAK=softmax.dt:10@pid=3;_sum     breakpoints, separated by ';' or ','
+    DT_SANITIZE=1                         every sanitizer (or a list: bounds,uninit,race,nan)
+    DT_SHUFFLE=7                          run program instances in an order shuffled with seed 7
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from dt.debug.breakpoints import Breakpoint, parse_list
+from dt.debug.errors import DTDebugError
+
+CHECKS = ("bounds", "uninit", "race", "nan")
+
+_breakpoints: list[Breakpoint] = []
+_traces: list = []
+_contexts: list[tuple[frozenset[str], int | None]] = []  # active sanitize()/shuffle() contexts
+_env_breaks: tuple[str, list[Breakpoint]] = ("", [])
+live_sessions: list = []  # the runs in progress (a stop can set breakpoints that apply to them)
+
+
+@dataclass(frozen=True)
+class Config:
+    breakpoints: tuple[Breakpoint, ...]
+    traces: tuple
+    checks: frozenset[str]
+    shuffle: int | None
+
+
+def current() -> Config | None:
+    """The state in force now; None when no debugging feature is on (the plain, fast path)."""
+    env_break = os.environ.get("DT_BREAK", "").strip()
+    env_sanitize = os.environ.get("DT_SANITIZE", "").strip()
+    env_shuffle = os.environ.get("DT_SHUFFLE", "").strip()
+    if not (_breakpoints or _traces or _contexts or env_break or env_sanitize or env_shuffle):
+        return None
+    checks = set(parse_checks(env_sanitize, "DT_SANITIZE"))
+    shuffle = None
+    if env_shuffle:
+        try:
+            shuffle = int(env_shuffle)
+        except ValueError:
+            raise DTDebugError(f"DT_SHUFFLE must be an integer seed, got {env_shuffle!r}", None) from None
+    for context_checks, seed in _contexts:
+        checks |= context_checks
+        shuffle = seed if seed is not None else shuffle
+    return Config(tuple(_breakpoints) + tuple(_env_breakpoints(env_break)), tuple(_traces),
+                  frozenset(checks), shuffle)
+
+
+def parse_checks(text, source: str = "sanitize") -> tuple[str, ...]:
+    """'1', 'all', True -> every check; '', '0', False -> none; else names separated by ','."""
+    if text is True or (isinstance(text, str) and text.strip().lower() in ("1", "all", "true", "yes", "on")):
+        return CHECKS
+    if text is False or text is None or (isinstance(text, str) and text.strip().lower() in ("", "0", "false",
+                                                                                                "no", "off")):
+        return ()
+    names = [n.strip() for n in text.split(",")] if isinstance(text, str) else list(text)
+    unknown = [n for n in names if n not in CHECKS]
+    if unknown:
+        raise DTDebugError(f"{source}: unknown sanitizer {', '.join(map(repr, unknown))}", None,
+                           f"the sanitizers are {', '.join(CHECKS)} (or 1 for all)")
+    return tuple(names)
+
+
+def _env_breakpoints(text: str) -> list[Breakpoint]:
+    global _env_breaks
+    if text != _env_breaks[0]:  # parsed once per value, so hit counts survive between calls
+        _env_breaks = (text, parse_list(text) if text else [])
+    return _env_breaks[1]
+
+
+def add_breakpoint(bp: Breakpoint) -> Breakpoint:
+    _breakpoints.append(bp)
+    try:
+        _changed()
+    except DTDebugError:  # it names nothing in a program now running: refuse it there and then
+        _breakpoints.remove(bp)
+        _changed()
+        raise
+    return bp
+
+
+def remove_breakpoint(bp: Breakpoint):
+    if bp in _breakpoints:
+        _breakpoints.remove(bp)
+    _changed()
+
+
+def clear_breakpoints():
+    _breakpoints.clear()
+    _changed()
+
+
+def _changed():
+    for session in live_sessions:
+        session.breakpoints_changed(tuple(_breakpoints) + tuple(_env_breaks[1]))
+
+
+def breakpoints() -> list[Breakpoint]:
+    return list(_breakpoints) + _env_breakpoints(os.environ.get("DT_BREAK", "").strip())
+
+
+def push_context(entry: tuple[frozenset[str], int | None]):
+    _contexts.append(entry)
+
+
+def pop_context(entry: tuple[frozenset[str], int | None]):
+    _contexts.remove(entry)
+
+
+def add_trace(trace):
+    _traces.append(trace)
+
+
+def remove_trace(trace):
+    if trace in _traces:
+        _traces.remove(trace)

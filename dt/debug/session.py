@@ -1,0 +1,294 @@
+"""The object an instrumented interpreter run calls (`_dbg` in the generated code): it decides
+where to stop, records traces, runs the sanitizers' checks around loads and stores, and
+orders the program instances of each launch."""
+from __future__ import annotations
+
+import os
+import sys
+from collections import defaultdict
+
+import numpy as np
+
+from dt.backends.numpy.codegen import render
+from dt.backends.numpy.runtime import load, store
+from dt.backends.pysource import load_module
+from dt.debug import config as debug_config
+from dt.debug.errors import (DTNonFiniteError, DTOutOfBoundsError, DTRaceError, DTSanitizerError,
+                             DTUninitializedReadError)
+from dt.debug.frame import Frame
+from dt.debug.info import ProgramInfo, Statement
+from dt.debug.trace import TileRecord
+from dt.ir import scheduled as S
+
+
+def valid_lanes(value, spans) -> tuple:
+    """The index of `value`'s valid lanes: the first `valid` of each full-size axis; an axis of
+    size 1 (a broadcast one) is kept whole."""
+    return tuple(slice(0, v) if value.shape[i] == n else slice(None) for i, (_, n, v) in enumerate(spans))
+
+
+def format_index(element: dict[str, int]) -> str:
+    return ", ".join(f"{d}={i}" for d, i in element.items())
+
+
+class Session:
+    def __init__(self, info: ProgramInfo, config: debug_config.Config, sizes: dict[str, int]):
+        self.info = info
+        self.config = config
+        self.sizes = dict(sizes)
+        n = len(info.statements)
+        self.on = [False] * n
+        self.all_on = [True] * n
+        self.checks = config.checks
+        self.shadowed = bool(self.checks & {"uninit", "race"})
+        self.stepping = False
+        self.step_handler = None
+        self.step_line = None  # (file, line) that a line step runs past
+        self.pid, self.inst, self.launch_base, self.next_inst = -1, -1, 0, 0
+        self.counts: dict[int, int] = {}
+        self.writers: dict[str, np.ndarray] = {}  # instance that last wrote each element, -1 if none
+        self.buffers: dict[str, np.ndarray] = {}
+        self._resolve(config.breakpoints)
+        self.traces = config.traces
+        self.run_index = {id(t): t._start_run(info.pipeline.name, self.sizes) for t in self.traces}
+        self.traces_at = [[t for t in self.traces if st.target is not None and t.wants(st.target, info)]
+                          for st in info.statements]
+        self.finite_at = ["nan" in self.checks and _checks_finite(st) for st in info.statements]
+        self.post_flags = [bool(self.traces_at[i]) or self.finite_at[i] for i in range(n)]
+
+    # ------------------------------------------------------------ breakpoints
+    def _resolve(self, breakpoints):
+        self.base_on = [False] * len(self.info.statements)
+        self.pid_breaks: list[tuple[frozenset[int], list[int]]] = []
+        self.breaks_at: dict[int, list] = defaultdict(list)
+        for bp in breakpoints:
+            sids = bp.resolve(self.info)
+            for s in sids:
+                self.breaks_at[s].append(bp)
+                if bp.pids is None:
+                    self.base_on[s] = True
+            if bp.pids is not None and sids:
+                self.pid_breaks.append((bp.pids, sids))
+
+    def _flags_for(self, pid: int):
+        self.on[:] = self.base_on
+        for pids, sids in self.pid_breaks:
+            if pid in pids:
+                for s in sids:
+                    self.on[s] = True
+
+    def enter(self, pid: int):
+        """Called first by every program instance: the flags of its hooks."""
+        self.pid = pid
+        if self.stepping:
+            self.on[:] = self.all_on
+        else:
+            self._flags_for(pid)
+        return self.on, self.post_flags
+
+    def stop(self, sid: int, scope: dict):
+        """Before tile statement `sid`: stop there if stepping or a breakpoint's conditions hold."""
+        st = self.info.statements[sid]
+        frame, bp = None, None
+        for b in self.breaks_at.get(sid, ()):
+            if b.pids is not None and self.pid not in b.pids:
+                continue
+            if callable(b.when):
+                frame = frame or Frame(self, st, scope)
+                if not b.when(frame):
+                    continue
+            elif b.when and not b.holds(scope, st):
+                continue
+            bp = b
+            break
+        if self.stepping:
+            if bp is None and self.step_line is not None and st.loc is not None \
+                    and (st.loc.file, st.loc.line) == self.step_line:
+                return
+            handler = self.step_handler
+        elif bp is None:
+            return
+        else:
+            from dt.debug.debugger import enter_debugger  # imports pdb: only once something stops
+            handler = bp.action or enter_debugger
+        self.stepping = False
+        if bp is not None:
+            bp.hits += 1
+        frame = frame or Frame(self, st, scope)
+        frame.breakpoint = bp
+        handler(frame)
+        if frame.stepping:
+            self.stepping, self.step_handler = True, handler
+            self.step_line = (st.loc.file, st.loc.line) if frame.stepping == "line" and st.loc is not None else None
+            self.on[:] = self.all_on
+        else:
+            self._flags_for(self.pid)
+
+    def breakpoints_changed(self, breakpoints):
+        """Set or cleared while this run is stopped: applies from the next statement on."""
+        self._resolve(breakpoints)
+        if not self.stepping:
+            self._flags_for(self.pid)
+
+    # ------------------------------------------------------------ after a statement
+    def post(self, sid: int, scope: dict):
+        st = self.info.statements[sid]
+        value = scope[st.target.name]
+        if self.finite_at[sid]:
+            self._check_finite(st, value, scope)
+        for trace in self.traces_at[sid]:
+            if trace.pids is None or self.pid in trace.pids:
+                self._record(trace, st, value, scope)
+
+    def _spans(self, st: Statement, scope: dict):
+        return [scope[a] for a in st.target.axes]
+
+    @staticmethod
+    def _element(st: Statement, lane: tuple[int, ...], scope: dict) -> dict[str, int]:
+        return {d: scope[a][0] + i for a, d, i in zip(st.target.axes, st.target.dims, lane)}
+
+    def _check_finite(self, st: Statement, value, scope: dict):
+        value = np.asarray(value)
+        if value.dtype.kind != "f":
+            return
+        spans = self._spans(st, scope)
+        valid = value[valid_lanes(value, spans)] if value.ndim == len(spans) else value
+        bad = ~np.isfinite(valid)
+        if not bad.any():
+            return
+        lane = tuple(int(i) for i in np.argwhere(bad)[0])
+        x = float(valid[lane])
+        element = self._element(st, lane, scope)
+        raise self._fault(DTNonFiniteError, st,
+                          f"{st.target.meaning} is {x} at {format_index(element)}, a valid lane", None, element,
+                          "the first NaN/Inf produced on a valid lane this run; to see the tiles it came from, "
+                          "break there with DT_BREAK={place}")
+
+    def _record(self, trace, st: Statement, value, scope: dict):
+        value = np.asarray(value)
+        spans = self._spans(st, scope)
+        if value.ndim == len(spans):
+            value = np.broadcast_to(value[valid_lanes(value, spans)], tuple(v for _, _, v in spans))
+        index = {d: (s, s + v) for d, (s, _, v) in zip(st.target.dims, spans)}
+        iters = {f.var: scope[f.var] for f in st.loops}
+        trace.records.append(TileRecord(st.target.dt_name, self.info.kernel_names[st.kernel], self.pid, iters,
+                                        st.target.dims, index, np.array(value), st.loc, self.run_index[id(trace)]))
+
+    # ------------------------------------------------------------ memory
+    def allocate(self, name: str, array: np.ndarray) -> np.ndarray:
+        self.buffers[name] = array
+        if self.shadowed:
+            self.writers[name] = np.full(array.shape, -1, dtype=np.int64)
+        return array
+
+    def launch(self, kernel: int, count: int):
+        """The program ids of one launch, in order or shuffled."""
+        base = self.next_inst
+        self.next_inst += count
+        self.launch_base, self.counts[kernel] = base, count
+        order = range(count) if self.config.shuffle is None else \
+            np.random.default_rng([self.config.shuffle, kernel]).permutation(count).tolist()
+        for pid in order:
+            self.inst = base + pid
+            yield pid
+        for name in self.info.pipeline.kernels[kernel].writes:
+            for trace in self.traces:
+                if trace.wants_tensor(name, self.info):
+                    trace._memory(self.run_index[id(trace)], name, self.buffers[name].copy())
+
+    def load(self, sid: int, name: str, tensor: np.ndarray, spans, perm, dtype):
+        if self.checks:
+            self._check_access(sid, name, tensor, spans, "load")
+        return load(tensor, spans, perm, dtype)
+
+    def store(self, sid: int, name: str, tensor: np.ndarray, spans, value):
+        if self.checks:
+            self._check_access(sid, name, tensor, spans, "store")
+        store(tensor, spans, value)
+
+    def _check_access(self, sid: int, name: str, tensor: np.ndarray, spans, kind: str):
+        st = self.info.statements[sid]
+        verb = "reads" if kind == "load" else "writes"
+        if "bounds" in self.checks:
+            for axis, (start, _, valid) in enumerate(spans):
+                if valid > 0 and (start < 0 or start + valid > tensor.shape[axis]):
+                    index = tuple(s for s, _, _ in spans)
+                    index = index[:axis] + (start if start < 0 else tensor.shape[axis],) + index[axis + 1:]
+                    raise self._fault(
+                        DTOutOfBoundsError, st,
+                        f"{kind} of '{name}' {verb} {name}[{', '.join(map(str, index))}], outside its shape "
+                        f"{tuple(tensor.shape)}, on a lane no mask covers", name, index,
+                        "every lane past an extent must be masked by its axis limit: the scheduled IR that "
+                        "reached the backend lacks one (a lowering or pass bug, not a fault of the DT program)")
+        writer = self.writers.get(name)
+        if writer is None:
+            return
+        region = writer[tuple(slice(s, s + v) for s, _, v in spans)]
+        if kind == "load" and "uninit" in self.checks and (region < 0).any():
+            index = self._first(region < 0, spans)
+            raise self._fault(DTUninitializedReadError, st,
+                              f"load of '{name}' reads {name}[{', '.join(map(str, index))}], which no program "
+                              f"instance has written", name, index,
+                              f"a kernel that writes '{name}' must run, and cover it, before this one reads it")
+        others = (region >= self.launch_base) & (region != self.inst) if "race" in self.checks else None
+        if others is not None and others.any():
+            index = self._first(others, spans)
+            other = int(region[tuple(i - s for i, (s, _, _) in zip(index, spans))]) - self.launch_base
+            what = "wrote it too" if kind == "store" else "wrote it earlier"
+            raise self._fault(DTRaceError, st,
+                              f"{kind} of '{name}' {verb} {name}[{', '.join(map(str, index))}]; program {other} of "
+                              f"the same launch {what}", name, index,
+                              "program instances of one launch run in no fixed order on a GPU: each element "
+                              "must have one writer, and no instance may read what another writes "
+                              "(DT_SHUFFLE=<seed> shows how the result moves with the order)")
+        if kind == "store":
+            region[...] = self.inst
+
+    @staticmethod
+    def _first(mask: np.ndarray, spans) -> tuple[int, ...]:
+        lane = np.argwhere(mask)[0]
+        return tuple(int(s + i) for (s, _, _), i in zip(spans, lane))
+
+    def _fault(self, cls, st: Statement, message: str, tensor, index, hint) -> DTSanitizerError:
+        kernel = self.info.kernel_of(st.sid)
+        frame = sys._getframe(1)
+        while frame is not None and frame.f_code.co_name != kernel:
+            frame = frame.f_back
+        scope = frame.f_locals if frame is not None else {}
+        iters = {f.var: scope[f.var] for f in st.loops if f.var in scope}
+        count = self.counts.get(st.kernel)
+        where = f"program {self.pid}{f' of {count}' if count is not None else ''} of {kernel}"
+        where += "".join(f", {k}={v}" for k, v in iters.items())
+        place = f"{_place(st)}@pid={self.pid}" + "".join(f"@{k}={v}" for k, v in iters.items())
+        return cls(f"{message} ({where})", st.loc, kernel=kernel, pid=self.pid, tensor=tensor, index=index,
+                   iters=iters, hint=hint.replace("{place}", place))
+
+
+def _checks_finite(st: Statement) -> bool:
+    """Every Assign but the ±inf initialisation of a max/min accumulator."""
+    if st.target is None:
+        return False
+    value = st.node.value
+    return not (isinstance(value, S.Full) and not np.isfinite(value.value))
+
+
+def _place(st: Statement) -> str:
+    loc = st.loc
+    return f"{os.path.basename(loc.file)}:{loc.line}{f':{loc.col}' if loc.col else ''}" if loc else str(st.sid)
+
+
+class Instrumented:
+    """The instrumented variant of one pipeline, built on first use."""
+
+    def __init__(self, pipeline: S.Pipeline):
+        self.info = ProgramInfo(pipeline)
+        self.source = render(pipeline, instrument=True)
+        self.launcher = load_module(self.source, f"interp {pipeline.name} (dt.debug)")[pipeline.name]
+
+    def run(self, config: debug_config.Config, args: dict, sizes: dict) -> dict:
+        session = Session(self.info, config, sizes)
+        debug_config.live_sessions.append(session)
+        try:
+            return self.launcher(**args, _dbg=session)
+        finally:
+            debug_config.live_sessions.remove(session)
