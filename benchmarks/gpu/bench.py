@@ -1,0 +1,395 @@
+"""GPU benchmark of dt's Triton kernels against PyTorch eager, torch.compile (default and
+max-autotune-no-cudagraphs), Liger Kernel and SDPA, for the kernels and shapes of issue 7.
+
+For every row (kernel, shape, dtype) and provider: check the output against a float64
+PyTorch reference first, then time with triton.testing.do_bench (25 ms warm-up, 100 ms
+repetition, median). Writes DIR/gpu-TAG.json (after every row), DIR/gpu-TAG.md,
+DIR/gpu-TAG-memory.png, DIR/gpu-TAG-matmul.png and DIR/gpu-TAG.log (tracebacks).
+
+    python benchmarks/gpu/bench.py --out DIR [--kernels softmax,dyt] [--providers dt,eager]
+        [--dtypes bf16] [--quick] [--tune] [--budget 480] [--tag NAME] [--list] [--no-plots]
+
+Without a CUDA device (or with --dry-run) it runs the same logic on the CPU, on tiny shapes,
+with dt's interpreter and time.perf_counter. The method and the commands for a GPU machine
+are in docs/performance.md.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+import traceback
+import zlib
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Callable
+
+HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(HERE), str(HERE.parents[1])]  # this folder's modules, and dt from the checkout if not installed
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+import measure  # noqa: E402
+import render  # noqa: E402
+from cases import DTYPES, KERNELS, MATMUL, ROOT, Case, candidates, cases, schedule_for  # noqa: E402
+
+ALL_PROVIDERS = ("dt", "eager", "compile", "max-autotune", "liger", "sdpa")
+DRY_RUN_PROVIDERS = ("dt", "eager", "liger", "sdpa")  # torch.compile on the CPU needs a C++ toolchain: ask for it
+
+
+class Skip(Exception):
+    """A provider that cannot run here (not installed, needs a GPU): a 'skipped' row."""
+
+
+class ContextLost(Exception):
+    """The CUDA context is unusable (e.g. after an illegal memory access): stop the run."""
+
+
+@dataclass
+class Provider:
+    name: str
+    # build(case, ctx) -> make; make(tensors) -> the zero-argument callable that is checked and timed.
+    # build runs once per row (loading, compiling wrappers); make prepares anything outside the timing.
+    build: Callable
+    schedule: Path | None = None
+
+
+class Context:
+    def __init__(self, args, device: torch.device, dry: bool):
+        self.device, self.dry = device, dry
+        self.dt_backend = args.dt_backend or ("interp" if dry else "triton")
+        self.overrides = dict(args.schedule or [])
+        self.programs: dict[Path, object] = {}
+        self._liger = None
+
+    def program(self, path: Path):
+        if path not in self.programs:
+            import dt
+            self.programs[path] = dt.load(path)
+        return self.programs[path]
+
+    def liger(self):
+        """liger_kernel.transformers.functional, imported once; Skip when it cannot run here."""
+        if self.dry or self.device.type != "cuda":
+            raise Skip("Liger's kernels need a CUDA GPU")
+        if self._liger is None:
+            try:
+                import liger_kernel.transformers.functional as lf
+                self._liger = lf
+            except Exception as e:  # not installed, or broken against this torch/triton
+                self._liger = Skip(f"liger_kernel not importable: {type(e).__name__}: {e}")
+        if isinstance(self._liger, Skip):
+            raise self._liger
+        return self._liger
+
+
+# ----------------------------------------------------------------------- providers
+def _dt(schedule: Path | None):
+    def build(case: Case, ctx: Context):
+        path = schedule or schedule_for(case, ctx.overrides)
+        prog = ctx.program(path)
+        scalars, backend = case.kernel.scalars, ctx.dt_backend
+        return lambda t: (lambda: prog(backend=backend, **t, **scalars))
+    return build
+
+
+def _eager(case: Case, ctx: Context):
+    fn, scalars = case.kernel.torch_fn, case.kernel.scalars
+    return lambda t: (lambda: fn(**t, **scalars))
+
+
+def _compiled(mode: str | None):
+    def build(case: Case, ctx: Context):
+        # A fresh Dynamo state for every row: each shape compiles once, statically, as in a
+        # program that only ever sees that shape (no automatic-dynamic recompilation).
+        torch._dynamo.reset()
+        compiled = torch.compile(case.kernel.torch_fn, mode=mode)
+        scalars = case.kernel.scalars
+        return lambda t: (lambda: compiled(**t, **scalars))
+    return build
+
+
+def _liger(case: Case, ctx: Context):
+    lf = ctx.liger()
+    return lambda t: case.kernel.liger(lf, t, case.kernel.scalars)
+
+
+def _sdpa(case: Case, ctx: Context):
+    def make(t):
+        m, n = case.out_shape
+        q = t["A"][None, None]
+        k = t["B"].t().contiguous()[None, None]  # SDPA takes K as (l x k): transposed outside the timing
+        v = t["C"][None, None]
+        return lambda: F.scaled_dot_product_attention(q, k, v).view(m, n)
+    return make
+
+
+BUILDERS = {"dt": _dt(None), "eager": _eager, "compile": _compiled(None),
+            "max-autotune": _compiled("max-autotune-no-cudagraphs"), "liger": _liger, "sdpa": _sdpa}
+
+
+def providers_for(case: Case, names: list[str], tune: bool) -> list[Provider]:
+    out = []
+    for name in names:
+        if name == "dt" and tune:
+            out += [Provider(f"dt@{p.stem}", _dt(p), p) for p in candidates(case.kernel)]
+        elif name == "liger" and case.kernel.liger is None or name == "sdpa" and not case.kernel.sdpa:
+            continue  # the library has no such op
+        else:
+            out.append(Provider(name, BUILDERS[name]))
+    return out
+
+
+# ----------------------------------------------------------------------- one row
+def _inputs(case: Case, device, seed: int) -> dict:
+    g = measure.generator(device, seed)
+    return {n: measure.random_tensor(case.input_shape(n), DTYPES[case.dtype], device, g) for n in case.kernel.inputs}
+
+
+def _short(e: BaseException) -> str:
+    text = f"{type(e).__name__}: {e}".strip().splitlines()
+    return (text[0] if text else type(e).__name__)[:300]
+
+
+def run_case(case: Case, providers: list[Provider], ctx: Context, timer: measure.Timer, cublas: measure.Cublas,
+             copy_gbps: float, repeats: int, base: dict, log, records: list[dict]):
+    """Check, then time, each provider on one row, appending a record per provider."""
+    device, dtype = ctx.device, DTYPES[case.dtype]
+    seed = zlib.crc32(case.title.encode())
+    check_inputs = _inputs(case, device, seed)
+    ref = case.kernel.torch_fn(**{n: t.double() for n, t in check_inputs.items()}, **case.kernel.scalars)
+    time_inputs = _inputs(case, device, seed + 1)  # fresh data for the timing runs
+    cublas_ms, cublas_error = None, None
+    if case.kernel.kind == MATMUL:
+        try:
+            cublas_ms = sum(cublas.ms(m, n, k, dtype) for m, n, k in case.gemm_shapes)
+        except Exception as e:  # the reference is optional: the row goes on without % of cuBLAS
+            cublas_error = _short(e)
+    for p in providers:
+        rec = _record(base, case, p.name, "error", None, ms_runs=[], copy_gbps=copy_gbps, cublas_ms=cublas_ms,
+                      tol=measure.TOLERANCE[case.dtype], rel_err=None)
+        if cublas_error:
+            rec["cublas_error"] = cublas_error
+        try:
+            make = p.build(case, ctx)
+            if p.name == "dt" or p.name.startswith("dt@"):
+                rec["schedule"] = str(_relative(p.schedule or schedule_for(case, ctx.overrides)))
+            measure.poison_allocator(case.out_shape, dtype, device)
+            out = make(check_inputs)()  # the first call compiles (outside the timing)
+            measure.synchronize(device)
+            err = measure.relative_error(out, ref)
+            del out
+            rec["rel_err"] = err
+            rec["status"] = "ok" if err <= rec["tol"] else "wrong"  # NaN fails
+            if rec["status"] == "wrong":
+                rec["error"] = f"relative error {err:.3g} > {rec['tol']:g}"
+            fn = make(time_inputs)
+            rec["ms_runs"] = [timer(fn) for _ in range(repeats)]
+            rec["ms"] = statistics.median(rec["ms_runs"])
+            _throughput(rec, case)
+        except Skip as e:
+            rec.update(status="skipped", error=str(e))
+        except Exception as e:  # any failure of one provider is a row of the results, not the end of the run
+            rec.update(status="error", error=_short(e))
+            log.write(f"--- {case.title} / {p.name}\n{traceback.format_exc()}\n")
+            log.flush()
+            if not measure.cuda_usable(device):
+                records.append(rec)
+                _print_record(rec)
+                raise ContextLost(f"{case.title} / {p.name}: {rec['error']}") from e
+            measure.empty_cache(device)  # e.g. after an out-of-memory error
+        records.append(rec)
+        _print_record(rec)
+
+
+def _record(base: dict, case: Case, provider: str, status: str, error: str | None, **fields) -> dict:
+    return dict(base, kernel=case.kernel.name, kind=case.kernel.kind, shape=case.shape_text, dims=dict(case.extents),
+                dtype=case.dtype, provider=provider, status=status, error=error, ms=None, bytes=case.bytes,
+                flops=case.flops, **fields)
+
+
+def _relative(path: Path) -> Path:
+    path = Path(path).resolve()
+    return path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+
+
+def _throughput(rec: dict, case: Case):
+    ms = rec["ms"]
+    rec["gbps"] = case.bytes / ms / 1e6
+    rec["pct_copy"] = 100 * rec["gbps"] / rec["copy_gbps"] if rec["copy_gbps"] else None
+    if case.flops:
+        rec["tflops"] = case.flops / ms / 1e9
+        rec["pct_cublas"] = 100 * rec["cublas_ms"] / ms if rec["cublas_ms"] else None
+
+
+def _print_record(r: dict):
+    if r["status"] in ("ok", "wrong"):
+        rate = (f"{r['tflops']:8.1f} TFLOP/s ({r['pct_cublas'] or 0:4.0f}% cuBLAS)" if r.get("tflops")
+                else f"{r['gbps']:8.0f} GB/s ({r['pct_copy'] or 0:4.0f}% copy)")
+        print(f"    {r['provider']:<24} {r['ms']:10.4f} ms  {rate}  err {r['rel_err']:.1e}  {r['status']}",
+              flush=True)
+    else:
+        print(f"    {r['provider']:<24} {r['status']}: {r['error']}", flush=True)
+
+
+# ----------------------------------------------------------------------- the run
+def _schedule_arg(text: str) -> tuple[str, str]:
+    key, sep, path = text.rpartition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError("expected KERNEL=PATH or 'KERNEL:SHAPE=PATH'")
+    p = Path(path)
+    return key, str(p.resolve() if p.exists() else ROOT / p)  # relative to here, else to the repository
+
+
+def _list_arg(choices):
+    def parse(text: str) -> list[str]:
+        items = [s.strip() for s in text.split(",") if s.strip()]
+        bad = [s for s in items if s not in choices]
+        if bad:
+            raise argparse.ArgumentTypeError(f"unknown: {', '.join(bad)} (choose from {', '.join(choices)})")
+        return items
+    return parse
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", required=True, help="output directory")
+    p.add_argument("--kernels", type=_list_arg(list(KERNELS)), help="comma-separated (default: all)")
+    p.add_argument("--providers", type=_list_arg(ALL_PROVIDERS),
+                   help=f"comma-separated (default: all on a GPU, {','.join(DRY_RUN_PROVIDERS)} in a dry run)")
+    p.add_argument("--dtypes", type=_list_arg(list(DTYPES)), help="comma-separated (default: each kernel's)")
+    p.add_argument("--match", help="only rows whose title ('softmax [x=128, y=65536] f32') contains this")
+    p.add_argument("--quick", action="store_true", help="only each kernel's headline shape")
+    p.add_argument("--tune", action="store_true",
+                   help="time every DT schedule of each kernel (provider dt@<file>) instead of the table's")
+    p.add_argument("--schedule", action="append", type=_schedule_arg, metavar="KERNEL[:SHAPE]=PATH",
+                   help="run this .dt file for the dt provider instead of the table's (repeatable)")
+    p.add_argument("--timer", choices=("do_bench", "cudagraph"), default="do_bench")
+    p.add_argument("--repeats", type=int, default=1, help="timings per provider; the median is reported")
+    p.add_argument("--budget", type=float, default=0, help="seconds; start no new row after this (0: none)")
+    p.add_argument("--tag", default="run", help="names the output files gpu-TAG.*")
+    p.add_argument("--dt-backend", help="dt backend (default: triton on a GPU, interp in a dry run)")
+    p.add_argument("--dry-run", action="store_true", help="run on the CPU on tiny shapes (the default without CUDA)")
+    p.add_argument("--list", action="store_true", help="print the rows and the DT schedule of each, then exit")
+    p.add_argument("--no-plots", action="store_true", help="skip the PNGs (report.py draws them from the JSON)")
+    return p.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    dry = args.dry_run or not torch.cuda.is_available()
+    if dry and not args.dry_run:
+        print("no CUDA device: dry run on the CPU (tiny shapes, dt's interpreter, perf_counter)", flush=True)
+    if not dry:
+        return _main(args, False)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny CPU ops wait ~20 ms on a busy thread pool; one thread keeps dry runs quick
+    try:
+        return _main(args, True)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _main(args, dry: bool) -> int:
+    device = torch.device("cpu" if dry else "cuda")
+    provider_names = args.providers or list(DRY_RUN_PROVIDERS if dry else ALL_PROVIDERS)
+    rows = cases(args.kernels or list(KERNELS), args.dtypes, args.quick, tiny=dry)
+    if args.match:
+        rows = [c for c in rows if args.match in c.title]
+    ctx = Context(args, device, dry)
+    if args.list:
+        for c in rows:
+            names = [p.name for p in providers_for(c, provider_names, args.tune)]
+            print(f"{c.title:<48} {_relative(schedule_for(c, ctx.overrides))}  [{', '.join(names)}]")
+        return 0
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    json_path, md_path = out / f"gpu-{args.tag}.json", out / f"gpu-{args.tag}.md"
+    timer = measure.Timer("cpu" if dry else args.timer)
+    started = datetime.now(timezone.utc)
+    run = dict(measure.device_description(device), id=f"{args.tag}@{started:%Y-%m-%dT%H:%M:%SZ}",
+               started=started.isoformat(timespec="seconds"), command=" ".join(sys.argv), dry_run=dry,
+               timer=timer.mode, dt_backend=ctx.dt_backend, liger=_liger_version(ctx, provider_names))
+    print(f"{run['device']} | torch {run['torch']} | triton {run['triton']} | timer {timer.mode} | "
+          f"{len(rows)} rows x {provider_names}", flush=True)
+    try:
+        run["copy"] = measure.copy_bandwidth(timer, device)
+        print(f"copy bandwidth: {run['copy']['gbps']:.0f} GB/s (read + write)", flush=True)
+    except Exception as e:  # the rows still run, without % of copy
+        run["copy"] = {"error": _short(e)}
+        print(f"copy bandwidth not measured: {_short(e)}", flush=True)
+    cublas = measure.Cublas(timer, device)
+    run["cublas_peak"] = {}
+    for d in sorted({c.dtype for c in rows if c.kernel.kind == MATMUL}):
+        try:
+            peak = run["cublas_peak"][d] = cublas.peak(DTYPES[d])
+            print(f"cuBLAS {d} {peak['shape']}: {peak['tflops']:.1f} TFLOP/s", flush=True)
+        except Exception as e:  # a context only: the per-row cuBLAS times are what % of cuBLAS uses
+            print(f"cuBLAS {d} peak not measured: {_short(e)}", flush=True)
+
+    base = {"run": run["id"], "device": run["device"], "timer": timer.mode}
+    records: list[dict] = []
+    lost = None
+    t0 = time.monotonic()
+    with open(out / f"gpu-{args.tag}.log", "a") as log:
+        for i, case in enumerate(rows):
+            providers = providers_for(case, provider_names, args.tune)
+            reason = None
+            if lost:
+                reason = f"not run: the CUDA context was lost ({lost})"
+            elif args.budget and time.monotonic() - t0 > args.budget:
+                reason = f"not run: time budget of {args.budget:g} s reached"
+            if reason:
+                records += [_record(base, case, p.name, "skipped", reason) for p in providers]
+                continue
+            start = time.monotonic()
+            print(f"[{i + 1}/{len(rows)}] {case.title}", flush=True)
+            try:
+                run_case(case, providers, ctx, timer, cublas, run["copy"].get("gbps"), args.repeats, base, log,
+                         records)
+            except ContextLost as e:
+                lost = str(e)
+                print(f"CUDA context lost at {lost}; the remaining rows are skipped", flush=True)
+            except Exception as e:  # the row's own set-up (inputs, reference) failed
+                log.write(f"--- {case.title}\n{traceback.format_exc()}\n")
+                records += [_record(base, case, p.name, "error", f"row set-up failed: {_short(e)}") for p in providers]
+                print(f"    row set-up failed: {_short(e)}", flush=True)
+                if not measure.cuda_usable(device):
+                    lost = f"{case.title} (set-up): {_short(e)}"
+            if not lost:
+                measure.empty_cache(device)
+            print(f"    ({time.monotonic() - start:.1f} s; {time.monotonic() - t0:.0f} s in all)", flush=True)
+            run["finished"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
+            render.write_json(json_path, [run], render.annotate(records))
+
+    run["finished"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    records = render.annotate(records)
+    render.write_json(json_path, [run], records)
+    md = render.markdown([run], records)
+    md_path.write_text(md)
+    if not args.no_plots:
+        try:
+            render.plot([run], records, out / f"gpu-{args.tag}-memory.png", out / f"gpu-{args.tag}-matmul.png")
+        except Exception as e:  # the numbers are saved; a plotting problem must not lose them
+            print(f"plotting failed: {_short(e)}", flush=True)
+    print("\n".join(line for line in md.split("## Every measurement")[0].splitlines() if line.startswith("|")))
+    print(f"wrote {json_path}, {md_path}", flush=True)
+    return 3 if lost else 0
+
+
+def _liger_version(ctx: Context, names) -> str | None:
+    if "liger" not in names or ctx.dry:
+        return None
+    from importlib import metadata
+    try:
+        return metadata.version("liger_kernel")
+    except metadata.PackageNotFoundError:
+        return "not installed"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,276 @@
+"""The kernels, shapes and dtypes of issue 7, the PyTorch/Liger function each baseline
+calls, the bytes and FLOPs each row must move or compute, and the table of DT schedules
+(which .dt file the `dt` provider runs for each kernel, shape and dtype).
+
+Every kernel's torch function is written once and serves three roles: PyTorch eager, the
+function torch.compile compiles, and (on float64 copies of the inputs) the reference that
+every provider is checked against.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = ROOT / "examples"
+SCHEDULE_DIR = Path(__file__).resolve().parent / "schedules"
+
+MEMORY, MATMUL = "memory-bound", "matmul-like"
+
+
+@dataclass(frozen=True)
+class Kernel:
+    name: str
+    kind: str                                  # MEMORY or MATMUL
+    program: Path                              # the DT program whose algorithm this is (its example)
+    inputs: dict[str, tuple[str, ...]]         # DT input name -> its dimensions, in index order
+    out_dims: tuple[str, ...]
+    scalars: dict[str, float]
+    dims: tuple[str, ...]                      # the order shapes are written in
+    shapes: tuple[tuple[int, ...], ...]        # full-size rows (extents in `dims` order)
+    quick: tuple[tuple[int, ...], ...]         # the headline rows (--quick)
+    tiny: tuple[tuple[int, ...], ...]          # CPU dry-run rows
+    dtypes: tuple[str, ...]
+    torch_fn: Callable                         # fn(**tensors, **scalars) -> tensor
+    gemms: Callable[[dict], list] | None = None  # extents -> [(M, N, K)] of its matrix products
+    liger: Callable | None = None              # (liger functional module, tensors, scalars) -> fn()
+    sdpa: bool = False                         # attention: also time F.scaled_dot_product_attention
+    notes: str = ""
+
+    def extents(self, shape: tuple[int, ...]) -> dict[str, int]:
+        return dict(zip(self.dims, shape))
+
+
+@dataclass(frozen=True)
+class Case:
+    kernel: Kernel
+    shape: tuple[int, ...]
+    dtype: str
+    extents: dict[str, int] = field(hash=False, compare=False, default_factory=dict)
+
+    @property
+    def shape_text(self) -> str:
+        """As in the talk's plot titles: 'x=128, y=65536'."""
+        return ", ".join(f"{d}={n}" for d, n in self.extents.items())
+
+    @property
+    def title(self) -> str:
+        return f"{self.kernel.name} [{self.shape_text}] {self.dtype}"
+
+    def input_shape(self, name: str) -> tuple[int, ...]:
+        return tuple(self.extents[d] for d in self.kernel.inputs[name])
+
+    @property
+    def out_shape(self) -> tuple[int, ...]:
+        return tuple(self.extents[d] for d in self.kernel.out_dims)
+
+    @property
+    def bytes(self) -> int:
+        """The fewest bytes the kernel must move: each input read once, the output written once."""
+        n = sum(math.prod(self.input_shape(i)) for i in self.kernel.inputs) + math.prod(self.out_shape)
+        return n * DTYPE_BYTES[self.dtype]
+
+    @property
+    def gemm_shapes(self) -> list[tuple[int, int, int]]:
+        return self.kernel.gemms(self.extents) if self.kernel.gemms else []
+
+    @property
+    def flops(self) -> int | None:
+        """Matrix-product FLOPs (2*M*N*K each); element-wise work is not counted."""
+        return sum(2 * m * n * k for m, n, k in self.gemm_shapes) or None
+
+
+DTYPES = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
+DTYPE_BYTES = {"f32": 4, "f16": 2, "bf16": 2}
+
+
+# ----------------------------------------------------------------------- torch functions
+def _dyt(A, gamma, beta, alpha):
+    return gamma * torch.tanh(alpha * A) + beta
+
+
+def _softmax(A):
+    return torch.softmax(A, dim=-1)
+
+
+def _layernorm(A, W, Bias, eps):
+    return F.layer_norm(A, (A.shape[-1],), W, Bias, eps)
+
+
+def _rmsnorm(A, W, eps):
+    return F.rms_norm(A, (A.shape[-1],), W, eps)
+
+
+def _relu(A):
+    return torch.relu(A)
+
+
+def _add(A, B, alpha):
+    return alpha * (A + B)
+
+
+def _swish(A, beta):
+    # beta = 1 is SiLU, which a PyTorch user calls as one fused op
+    return F.silu(A) if beta == 1.0 else A * torch.sigmoid(beta * A)
+
+
+def _matmul(A, B):
+    return A @ B
+
+
+def _mmsigmoid(A, B):
+    return torch.sigmoid(A @ B)
+
+
+def _2mm(A, B, C):
+    return (A @ B) @ C
+
+
+def _attention(A, B, C):
+    return torch.softmax((A @ B) / math.sqrt(A.shape[1]), dim=-1) @ C
+
+
+# ----------------------------------------------------------------------- Liger calls
+# Each returns the zero-argument callable that is timed; anything Liger needs that a model
+# would hold as a parameter (DyT's alpha is a 1-element tensor) is made here, outside timing.
+def _liger_dyt(lf, t, s):
+    A, gamma, beta = t["A"], t["gamma"], t["beta"]
+    alpha = torch.full((1,), s["alpha"], dtype=A.dtype, device=A.device)
+    return lambda: lf.liger_dyt(A, alpha, gamma, beta)
+
+
+def _liger_softmax(lf, t, s):
+    A = t["A"]
+    return lambda: lf.liger_softmax(A)
+
+
+def _liger_layernorm(lf, t, s):
+    A, W, Bias, eps = t["A"], t["W"], t["Bias"], s["eps"]
+    return lambda: lf.liger_layer_norm(A, W, Bias, eps)
+
+
+def _liger_rmsnorm(lf, t, s):
+    A, W, eps = t["A"], t["W"], s["eps"]
+    return lambda: lf.liger_rms_norm(A, W, eps)
+
+
+# ----------------------------------------------------------------------- the catalogue
+ROWS = ("x", "y")
+LLM_ROWS = ((128, 65536), (4096, 4096), (4096, 8192), (4096, 1000))
+TINY_ROWS = ((8, 256), (5, 100))
+MEMORY_DTYPES = ("f32", "bf16")
+MATMUL_DTYPES = ("f16", "bf16")
+
+
+def _rowwise(name, program, inputs, fn, scalars=None, liger=None, quick=((4096, 4096),), notes=""):
+    return Kernel(name, MEMORY, program, inputs, ROWS, scalars or {}, ROWS, LLM_ROWS, quick, TINY_ROWS,
+                  MEMORY_DTYPES, fn, liger=liger, notes=notes)
+
+
+def _two_gemms(e):
+    return [(e["m"], e["l"], e["k"]), (e["m"], e["n"], e["l"])]
+
+
+KERNELS: dict[str, Kernel] = {k.name: k for k in [
+    _rowwise("dyt", EXAMPLES / "dyt.dt", {"A": ROWS, "gamma": ("y",), "beta": ("y",)}, _dyt,
+             {"alpha": 0.5}, _liger_dyt, quick=((128, 65536),)),
+    _rowwise("softmax", EXAMPLES / "softmax.dt", {"A": ROWS}, _softmax, liger=_liger_softmax,
+             notes="DT's softmax is the talk's exp(A)/sum(exp(A)) without max-subtraction; PyTorch and "
+                   "Liger subtract the row max (one more reduction, the same bytes)."),
+    _rowwise("layernorm", EXAMPLES / "layernorm.dt", {"A": ROWS, "W": ("y",), "Bias": ("y",)}, _layernorm,
+             {"eps": 1e-5}, _liger_layernorm,
+             notes="Liger's layer norm also writes each row's mean and 1/std (for the backward pass)."),
+    _rowwise("rmsnorm", SCHEDULE_DIR / "rmsnorm.dt", {"A": ROWS, "W": ("y",)}, _rmsnorm, {"eps": 1e-6},
+             _liger_rmsnorm,
+             notes="Liger's rms_norm (default 'llama' casting) multiplies by W in the input dtype and "
+                   "also writes each row's 1/rms."),
+    _rowwise("relu", EXAMPLES / "relu.dt", {"A": ROWS}, _relu),
+    _rowwise("add", EXAMPLES / "add.dt", {"A": ROWS, "B": ROWS}, _add, {"alpha": 0.5}),
+    _rowwise("swish", EXAMPLES / "swish.dt", {"A": ROWS}, _swish, {"beta": 1.0},
+             notes="beta = 1 (SiLU): the PyTorch baselines call F.silu."),
+    Kernel("matmul", MATMUL, EXAMPLES / "matmul.dt", {"A": ("x", "k"), "B": ("k", "y")}, ("x", "y"), {},
+           ("x", "y", "k"), ((4096, 4096, 4096), (16, 4096, 4096)), ((4096, 4096, 4096),),
+           ((64, 48, 32), (16, 40, 24)), MATMUL_DTYPES, _matmul, gemms=lambda e: [(e["x"], e["y"], e["k"])]),
+    Kernel("mmsigmoid", MATMUL, EXAMPLES / "mmsigmoid.dt", {"A": ("x", "k"), "B": ("k", "y")}, ("x", "y"), {},
+           ("x", "y", "k"), ((4096, 4096, 4096),), ((4096, 4096, 4096),), ((64, 48, 32),), MATMUL_DTYPES,
+           _mmsigmoid, gemms=lambda e: [(e["x"], e["y"], e["k"])]),
+    Kernel("2mm_outer", MATMUL, EXAMPLES / "2mm_outer.dt", {"A": ("m", "k"), "B": ("k", "l"), "C": ("l", "n")},
+           ("m", "n"), {}, ("m", "n", "k", "l"),
+           ((64, 128, 32, 32), (128, 256, 32, 32), (256, 512, 32, 32), (512, 1024, 32, 32)),
+           ((512, 1024, 32, 32),), ((32, 64, 32, 32), (20, 40, 16, 24)), MATMUL_DTYPES, _2mm, gemms=_two_gemms),
+    Kernel("2mm_inner", MATMUL, EXAMPLES / "2mm_inner.dt", {"A": ("m", "k"), "B": ("k", "l"), "C": ("l", "n")},
+           ("m", "n"), {}, ("m", "n", "k", "l"),
+           ((128, 128, 64, 64), (256, 256, 64, 64), (512, 512, 64, 64), (1024, 1024, 64, 64)),
+           ((1024, 1024, 64, 64),), ((64, 64, 64, 64), (40, 24, 16, 48)), MATMUL_DTYPES, _2mm, gemms=_two_gemms),
+    Kernel("attention", MATMUL, EXAMPLES / "attention.dt", {"A": ("m", "k"), "B": ("k", "l"), "C": ("l", "n")},
+           ("m", "n"), {}, ("m", "l", "k", "n"), ((1024, 1024, 64, 64), (4096, 4096, 64, 64)),
+           ((4096, 4096, 64, 64),), ((64, 64, 16, 16),), MATMUL_DTYPES, _attention, gemms=_two_gemms, sdpa=True,
+           notes="One head: A is Q (m x k), B is K transposed (k x l), C is V (l x n). DT's softmax has no "
+                 "max-subtraction; SDPA gets K as (l x k), transposed outside the timing."),
+]}
+
+
+def cases(kernels, dtypes=None, quick=False, tiny=False) -> list[Case]:
+    out = []
+    for name in kernels:
+        k = KERNELS[name]
+        shapes = k.tiny if tiny else k.quick if quick else k.shapes
+        for dtype in k.dtypes:
+            if dtypes and dtype not in dtypes:
+                continue
+            for shape in shapes:
+                out.append(Case(k, shape, dtype, k.extents(shape)))
+    return out
+
+
+# ----------------------------------------------------------------------- DT schedules
+# The schedule the `dt` provider runs: the first row whose kernel matches and whose shape
+# ('x=4096, y=1000', as Case.shape_text) and dtype match or are None. Tune on the GPU with
+# `bench.py --tune` (times every candidate below) and edit this table; `--schedule` overrides
+# it for one run. Paths are relative to the repository root.
+_S = "benchmarks/gpu/schedules/"
+SCHEDULES: list[tuple[str, str | None, str | None, str]] = [
+    ("dyt", "x=4096, y=1000", None, _S + "dyt_row.dt"),
+    ("dyt", None, None, "examples/dyt.dt"),
+    ("softmax", "x=128, y=65536", None, _S + "softmax_tiled.dt"),
+    ("softmax", None, None, _S + "softmax_row.dt"),
+    ("layernorm", "x=128, y=65536", None, _S + "layernorm_tiled.dt"),
+    ("layernorm", None, None, _S + "layernorm_row.dt"),
+    ("rmsnorm", "x=128, y=65536", None, _S + "rmsnorm_tiled.dt"),
+    ("rmsnorm", None, None, _S + "rmsnorm_row.dt"),
+    ("relu", None, None, _S + "relu_1024.dt"),
+    ("add", None, None, _S + "add_1024.dt"),
+    ("swish", None, None, "examples/swish.dt"),
+    ("matmul", "x=16, y=4096, k=4096", None, _S + "matmul_skinny.dt"),
+    ("matmul", None, None, _S + "matmul_128x128x64.dt"),
+    ("mmsigmoid", None, None, _S + "mmsigmoid_128x128x64.dt"),
+    ("2mm_outer", None, None, "examples/2mm_outer.dt"),
+    ("2mm_inner", None, None, "examples/2mm_inner.dt"),
+    # the talk's attention schedule keeps whole rows of scores and of V on chip: likely too big at 1024+
+    ("attention", None, None, _S + "attention_2pass.dt"),
+]
+
+
+def schedule_for(case: Case, overrides: dict | None = None) -> Path:
+    """The .dt file for this case: an override ('kernel' or 'kernel:shape' key), else the table."""
+    overrides = overrides or {}
+    for key in (f"{case.kernel.name}:{case.shape_text}", case.kernel.name):
+        if key in overrides:
+            return Path(overrides[key])
+    for kernel, shape, dtype, path in SCHEDULES:
+        if kernel == case.kernel.name and shape in (None, case.shape_text) and dtype in (None, case.dtype):
+            return ROOT / path
+    return case.kernel.program
+
+
+def candidates(kernel: Kernel) -> list[Path]:
+    """Every schedule of a kernel (--tune): its example and schedules/<kernel>.dt, <kernel>_*.dt."""
+    found = [EXAMPLES / f"{kernel.name}.dt"] if (EXAMPLES / f"{kernel.name}.dt").exists() else []
+    found += sorted(p for p in SCHEDULE_DIR.glob("*.dt")
+                    if p.stem == kernel.name or p.stem.startswith(kernel.name + "_"))
+    return found

@@ -1,0 +1,170 @@
+"""How the harness measures: device description, timers, the two ceilings (copy bandwidth
+and cuBLAS), random inputs, and the correctness check against a float64 reference."""
+from __future__ import annotations
+
+import math
+import platform
+import statistics
+import subprocess
+import time
+
+import torch
+
+# Relative error ||out - ref|| / ||ref|| allowed per output dtype. f32 arithmetic lands far
+# below 1e-4; f16/bf16 round the inputs, the output and (in matrix products and in eager
+# PyTorch) intermediates, a few units of 2**-11 (f16) or 2**-8 (bf16) at most.
+TOLERANCE = {"f32": 1e-4, "f16": 5e-3, "bf16": 1e-2}
+
+COPY_BYTES_GPU = 1 << 30   # 1 GiB copied, 2 GiB moved: far beyond the L2 cache
+COPY_BYTES_CPU = 1 << 24
+PEAK_GEMM_GPU = 8192       # the cuBLAS ceiling: an 8192^3 product
+PEAK_GEMM_CPU = 256
+
+
+class Timer:
+    """On the GPU, triton.testing.do_bench (25 ms warm-up, 100 ms repetition, median; it
+    flushes the L2 cache before every run) or do_bench_cudagraph (launch gaps removed; no L2
+    flush); on the CPU (dry run), the median of time.perf_counter over a few runs."""
+
+    def __init__(self, mode: str):
+        self.mode = mode
+
+    def __call__(self, fn) -> float:
+        if self.mode == "do_bench":
+            import triton.testing
+            return float(triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median"))
+        if self.mode == "cudagraph":
+            import triton.testing
+            return float(triton.testing.do_bench_cudagraph(fn, rep=100, return_mode="median"))
+        fn()
+        times, start = [], time.perf_counter()
+        while len(times) < 3 or (len(times) < 20 and time.perf_counter() - start < 0.2):
+            t = time.perf_counter()
+            fn()
+            times.append((time.perf_counter() - t) * 1e3)
+        return statistics.median(times)
+
+
+def device_description(device: torch.device) -> dict:
+    """The device's name and driver (or the CPU in a dry run), and the software versions."""
+    info = {"torch": torch.__version__, "python": platform.python_version()}
+    try:
+        import triton
+        info["triton"] = triton.__version__
+    except ImportError:
+        info["triton"] = None
+    if device.type == "cuda":
+        props = torch.cuda.get_device_properties(device)
+        info.update(device=f"{torch.cuda.get_device_name(device)}, driver {_driver_version()}",
+                    sm_count=props.multi_processor_count, gpu_memory_gib=round(props.total_memory / 2**30, 1),
+                    cuda=torch.version.cuda)
+    else:
+        info["device"] = f"CPU ({platform.machine()}) - dry run"
+    return info
+
+
+def _driver_version() -> str:
+    try:
+        import pynvml
+        pynvml.nvmlInit()
+        version = pynvml.nvmlSystemGetDriverVersion()
+        return version.decode() if isinstance(version, bytes) else str(version)
+    except Exception:  # pynvml missing or failing: ask nvidia-smi instead
+        pass
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=30)
+        return out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else "unknown"
+    except (OSError, subprocess.TimeoutExpired):
+        return "unknown"
+
+
+def random_tensor(shape, dtype: torch.dtype, device: torch.device, generator: torch.Generator):
+    """Standard-normal data drawn in float32 and rounded to `dtype` (never zeros: zeros hide
+    unwritten outputs and can run faster than real data)."""
+    return torch.randn(shape, generator=generator, device=device, dtype=torch.float32).to(dtype)
+
+
+def generator(device: torch.device, seed: int) -> torch.Generator:
+    g = torch.Generator(device=device)
+    g.manual_seed(seed)
+    return g
+
+
+def copy_bandwidth(timer: Timer, device: torch.device) -> dict:
+    """A large device-to-device copy; GB/s counts the bytes read plus the bytes written."""
+    nbytes = COPY_BYTES_GPU if device.type == "cuda" else COPY_BYTES_CPU
+    src = random_tensor((nbytes // 4,), torch.float32, device, generator(device, 1))
+    dst = torch.empty_like(src)
+    ms = timer(lambda: dst.copy_(src))
+    return {"bytes": 2 * nbytes, "ms": ms, "gbps": 2 * nbytes / ms / 1e6}
+
+
+class Cublas:
+    """torch.matmul (cuBLAS on the GPU) at given shapes and dtypes, each timed once per run."""
+
+    def __init__(self, timer: Timer, device: torch.device):
+        self.timer, self.device = timer, device
+        self.times: dict[tuple, float] = {}
+
+    def ms(self, m: int, n: int, k: int, dtype: torch.dtype) -> float:
+        key = (m, n, k, dtype)
+        if key not in self.times:
+            g = generator(self.device, m * 31 + n * 17 + k)
+            a = random_tensor((m, k), dtype, self.device, g)
+            b = random_tensor((k, n), dtype, self.device, g)
+            self.times[key] = self.timer(lambda: torch.matmul(a, b))
+            del a, b
+        return self.times[key]
+
+    def peak(self, dtype: torch.dtype) -> dict:
+        n = PEAK_GEMM_GPU if self.device.type == "cuda" else PEAK_GEMM_CPU
+        ms = self.ms(n, n, n, dtype)
+        return {"shape": f"{n}x{n}x{n}", "ms": ms, "tflops": 2 * n**3 / ms / 1e9}
+
+
+def poison_allocator(shape, dtype: torch.dtype, device: torch.device):
+    """Best effort to make an unwritten output element visible: release the cached blocks,
+    then leave three NaN-filled blocks of the output's size in PyTorch's caching allocator,
+    so the provider's output (and its temporaries) most likely land on NaN. CPU allocations
+    cannot be poisoned this way."""
+    if device.type != "cuda":
+        return
+    torch.cuda.empty_cache()
+    blocks = [torch.full(shape, math.nan, dtype=dtype, device=device) for _ in range(3)]
+    del blocks
+
+
+def relative_error(out, ref: torch.Tensor) -> float:
+    """||out - ref|| / ||ref|| in float64; NaN when out has non-finite values."""
+    if not isinstance(out, torch.Tensor):
+        raise TypeError(f"the provider returned {type(out).__name__}, not a tensor")
+    if tuple(out.shape) != tuple(ref.shape):
+        raise ValueError(f"output shape {tuple(out.shape)}, expected {tuple(ref.shape)}")
+    out64 = out.detach().to(ref.device, torch.float64)
+    if not bool(torch.isfinite(out64).all()):
+        return math.nan
+    return float(torch.linalg.vector_norm(out64 - ref) / torch.linalg.vector_norm(ref))
+
+
+def synchronize(device: torch.device):
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def empty_cache(device: torch.device):
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+
+
+def cuda_usable(device: torch.device) -> bool:
+    """False when the CUDA context is broken (an illegal memory access poisons it for the
+    rest of the process)."""
+    if device.type != "cuda":
+        return True
+    try:
+        torch.cuda.synchronize(device)
+        torch.zeros(1, device=device).add_(1).item()
+        return True
+    except Exception:  # any CUDA error here means the context is gone
+        return False

@@ -1,0 +1,153 @@
+"""The GPU benchmark harness (benchmarks/gpu/), exercised on the CPU: its dry run end to end,
+a failing provider, the time budget, merging runs, and the kernel catalogue and schedules
+it relies on (every baseline computes the DT algorithm; every schedule is that algorithm)."""
+import json
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+GPU_DIR = Path(__file__).resolve().parent.parent / "benchmarks" / "gpu"
+sys.path.insert(0, str(GPU_DIR))
+
+import bench  # noqa: E402
+import cases  # noqa: E402
+import render  # noqa: E402
+import report  # noqa: E402
+
+import dt  # noqa: E402
+
+FIELDS = {"kernel", "shape", "dtype", "provider", "ms", "device", "status", "gbps", "pct_copy", "rel_err"}
+
+
+def _run(tmp_path, *extra):
+    assert bench.main(["--dry-run", "--out", str(tmp_path), "--tag", "t", *extra]) == 0
+    doc = json.loads((tmp_path / "gpu-t.json").read_text())
+    return doc, (tmp_path / "gpu-t.md").read_text()
+
+
+def test_dry_run_checks_times_and_reports(tmp_path):
+    doc, md = _run(tmp_path, "--kernels", "softmax,matmul,2mm_outer", "--dtypes", "f32,f16", "--providers", "dt,eager")
+    (run,) = doc["runs"]
+    assert run["dry_run"] and run["copy"]["gbps"] > 0 and run["cublas_peak"]["f16"]["tflops"] > 0
+    records = doc["records"]
+    # tiny shapes: softmax has 2 in f32; matmul and 2mm_outer have 2 and 2 in f16; dt and eager each
+    assert {(r["kernel"], r["provider"]) for r in records} == {
+        (k, p) for k in ("softmax", "matmul", "2mm_outer") for p in ("dt", "eager")}
+    assert len(records) == 12
+    for r in records:
+        assert FIELDS <= set(r), r
+        assert r["status"] == "ok", r
+        assert r["rel_err"] <= r["tol"] and r["ms"] > 0 and r["gbps"] > 0
+        if r["kind"] == cases.MATMUL:
+            assert r["tflops"] > 0 and r["cublas_ms"] > 0 and r["pct_cublas"] > 0
+        if r["provider"] == "dt":
+            assert r["schedule"].endswith(".dt") and r["best_baseline"] == "eager"
+            assert math.isclose(r["speedup_vs_best"], next(
+                e["ms"] for e in records if e["provider"] == "eager" and render.case_key(e) == render.case_key(r))
+                / r["ms"])
+    assert "## Memory-bound kernels" in md and "## Matmul-like kernels" in md
+    assert "| softmax | x=8, y=256 | f32 |" in md and "| 2mm_outer | m=32, n=64, k=32, l=32 | f16 |" in md
+    assert (tmp_path / "gpu-t-memory.png").stat().st_size > 0
+    assert (tmp_path / "gpu-t-matmul.png").stat().st_size > 0
+
+
+def test_failing_provider_is_a_row_and_the_run_goes_on(tmp_path, monkeypatch):
+    def broken(case, ctx):
+        raise RuntimeError("compiler exploded")
+    monkeypatch.setitem(bench.BUILDERS, "eager", broken)
+    doc, md = _run(tmp_path, "--kernels", "rmsnorm,attention", "--dtypes", "f32,bf16", "--providers",
+                   "dt,eager,liger,sdpa", "--no-plots")
+    by = {}
+    for r in doc["records"]:
+        by.setdefault((r["kernel"], r["provider"]), []).append(r["status"])
+    assert set(by[("rmsnorm", "eager")]) == {"error"} and set(by[("attention", "eager")]) == {"error"}
+    assert set(by[("rmsnorm", "dt")]) == {"ok"} and set(by[("attention", "sdpa")]) == {"ok"}
+    assert set(by[("rmsnorm", "liger")]) == {"skipped"}  # Liger needs a GPU
+    assert ("attention", "liger") not in by and ("rmsnorm", "sdpa") not in by  # no such op in those libraries
+    assert "RuntimeError: compiler exploded" in md
+    assert "compiler exploded" in (tmp_path / "gpu-t.log").read_text()
+
+
+def test_time_budget_skips_the_remaining_rows(tmp_path):
+    doc, _ = _run(tmp_path, "--kernels", "add", "--providers", "eager", "--budget", "1e-9", "--no-plots")
+    assert doc["records"] and all(r["status"] == "skipped" and "budget" in r["error"] for r in doc["records"])
+
+
+def test_report_merges_runs(tmp_path):
+    def rec(provider, ms, status="ok", shape="x=8, y=256"):
+        return {"kernel": "softmax", "kind": cases.MEMORY, "shape": shape, "dtype": "f32", "provider": provider,
+                "status": status, "ms": ms, "bytes": 16384, "device": "GPU X", "gbps": 1.0, "pct_copy": 50.0,
+                "error": None if status == "ok" else "boom", "schedule": "s.dt" if provider == "dt" else None}
+    run = {"id": "r", "device": "GPU X", "timer": "do_bench", "copy": {"gbps": 2.0}, "cublas_peak": {}}
+    first = {"runs": [dict(run, id="a")], "records": [rec("dt", 2.0), rec("eager", 3.0, "error")]}
+    second = {"runs": [dict(run, id="b")], "records": [rec("eager", 4.0), rec("dt", 9.0, "error"), rec("liger", 8.0)]}
+    paths = []
+    for name, doc in (("a", first), ("b", second)):
+        paths.append(tmp_path / f"{name}.json")
+        paths[-1].write_text(json.dumps(doc))
+    assert report.main([str(p) for p in paths] + ["--out", str(tmp_path / "out")]) == 0
+    merged = json.loads((tmp_path / "out" / "gpu.json").read_text())
+    assert [r["id"] for r in merged["runs"]] == ["a", "b"]
+    by = {r["provider"]: r for r in merged["records"]}
+    assert by["dt"]["ms"] == 2.0 and by["eager"]["ms"] == 4.0  # an ok record beats an error, whatever the order
+    assert by["dt"]["best_baseline"] == "eager" and by["dt"]["speedup_vs_best"] == 2.0
+    md = (tmp_path / "out" / "gpu.md").read_text()
+    assert "| softmax | x=8, y=256 | f32 |" in md and "| 2.00x |" in md
+    assert (tmp_path / "out" / "gpu_memory_bound.png").exists()
+
+
+@pytest.mark.parametrize("name", list(cases.KERNELS))
+def test_baseline_functions_compute_the_dt_algorithm(name):
+    """PyTorch's function (eager, torch.compile and the float64 reference) against dt's own
+    NumPy oracle of the kernel's algorithm, on each tiny shape."""
+    kernel = cases.KERNELS[name]
+    prog = dt.load(kernel.program)
+    assert set(prog.inputs) == set(kernel.inputs) and set(prog.scalars) == set(kernel.scalars)
+    for shape in kernel.tiny:
+        case = cases.Case(kernel, shape, "f32", kernel.extents(shape))
+        g = torch.Generator().manual_seed(sum(shape))
+        t = {n: torch.randn(case.input_shape(n), generator=g, dtype=torch.float64) for n in kernel.inputs}
+        want = prog.reference(**t, **kernel.scalars)
+        got = kernel.torch_fn(**t, **kernel.scalars)
+        np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-9, atol=1e-9)
+        assert tuple(got.shape) == case.out_shape
+
+
+def _schedule_files():
+    return sorted({p for k in cases.KERNELS.values() for p in cases.candidates(k)}
+                  | {cases.ROOT / row[3] for row in cases.SCHEDULES})
+
+
+@pytest.mark.parametrize("path", _schedule_files(), ids=lambda p: p.name)
+def test_every_schedule_is_its_kernels_algorithm(path):
+    """Each .dt the table or --tune can pick computes its kernel's algorithm on the
+    interpreter, and the Triton backend generates code for it in f32 and bf16."""
+    kernel = next(k for k in cases.KERNELS.values() if path in cases.candidates(k))
+    prog = dt.load(path)
+    for shape in kernel.tiny:
+        case = cases.Case(kernel, shape, "f32", kernel.extents(shape))
+        g = torch.Generator().manual_seed(7)
+        t = {n: torch.randn(case.input_shape(n), generator=g) for n in kernel.inputs}
+        want = kernel.torch_fn(**{n: v.double() for n, v in t.items()}, **kernel.scalars)
+        got = prog(backend="interp", **t, **kernel.scalars)
+        assert float((got.double() - want).norm() / want.norm()) < 1e-5
+    for dtype in ("f32", "bf16"):
+        assert "@triton.jit" in prog.source("triton", dtype)
+
+
+def test_schedule_table_and_overrides():
+    k = cases.KERNELS["matmul"]
+    skinny = cases.Case(k, (16, 4096, 4096), "f16", k.extents((16, 4096, 4096)))
+    square = cases.Case(k, (4096, 4096, 4096), "f16", k.extents((4096, 4096, 4096)))
+    assert cases.schedule_for(skinny).name == "matmul_skinny.dt"
+    assert cases.schedule_for(square).name == "matmul_128x128x64.dt"
+    assert cases.schedule_for(square, {"matmul": "/x/y.dt"}) == Path("/x/y.dt")
+    assert cases.schedule_for(skinny, {"matmul:x=16, y=4096, k=4096": "/a.dt", "matmul": "/b.dt"}) == Path("/a.dt")
+    for kernel, _, _, path in cases.SCHEDULES:
+        assert (cases.ROOT / path).exists() and kernel in cases.KERNELS
+    args = bench.parse_args(["--out", "o", "--schedule", "softmax:x=128, y=65536=examples/softmax.dt"])
+    assert dict(args.schedule) == {"softmax:x=128, y=65536": str(cases.ROOT / "examples/softmax.dt")}
