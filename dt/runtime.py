@@ -49,6 +49,7 @@ class Program:
         self.name = program.name
         self._pipelines: dict[tuple, Pipeline] = {}
         self._compiled: dict[tuple, object] = {}
+        self._plans: dict[tuple, object] = {}  # call signature -> planned call, see _call_key
         self._accesses = [e for f in self.checked.funcs.values() for e in A.walk(f.expr)
                           if isinstance(e, A.Access) and e.kind == "input"]
         self.inputs = tuple(n for n in self.checked.inputs if any(a.name == n for a in self._accesses))
@@ -64,8 +65,32 @@ class Program:
     # ------------------------------------------------------------------ running
     @user_facing
     def __call__(self, *, backend: str | None = None, sizes: dict | None = None, **args):
+        name = backend or os.environ.get("DT_BACKEND") or None
+        key = self._call_key(name, sizes, args)
+        plan = self._plans.get(key) if key is not None else None
+        if plan is None:
+            plan = self._plan(name, sizes, args)
+            if key is not None:
+                self._plans[key] = plan
+        return plan(args)
+
+    def _call_key(self, name, sizes, args):
+        """What decides a call's plan: the backend asked for, the debug state, extents given, and
+        each argument's kind, shape, dtype and device. Values and strides may change freely."""
+        try:
+            signature = tuple(sorted((k, (type(v), v.shape, v.dtype, getattr(v, "device", None)))
+                                     if hasattr(v, "shape") and getattr(v, "ndim", 1) else (k, None)
+                                     for k, v in args.items()))
+            return (name, debug_config.current() is not None,
+                    tuple(sorted(sizes.items())) if sizes else None, signature)
+        except TypeError:  # something unhashable: plan every call
+            return None
+
+    def _plan(self, name, sizes, args):
+        """Bind and check one call's signature, compile for it, and return the function that runs
+        every later call with the same signature."""
         b = self._bind(args, sizes)
-        backend_obj = backends.get(resolve_backend(backend, b.torch_device))
+        backend_obj = backends.get(name or resolve_backend(None, b.torch_device))
         pipeline = self.pipeline(b.dtypes)
         key = (backend_obj.name, tuple(sorted(b.dtypes.items())))
         compiled = self._compiled.get(key)
@@ -73,15 +98,21 @@ class Program:
             self._check_capabilities(backend_obj, pipeline)
             compiled = self._compiled[key] = backend_obj.compile(pipeline)
         wants_torch = backend_obj.capabilities.array == "torch"
-        arrays = {n: _to_torch(a) if wants_torch else _to_numpy(a) for n, a in b.arrays.items()}
-        outs = compiled(arrays, b.scalars, {size_name(d): n for d, n in b.extents.items()
-                                            if d in pipeline.sizes})
-        if b.torch_device is not None:
-            outs = {n: _numpy_to_torch(o, b.torch_device) if not _is_torch(o) else o.to(b.torch_device)
-                    for n, o in outs.items()}
-        elif wants_torch:
-            outs = {n: _to_numpy(o) for n, o in outs.items()}
-        return outs[self.outputs[0]] if len(self.outputs) == 1 else {n: outs[n] for n in self.outputs}
+        convert_in = _to_torch if wants_torch else _to_numpy
+        size_args = {size_name(d): n for d, n in b.extents.items() if d in pipeline.sizes}
+        device, inputs, scalars, outputs = b.torch_device, self.inputs, self.scalars, self.outputs
+
+        def run(args):
+            outs = compiled({n: convert_in(args[n]) for n in inputs}, {n: float(args[n]) for n in scalars},
+                            size_args)
+            if device is not None:
+                outs = {n: o if _is_torch(o) and o.device == device else
+                        (o.to(device) if _is_torch(o) else _numpy_to_torch(o, device)) for n, o in outs.items()}
+            elif wants_torch:
+                outs = {n: _to_numpy(o) for n, o in outs.items()}
+            return outs[outputs[0]] if len(outputs) == 1 else {n: outs[n] for n in outputs}
+
+        return run
 
     @user_facing
     def reference(self, *, sizes: dict | None = None, **args):

@@ -51,6 +51,9 @@ def get(name: str) -> Backend:
         return _loaded[name]
     if name not in _BUILTIN:
         raise DTBackendError(f"unknown backend '{name}'", None, f"the backends are: {', '.join(names())}")
+    if name in _failed:  # tried once in this process: report it again without re-importing
+        raise DTBackendError(f"backend '{name}' is not available: {_failed[name]}", None,
+                             f"check the package that provides it ({_BUILTIN[name]})")
     module, _, factory = _BUILTIN[name].partition(":")
     try:
         backend = getattr(importlib.import_module(module), factory or "create")()
