@@ -16,7 +16,7 @@ from dt.ir import algorithm as A
 from dt.ir import reference
 from dt.ir.check import check
 from dt.ir.lower import lower
-from dt.ir.scheduled import Pipeline, size_name
+from dt.ir.scheduled import RESERVED_NAMES, Pipeline, size_name
 
 DEFAULT_BACKEND_ORDER = ("numba", "interp")  # for CPU arrays, the first that loads
 DTYPE_NAMES = {np.dtype(np.float32): "f32", np.dtype(np.float16): "f16", np.dtype(np.float64): "f64"}
@@ -268,9 +268,10 @@ def _to_torch(a):
     if _is_torch(a):
         return a
     import torch
+    a = np.ascontiguousarray(a).reshape(np.shape(a))  # ascontiguousarray makes 0-d arrays 1-d
     if BFLOAT16 is not None and a.dtype == BFLOAT16:
-        return torch.from_numpy(np.ascontiguousarray(a).view(np.int16)).view(torch.bfloat16)
-    return torch.from_numpy(np.ascontiguousarray(a))
+        return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
+    return torch.from_numpy(a)
 
 
 def _numpy_to_torch(a: np.ndarray, device):
@@ -293,5 +294,11 @@ def loads(source: str, name: str = "program", file: str = "<string>") -> Program
 
 
 def _identifier(name: str) -> str:
+    """A program name usable as a Python name in generated code, shadowing nothing it calls
+    (a program called `min` or `np` must not hide the builtin or the module)."""
     name = "".join(c if c.isalnum() or c == "_" else "_" for c in name)
-    return name if name.isidentifier() else f"dt_{name}"
+    if not name.isidentifier():
+        name = f"dt_{name}"
+    if name in RESERVED_NAMES:
+        name = f"{name}_program"
+    return name

@@ -111,3 +111,15 @@ def test_torch_in_torch_out():
                                                             torch.bfloat16: "bf16"}[dtype])
         ref = prog.reference(A=a)
         assert isinstance(ref, torch.Tensor) and ref.dtype == torch.float64
+
+
+def test_program_names_never_shadow_what_generated_code_calls():
+    for name in ("min", "range", "np", "class"):
+        prog = dt.loads("Func out;\nIn A;\nVar x;\nout[x] = A[x] * 2;\nout.block(x:4);\nout.compile();\n", name=name)
+        np.testing.assert_array_equal(prog(A=np.arange(5, dtype=np.float32), backend="interp"), np.arange(5) * 2.0)
+
+
+def test_dt_names_never_shadow_what_generated_code_calls():
+    prog = dt.loads("Func np, max;\nIn range;\nVar x;\nnp[x] = range[x] * 2;\nmax[x] = np[x] + 1;\n"
+                    "np.fuse_at(max, x);\nmax.block(x:4);\nmax.compile();\n")
+    np.testing.assert_array_equal(prog(range=np.arange(5, dtype=np.float32), backend="interp"), np.arange(5) * 2.0 + 1)

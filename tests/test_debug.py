@@ -265,7 +265,7 @@ def test_pdb_session_masks_steps_into_generated_code_and_sets_breakpoints(tmp_pa
     # pdb's own `next` leaves the stop and walks the generated kernel, a real linecache'd file.
     assert "--Return--" in ret
     assert "<dt-generated interp softmax (dt.debug)" in n1 and \
-        "-> y_accumulator = (y_accumulator + np.sum(np.where(mask(y)[None, :], np.exp(A), 0.0), axis=1))" in n1
+        "-> y_accumulator = (y_accumulator + np.sum(np.where(rt.mask(y)[None, :], np.exp(A), 0.0), axis=1))" in n1
     assert "-> if _post[2]: _dbg.post(2, locals())" in n2
     assert shape.strip() == "(4, 512)"
     # A breakpoint set from pdb applies to the program already running.

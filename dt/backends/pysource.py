@@ -58,6 +58,12 @@ def index(e: S.IExpr, minimum: str = "min", parent: int = 0) -> str:
     return f"({text})" if p < parent else text
 
 
+def py_name(name: str) -> str:
+    """A DT name as a Python identifier in generated code, renamed only where it would shadow
+    something generated code calls (an input called `range`, a scalar called `np`)."""
+    return f"{name}_" if name in S.RESERVED_NAMES else name
+
+
 def number(value: float, inf: str = "float('inf')") -> str:
     if math.isinf(value):
         return inf if value > 0 else f"-{inf}"

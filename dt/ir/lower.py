@@ -106,7 +106,7 @@ class _KernelLowering:
         self.storage = storage
         self.dot_dtype = storage if storage in ("f16", "bf16") else compute
         # One namespace for every generated name; scalars and extents keep their own names.
-        self.used: set[str] = set(cp.scalars) | {"pid"} | {S.size_name(d) for d in cp.dim_kinds}
+        self.used: set[str] = set(cp.scalars) | S.RESERVED_NAMES | {S.size_name(d) for d in cp.dim_kinds}
         self.dim_order: list[str] = list(cp.funcs[root].dims)
         self.axes: dict[str, S.Axis] = {}
         self.out: list = []

@@ -21,10 +21,17 @@ Backends interpret or render these nodes and nothing else. The rules they rely o
 """
 from __future__ import annotations
 
+import builtins
+import keyword
 from dataclasses import dataclass, field
 from typing import Union
 
 from dt.errors import Loc
+
+# Names that generated code may use for itself at module level: Python's keywords and builtins,
+# the modules backends import and the dtype aliases. Tile, axis and index names never take them.
+RESERVED_NAMES = frozenset(keyword.kwlist) | frozenset(dir(builtins)) | frozenset(
+    ("np", "rt", "tl", "triton", "torch", "numba", "math", "libdevice", "f32", "f16", "bf16", "f64", "pid", "_dbg"))
 
 # ---------------------------------------------------------------- index (integer) expressions
 

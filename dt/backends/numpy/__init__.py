@@ -4,7 +4,7 @@ goes through an instrumented variant of the generated code instead of the plain 
 from __future__ import annotations
 
 from dt.backends.base import Capabilities
-from dt.backends.numpy.codegen import render
+from dt.backends.numpy.codegen import launcher_args, render
 from dt.backends.numpy.runtime import BFLOAT16
 from dt.backends.pysource import load_module
 from dt.debug import config as debug_config
@@ -30,11 +30,10 @@ class NumpyInterpreter:
         def run(tensors: dict, scalars: dict, sizes: dict) -> dict:
             debugging = debug_config.current()
             if debugging is None:
-                return launcher(**tensors, **{k: float(v) for k, v in scalars.items()}, **sizes)
+                return launcher(**launcher_args(tensors, scalars, sizes))
             if not instrumented:
                 instrumented.append(Instrumented(pipeline))
-            return instrumented[0].run(debugging, {**tensors, **{k: float(v) for k, v in scalars.items()}, **sizes},
-                                       sizes)
+            return instrumented[0].run(debugging, launcher_args(tensors, scalars, sizes), sizes)
 
         return run
 

@@ -11,12 +11,12 @@ hook is guarded by a per-statement flag, so statements nobody watches cost one l
 """
 from __future__ import annotations
 
-from dt.backends.pysource import Writer, index, number
+from dt.backends.pysource import Writer, index, number, py_name
 from dt.ir import scheduled as S
 
 UNARY = {"neg": "np.negative", "not": "np.logical_not", "exp": "np.exp", "exp2": "np.exp2", "log": "np.log",
-         "log2": "np.log2", "sqrt": "np.sqrt", "rsqrt": "rsqrt", "sigmoid": "sigmoid", "tanh": "np.tanh",
-         "abs": "np.abs", "erf": "erf", "sin": "np.sin", "cos": "np.cos", "floor": "np.floor", "ceil": "np.ceil"}
+         "log2": "np.log2", "sqrt": "np.sqrt", "rsqrt": "rt.rsqrt", "sigmoid": "rt.sigmoid", "tanh": "np.tanh",
+         "abs": "np.abs", "erf": "rt.erf", "sin": "np.sin", "cos": "np.cos", "floor": "np.floor", "ceil": "np.ceil"}
 INFIX = {"+", "-", "*", "/", "<", "<=", ">", ">=", "==", "!=", "and"}
 CALLS = {"maximum": "np.maximum", "minimum": "np.minimum", "pow": "np.power"}
 REDUCE = {"sum": "np.sum", "max": "np.max", "min": "np.min"}
@@ -51,11 +51,11 @@ def render(pipeline: S.Pipeline, instrument: bool = False) -> str:
         w.line('end runs every program instance in order."""')
     w.line("import numpy as np")
     w.line("")
-    w.line("from dt.backends.numpy.runtime import DTYPES, dot, erf, load, mask, offsets, rsqrt, sigmoid, span, store")
+    w.line("from dt.backends.numpy import runtime as rt")
     w.line("")
     for name in sorted({t.dtype for t in pipeline.inputs + pipeline.outputs + pipeline.temporaries}
                        | {pipeline.compute_dtype, "f32"}):
-        w.line(f'{name} = DTYPES["{name}"]')
+        w.line(f'{name} = rt.DTYPES["{name}"]')
     statement_ids = iter(range(len(tile_statements(pipeline)))) if instrument else None
     for kernel in pipeline.kernels:
         w.line("")
@@ -69,7 +69,7 @@ def render(pipeline: S.Pipeline, instrument: bool = False) -> str:
 
 def _kernel(w: Writer, kernel: S.Kernel, pipeline: S.Pipeline, statement_ids=None):
     params = S.kernel_params(kernel, pipeline)
-    args = ["pid"] + [global_name(t) for t in params.tensors] + list(params.scalars) + list(params.sizes)
+    args = ["pid"] + [global_name(t) for t in params.tensors] + [py_name(s) for s in params.scalars] + list(params.sizes)
     if statement_ids is not None:
         args.append("_dbg")
     w.line(f"def {kernel.name}({', '.join(args)}):")
@@ -80,8 +80,20 @@ def _kernel(w: Writer, kernel: S.Kernel, pipeline: S.Pipeline, statement_ids=Non
         r.body(w, kernel.body)
 
 
+def launcher_params(pipeline: S.Pipeline) -> list[str]:
+    """The launcher's parameters: inputs as `{name}_global` like the kernels', scalars, extents."""
+    return ([global_name(t.name) for t in pipeline.inputs] + [py_name(s) for s in pipeline.scalars]
+            + [S.size_name(d) for d in pipeline.sizes])
+
+
+def launcher_args(tensors: dict, scalars: dict, sizes: dict) -> dict:
+    """The runtime's arguments (by DT name) as the launcher's keyword arguments."""
+    return {**{global_name(k): v for k, v in tensors.items()}, **{py_name(k): float(v) for k, v in scalars.items()},
+            **sizes}
+
+
 def _launcher(w: Writer, pipeline: S.Pipeline, instrument: bool = False):
-    args = [t.name for t in pipeline.inputs] + list(pipeline.scalars) + [S.size_name(d) for d in pipeline.sizes]
+    args = launcher_params(pipeline)
     if instrument:
         args.append("_dbg")
     w.line(f"def {pipeline.name}({', '.join(args)}):")
@@ -90,18 +102,20 @@ def _launcher(w: Writer, pipeline: S.Pipeline, instrument: bool = False):
             shape = ", ".join(S.size_name(d) for d in t.dims)
             # NaN-filled, so an element no program writes shows up instead of passing as stale memory.
             alloc = f"np.full(({shape}{',' if len(t.dims) == 1 else ''}), np.nan, dtype={t.dtype})"
-            w.line(f'{t.name} = _dbg.allocate("{t.name}", {alloc})' if instrument else f"{t.name} = {alloc}")
+            target = global_name(t.name)
+            w.line(f'{target} = _dbg.allocate("{t.name}", {alloc})' if instrument else f"{target} = {alloc}")
         w.line('with np.errstate(all="ignore"):  # masked lanes may hold inf/nan; they are never stored')
         with w.indent():
             for k, kernel in enumerate(pipeline.kernels):
                 params = S.kernel_params(kernel, pipeline)
-                call = ", ".join(["pid"] + list(params.tensors) + list(params.scalars) + list(params.sizes)
+                call = ", ".join(["pid"] + [global_name(t) for t in params.tensors] + [py_name(s) for s in params.scalars]
+                                 + list(params.sizes)
                                  + (["_dbg"] if instrument else []))
                 count = index(kernel.program_count)
                 w.line(f"for pid in _dbg.launch({k}, {count}):" if instrument else f"for pid in range({count}):")
                 with w.indent():
                     w.line(f"{kernel.name}({call})")
-        outs = ", ".join(f'"{t.name}": {t.name}' for t in pipeline.outputs)
+        outs = ", ".join(f'"{t.name}": {global_name(t.name)}' for t in pipeline.outputs)
         w.line(f"return {{{outs}}}")
 
 
@@ -124,7 +138,7 @@ class _Renderer:
             w.line(f"{s.name} = {index(s.value)}")
         elif isinstance(s, S.Axis):
             limit = "None" if s.limit is None else index(s.limit)
-            w.line(f"{s.name} = span({index(s.start)}, {index(s.size)}, {limit})")
+            w.line(f"{s.name} = rt.span({index(s.start)}, {index(s.size)}, {limit})")
         elif isinstance(s, S.Assign):
             self.hook(w, "_on", "stop")
             w.line(f"{s.name} = {self.texpr(s.value)}")
@@ -140,7 +154,7 @@ class _Renderer:
                 w.line(f'_dbg.store({self.sid}, "{s.tensor}", {global_name(s.tensor)}, {_tuple(s.indices)}, '
                        f'{self.texpr(s.value)})')
             else:
-                w.line(f"store({global_name(s.tensor)}, {_tuple(s.indices)}, {self.texpr(s.value)})")
+                w.line(f"rt.store({global_name(s.tensor)}, {_tuple(s.indices)}, {self.texpr(s.value)})")
         else:
             raise AssertionError(s)
 
@@ -160,11 +174,11 @@ class _Renderer:
         if isinstance(e, S.Literal):
             return number(e.value, "np.inf")
         if isinstance(e, S.Param):
-            return e.name
+            return py_name(e.name)
         if isinstance(e, S.Extent):
             return f"float({S.size_name(e.dim)})"
         if isinstance(e, S.IndexOf):
-            return f"offsets({e.axis}, {self.compute})"
+            return f"rt.offsets({e.axis}, {self.compute})"
         if isinstance(e, S.Ref):
             return e.name
         if isinstance(e, S.Load):
@@ -173,7 +187,7 @@ class _Renderer:
             args = f"{global_name(e.tensor)}, {_tuple(e.indices)}, {perm_text}, {e.dtype}"
             if self.statement_ids is not None:
                 return f'_dbg.load({self.sid}, "{e.tensor}", {args})'
-            return f"load({args})"
+            return f"rt.load({args})"
         if isinstance(e, S.Unary):
             return f"{UNARY[e.op]}({self.texpr(e.x)})"
         if isinstance(e, S.Binary):
@@ -195,7 +209,7 @@ class _Renderer:
         if isinstance(e, S.BroadcastTo):
             return f"np.broadcast_to({self.texpr(e.x)}, {self.shape(e.dims)})"
         if isinstance(e, S.Mask):
-            return f"mask({e.axis})"
+            return f"rt.mask({e.axis})"
         if isinstance(e, S.Full):
             return f"np.full({self.shape(e.axes)}, {number(e.value, 'np.inf')}, {e.dtype})"
         if isinstance(e, S.Cast):
@@ -204,7 +218,7 @@ class _Renderer:
             return f"{REDUCE[e.op]}({self.texpr(e.x)}, axis={e.x.dims.index(e.axis)})"
         if isinstance(e, S.Dot):
             acc = self.texpr(e.acc) if e.acc is not None else "0.0"
-            return f"dot({self.texpr(e.a)}, {self.texpr(e.b)}, {acc}, {e.acc_dtype})"
+            return f"rt.dot({self.texpr(e.a)}, {self.texpr(e.b)}, {acc}, {e.acc_dtype})"
         raise AssertionError(e)
 
 
