@@ -130,6 +130,12 @@ def cmd_compile(args) -> int:
     return 0
 
 
+def cmd_conformance(args) -> int:
+    from conformance.runner import run_command
+    return run_command(backend=args.backend, ops=args.ops, dtypes=args.dtypes, full=args.full, report=args.report,
+                       vendor=args.vendor, list_only=args.list)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="dt", description="Run, check and compile DT kernels.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -154,6 +160,17 @@ def build_parser() -> argparse.ArgumentParser:
     comp.add_argument("--dtype", choices=DTYPE_CHOICES, default="f32")
     comp.add_argument("-o", "--output", help="file to write (default: standard output)")
     comp.set_defaults(fn=cmd_compile)
+
+    conf = sub.add_parser("conformance", help="certify a backend: run the conformance suite on it")
+    conf.add_argument("--backend", help="the backend to certify (default: $DT_BACKEND, else interp)")
+    conf.add_argument("--ops", action="append", metavar="PATTERN",
+                      help="only cases whose name or op matches this glob, e.g. 'rmax*' (repeat)")
+    conf.add_argument("--dtypes", nargs="+", choices=DTYPE_CHOICES, help="only these dtypes (default: all)")
+    conf.add_argument("--full", action="store_true", help="full sizes, meant for GPUs (default: small sizes)")
+    conf.add_argument("--report", metavar="FILE", help="also write FILE.json or FILE.md")
+    conf.add_argument("--vendor", metavar="FILE", help="the backend's skip/xfail file (TOML, a reason per entry)")
+    conf.add_argument("--list", action="store_true", help="list the planned runs without running them")
+    conf.set_defaults(fn=cmd_conformance)
     return parser
 
 

@@ -1,0 +1,102 @@
+"""What one conformance case is: a DT algorithm, the schedules it runs under, its sizes and
+dtypes, how its inputs are drawn, an independent NumPy reference, and its tolerances.
+
+The catalogue (`conformance.catalogue`) is a list of these, written as data.
+"""
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass, field
+from typing import Callable, Mapping
+
+import numpy as np
+
+DTYPES = ("f32", "f16", "bf16", "f64")
+
+# (rtol, atol) per output dtype; atol is relative to the largest |reference| value of the output
+# (dt.testing.compare). f16/bf16 round every input, every dot operand, every stored temporary
+# and the output, so they get the rounding error of a few such steps; f32 only of arithmetic.
+DEFAULT_TOLERANCES: Mapping[str, tuple[float, float]] = {
+    "f64": (1e-9, 1e-12),
+    "f32": (1e-4, 1e-5),
+    "f16": (1e-2, 5e-3),
+    "bf16": (5e-2, 2e-2),
+}
+
+# How input values are drawn: name -> (rng, shape) -> float64 values. Values are then rounded
+# to the run's dtype, and the reference sees exactly the rounded values.
+DOMAINS: Mapping[str, Callable[[np.random.Generator, tuple], np.ndarray]] = {
+    "normal": lambda rng, shape: rng.standard_normal(shape),
+    "wide": lambda rng, shape: 4.0 * rng.standard_normal(shape),  # saturates sigmoid/tanh, spans floor/ceil
+    "positive": lambda rng, shape: rng.uniform(0.25, 4.0, shape),  # log, sqrt, rsqrt, pow bases
+    "negative": lambda rng, shape: -rng.uniform(0.25, 4.0, shape),  # rmax: a 0 identity would win
+    "nonzero": lambda rng, shape: rng.choice([-1.0, 1.0], shape) * rng.uniform(0.5, 2.0, shape),  # divisors
+    "ints": lambda rng, shape: rng.integers(-3, 4, shape).astype(np.float64),  # ties for comparisons, zeros
+    "scalar": lambda rng, shape: rng.uniform(0.5, 1.5, shape),  # the default for SIn scalars
+}
+
+
+@dataclass(frozen=True, eq=False)
+class Case:
+    """One entry of the catalogue.
+
+    name        unique, `family.variant` (e.g. "rmax.negative"); --ops and vendor files match it
+    algorithm   DT declarations and definitions
+    schedules   schedule name -> DT schedule statements (appended to the algorithm)
+    reference   NumPy, written for this case; its parameters are DT names (inputs, scalars,
+                dimensions: their extents), it returns the output array, or {output: array}
+    sizes       extents of every dimension, for the default (small, CI) run
+    full_sizes  extents for --full (large: meant for GPUs); default: `sizes`
+    domains     input or scalar name -> a DOMAINS name, or a number for a fixed scalar
+    dtypes      the input dtypes it runs in (every input gets the same one)
+    tolerances  dtype -> (rtol, atol), overriding DEFAULT_TOLERANCES
+    op          the row of the summary table; default: the name up to its first '.'
+    """
+    name: str
+    algorithm: str
+    schedules: Mapping[str, str]
+    reference: Callable[..., object]
+    sizes: tuple[Mapping[str, int], ...]
+    full_sizes: tuple[Mapping[str, int], ...] = ()
+    domains: Mapping[str, object] = field(default_factory=dict)
+    dtypes: tuple[str, ...] = DTYPES
+    tolerances: Mapping[str, tuple[float, float]] = field(default_factory=dict)
+    op: str = ""
+
+    @property
+    def row(self) -> str:
+        return self.op or self.name.partition(".")[0]
+
+    def source(self, schedule: str) -> str:
+        return f"{self.algorithm.strip()}\n\n{self.schedules[schedule].strip()}\n"
+
+    def size_sets(self, full: bool) -> tuple[Mapping[str, int], ...]:
+        return (self.full_sizes or self.sizes) if full else self.sizes
+
+    def tolerance(self, dtype: str) -> tuple[float, float]:
+        return self.tolerances.get(dtype, DEFAULT_TOLERANCES[dtype])
+
+    def draw(self, name: str, rng: np.random.Generator, shape: tuple, scalar: bool = False):
+        """Values for input or scalar `name` (float64; a float for scalars)."""
+        domain = self.domains.get(name, "scalar" if scalar else "normal")
+        if isinstance(domain, (int, float)):
+            return float(domain)
+        values = DOMAINS[domain](rng, shape)
+        return float(values) if scalar else values
+
+    def expected(self, values: Mapping[str, object], outputs: tuple[str, ...]) -> dict[str, np.ndarray]:
+        """The reference's answer, {output: float64 array}; `values` holds inputs, scalars and
+        extents by DT name."""
+        params = inspect.signature(self.reference).parameters
+        missing = [p for p in params if p not in values]
+        if missing:
+            raise TypeError(f"reference of {self.name} takes {', '.join(missing)}, which the program lacks")
+        with np.errstate(all="ignore"):
+            out = self.reference(**{p: values[p] for p in params})
+        if not isinstance(out, Mapping):
+            if len(outputs) != 1:
+                raise TypeError(f"reference of {self.name} returns one array for outputs {', '.join(outputs)}")
+            out = {outputs[0]: out}
+        if set(out) != set(outputs):
+            raise TypeError(f"reference of {self.name} returns {sorted(out)}, the program outputs {list(outputs)}")
+        return {n: np.asarray(out[n], dtype=np.float64) for n in outputs}
