@@ -1,0 +1,123 @@
+"""The `triton` backend: scheduled IR → a readable, standalone Triton module (one
+`@triton.jit` kernel per Kernel and a host launcher), run on CUDA tensors, or on CPU tensors
+through Triton's interpreter when TRITON_INTERPRET=1.
+
+The float32 dot precision is read from DT_TRITON_F32_DOT ("ieee", the default, "tf32" or
+"tf32x3") each time a pipeline is compiled or its source generated, and written into the
+generated code as `input_precision=`.
+"""
+from __future__ import annotations
+
+import math
+import os
+
+from dt.backends.base import BackendUnavailable, Capabilities
+from dt.backends.pysource import load_module
+from dt.backends.triton import interpreter_fix
+from dt.backends.triton.codegen import DTYPES, MAX_NUMEL, Module, render, tile_padding
+from dt.errors import DTBackendError, DTScheduleError
+from dt.ir.scheduled import Pipeline
+
+F32_DOT_ENV = "DT_TRITON_F32_DOT"
+
+
+def f32_dot_precision() -> str:
+    return os.environ.get(F32_DOT_ENV, "ieee").strip().lower() or "ieee"
+
+
+class TritonBackend:
+    name = "triton"
+
+    def __init__(self, interpret: bool):
+        self.interpret = interpret
+        self.capabilities = Capabilities(
+            dtypes=frozenset(DTYPES), array="torch", devices=("cpu",) if interpret else ("cuda",),
+            notes={"f32_dot": f"input_precision from ${F32_DOT_ENV} (default ieee)",
+                   "mode": "Triton interpreter on CPU tensors" if interpret else "CUDA",
+                   "nan": "rmax/rmin follow tl.max/tl.min, which may drop NaN on the GPU"})
+
+    def module(self, pipeline: Pipeline) -> Module:
+        return render(pipeline, f32_dot_precision())
+
+    def source(self, pipeline: Pipeline) -> str:
+        return self.module(pipeline).source
+
+    def compile(self, pipeline: Pipeline):
+        module = self.module(pipeline)
+        namespace = load_module(module.source, f"triton {pipeline.name}", {"__name__": f"dt_triton_{pipeline.name}"})
+        launcher = namespace[module.function]
+        outputs = tuple(t.name for t in pipeline.outputs)
+        single = outputs[0] if len(outputs) == 1 else None
+        to_cuda = not self.interpret
+        filename = launcher.__code__.co_filename
+        no_inputs = not module.inputs
+
+        def run(tensors: dict, scalars: dict, sizes: dict) -> dict:
+            args = [tensors[n] for n in module.inputs]
+            if to_cuda:
+                args = [a if a.is_cuda else a.cuda() for a in args]
+            args += [scalars[s] for s in module.scalars]
+            args += [sizes[f"{d}_SIZE"] for d in module.call_extents]
+            if module.tile_checks:
+                _check_tiles(module, sizes)
+            kwargs = {"device": "cuda" if to_cuda else "cpu"} if no_inputs else {}
+            try:
+                result = launcher(*args, **kwargs)
+            except Exception as e:
+                _raise_resource_error(e, module, filename)
+                raise
+            return {single: result} if single is not None else result
+
+        run.module = module  # the generated source and how to call it
+        run.namespace = namespace  # the executed module: kernels and launcher
+        return run
+
+
+def _check_tiles(module: Module, sizes: dict):
+    for check in module.tile_checks:
+        factors = [f if isinstance(f, int) else tile_padding(sizes[f], f in module.dot_dims) for f in check.factors]
+        numel = math.prod(factors)
+        if numel > MAX_NUMEL:
+            extents = ", ".join(f"{f[:-len('_SIZE')]}={sizes[f]}" for f in check.factors if isinstance(f, str))
+            raise DTScheduleError(f"{check.what} is a tile of {' x '.join(map(str, factors))} = {numel} elements at "
+                                  f"{extents} (whole extents are padded to a power of two); Triton allows at most "
+                                  f"{MAX_NUMEL} (2**20) per tile", check.loc, check.hint)
+
+
+def _raise_resource_error(e: Exception, module: Module, filename: str):
+    """Report Triton's OutOfResources (a kernel too large for the GPU) at the kernel's DT line."""
+    from triton.runtime.errors import OutOfResources
+    if not isinstance(e, OutOfResources):
+        return
+    kernel = None
+    tb = e.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename == filename:
+            kernel = next((k for first, last, k in module.launch_lines if first <= tb.tb_lineno <= last), kernel)
+        tb = tb.tb_next
+    what = f"kernel '{kernel.name}'" if kernel else "a kernel"
+    hint = "use smaller tiles (tensorize / block sizes) or fewer pipeline stages"
+    if kernel is not None and kernel.num_stages and e.name == "shared memory" and e.required > 0:
+        # Pipelined loads keep one buffer per stage: shared memory grows about linearly with stages.
+        stages = int(e.limit // (e.required / kernel.num_stages))
+        if stages >= 1:
+            hint = f"try {kernel.func}.num_stages({min(stages, kernel.num_stages - 1)}), or {hint}"
+    raise DTBackendError(f"{what} needs more {e.name} than the GPU has ({e.required} > {e.limit})",
+                         kernel.loc if kernel else None, hint) from e
+
+
+def create() -> TritonBackend:
+    try:
+        import torch
+        import triton
+    except ImportError as e:
+        raise BackendUnavailable(f"the triton backend needs the '{e.name}' package",
+                                 "pip install 'dt[triton]' (installs triton and torch)") from None
+    interpret = bool(triton.knobs.runtime.interpret)
+    if not interpret and not torch.cuda.is_available():
+        raise BackendUnavailable("no CUDA GPU is visible to torch, and TRITON_INTERPRET is not set",
+                                 "run on a machine with an NVIDIA GPU, or set TRITON_INTERPRET=1 to run (and "
+                                 "generate) the Triton code on the CPU through Triton's interpreter")
+    if interpret:
+        interpreter_fix.apply()
+    return TritonBackend(interpret)
