@@ -179,10 +179,11 @@ CATALOGUE: tuple[Case, ...] = (
          lambda A, B: np.einsum("bxy->ybx", A) - np.einsum("xyb->ybx", B), S3, F3),
 
     # ------------------------------------------------------------ dimensions as values, len
-    Case("dim_value.iota", "Func out;\nIn A;\nVar x, y;\nout[x, y] = A[x, y] + x * len(y) + y;",
-         EW2, lambda A, x, y: A + np.arange(x)[:, None] * y + np.arange(y)[None, :], S2, F2),
-    Case("dim_value.in_reduction", "Func out;\nIn A;\nVar x;\nRVar k;\nout[x] = rsum(A[x, k] * k, k);",
-         MV, lambda A: (A * np.arange(A.shape[1])[None, :]).sum(axis=1),
+    # Normalised by the extents, so that values stay inside f16's range at full sizes.
+    Case("dim_value.iota", "Func out;\nIn A;\nVar x, y;\nout[x, y] = A[x, y] + (x * len(y) + y) / (len(x) * len(y));",
+         EW2, lambda A, x, y: A + (np.arange(x)[:, None] * y + np.arange(y)[None, :]) / (x * y), S2, F2),
+    Case("dim_value.in_reduction", "Func out;\nIn A;\nVar x;\nRVar k;\nout[x] = rsum(A[x, k] * k / len(k), k);",
+         MV, lambda A: (A * np.arange(A.shape[1])[None, :] / A.shape[1]).sum(axis=1),
          tuple({"x": s["x"], "k": s["y"]} for s in SR), tuple({"x": s["x"], "k": s["y"]} for s in FR)),
     Case("causal.mask", "Func out;\nIn A;\nVar x, y;\nout[x, y] = where(y <= x, A[x, y], 0);",
          EW2, lambda A: np.tril(A), S2, F2),

@@ -216,3 +216,10 @@ def test_errors_from_the_python_api_point_at_python_lines():
         dt.program(f)
     assert info.value.loc.file == __file__
     assert "f.block(y=4)" in info.value.render()
+
+
+def test_division_after_a_dimension_parses():
+    prog = dt.loads("Func f;\nIn A;\nVar x;\nRVar k;\nf[x] = rsum(A[x, k] * k / len(k), k);\nf.map(x:x1/2, x1);\n"
+                    "f.block(x:1);\nf.compile();\n")
+    a = np.ones((3, 4), np.float32)
+    np.testing.assert_allclose(prog(A=a, backend="interp"), np.full(3, (0 + 1 + 2 + 3) / 4))

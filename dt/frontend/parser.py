@@ -14,7 +14,7 @@ from dt.ir import algorithm as A
 _TERMINALS = {"SEMICOLON": "';'", "LSQB": "'['", "RSQB": "']'", "LPAR": "'('", "RPAR": "')'", "COMMA": "','",
               "EQUAL": "'='", "DOT": "'.'", "COLON": "':'", "SLASH": "'/'", "NAME": "a name", "INT": "an integer",
               "FLOAT": "a number", "DECL_KIND": "a declaration", "COMPARE": "a comparison", "ADD": "'+' or '-'",
-              "MUL": "'*' or '/'", "MINUS": "'-'", "PLUS": "'+'", "$END": "the end of the file"}
+              "STAR": "'*'", "MINUS": "'-'", "PLUS": "'+'", "$END": "the end of the file"}
 _FUNCTIONS = set(A.UNARY_FUNCTIONS) | set(A.BINARY_FUNCTIONS) | set(A.REDUCTIONS) | {"where", "reshape", "len"}
 
 
@@ -152,9 +152,12 @@ class _Builder:
         kind = node.data
         if kind == "number":
             return A.Num(float(node.children[0]), loc)
-        if kind in ("sum", "product", "comparison"):
+        if kind in ("sum", "comparison"):
             a, op, b = node.children
             return A.Binary(str(op), self._expr(a), self._expr(b), self.src.of(op))
+        if kind in ("mul", "div"):
+            a, b = node.children
+            return A.Binary("*" if kind == "mul" else "/", self._expr(a), self._expr(b), loc)
         if kind == "neg":
             return A.Unary("neg", self._expr(node.children[0]), loc)
         if kind == "unary":  # unary plus

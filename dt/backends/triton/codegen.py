@@ -543,13 +543,15 @@ class _KernelRenderer:
             if self.dtype(e.a) == "f32":
                 args.append(f'input_precision="{self.f32_dot}"')
             return f"tl.dot({', '.join(args)})"
-        # Tiles under MIN_DOT: multiply-and-sum over a 3-D (i, k, j) tile in float32.
+        # Tiles under MIN_DOT: multiply-and-sum over a 3-D (i, j, k) tile in float32. The reduction
+        # runs along the last axis: Triton rewrites sum(a[:, :, None] * b[None, :, :], axis=1) into a
+        # tl.dot of default (TF32) precision on GPUs, which would round f32 operands.
         self.check_tile((i, k, j), frozenset(), loc, "the product of a small dot")
         f32 = []
         for x, text in ((e.a, a), (e.b, b)):
             text = _atom(text, self.prec(x))
             f32.append(text if self.dtype(x) == "f32" else f"{text}.to(tl.float32)")
-        product = f"tl.sum({f32[0]}[:, :, None] * {f32[1]}[None, :, :], axis=1)"
+        product = f"tl.sum({f32[0]}[:, None, :] * tl.trans({f32[1]})[None, :, :], axis=2)"
         return product if acc is None else f"{_atom(acc, self.prec(e.acc), PRECEDENCE['+'])} + {product}"
 
 
