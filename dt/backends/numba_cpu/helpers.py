@@ -1,0 +1,227 @@
+"""Source text of the helper functions a generated module may carry: float32 transcendentals
+LLVM can vectorise, float16 / bfloat16 conversions on uint16 bits, NaN-propagating maximum and
+minimum, and the register-blocked micro-kernel behind every Dot. The code generator copies the
+ones a pipeline uses into its module, so the module needs numpy and numba only.
+
+Helpers compile with their own fastmath flags (`_HELPER`: contraction into FMAs, no
+reassociation) so that LLVM cannot regroup the exact range reductions and scalings below; each is
+one flat function, small enough for LLVM to inline into the kernels' lane loops, where they then
+vectorise. (numba's own `inline='always'` would re-lower them under the kernels' flags.)
+"""
+from __future__ import annotations
+
+# exp(z) for float32 z, as lines that leave the result in `{out}`. z = n*ln2 + r with |r| <= ln2/2:
+# r is computed in two steps (ln2 split into a short head, exact in float32 times n, and a tail),
+# exp(r) by its Taylor series to r**7 (truncation below 2**-27), and 2**n applied as two exact
+# power-of-two factors so that results down to the subnormal range round once. Max error
+# 1 ulp; z is first clamped to [-104, 88.8], beyond which exp is 0 or inf in float32.
+_EXP_F32_LINES = """\
+{z}c = min(max({z}, f32(-104.0)), f32(88.8))
+{z}n = np.floor({z}c * f32(1.4426950408889634) + f32(0.5))
+{z}r = {z}c - {z}n * f32(0.693359375)
+{z}r = {z}r + {z}n * f32(2.1219444005469057e-04)
+{z}p = f32(1.0 / 5040.0)
+{z}p = {z}p * {z}r + f32(1.0 / 720.0)
+{z}p = {z}p * {z}r + f32(1.0 / 120.0)
+{z}p = {z}p * {z}r + f32(1.0 / 24.0)
+{z}p = {z}p * {z}r + f32(1.0 / 6.0)
+{z}p = {z}p * {z}r + f32(0.5)
+{z}p = {z}p * {z}r + f32(1.0)
+{z}p = {z}p * {z}r + f32(1.0)
+{z}k = i32({z}n)
+{z}h = i32({z}k >> 1)
+{out} = ({z}p * i32(({z}h + 127) << 23).view(f32)) * i32(({z}k - {z}h + 127) << 23).view(f32)
+"""
+
+
+def _exp_lines(z: str, out: str, indent: str = "    ") -> str:
+    return "".join(indent + line + "\n" for line in _EXP_F32_LINES.format(z=z, out=out).splitlines())
+
+
+HELPERS: dict[str, str] = {}
+
+HELPERS["_exp_f32"] = f'''\
+@njit(**_HELPER)
+def _exp_f32(x):
+    """exp(x) in float32 (max error 1 ulp): inf above 88.72, NaN for NaN."""
+{_exp_lines("x", "y")}\
+    y = f32(np.inf) if x > f32(88.72283935546875) else y
+    return x if x != x else y
+'''
+
+HELPERS["_sigmoid_f32"] = f'''\
+@njit(**_HELPER)
+def _sigmoid_f32(x):
+    """1 / (1 + exp(-x)) in float32 (max error 2.5 ulp); exp(-x) overflowing to inf gives 0."""
+    z = -x
+{_exp_lines("z", "e")}\
+    e = f32(np.inf) if z > f32(88.72283935546875) else e
+    return x if x != x else f32(1.0) / (f32(1.0) + e)
+'''
+
+# tanh: for |x| < 0.625 the odd polynomial x + x**3 * q(x**2), q fitted (least squares, relative
+# error 5e-9) for this module; above it (1 - e) / (1 + e) with e = exp(-2|x|) <= 0.29, which
+# neither overflows nor cancels. Max error 1.5 ulp.
+HELPERS["_tanh_f32"] = f'''\
+@njit(**_HELPER)
+def _tanh_f32(x):
+    """tanh(x) in float32 (max error 1.5 ulp)."""
+    a = abs(x)
+    t = a * a
+    q = f32(-0.005691935767)
+    q = q * t + f32(0.02062624867)
+    q = q * t + f32(-0.05373530610)
+    q = q * t + f32(0.1333138121)
+    q = q * t + f32(-0.3333327920)
+    small = a + a * t * q
+    z = f32(-2.0) * a
+{_exp_lines("z", "e")}\
+    large = (f32(1.0) - e) / (f32(1.0) + e)
+    y = small if a < f32(0.625) else large
+    return x if x != x else (-y if x < f32(0.0) else y)
+'''
+
+HELPERS["_sigmoid_f64"] = '''\
+@njit(**_HELPER)
+def _sigmoid_f64(x):
+    return 1.0 / (1.0 + math.exp(-x))
+'''
+
+# NumPy's maximum / minimum: a NaN in either operand gives NaN.
+HELPERS["_maximum"] = '''\
+@njit(**_HELPER)
+def _maximum(a, b):
+    return a if a >= b or a != a else b
+'''
+
+HELPERS["_minimum"] = '''\
+@njit(**_HELPER)
+def _minimum(a, b):
+    return a if a <= b or a != a else b
+'''
+
+# float16 and bfloat16 tensors reach the kernels as their uint16 bits (numba has no float16
+# arithmetic on the CPU); they are widened to float32 on load and rounded, to nearest even, on
+# store. Every conversion is bit-exact with NumPy's and ml_dtypes' (checked over all inputs).
+# numba widens unsigned arithmetic to 64 bits, hence the u32(...) around every step.
+HELPERS["_f16_to_f32"] = '''\
+@njit(**_HELPER)
+def _f16_to_f32(h):
+    """float16 bits -> float32: rebias normals, scale subnormals exactly, widen inf and NaN."""
+    b = u32(h)
+    sign = u32(u32(b & u32(0x8000)) << u32(16))
+    em = u32(b & u32(0x7FFF))
+    normal = u32(u32(em << u32(13)) + u32(0x38000000))
+    special = u32(u32(em << u32(13)) | u32(0x7F800000))
+    small = f32(f32(em) * f32(5.9604644775390625e-08)).view(u32)
+    bits = special if em >= u32(0x7C00) else (normal if em >= u32(0x0400) else small)
+    return u32(bits | sign).view(f32)
+'''
+
+HELPERS["_f32_to_f16"] = '''\
+@njit(**_HELPER)
+def _f32_to_f16(x):
+    """float32 -> float16 bits, rounded to nearest even."""
+    u = f32(x).view(u32)
+    sign = u32(u32(u >> u32(16)) & u32(0x8000))
+    a = u32(u & u32(0x7FFFFFFF))
+    # normal halves: drop 13 mantissa bits rounding half to even and rebias the exponent; a
+    # carry out of the mantissa moves into the exponent, up to inf from 65520 on
+    normal = u32(u32(a + u32(0x0FFF) + u32(u32(a >> u32(13)) & u32(1)) - u32(0x38000000)) >> u32(13))
+    # subnormal halves are the multiples of 2**-24: scale exactly, round half to even
+    small = u32(np.rint(u32(a).view(f32) * f32(16777216.0)))
+    nan = u32(u32(0x7E00) | u32(u32(a >> u32(13)) & u32(0x01FF)))
+    bits = small if a < u32(0x38800000) else (normal if a < u32(0x47800000) else u32(0x7C00))
+    bits = nan if a > u32(0x7F800000) else bits
+    return u16(u32(bits | sign))
+'''
+
+HELPERS["_bf16_to_f32"] = '''\
+@njit(**_HELPER)
+def _bf16_to_f32(h):
+    return u32(u32(h) << u32(16)).view(f32)
+'''
+
+HELPERS["_f32_to_bf16"] = '''\
+@njit(**_HELPER)
+def _f32_to_bf16(x):
+    """float32 -> bfloat16 bits, rounded to nearest even; NaN stays a (quiet) NaN."""
+    u = f32(x).view(u32)
+    rounded = u32(u32(u + u32(0x7FFF) + u32(u32(u >> u32(16)) & u32(1))) >> u32(16))
+    nan = u32(u32(u >> u32(16)) | u32(0x0040))
+    return u16(nan if u32(u & u32(0x7FFFFFFF)) > u32(0x7F800000) else rounded)
+'''
+
+HELPERS["_round_f16"] = '''\
+@njit(**_HELPER)
+def _round_f16(x):
+    return _f16_to_f32(_f32_to_f16(x))
+'''
+
+HELPERS["_round_bf16"] = '''\
+@njit(**_HELPER)
+def _round_bf16(x):
+    return _bf16_to_f32(_f32_to_bf16(x))
+'''
+
+HELPERS["_round_f32"] = '''\
+@njit(**_HELPER)
+def _round_f32(x):
+    return np.float64(np.float32(x))
+'''
+
+REQUIRES = {"_round_f16": ("_f16_to_f32", "_f32_to_f16"), "_round_bf16": ("_bf16_to_f32", "_f32_to_bf16")}
+
+# The Dot micro-kernel: c[i, j] += sum over k of a[ar + i, ac + k] * b[br + k, bc + j], so that
+# operands already in memory (a tensor, a stored tile) are read in place. DOT_ROWS rows of c at a
+# time and DOT_DEPTH reduction steps per pass over a row: each pass loads and stores the c rows
+# once for ROWS * DEPTH multiply-adds per lane and keeps the ROWS * DEPTH scalars of a in
+# registers; the j loop, over contiguous rows of b and c, is what LLVM vectorises. 4 x 4 measured
+# among the fastest on AVX2 (16 ymm registers). Indices are uint64, as in the kernels.
+DOT_ROWS = 4
+DOT_DEPTH = 4
+
+
+def _dot_source() -> str:
+    rows, depth = DOT_ROWS, DOT_DEPTH
+    lines = ["@njit(**_HELPER)",
+             "def _dot(c, a, ar, ac, b, br, bc, ni, nj, nk):",
+             '    """c[:ni, :nj] += a[ar:ar + ni, ac:ac + nk] @ b[br:br + nk, bc:bc + nj]."""',
+             f"    ni_blocked = ni - ni % u64({rows})",
+             f"    nk_blocked = nk - nk % u64({depth})",
+             f"    for i in range(u64(0), ni_blocked, u64({rows})):",
+             f"        for k in range(u64(0), nk_blocked, u64({depth})):"]
+    lines += [f"            a{r}{u} = a[ar + i + u64({r}), ac + k + u64({u})]" for r in range(rows) for u in range(depth)]
+    lines.append("            for j in range(nj):")
+    lines += [f"                b{u} = b[br + k + u64({u}), bc + j]" for u in range(depth)]
+    lines += [f"                c[i + u64({r}), j] += " + " + ".join(f"a{r}{u} * b{u}" for u in range(depth))
+              for r in range(rows)]
+    lines.append("        for k in range(nk_blocked, nk):")
+    lines += [f"            a{r}0 = a[ar + i + u64({r}), ac + k]" for r in range(rows)]
+    lines.append("            for j in range(nj):")
+    lines.append("                b0 = b[br + k, bc + j]")
+    lines += [f"                c[i + u64({r}), j] += a{r}0 * b0" for r in range(rows)]
+    lines += ["    for i in range(ni_blocked, ni):",
+              "        for k in range(nk):",
+              "            a00 = a[ar + i, ac + k]",
+              "            for j in range(nj):",
+              "                c[i, j] += a00 * b[br + k, bc + j]"]
+    return "\n".join(lines) + "\n"
+
+
+HELPERS["_dot"] = _dot_source()
+
+
+def closure(names) -> list[str]:
+    """The helpers `names` need, each after the helpers it calls, in a stable order."""
+    out: list[str] = []
+
+    def add(name):
+        for dep in REQUIRES.get(name, ()):
+            add(dep)
+        if name not in out:
+            out.append(name)
+
+    for name in sorted(names):
+        add(name)
+    return out

@@ -1,0 +1,280 @@
+"""The `numba` backend: every example (and its CPU schedule) matches the reference in f32, f16
+and bf16 at sizes that divide and sizes that do not; the generated module is standalone and is
+what compile() runs; its machine code is cached on disk for the next process; its float16 /
+bfloat16 conversions and float32 transcendentals are exact / accurate over dense samples.
+
+Numba's compile time dominates: each test compiles one pipeline (one example in one dtype) and
+runs it at every size, since sizes are run-time arguments of the same compiled code."""
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import dt
+from dt import backends
+from dt.cli import main
+from dt.testing import assert_close, random_inputs
+from example_sizes import EXAMPLES_DIR, SIZES, example_path
+
+if not backends.available("numba"):
+    pytest.skip(f"the numba backend is not available: {backends.failures().get('numba')}", allow_module_level=True)
+
+from dt.backends.numba_cpu import helpers  # noqa: E402
+
+CPU_EXAMPLES = sorted(p.stem for p in (EXAMPLES_DIR / "cpu").glob("*.dt"))
+ROOT = EXAMPLES_DIR.parent
+
+
+def _check_every_size(path: Path, sizes: list, dtype: str):
+    prog = dt.load(path)
+    for extents in sizes:
+        args = random_inputs(prog, extents, dtype, seed=3)
+        out = prog(backend="numba", **args)
+        assert out.dtype == args[prog.inputs[0]].dtype
+        assert out.shape == tuple(extents[d] for d in prog.checked.funcs[prog.outputs[0]].dims)
+        assert_close(out, prog.reference(**args), dtype)
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f16", "bf16"])
+@pytest.mark.parametrize("name", sorted(SIZES))
+def test_example(name, dtype):
+    _check_every_size(example_path(name), SIZES[name], dtype)
+
+
+@pytest.mark.parametrize("name", CPU_EXAMPLES)
+def test_cpu_schedule(name):
+    # The dtype handling is the same code as above; what differs is the schedule.
+    _check_every_size(EXAMPLES_DIR / "cpu" / f"{name}.dt", SIZES[name], "f32")
+
+
+def test_every_cpu_schedule_computes_its_example():
+    for name in CPU_EXAMPLES:
+        cpu, talk = dt.load(EXAMPLES_DIR / "cpu" / f"{name}.dt"), dt.load(example_path(name))
+        args = random_inputs(talk, SIZES[name][-1], "f32", seed=5)
+        np.testing.assert_array_equal(cpu.reference(**args), talk.reference(**args), err_msg=name)
+
+
+def test_f64_and_mixed_dtypes():
+    prog = dt.load(example_path("layernorm"))
+    args = random_inputs(prog, dict(x=3, y=70), "f64", seed=1)
+    out = prog(backend="numba", **args)
+    assert out.dtype == np.float64
+    assert_close(out, prog.reference(**args), "f64")
+    mixed = dict(args, W=args["W"].astype(np.float16), Bias=args["Bias"].astype(np.float32))
+    assert_close(prog(backend="numba", **mixed), prog.reference(**mixed), "f32")
+
+
+OPS = """
+Func f;
+In A, B;
+Var x, y;
+f[x, y] = where(A[x, y] > B[y], log(abs(A[x, y]) + 1) * erf(B[y]), pow(abs(B[y]), 1.5) - exp2(A[x, y]))
+          + sqrt(abs(A[x, y])) - rsqrt(B[y] * B[y] + 1) + sin(A[x, y]) * cos(B[y]) + floor(A[x, y]) * ceil(B[y])
+          + log2(A[x, y] * A[x, y] + 2) + minimum(A[x, y], B[y]) * tanh(A[x, y]) - sigmoid(-A[x, y]) + x - len(y);
+f.block(x:2, y:8);
+f.tensorize(y:4);
+f.compile();
+"""
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f64"])
+def test_every_elementwise_op(dtype):
+    prog = dt.loads(OPS, "ops")
+    args = random_inputs(prog, dict(x=5, y=19), dtype, seed=2)
+    assert_close(prog(backend="numba", **args), prog.reference(**args), dtype)
+
+
+def test_reductions_nan_and_inf():
+    src = ("Func s, t, u;\nIn A;\nVar x;\nRVar y;\ns[x] = rmax(A[x, y], y);\nt[x] = rmin(A[x, y], y);\n"
+           "u[x] = rsum(A[x, y], y);\ns.tensorize(y:4);\nt.tensorize(y:0);\ns.compile();\nt.compile();\nu.compile();\n")
+    prog = dt.loads(src, "reductions")
+    A = np.array([[1, 2, np.nan, 4, 5], [-np.inf, 1, 2, 3, 4], [np.inf, -1, 0, 1, 7]], np.float32)
+    out = prog(backend="numba", A=A)
+    ref = prog.reference(A=A)
+    for name in ("s", "t", "u"):
+        np.testing.assert_array_equal(out[name], ref[name].astype(np.float32))
+
+
+def test_rank0_output():
+    prog = dt.loads("Func out;\nIn u, v;\nRVar k;\nout[] = rdot(u[k], v[k], k);\nout.tensorize(k:8);\nout.compile();\n", "dot")
+    args = random_inputs(prog, dict(k=37), "f32")
+    out = prog(backend="numba", **args)
+    assert out.shape == ()
+    assert_close(out, prog.reference(**args), "f32")
+
+
+def test_threads_do_not_change_results():
+    import numba
+    prog = dt.load(example_path("softmax"))
+    args = random_inputs(prog, dict(x=37, y=300), "f32")
+    parallel = prog(backend="numba", **args)
+    threads = numba.get_num_threads()
+    numba.set_num_threads(1)
+    try:
+        serial = prog(backend="numba", **args)
+    finally:
+        numba.set_num_threads(threads)
+    np.testing.assert_array_equal(parallel, serial)
+
+
+def test_source_is_what_compile_runs_and_what_dt_compile_writes(tmp_path):
+    prog = dt.load(example_path("matmul"))
+    backend = backends.get("numba")
+    source = prog.source("numba", "bf16")
+    module = backend.module(prog.pipeline("bf16"))
+    assert Path(module.__file__).read_text() == source
+    out = tmp_path / "kernel.py"
+    assert main(["compile", str(example_path("matmul")), "--backend", "numba", "--dtype", "bf16", "-o", str(out)]) == 0
+    assert out.read_text() == source
+    assert "import dt" not in source and "from dt" not in source
+    # named after the DT names: the kernel, its tiles, the entry point
+    for name in ("def mm_kernel(", "k_accumulator", "def matmul(", "A_global"):
+        assert name in source
+
+
+def test_entry_writes_into_out_and_checks_its_arguments():
+    prog = dt.load(example_path("add"))
+    entry = backends.get("numba").entry(prog.pipeline("f32"))
+    A, B = np.ones((3, 5), np.float32), np.full((3, 5), 2, np.float32)
+    out = np.empty((3, 5), np.float32)
+    result = entry(A, B, 0.5, 3, 5, out=out)
+    assert result["add_out"] is out
+    np.testing.assert_array_equal(out, 1.5)
+    np.testing.assert_array_equal(entry(np.asfortranarray(A), B, 0.5, 3, 5)["add_out"], 1.5)
+    with pytest.raises(ValueError, match="A must be a float32 array of shape"):
+        entry(A.astype(np.float64), B, 0.5, 3, 5)
+    with pytest.raises(ValueError, match="A must be a float32 array of shape"):
+        entry(A, B, 0.5, 4, 5)
+    with pytest.raises(ValueError, match="add_out must be a C-contiguous float32 array"):
+        entry(A, B, 0.5, 3, 5, out=np.empty((5, 3), np.float32))
+
+
+STANDALONE = """
+import sys
+
+class NoDt:
+    def find_spec(self, name, path=None, target=None):
+        if name == "dt" or name.startswith("dt."):
+            raise ImportError("dt must not be needed")
+
+sys.meta_path.insert(0, NoDt())
+import importlib.util
+import ml_dtypes
+import numpy as np
+
+spec = importlib.util.spec_from_file_location("kernel", sys.argv[1])
+kernel = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(kernel)
+inputs = np.load(sys.argv[2])
+A = inputs["A"].astype(ml_dtypes.bfloat16)
+out = kernel.swish(A, float(inputs["beta"]), *A.shape)["swish_out"]
+assert out.dtype == ml_dtypes.bfloat16
+np.save(sys.argv[3], out.astype(np.float32))
+"""
+
+
+def test_module_runs_without_dt(tmp_path):
+    prog = dt.load(example_path("swish"))
+    (tmp_path / "kernel.py").write_text(prog.source("numba", "bf16"))
+    args = random_inputs(prog, dict(x=3, y=1030), "bf16", seed=4)
+    np.savez(tmp_path / "inputs.npz", A=args["A"].astype(np.float32), beta=args["beta"])
+    (tmp_path / "run.py").write_text(STANDALONE)
+    subprocess.run([sys.executable, str(tmp_path / "run.py"), str(tmp_path / "kernel.py"),
+                    str(tmp_path / "inputs.npz"), str(tmp_path / "out.npy")], check=True, cwd=tmp_path)
+    out = np.load(tmp_path / "out.npy")
+    assert_close(out, prog.reference(**args), "bf16")
+
+
+CACHE_PROBE = """
+import json, sys
+import dt
+from dt import backends
+from dt.testing import random_inputs
+prog = dt.load(sys.argv[1])
+prog(backend="numba", **random_inputs(prog, dict(x=3, y=200), "f32"))
+module = backends.get("numba").module(prog.pipeline("f32"))
+stats = [getattr(module, k.name).stats for k in prog.pipeline("f32").kernels]
+print(json.dumps(dict(file=module.__file__, hits=sum(sum(s.cache_hits.values()) for s in stats),
+                      misses=sum(sum(s.cache_misses.values()) for s in stats))))
+"""
+
+
+def test_second_process_loads_the_compiled_code_from_disk(tmp_path):
+    env = dict(os.environ, DT_CACHE_DIR=str(tmp_path))
+    runs = [json.loads(subprocess.run([sys.executable, "-c", CACHE_PROBE, str(example_path("relu"))], env=env,
+                                      capture_output=True, text=True, check=True).stdout.splitlines()[-1])
+            for _ in range(2)]
+    assert runs[0]["file"] == runs[1]["file"] and runs[0]["file"].startswith(str(tmp_path / "numba"))
+    assert runs[0]["misses"] >= 1 and runs[0]["hits"] == 0
+    assert runs[1]["misses"] == 0 and runs[1]["hits"] >= 1
+    assert list((tmp_path / "numba" / "__pycache__").glob("*.nbc"))
+
+
+def _helpers(*names):
+    source = "import math\nimport numpy as np\nfrom numba import njit\n" \
+             "f32, i32, u16, u32 = np.float32, np.int32, np.uint16, np.uint32\n" \
+             "_HELPER = dict(error_model='numpy', fastmath={'contract', 'nsz'})\n"
+    source += "\n".join(helpers.HELPERS[n] for n in helpers.closure(names))
+    source += textwrap.dedent("""
+        @njit
+        def apply(f, x, out):
+            for i in range(x.shape[0]):
+                out[i] = f(x[i])
+        """)
+    namespace = {}
+    exec(compile(source, "<helpers>", "exec"), namespace)
+    return namespace
+
+
+def test_half_conversions_match_numpy_and_ml_dtypes():
+    h = _helpers("_round_f16", "_round_bf16")
+    bits = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16)
+    for dtype, widen, narrow in ((np.float16, "_f16_to_f32", "_f32_to_f16"),
+                                 (ml_dtypes.bfloat16, "_bf16_to_f32", "_f32_to_bf16")):
+        wide = np.empty(bits.shape, np.float32)
+        h["apply"](h[widen], bits, wide)
+        want = bits.view(dtype).astype(np.float32)
+        assert ((wide.view(np.uint32) == want.view(np.uint32)) | (np.isnan(wide) & np.isnan(want))).all()
+        # every value, the midpoints between neighbours (ties round to even), just either side of
+        # them, and random floats over the whole range
+        finite = np.sort(want[np.isfinite(want)].astype(np.float64))
+        mid = (finite[1:] + finite[:-1]) / 2
+        rng = np.random.default_rng(0)
+        x = np.concatenate([finite, mid, np.nextafter(mid.astype(np.float32), np.inf).astype(np.float64),
+                            np.nextafter(mid.astype(np.float32), -np.inf).astype(np.float64)]).astype(np.float32)
+        x = np.concatenate([x, rng.integers(0, 1 << 32, 1 << 20, dtype=np.uint64).astype(np.uint32).view(np.float32),
+                            np.array([np.inf, -np.inf, np.nan, 1e30, -1e-30, 0.0, -0.0], np.float32)])
+        got = np.empty(x.shape, np.uint16)
+        h["apply"](h[narrow], x, got)
+        with np.errstate(over="ignore", invalid="ignore"):
+            ref = x.astype(dtype)
+        same = got == ref.view(np.uint16)
+        same |= np.isnan(x) & np.isnan(got.view(dtype).astype(np.float32))
+        assert same.all(), x[~same][:5]
+
+
+@pytest.mark.parametrize("name,ulps", [("_exp_f32", 1.0), ("_tanh_f32", 1.5), ("_sigmoid_f32", 2.5)])
+def test_float32_transcendentals(name, ulps):
+    f = _helpers(name)
+    x = np.arange(0, 0xFF800001, 4093, dtype=np.uint64).astype(np.uint32).view(np.float32)  # every sign, exponent
+    x = x[np.isfinite(x)]
+    got = np.empty(x.shape, np.float32)
+    f["apply"](f[name], x, got)
+    wide = x.astype(np.float64)
+    with np.errstate(over="ignore"):
+        ref = {"_exp_f32": np.exp, "_tanh_f32": np.tanh, "_sigmoid_f32": lambda v: 1 / (1 + np.exp(-v))}[name](wide)
+        ref32 = ref.astype(np.float32)
+    normal = np.abs(ref) >= np.finfo(np.float32).tiny
+    overflow = np.abs(ref) > np.finfo(np.float32).max
+    np.testing.assert_array_equal(got[overflow], ref32[overflow])
+    ok = normal & ~overflow
+    err = np.abs(got[ok] - ref[ok]) / np.spacing(np.abs(ref32[ok]))
+    assert err.max() <= ulps, (x[ok][np.argmax(err)], err.max())
+    f["apply"](f[name], np.array([np.nan], np.float32), got[:1])
+    assert np.isnan(got[0])
