@@ -101,6 +101,19 @@ def talk(stem, *args, **kw) -> Case:
     return Case(f"talk.{stem}", *args, op=f"talk.{stem}", **kw)
 
 
+# The talk's attention algorithm, under two schedule families (examples/attention.dt and
+# examples/attention_talk.dt): its reference and sizes.
+ATTENTION = ("Func attention, mm, e, sm, dvsr;\nIn A, B, C;\nVar m, n;\nRVar k, l;\n"
+             "mm[m, l] = rdot(A[m, k], B[k, l], k) / sqrt(len(k));\ne[m, l] = exp(mm[m, l]);\n"
+             "dvsr[m] = rsum(e[m, l], l);\nsm[m, l] = e[m, l] / reshape(dvsr[m], m, 1);\n"
+             "attention[m, n] = rdot(sm[m, l], C[l, n], l);")
+ATTENTION_CHECK = (
+    lambda A, B, C: _softmax_rows(A @ B / np.sqrt(A.shape[1])) @ C,
+    ({"m": 1, "n": 1, "k": 1, "l": 1}, {"m": 13, "n": 7, "k": 19, "l": 5}, {"m": 40, "n": 70, "k": 33, "l": 50}),
+    ({"m": 1, "n": 1, "k": 1, "l": 1}, {"m": 1024, "n": 64, "k": 64, "l": 1024},
+     {"m": 1031, "n": 63, "k": 65, "l": 999}))
+
+
 CATALOGUE: tuple[Case, ...] = (
     # ------------------------------------------------------------ element-wise functions
     unary("neg", "-A[x, y]", lambda A: -A),
@@ -428,31 +441,19 @@ CATALOGUE: tuple[Case, ...] = (
          ({"m": 1, "n": 1, "k": 1, "l": 1}, {"m": 13, "n": 7, "k": 19, "l": 5}, {"m": 40, "n": 70, "k": 33, "l": 40}),
          ({"m": 1, "n": 1, "k": 1, "l": 1}, {"m": 512, "n": 1024, "k": 32, "l": 32},
           {"m": 1031, "n": 999, "k": 33, "l": 31})),
-    talk("attention", "Func attention, mm, e, sm, dvsr;\nIn A, B, C;\nVar m, n;\nRVar k, l;\n"
-         "mm[m, l] = rdot(A[m, k], B[k, l], k) / sqrt(len(k));\ne[m, l] = exp(mm[m, l]);\n"
-         "dvsr[m] = rsum(e[m, l], l);\nsm[m, l] = e[m, l] / reshape(dvsr[m], m, 1);\n"
-         "attention[m, n] = rdot(sm[m, l], C[l, n], l);",
+    talk("attention", ATTENTION,
          {"talk": "attention.block(m:32);\nattention.tensorize(m:32, n:0, k:0, l:64);\nmm.inline();\ne.inline();\n"
                   "dvsr.fuse_at(attention, m);\nsm.fuse_at(attention, l);\nattention.num_warps(4);\n"
                   "attention.num_stages(2);\nattention.compile_to_kernel();",
           "small": "attention.block(m:8);\nattention.tensorize(m:8, n:16, k:8, l:16);\nmm.inline();\ne.inline();\n"
                    "dvsr.fuse_at(attention, m);\nsm.fuse_at(attention, l);\nattention.compile_to_kernel();"},
-         lambda A, B, C: _softmax_rows(A @ B / np.sqrt(A.shape[1])) @ C,
-         ({"m": 1, "n": 1, "k": 1, "l": 1}, {"m": 13, "n": 7, "k": 19, "l": 5}, {"m": 40, "n": 70, "k": 33, "l": 50}),
-         ({"m": 1, "n": 1, "k": 1, "l": 1}, {"m": 1024, "n": 64, "k": 64, "l": 1024},
-          {"m": 1031, "n": 63, "k": 65, "l": 999})),
-    talk("attention_talk", "Func attention, mm, e, sm, dvsr;\nIn A, B, C;\nVar m, n;\nRVar k, l;\n"
-         "mm[m, l] = rdot(A[m, k], B[k, l], k) / sqrt(len(k));\ne[m, l] = exp(mm[m, l]);\n"
-         "dvsr[m] = rsum(e[m, l], l);\nsm[m, l] = e[m, l] / reshape(dvsr[m], m, 1);\n"
-         "attention[m, n] = rdot(sm[m, l], C[l, n], l);",
+         *ATTENTION_CHECK),
+    talk("attention_talk", ATTENTION,
          {"talk": "attention.tensorize(m:16);\nattention.block(m:16);\nattention.tensorize(n:64);\n"
                   "attention.tensorize(k:16);\nattention.tensorize(l:0);\nattention.num_stages(8);\n"
                   "attention.num_warps(8);\nmm.fuse_at(e, l);\ndvsr.fuse_at(sm, m);\nsm.fuse_at(attention, m);\n"
                   "e.fuse_at(attention, m);\nattention.compile();",
           "small": "attention.block(m:8);\nattention.tensorize(m:8, n:16, k:8, l:0);\nmm.fuse_at(e, l);\n"
                    "dvsr.fuse_at(sm, m);\nsm.fuse_at(attention, m);\ne.fuse_at(attention, m);\nattention.compile();"},
-         lambda A, B, C: _softmax_rows(A @ B / np.sqrt(A.shape[1])) @ C,
-         ({"m": 1, "n": 1, "k": 1, "l": 1}, {"m": 13, "n": 7, "k": 19, "l": 5}, {"m": 40, "n": 70, "k": 33, "l": 50}),
-         ({"m": 1, "n": 1, "k": 1, "l": 1}, {"m": 1024, "n": 64, "k": 64, "l": 1024},
-          {"m": 1031, "n": 63, "k": 65, "l": 999})),
+         *ATTENTION_CHECK),
 )
