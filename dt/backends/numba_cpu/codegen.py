@@ -450,10 +450,11 @@ class _Kernel:
         return index(_rename(e, self.var))
 
     def body(self, w: Writer, stmts):
-        if not stmts:
-            w.line("pass")
+        written = len(w.lines)
         for s in stmts:
             self.stmt(w, s)
+        if len(w.lines) == written:  # nothing, or only tiles inlined into later uses
+            w.line("pass")
 
     def stmt(self, w: Writer, s):
         if isinstance(s, S.Let):
