@@ -1,9 +1,9 @@
 """CPU benchmark: dt's `numba` backend against PyTorch (eager) and NumPy, at mid sizes.
 
 Every provider writes into preallocated outputs (out= arguments) where its API allows; each
-kernel is checked against NumPy before it is timed. Timing: the providers of a kernel take
-turns, in blocks of runs with a pause between blocks (so that one library's idle threads do not
-spin on the cores while the next runs), and the median over every run is reported. dt runs
+kernel is checked against NumPy before it is timed. Timing: the providers of a kernel take 6
+turns each, a turn being back-to-back runs for 0.25 s, with a pause between turns; the median
+of each provider's runs is reported (see time_providers). dt runs
 both the schedule in examples/ and, where one exists, the CPU schedule in examples/cpu/.
 First-call compile time and cached-load time are measured per DT file in fresh processes.
 
@@ -183,7 +183,12 @@ def run_times(fn, seconds: float, min_runs: int) -> list[float]:
 
 
 def time_providers(fns: dict, rounds: int, seconds: float, min_runs: int, pause: float) -> dict:
-    """Median ms per provider over `rounds` turns, each a block of runs of every provider."""
+    """(median ms, runs) per provider over `rounds` turns, each a block of back-to-back runs of
+    every provider: back to back, as a loop calling a kernel runs it (one call at a time after
+    a pause made PyTorch's OpenMP threads, asleep by then, miss their cores for tens of ms on
+    this shared machine); in turns, so that each provider sees the drift of the machine's
+    other load; with a pause between blocks, so that one library's idle threads stop spinning
+    before the next runs."""
     samples = {name: [] for name in fns}
     for fn in fns.values():
         fn()  # warm-up (and, for dt, compile or load)
@@ -282,7 +287,7 @@ def main(argv=None) -> int:
     cases = [c for c in CASES if wanted is None or c.kernel in wanted]
     if args.quick:
         cases = list({c.kernel: Case(c.kernel, {d: QUICK[d] for d in c.shape}, c.scalars) for c in cases}.values())
-    rounds, seconds, min_runs, pause = (1, 0.05, 2, 0.0) if args.quick else (3, 0.4, 3, 0.3)
+    rounds, seconds, min_runs, pause = (1, 0.05, 2, 0.0) if args.quick else (6, 0.25, 3, 0.2)
     device = cpu_description()
     print(f"# {device_text(device)}; numba {device['numba_threads']} threads, torch {device['torch_threads']}",
           flush=True)
@@ -359,10 +364,13 @@ def markdown(device: dict, records: list, compile_rows: list, quick: bool) -> st
     lines = ["# dt `numba` backend: CPU benchmark", "",
              f"Machine: {device_text(device)}. numba {device['numba']} with {device['numba_threads']} threads, "
              f"PyTorch {device['torch']} with {device['torch_threads']}, NumPy {device['numpy']} (one thread; "
-             f"OpenBLAS for matmul). float32, outputs preallocated, median of every run "
+             f"OpenBLAS for matmul). float32, outputs preallocated, median of 6 turns of back-to-back runs "
              f"(`python benchmarks/cpu/bench.py`).", ""]
     if quick:
         lines += ["**Quick run (small shapes): not representative.**", ""]
+    lines += ["A shared virtual machine: other jobs run beside the benchmark, and repeated runs vary by "
+              "up to a third. relu is one pass over memory in dt and in PyTorch alike, bound by the memory "
+              "bandwidth: the two tie, within that noise.", ""]
     keys = []
     for r in records:
         key = (r["kernel"], json.dumps(r["shape"]))
