@@ -28,41 +28,14 @@ import torch  # noqa: E402
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
+from dt.backends.triton.interpreter_fix import apply as apply_interpreter_fixes  # noqa: E402
+
 PROVIDER = "triton-interpreter"
 
 
-def _fix_interpreter_index_for_numpy_2_4():
-    """Work around triton-lang/triton#9171 (fixed upstream by PR #9172).
-
-    The interpreter holds scalars as 1-element numpy arrays and implements
-    ``tensor.__index__`` as ``int(array)``, which NumPy >= 2.4 rejects. Any
-    ``range()`` bound that is a runtime kernel argument (``K``, ``n_cols``)
-    then fails with "only 0-dimensional arrays can be converted to Python
-    scalars". We re-patch ``__index__`` with the upstream fix (extract the
-    single element) instead of distorting the kernels, e.g. by making loop
-    bounds constexpr.
-    """
-    try:
-        int(np.array([0]))
-        return  # old NumPy: the stock interpreter works
-    except TypeError:
-        pass
-    from triton.runtime import interpreter
-
-    original = getattr(interpreter, "_patch_lang_tensor", None)
-    if original is None or getattr(original, "_dt_fixed", False):
-        return
-
-    def patched(tensor, scope):
-        original(tensor, scope)
-        # The scope restores attributes LIFO, so this is undone after the launch too.
-        scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.item()))
-
-    patched._dt_fixed = True
-    interpreter._patch_lang_tensor = patched
-
-
-_fix_interpreter_index_for_numpy_2_4()
+# Triton 3.6's interpreter cannot use a runtime kernel argument as a range() bound with
+# NumPy >= 2.4 (triton-lang/triton#9171); dt's backend carries upstream's fix (#9172).
+apply_interpreter_fixes()
 
 MATMUL_M = MATMUL_N = MATMUL_K = 512
 SOFTMAX_ROWS, SOFTMAX_COLS = 1024, 4096
