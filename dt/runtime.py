@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from dt import backends
+from dt import backends, env
 from dt.backends.numpy.runtime import BFLOAT16, DTYPES
 from dt.debug import config as debug_config
 from dt.errors import DTExtentError, DTInputError, Loc, user_facing
@@ -65,7 +65,7 @@ class Program:
     # ------------------------------------------------------------------ running
     @user_facing
     def __call__(self, *, backend: str | None = None, sizes: dict | None = None, **args):
-        name = backend or os.environ.get("DT_BACKEND") or None
+        name = backend or env.read("DT_BACKEND") or None
         key = self._call_key(name, sizes, args)
         plan = self._plans.get(key) if key is not None else None
         if plan is None:
@@ -76,15 +76,19 @@ class Program:
 
     def _call_key(self, name, sizes, args):
         """What decides a call's plan: the backend asked for, the debug state, extents given, and
-        each argument's kind, shape, dtype and device. Values and strides may change freely."""
-        try:
-            signature = tuple(sorted((k, (type(v), v.shape, v.dtype, getattr(v, "device", None)))
-                                     if hasattr(v, "shape") and getattr(v, "ndim", 1) else (k, None)
-                                     for k, v in args.items()))
-            return (name, debug_config.current() is not None,
-                    tuple(sorted(sizes.items())) if sizes else None, signature)
-        except TypeError:  # something unhashable: plan every call
-            return None
+        each argument's kind, shape, dtype and device (None, to plan this call afresh, for
+        arguments that have none, such as lists). Values and strides may change freely."""
+        signature = []
+        for k, v in args.items():
+            ndim = getattr(v, "ndim", None)
+            if ndim:
+                signature.append((k, type(v), v.shape, v.dtype, getattr(v, "device", None)))
+            elif ndim is not None or isinstance(v, (int, float)):
+                signature.append((k, type(v)))
+            else:
+                return None
+        return (name, debug_config.current() is not None, tuple(sizes.items()) if sizes else None,
+                tuple(signature))
 
     def _plan(self, name, sizes, args):
         """Bind and check one call's signature, compile for it, and return the function that runs
@@ -98,13 +102,16 @@ class Program:
             self._check_capabilities(backend_obj, pipeline)
             compiled = self._compiled[key] = backend_obj.compile(pipeline)
         wants_torch = backend_obj.capabilities.array == "torch"
-        convert_in = _to_torch if wants_torch else _to_numpy
         size_args = {size_name(d): n for d, n in b.extents.items() if d in pipeline.sizes}
         device, inputs, scalars, outputs = b.torch_device, self.inputs, self.scalars, self.outputs
+        # Arguments already in the backend's array type pass through untouched (the call key
+        # fixes each argument's type, so this holds for every call with this plan).
+        as_given = all(_is_torch(args[n]) if wants_torch else isinstance(args[n], np.ndarray) for n in inputs)
+        convert_in = _to_torch if wants_torch else _to_numpy
 
         def run(args):
-            outs = compiled({n: convert_in(args[n]) for n in inputs}, {n: float(args[n]) for n in scalars},
-                            size_args)
+            arrays = {n: args[n] for n in inputs} if as_given else {n: convert_in(args[n]) for n in inputs}
+            outs = compiled(arrays, {n: float(args[n]) for n in scalars}, size_args)
             if device is not None:
                 outs = {n: o if _is_torch(o) and o.device == device else
                         (o.to(device) if _is_torch(o) else _numpy_to_torch(o, device)) for n, o in outs.items()}
@@ -238,7 +245,7 @@ def resolve_backend(name: str | None, torch_device=None) -> str:
     """The backend argument, else $DT_BACKEND (read at each call), else the default: 'interp'
     while dt.debug is active, 'triton' for CUDA tensors when it loads, otherwise the first CPU
     backend that loads."""
-    name = name or os.environ.get("DT_BACKEND") or None
+    name = name or env.read("DT_BACKEND") or None
     if name:
         return name
     if debug_config.current() is not None:  # breakpoints, traces and sanitizers run on the interpreter

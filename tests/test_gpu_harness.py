@@ -17,6 +17,8 @@ import bench  # noqa: E402
 import cases  # noqa: E402
 import render  # noqa: E402
 import report  # noqa: E402
+import space  # noqa: E402
+import tune  # noqa: E402
 
 import dt  # noqa: E402
 
@@ -119,14 +121,21 @@ def test_baseline_functions_compute_the_dt_algorithm(name):
 
 def _schedule_files():
     return sorted({p for k in cases.KERNELS.values() for p in cases.candidates(k)}
-                  | {cases.ROOT / row[3] for row in cases.SCHEDULES})
+                  | {cases.ROOT / row[3] for row in cases.SCHEDULES} | set(cases.TUNED_DIR.glob("*.dt")))
+
+
+def _kernel_of(path):
+    if path.parent == cases.TUNED_DIR:  # KERNEL_EXTENTS_DTYPE.dt
+        return next(k for name, k in cases.KERNELS.items()
+                    if path.stem.startswith(name + "_") and path.stem[len(name) + 1].isdigit())
+    return next(k for k in cases.KERNELS.values() if path in cases.candidates(k))
 
 
 @pytest.mark.parametrize("path", _schedule_files(), ids=lambda p: p.name)
 def test_every_schedule_is_its_kernels_algorithm(path):
-    """Each .dt the table or --tune can pick computes its kernel's algorithm on the
-    interpreter, and the Triton backend generates code for it in f32 and bf16."""
-    kernel = next(k for k in cases.KERNELS.values() if path in cases.candidates(k))
+    """Each .dt the table, the schedule search or --tune can pick computes its kernel's
+    algorithm on the interpreter, and the Triton backend generates code for it in f32 and bf16."""
+    kernel = _kernel_of(path)
     prog = dt.load(path)
     for shape in kernel.tiny:
         case = cases.Case(kernel, shape, "f32", kernel.extents(shape))
@@ -143,11 +152,44 @@ def test_schedule_table_and_overrides():
     k = cases.KERNELS["matmul"]
     skinny = cases.Case(k, (16, 4096, 4096), "f16", k.extents((16, 4096, 4096)))
     square = cases.Case(k, (4096, 4096, 4096), "f16", k.extents((4096, 4096, 4096)))
-    assert cases.schedule_for(skinny).name == "matmul_skinny.dt"
-    assert cases.schedule_for(square).name == "matmul_128x128x64.dt"
+    assert cases.schedule_for(skinny).name == "matmul_16x4096x4096_f16.dt"  # the search's winner
+    odd = cases.Case(k, (16, 512, 4096), "f16", k.extents((16, 512, 4096)))  # a row never searched: the table
+    assert cases.schedule_for(odd).name == "matmul_128x128x64.dt"
     assert cases.schedule_for(square, {"matmul": "/x/y.dt"}) == Path("/x/y.dt")
     assert cases.schedule_for(skinny, {"matmul:x=16, y=4096, k=4096": "/a.dt", "matmul": "/b.dt"}) == Path("/a.dt")
     for kernel, _, _, path in cases.SCHEDULES:
         assert (cases.ROOT / path).exists() and kernel in cases.KERNELS
     args = bench.parse_args(["--out", "o", "--schedule", "softmax:x=128, y=65536=examples/softmax.dt"])
     assert dict(args.schedule) == {"softmax:x=128, y=65536": str(cases.ROOT / "examples/softmax.dt")}
+
+
+@pytest.mark.parametrize("name", list(cases.KERNELS))
+def test_search_space_schedules_are_legal(name):
+    """A sample of every row's generated schedules parses, checks, lowers and renders to
+    Triton (tune.py runs them all on the GPU)."""
+    for case in cases.cases([name]):
+        found = space.variants(case)
+        assert found and len({n for n, _ in found}) == len(found)
+        for variant, text in found[::7]:
+            prog = dt.loads(text, name="variant")
+            assert "@triton.jit" in prog.source("triton", case.dtype), variant
+
+
+def test_tune_writes_each_rows_winner(tmp_path, monkeypatch):
+    monkeypatch.setattr(tune, "TUNED_DIR", tmp_path / "tuned")
+    monkeypatch.setattr(tune, "RESULTS", tmp_path / "results")
+    case = next(c for c in cases.cases(["softmax"], ["f32"]) if c.shape == (4096, 1000))
+    (fast, fast_text), (slow, slow_text) = space.variants(case)[:2]
+    run = {"device": "GPU", "torch": "x", "rows": [{
+        "kernel": "softmax", "shape": case.shape_text, "dtype": "f32", "bytes": 1, "flops": None,
+        "variants": [{"name": slow, "ms": 0.02}, {"name": fast, "ms": 0.01}, {"name": "broken", "error": "E"}],
+        "best": fast, "best_source": fast_text}]}
+    path = tmp_path / "tune-x.json"
+    path.write_text(json.dumps(run))
+    assert tune.main(["--write", str(path)]) == 0
+    written = tmp_path / "tuned" / "softmax_4096x1000_f32.dt"
+    assert written.read_text().endswith(fast_text) and f"variant {fast}, 0.0100 ms on GPU" in written.read_text()
+    table = (tmp_path / "results" / "tune.md").read_text()
+    assert f"| softmax | x=4096, y=1000 | f32 | GPU | 3 | 1 | {fast} | 0.0100 | softmax_4096x1000_f32.dt | 0.0200 |" \
+        in table
+    assert dt.load(written).outputs == ("_softmax",)

@@ -256,12 +256,25 @@ SCHEDULES: list[tuple[str, str | None, str | None, str]] = [
 ]
 
 
+TUNED_DIR = SCHEDULE_DIR / "tuned"
+
+
+def tuned_name(kernel: str, shape_text: str, dtype: str) -> str:
+    """'softmax', 'x=4096, y=1000', 'f32' -> 'softmax_4096x1000_f32.dt'."""
+    extents = "x".join(part.split("=")[1] for part in shape_text.split(", "))
+    return f"{kernel}_{extents}_{dtype}.dt"
+
+
 def schedule_for(case: Case, overrides: dict | None = None) -> Path:
-    """The .dt file for this case: an override ('kernel' or 'kernel:shape' key), else the table."""
+    """The .dt file for this case: an override ('kernel' or 'kernel:shape' key), else the
+    row's schedule-search winner (tune.py), else the table."""
     overrides = overrides or {}
     for key in (f"{case.kernel.name}:{case.shape_text}", case.kernel.name):
         if key in overrides:
             return Path(overrides[key])
+    tuned = TUNED_DIR / tuned_name(case.kernel.name, case.shape_text, case.dtype)
+    if tuned.exists():
+        return tuned
     for kernel, shape, dtype, path in SCHEDULES:
         if kernel == case.kernel.name and shape in (None, case.shape_text) and dtype in (None, case.dtype):
             return ROOT / path

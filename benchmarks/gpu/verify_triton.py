@@ -119,6 +119,7 @@ class Result:
     first_call_s: float | None = None  # includes Triton's compile
     ms: float | None = None  # steady-state time of the dt call (talk sizes, GPU only)
     formula_check: str = ""  # small sizes: torch formula vs dt's reference
+    replay: str = ""  # a repeat call with other values, replayed, vs the launcher on those values
     notes: list = field(default_factory=list)
 
 
@@ -194,7 +195,7 @@ class Verifier:
         r.status = "FAIL" if failures or r.formula_check.startswith("DISAGREES") else "ok"
         r.detail = "; ".join(failures)
         r.standalone = self.standalone(r, prog, tensors, extra, dtype, outs)
-        if r.standalone != "same bits":
+        if r.standalone != "same bits" or r.replay not in ("same bits", ""):
             r.status = "FAIL"
         if self.timing and reference == "torch-f64" and self.device == "cuda":
             fn = lambda: prog(backend="triton", sizes=extra, **tensors)  # noqa: E731
@@ -214,10 +215,24 @@ class Verifier:
             self.sync()
             gots = got if isinstance(got, dict) else {prog.outputs[0]: got}
             same = all(_same_bits(_cpu(gots[n]), _cpu(outs[n])) for n in prog.outputs)
+            r.replay = self.replay(prog, function, extra, r.sizes, dtype)
             return "same bits" if same else "differs"
         except Exception as e:
             self.log.write(f"==== standalone {r.case} {dtype}\n{traceback.format_exc()}\n")
             return f"{type(e).__name__}: {e}"[:500]
+
+    def replay(self, prog, launcher, extra, sizes, dtype) -> str:
+        """A repeat call with other values (the backend replays the first call's launches,
+        dt/backends/triton/replay.py) must give the bits the generated launcher gives."""
+        args = random_inputs(prog, sizes, dtype, seed=1)
+        tensors = {n: _to_torch(a).to(self.device) if hasattr(a, "shape") else a for n, a in args.items()}
+        replayed = prog(backend="triton", sizes=extra, **tensors)
+        launched = launcher(**tensors, **(extra or {}))
+        self.sync()
+        replayed = replayed if isinstance(replayed, dict) else {prog.outputs[0]: replayed}
+        launched = launched if isinstance(launched, dict) else {prog.outputs[0]: launched}
+        same = all(_same_bits(_cpu(replayed[n]), _cpu(launched[n])) for n in prog.outputs)
+        return "same bits" if same else "differs"
 
     # ------------------------------------------------------------ report
     def write(self):
@@ -259,12 +274,12 @@ def _fmt(x, spec):
 
 
 def table(results: list[dict]) -> list[str]:
-    lines = ["| case | dtype | sizes | ref | status | max abs err | max rel err | standalone | first call s | ms |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| case | dtype | sizes | ref | status | max abs err | max rel err | standalone | replay | first call s "
+             "| ms |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         sizes = ", ".join(f"{k}={v}" for k, v in r["sizes"].items())
         lines.append(f"| {r['case']} | {r['dtype']} | {sizes} | {r['reference']} | {r['status']} | "
-                     f"{_fmt(r['max_abs'], '.3g')} | {_fmt(r['max_rel'], '.3g')} | {r['standalone']} | "
+                     f"{_fmt(r['max_abs'], '.3g')} | {_fmt(r['max_rel'], '.3g')} | {r['standalone']} | {r.get('replay', '')} | "
                      f"{_fmt(r['first_call_s'], '.2f')} | {_fmt(r['ms'], '.4f')} |")
     return lines
 
@@ -279,7 +294,8 @@ def markdown(doc: dict) -> str:
              f"of {len(results)} cases. Tolerances: dt.testing.TOLERANCES per dtype (tf32 rows: "
              f"rtol {TF32_TOLERANCE[0]}, atol {TF32_TOLERANCE[1]} of the largest |reference|). "
              "'standalone' runs the generated module imported from its file; it must reproduce dt's "
-             "output bit for bit. 'ms' is triton.testing.do_bench's median of the dt call (talk sizes).", ""]
+             "output bit for bit; 'replay' is a repeat call on other values (dt replays the first call's "
+             "launches), which must give the generated launcher's bits. 'ms' is triton.testing.do_bench's median of the dt call (talk sizes).", ""]
     lines += table(results)
     bad = [r for r in results if r["status"] not in ("ok",) or r["formula_check"].startswith("DISAGREES")]
     if bad:

@@ -8,9 +8,9 @@ like DT_BACKEND:
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
+from dt import env
 from dt.debug.breakpoints import Breakpoint, parse_list
 from dt.debug.errors import DTDebugError
 
@@ -33,9 +33,7 @@ class Config:
 
 def current() -> Config | None:
     """The state in force now; None when no debugging feature is on (the plain, fast path)."""
-    env_break = os.environ.get("DT_BREAK", "").strip()
-    env_sanitize = os.environ.get("DT_SANITIZE", "").strip()
-    env_shuffle = os.environ.get("DT_SHUFFLE", "").strip()
+    env_break, env_sanitize, env_shuffle = env.read("DT_BREAK"), env.read("DT_SANITIZE"), env.read("DT_SHUFFLE")
     if not (_breakpoints or _traces or _contexts or env_break or env_sanitize or env_shuffle):
         return None
     checks = set(parse_checks(env_sanitize, "DT_SANITIZE"))
@@ -102,7 +100,7 @@ def _changed():
 
 
 def breakpoints() -> list[Breakpoint]:
-    return list(_breakpoints) + _env_breakpoints(os.environ.get("DT_BREAK", "").strip())
+    return list(_breakpoints) + _env_breakpoints(env.read("DT_BREAK"))
 
 
 def push_context(entry: tuple[frozenset[str], int | None]):

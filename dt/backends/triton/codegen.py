@@ -95,6 +95,7 @@ class Module:
     tile_checks: tuple[TileCheck, ...]
     dot_dims: frozenset[str]  # `{dim}_SIZE` whose padded tile is at least MIN_DOT
     launch_lines: tuple[tuple[int, int, S.Kernel], ...]  # (first, last line, kernel) of each launch
+    kernels: tuple[str, ...]  # the @triton.jit kernels' names in the module
 
 
 class Names:
@@ -166,7 +167,8 @@ def render(pipeline: S.Pipeline, f32_dot: str = "ieee", width: int | None = LINE
     source = _format(w.lines, width)
     checks = tuple(c for kr in kernels for c in kr.tile_checks)
     return Module(source, function, tuple(t.name for t in pipeline.inputs), pipeline.scalars,
-                  launcher.call_extents, checks, dot_dims, _launch_lines(source, pipeline, kernel_names))
+                  launcher.call_extents, checks, dot_dims, _launch_lines(source, pipeline, kernel_names),
+                  tuple(kernel_names.values()))
 
 
 def _format(lines: list[str], width: int | None) -> str:

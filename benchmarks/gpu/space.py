@@ -1,0 +1,147 @@
+"""The schedules `tune.py` tries for each benchmark row: DT schedule text over blockings,
+tiles, program orders, warps and stages, written for each kernel's algorithm (the algorithm
+part of the kernel's program in cases.py). Only plausible points are generated: tiles of a
+few to a few dozen elements per thread, and tiles that fit in registers."""
+from __future__ import annotations
+
+import re
+
+from cases import Case
+
+SCHEDULE_LINE = re.compile(r"^\s*\w+\.(block|tensorize|map|num_warps|num_stages|fuse_at|inline|compile|"
+                           r"compile_to_kernel)\s*\(")
+
+
+def algorithm(case: Case) -> str:
+    """The program's declarations and definitions, without its schedule or comments."""
+    lines = [line for line in case.kernel.program.read_text().splitlines()
+             if not line.lstrip().startswith("#") and not SCHEDULE_LINE.match(line)]
+    return "\n".join(lines).strip() + "\n\n"
+
+
+def _pow2(n: int) -> int:
+    return 1 << max(0, (n - 1).bit_length())
+
+
+def _per_thread(elements: int, warps: int) -> int:
+    return elements // (warps * 32)
+
+
+# Row-wise kernels: the Func computed, and the reductions fused at its row loop.
+ROWWISE = {"softmax": ("_softmax", ("_sum",)), "layernorm": ("layernorm", ("mean", "variance")),
+           "rmsnorm": ("rmsnorm", ("ms",))}
+# Element-wise kernels: the Func computed, and helpers inlined into it.
+ELEMENTWISE = {"relu": ("relu_out", ()), "add": ("add_out", ()), "swish": ("swish_out", ("tmp",)),
+               "dyt": ("dyt", ())}
+
+
+def _rowwise(case: Case):
+    out, fused = ROWWISE[case.kernel.name]
+    y = case.extents["y"]
+    fuse = "".join(f"{f}.fuse_at({out}, x);\n" for f in fused)
+    if _pow2(y) <= 16384:  # a whole row (or several) in one tile
+        for rows in (1, 2, 4, 8, 16):
+            elements = rows * _pow2(y)
+            if elements > 16384:
+                break
+            for warps in (1, 2, 4, 8, 16):
+                if 4 <= _per_thread(elements, warps) <= 64:
+                    yield (f"rows{rows}_w{warps}", f"{out}.block(x:{rows});\n{out}.tensorize(x:0, y:0);\n{fuse}"
+                           f"{out}.num_warps({warps});\n{out}.compile_to_kernel();\n")
+    if y >= 4096:  # a row per program, walked in tiles (later passes re-read it, mostly from L2)
+        for width in (1024, 2048, 4096, 8192, 16384):
+            if width >= y:
+                continue
+            for warps in (4, 8, 16):
+                for stages in ((0, 1, 2, 4) if y > 16384 else (0,)):  # 0: Triton's default
+                    if 4 <= _per_thread(width, warps) <= 32:
+                        pipelining = f"{out}.num_stages({stages});\n" if stages else ""
+                        yield (f"tiled{width}_w{warps}" + (f"_s{stages}" if stages else ""),
+                               f"{out}.block(x:1);\n{out}.tensorize(y:{width});\n{fuse}"
+                               f"{out}.num_warps({warps});\n{pipelining}{out}.compile_to_kernel();\n")
+
+
+def _elementwise(case: Case):
+    out, inlined = ELEMENTWISE[case.kernel.name]
+    y = case.extents["y"]
+    inline = "".join(f"{f}.inline();\n" for f in inlined)
+    widths = [w for w in (512, 1024, 2048, 4096, 8192) if w <= _pow2(y)]
+    if _pow2(y) != y and _pow2(y) <= 8192:
+        widths.append(0)  # the whole (padded) row: no column blocks
+    for width in widths:
+        padded = _pow2(y) if width == 0 else width
+        for rows in (1, 2, 4, 8):
+            elements = rows * padded
+            if not 1024 <= elements <= 16384:
+                continue
+            for warps in (4, 8):
+                if 4 <= _per_thread(elements, warps) <= 32:
+                    block = f"x:{rows}" + (f", y:{width}" if width else "")
+                    yield (f"x{rows}_y{width or 'all'}_w{warps}",
+                           f"{out}.block({block});\n{out}.tensorize(x:0, y:0);\n{inline}"
+                           f"{out}.num_warps({warps});\n{out}.compile{'_to_kernel' if inlined else ''}();\n")
+
+
+MATMUL_CONFIGS = [  # (block x, block y, k tile, warps, stages)
+    (128, 256, 64, 8, 3), (128, 256, 64, 8, 4), (256, 128, 64, 8, 3), (256, 128, 64, 8, 4),
+    (128, 128, 64, 4, 4), (128, 128, 64, 8, 4), (128, 128, 64, 4, 5), (128, 128, 128, 8, 3),
+    (128, 256, 32, 8, 5), (64, 256, 64, 4, 4), (128, 64, 64, 4, 4),
+]
+SKINNY_CONFIGS = [(16, n, k, w, s) for n in (32, 64, 128) for k in (128, 256, 512) for w in (4,) for s in (3, 4, 5)
+                  if n * k <= 32768]
+
+
+def _matmul(case: Case):
+    skinny = case.extents["x"] <= 64
+    out, fused = ("mm", "") if case.kernel.name == "matmul" else ("out", "mm.fuse_at(out, y);\n")
+    for bx, by, bk, warps, stages in (SKINNY_CONFIGS if skinny else MATMUL_CONFIGS):
+        for group in ((1,) if skinny else (8, 16)):
+            order = f"{out}.map(x:x1/{group}, y, x1);\n" if group > 1 else ""
+            yield (f"{bx}x{by}x{bk}_w{warps}_s{stages}_g{group}",
+                   f"{out}.block(x:{bx}, y:{by});\n{out}.tensorize(x:{bx}, y:{by}, k:{bk});\n{order}{fused}"
+                   f"{out}.num_warps({warps});\n{out}.num_stages({stages});\n{out}.compile"
+                   f"{'_to_kernel' if fused else ''}();\n")
+
+
+def _two_mm(case: Case):
+    inner = case.kernel.name == "2mm_inner"
+    for bm in ((32, 64, 128) if inner else (16, 32, 64)):
+        for bn in ((64, 128) if inner else (0,)):
+            for warps in ((4, 8) if inner else (2, 4)):
+                for stages in (1, 2):
+                    if inner:
+                        schedule = (f"_2mm.block(m:{bm}, n:{bn});\n_2mm.tensorize(m:{bm}, n:{bn}, k:0, l:0);\n"
+                                    "mm.fuse_at(_2mm, l);\n")
+                    else:
+                        schedule = (f"_2mm.block(m:{bm});\n_2mm.tensorize(m:{bm}, n:0, k:0, l:0);\n"
+                                    "mm.fuse_at(_2mm, m);\n")
+                    if bm * max(bn, 64) // (warps * 32) > 64 or bm * 64 // (warps * 32) < 2:
+                        continue
+                    yield (f"m{bm}_n{bn or 'all'}_w{warps}_s{stages}",
+                           schedule + f"_2mm.num_warps({warps});\n_2mm.num_stages({stages});\n"
+                           "_2mm.compile_to_kernel();\n")
+
+
+def _attention(case: Case):
+    for bm in (16, 32, 64, 128):
+        for lt in (32, 64, 128):
+            for warps in (4, 8):
+                for stages in (1, 2):
+                    if bm * lt // (warps * 32) > 64 or bm * lt // (warps * 32) < 2:
+                        continue
+                    yield (f"m{bm}_l{lt}_w{warps}_s{stages}",
+                           f"attention.block(m:{bm});\nattention.tensorize(m:{bm}, n:0, k:0, l:{lt});\n"
+                           "mm.inline();\ne.inline();\ndvsr.fuse_at(attention, m);\nsm.fuse_at(attention, l);\n"
+                           f"attention.num_warps({warps});\nattention.num_stages({stages});\n"
+                           "attention.compile_to_kernel();\n")
+
+
+GENERATORS = {**{k: _rowwise for k in ROWWISE}, **{k: _elementwise for k in ELEMENTWISE},
+              "matmul": _matmul, "mmsigmoid": _matmul, "2mm_outer": _two_mm, "2mm_inner": _two_mm,
+              "attention": _attention}
+
+
+def variants(case: Case) -> list[tuple[str, str]]:
+    """(name, DT program text) of every schedule tried for this row."""
+    base = algorithm(case)
+    return [(name, base + schedule) for name, schedule in GENERATORS[case.kernel.name](case)]

@@ -1,0 +1,195 @@
+"""Schedule search on the GPU: for each row of the benchmark, generate DT schedules over a
+space of blockings, tiles, program orders, warps and stages (`space.py`), compile them all
+in parallel worker processes, check each against the float64 reference, time the correct
+ones, and report the fastest per row.
+
+    python3 benchmarks/gpu/tune.py --out DIR [--kernels K,...] [--dtypes D,...] [--match TEXT]
+        [--workers N] [--budget SECONDS]
+
+Writes DIR/tune-TAG.json: per row, every variant's time or error and, for the fastest, its
+DT source. Then, on any machine,
+
+    python benchmarks/gpu/tune.py --write DIR1/tune-mem.json DIR2/tune-mm.json ...
+
+writes each row's winner to benchmarks/gpu/schedules/tuned/KERNEL_SHAPE_DTYPE.dt (the file
+the benchmark's `dt` provider runs for that row, see cases.schedule_for), merges the runs
+into benchmarks/results/tune.json and summarises them in benchmarks/results/tune.md. Times are triton.testing.do_bench medians with a shorter repetition (10 ms
+warm-up, 40 ms) than the benchmark's, enough to rank schedules; bench.py then measures the
+chosen ones the benchmark's way.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+import traceback
+import zlib
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+import torch  # noqa: E402
+
+import measure  # noqa: E402
+import space  # noqa: E402
+from cases import DTYPES, KERNELS, ROOT, TUNED_DIR, cases, tuned_name  # noqa: E402
+
+RESULTS = ROOT / "benchmarks" / "results"
+
+
+def _inputs(case, device, seed):
+    g = measure.generator(device, seed)
+    return {n: measure.random_tensor(case.input_shape(n), DTYPES[case.dtype], device, g) for n in case.kernel.inputs}
+
+
+def _compile(job):
+    """Worker: load one variant and call it once on the row's shapes (Triton compiles and
+    caches it on disk, where the timing process finds it). Returns (job id, error or None)."""
+    ident, text, kernel, shape, dtype = job
+    try:
+        import dt
+        case = next(c for c in cases([kernel], [dtype]) if c.shape == shape)
+        prog = dt.loads(text, name=ident.replace("/", "_"))
+        t = _inputs(case, "cuda", 0)
+        prog(backend="triton", **t, **case.kernel.scalars)
+        torch.cuda.synchronize()
+        return ident, None
+    except Exception as e:  # a variant that does not compile or run is a result, not a crash
+        return ident, f"{type(e).__name__}: {str(e).strip().splitlines()[0][:300] if str(e).strip() else ''}"
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", help="output directory (searching)")
+    p.add_argument("--write", nargs="+", metavar="JSON", help="write the winners of these runs (no GPU work)")
+    p.add_argument("--tag", default="run")
+    p.add_argument("--kernels", default=",".join(KERNELS))
+    p.add_argument("--dtypes")
+    p.add_argument("--match")
+    p.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 2) - 2))
+    p.add_argument("--budget", type=float, default=0, help="seconds; start no new row after this (0: none)")
+    args = p.parse_args(argv)
+    if args.write:
+        return write(args.write)
+    if not args.out:
+        p.error("--out is required to search")
+    rows = cases(args.kernels.split(","), args.dtypes.split(",") if args.dtypes else None)
+    if args.match:
+        rows = [c for c in rows if args.match in c.title]
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    t0 = time.monotonic()
+
+    jobs, variants = [], {}
+    for case in rows:
+        for name, text in space.variants(case):
+            ident = f"{case.kernel.name}/{case.shape_text}/{case.dtype}/{name}"
+            variants[ident] = (case, name, text)
+            jobs.append((ident, text, case.kernel.name, case.shape, case.dtype))
+    print(f"{len(rows)} rows, {len(jobs)} variants; compiling on {args.workers} workers", flush=True)
+    errors = {}
+    with ProcessPoolExecutor(args.workers, mp_context=torch.multiprocessing.get_context("spawn")) as pool:
+        for future in as_completed([pool.submit(_compile, j) for j in jobs]):
+            ident, error = future.result()
+            if error:
+                errors[ident] = error
+    print(f"compiled in {time.monotonic() - t0:.0f} s; {len(errors)} variants failed", flush=True)
+
+    import dt
+    import triton.testing
+    results = []
+    for case in rows:
+        if args.budget and time.monotonic() - t0 > args.budget:
+            print(f"budget reached before {case.title}", flush=True)
+            break
+        seed = zlib.crc32(case.title.encode())
+        check = _inputs(case, "cuda", seed)
+        ref = case.kernel.torch_fn(**{n: t.double() for n, t in check.items()}, **case.kernel.scalars)
+        timed = _inputs(case, "cuda", seed + 1)
+        row = {"kernel": case.kernel.name, "shape": case.shape_text, "dtype": case.dtype, "bytes": case.bytes,
+               "flops": case.flops, "variants": []}
+        for ident, (c, name, text) in variants.items():
+            if c is not case:
+                continue
+            rec = {"name": name}
+            if ident in errors:
+                rec["error"] = errors[ident]
+            else:
+                try:
+                    prog = dt.loads(text, name=ident.replace("/", "_"))
+                    out_ = prog(backend="triton", **check, **case.kernel.scalars)
+                    err = measure.relative_error(out_, ref)
+                    rec["rel_err"] = err
+                    if not err <= measure.TOLERANCE[case.dtype]:
+                        rec["error"] = f"relative error {err:.3g}"
+                    else:
+                        fn = lambda: prog(backend="triton", **timed, **case.kernel.scalars)  # noqa: E731
+                        rec["ms"] = float(triton.testing.do_bench(fn, warmup=10, rep=40, return_mode="median"))
+                except Exception as e:
+                    rec["error"] = f"{type(e).__name__}: {str(e).strip()[:300]}"
+            row["variants"].append(rec)
+        timed_ok = [v for v in row["variants"] if "ms" in v]
+        if timed_ok:
+            best = min(timed_ok, key=lambda v: v["ms"])
+            row["best"] = best["name"]
+            row["best_source"] = next(t for i, (c, n, t) in variants.items() if c is case and n == best["name"])
+            print(f"{case.title}: best {best['name']} {best['ms']:.4f} ms of {len(timed_ok)} "
+                  f"({len(row['variants']) - len(timed_ok)} failed)", flush=True)
+        else:
+            print(f"{case.title}: no variant ran", flush=True)
+        results.append(row)
+        (out / f"tune-{args.tag}.json").write_text(json.dumps(
+            {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": results}, indent=1))
+    print(f"done in {time.monotonic() - t0:.0f} s", flush=True)
+    return 0
+
+
+def write(paths) -> int:
+    """Each row's winner as a .dt file, the merged runs as JSON, and a markdown summary."""
+    runs = [json.loads(Path(p).read_text()) for p in paths]
+    rows = {(r["kernel"], r["shape"], r["dtype"]): dict(r, device=run["device"]) for run in runs for r in run["rows"]}
+    TUNED_DIR.mkdir(parents=True, exist_ok=True)
+    for old in TUNED_DIR.glob("*.dt"):
+        old.unlink()
+    lines = ["# Schedule search results", "",
+             "Produced by `benchmarks/gpu/tune.py` (method in `docs/performance.md`): every schedule of "
+             "`benchmarks/gpu/space.py` for each row, checked against the float64 reference and timed with "
+             "`triton.testing.do_bench` (10 ms warm-up, 40 ms repetition, median). The winner of each row is "
+             "`benchmarks/gpu/schedules/tuned/<file>`; the benchmark (`bench.py`) measures it again the "
+             "benchmark's way.", "",
+             "| kernel | shape | dtype | device | tried | failed | best | ms | file | median of the others ms |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for (kernel, shape, dtype), r in sorted(rows.items()):
+        timed = sorted((v for v in r["variants"] if "ms" in v), key=lambda v: v["ms"])
+        failed = len(r["variants"]) - len(timed)
+        if not timed:
+            lines.append(f"| {kernel} | {shape} | {dtype} | {r['device']} | {len(r['variants'])} | {failed} | — | | | |")
+            continue
+        best = timed[0]
+        path = TUNED_DIR / tuned_name(kernel, shape, dtype)
+        header = (f"# {kernel} [{shape}] {dtype}: the fastest of {len(timed)} schedules that ran "
+                  f"(benchmarks/gpu/tune.py),\n# variant {best['name']}, {best['ms']:.4f} ms on {r['device']}.\n")
+        path.write_text(header + r["best_source"])
+        others = [v["ms"] for v in timed[1:]]
+        median = sorted(others)[len(others) // 2] if others else None
+        lines.append(f"| {kernel} | {shape} | {dtype} | {r['device']} | {len(r['variants'])} | {failed} | "
+                     f"{best['name']} | {best['ms']:.4f} | {path.name} | {'' if median is None else f'{median:.4f}'} |")
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "tune.json").write_text(json.dumps({"runs": [{k: v for k, v in run.items() if k != "rows"}
+                                                            for run in runs],
+                                                   "rows": list(rows.values())}, indent=1) + "\n")
+    (RESULTS / "tune.md").write_text("\n".join(lines) + "\n")
+    print(f"wrote {len(list(TUNED_DIR.glob('*.dt')))} schedules to {TUNED_DIR}, {RESULTS / 'tune.md'}")
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except Exception:
+        traceback.print_exc()
+        sys.exit(1)

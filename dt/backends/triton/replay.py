@@ -1,0 +1,123 @@
+"""Fast repeat calls on the GPU: replay a call's kernel launches without Triton's JIT dispatch.
+
+Launching a `@triton.jit` kernel binds every argument, computes its specialisation key and
+looks the compiled kernel up: about 10 µs of host time per launch, more than small kernels
+take on the GPU. Every size and stride is a `tl.constexpr` in dt's kernels, so once the
+sizes, strides, pointer alignment (Triton specialises pointers on 16-byte alignment) and
+device of a call are known, so is every launch: which compiled kernel, its grid and every
+argument but the tensors' addresses and the scalars' values.
+
+`Replays` records the launches of the first call with a given such key by running the
+readable launcher with its kernels wrapped, and turns them into a small generated function
+that allocates the outputs and calls each compiled kernel's launcher directly. Later calls
+with the same key run that function. Launch hooks (profilers such as Proton) need Triton's
+own launch path: while any is set, every call goes through the launcher.
+"""
+from __future__ import annotations
+
+import types
+
+import torch
+from triton import knobs
+
+from dt.backends.pysource import Writer, load_module
+
+ALIGNMENT = 16  # bytes; Triton compiles pointers it sees aligned to this as aligned
+
+
+class _Recorder:
+    """Stands in for a @triton.jit kernel while a call is recorded: launches it and logs the
+    compiled kernel, grid and arguments."""
+
+    def __init__(self, jit, log: list):
+        self.jit, self.log = jit, log
+
+    def __getitem__(self, grid):
+        def launch(*args, **options):
+            compiled = self.jit[grid](*args, **options)
+            self.log.append((compiled, tuple(grid), args))
+        return launch
+
+
+class Replays:
+    """The replay functions of one generated module, by call key (see `key`)."""
+
+    def __init__(self, launcher: types.FunctionType, namespace: dict, kernel_names, name: str):
+        self.launcher, self.namespace, self.name = launcher, namespace, name
+        self.kernel_names = tuple(kernel_names)
+        self.functions: dict[tuple, object] = {}
+
+    @staticmethod
+    def key(tensors: list, sizes: tuple) -> tuple:
+        return (sizes, _current_device(),
+                tuple((t.get_device(), t.stride(), t.data_ptr() % ALIGNMENT == 0) for t in tensors))
+
+    @staticmethod
+    def hooked() -> bool:
+        runtime = knobs.runtime
+        return bool(runtime.launch_enter_hook.calls or runtime.launch_exit_hook.calls)
+
+    def record(self, key: tuple, tensors: list, scalars: list):
+        """Run the launcher once, recording its launches; return its result. Later calls with
+        this key replay the launches (when they can be replayed; see `_build`)."""
+        log: list = []
+        globals_ = dict(self.namespace)
+        for name in self.kernel_names:
+            globals_[name] = _Recorder(self.namespace[name], log)
+        recording = types.FunctionType(self.launcher.__code__, globals_, self.launcher.__name__,
+                                       self.launcher.__defaults__, self.launcher.__closure__)
+        # Fresh float objects: each scalar is then found among the launch arguments by identity.
+        scalars = [float.fromhex(float(s).hex()) for s in scalars]
+        result = recording(*tensors, *scalars)
+        if tensors[0].get_device() == _current_device():
+            self.functions[key] = self._build(log, tensors, scalars, result)
+        return result
+
+    def _build(self, log, tensors, scalars, result):
+        """The replay function's source: allocations and direct launches, or None when an
+        argument is of a kind this does not know how to replay."""
+        sources = {id(t): f"input{i}" for i, t in enumerate(tensors)}
+        sources.update({id(s): f"scalar{i}" for i, s in enumerate(scalars)})
+        names: dict[str, object] = {"torch": torch, "empty_strided": torch.empty_strided, "get_stream": _stream}
+        outputs = result if isinstance(result, dict) else {None: result}
+        allocations = {id(t): t for t in outputs.values()}
+        for _, _, args in log:
+            allocations.update({id(a): a for a in args if isinstance(a, torch.Tensor) and id(a) not in sources})
+        w = Writer()
+        params = [f"input{i}" for i in range(len(tensors))] + [f"scalar{i}" for i in range(len(scalars))]
+        w.line(f"def replay_{self.name}({', '.join(params)}):")
+        with w.indent():
+            names["device"] = tensors[0].device
+            w.line(f"stream = get_stream({tensors[0].get_device()})")
+            for n, (ident, t) in enumerate(allocations.items()):
+                if t._base is not None or t.device != tensors[0].device:
+                    return None  # a view of another tensor, or elsewhere: not a buffer the launcher made
+                sources[ident] = f"buffer{n}"
+                w.line(f"buffer{n} = empty_strided({tuple(t.shape)}, {t.stride()}, dtype={t.dtype}, device=device)")
+            for n, (compiled, grid, args) in enumerate(log):
+                names[f"run{n}"], names[f"function{n}"] = compiled.run, compiled.function
+                names[f"metadata{n}"] = compiled.packed_metadata
+                values = []
+                for a in args:
+                    if id(a) in sources:
+                        values.append(sources[id(a)])
+                    elif type(a) in (int, bool) or a is None:
+                        values.append(repr(a))  # a constexpr: a size, a stride or a tile
+                    else:
+                        return None
+                grid = tuple(grid) + (1,) * (3 - len(grid))
+                w.line(f"run{n}({', '.join(map(str, grid))}, stream, function{n}, metadata{n}, None, None, None, "
+                       f"{', '.join(values)})")
+            if None in outputs:
+                w.line(f"return {sources[id(outputs[None])]}")
+            else:
+                w.line("return {" + ", ".join(f"{k!r}: {sources[id(t)]}" for k, t in outputs.items()) + "}")
+        return load_module(w.text(), f"triton replay {self.name}", names)[f"replay_{self.name}"]
+
+
+def _stream(index: int):
+    return torch._C._cuda_getCurrentRawStream(index)
+
+
+def _current_device() -> int:
+    return torch._C._cuda_getDevice()

@@ -1,0 +1,151 @@
+"""The Triton backend's replay of repeat calls (dt/backends/triton/replay.py), on the CPU with
+stand-in kernels: what is recorded, what a replay passes to each compiled kernel, and when a
+call is recorded afresh. benchmarks/gpu/verify_triton.py checks replays on a GPU against the
+generated launcher, bit for bit."""
+from __future__ import annotations
+
+import pytest
+import torch
+from triton import knobs
+
+from dt.backends.pysource import load_module
+from dt.backends.triton import replay
+from dt.backends.triton.replay import Replays
+
+
+class FakeCompiled:
+    """A compiled kernel: `run` is what a replay calls, with the launcher's arguments."""
+
+    def __init__(self, body):
+        self.body, self.function, self.packed_metadata = body, object(), object()
+        self.replayed = 0
+
+    def run(self, grid_x, grid_y, grid_z, stream, function, metadata, launch_metadata, enter, exit, *args):
+        assert (function, metadata) == (self.function, self.packed_metadata)
+        assert (launch_metadata, enter, exit) == (None, None, None)
+        self.replayed += 1
+        self.body(*args)
+
+
+class FakeJit:
+    """A @triton.jit kernel: launching it through [grid] runs the body (Triton's dispatch)."""
+
+    def __init__(self, body):
+        self.compiled = FakeCompiled(body)
+        self.dispatched = 0
+
+    def __getitem__(self, grid):
+        def launch(*args, num_warps):
+            self.dispatched += 1
+            self.compiled.body(*args)
+            return self.compiled
+        return launch
+
+
+def _scale(A, a0, a1, alpha, out, o0, o1, rows):
+    out.copy_(A * alpha)
+
+
+def _shift(T, t0, t1, beta, out, o0, o1, rows):
+    out.copy_(T + beta)
+
+
+LAUNCHERS = """
+def scale(A, alpha):
+    out = torch.empty(A.shape, dtype=A.dtype, device=A.device)
+    scale_kernel[(2,)](A, *A.stride(), float(alpha), out, *out.stride(), A.shape[0], num_warps=4)
+    return out
+
+
+def scale_shift(A, alpha, beta):
+    tmp = torch.empty(A.shape, dtype=A.dtype, device=A.device)
+    out = torch.empty(A.shape, dtype=A.dtype, device=A.device)
+    scale_kernel[(2,)](A, *A.stride(), float(alpha), tmp, *tmp.stride(), A.shape[0], num_warps=4)
+    shift_kernel[(3, 1)](tmp, *tmp.stride(), float(beta), out, *out.stride(), A.shape[0], num_warps=4)
+    return {"tmp": tmp, "out": out}
+"""
+
+
+@pytest.fixture
+def module(monkeypatch):
+    monkeypatch.setattr(replay, "_stream", lambda index: 0)
+    monkeypatch.setattr(replay, "_current_device", lambda: -1)  # CPU tensors' get_device()
+    namespace = {"torch": torch, "scale_kernel": FakeJit(_scale), "shift_kernel": FakeJit(_shift)}
+    return load_module(LAUNCHERS, "test launchers", namespace)
+
+
+def _replays(module, name):
+    return Replays(module[name], module, ["scale_kernel", "shift_kernel"], name)
+
+
+def _call(replays, tensors, scalars, sizes=(("x_SIZE", 4),)):
+    key = Replays.key(tensors, sizes)
+    function = replays.functions.get(key)
+    return function(*tensors, *scalars) if function else replays.record(key, tensors, scalars)
+
+
+def test_first_call_dispatches_later_calls_replay(module):
+    replays = _replays(module, "scale")
+    kernel = module["scale_kernel"]
+    A = torch.arange(8.0).reshape(4, 2)
+    assert torch.equal(_call(replays, [A], [2.0]), A * 2)
+    assert (kernel.dispatched, kernel.compiled.replayed) == (1, 0)
+    B = torch.full((4, 2), 3.0)
+    out = _call(replays, [B], [0.5])  # other tensor, other scalar: the new values reach the kernel
+    assert torch.equal(out, B * 0.5)
+    assert out.data_ptr() != B.data_ptr()
+    assert (kernel.dispatched, kernel.compiled.replayed) == (1, 1)
+
+
+def test_temporaries_outputs_and_equal_scalars(module):
+    replays = _replays(module, "scale_shift")
+    A = torch.ones(4, 2)
+    same = 1.5  # one float object for both scalars: each must still get its own value later
+    first = _call(replays, [A], [same, same])
+    assert torch.equal(first["out"], A * 1.5 + 1.5)
+    later = _call(replays, [A], [2.0, -1.0])
+    assert torch.equal(later["tmp"], A * 2.0) and torch.equal(later["out"], A * 2.0 - 1.0)
+    assert later["tmp"].data_ptr() != first["tmp"].data_ptr()
+    assert module["shift_kernel"].compiled.replayed == 1
+
+
+def test_new_strides_alignment_or_sizes_record_again(module):
+    replays = _replays(module, "scale")
+    A = torch.arange(16.0).reshape(4, 4)
+    _call(replays, [A[:, :2].contiguous()], [1.0])
+    assert len(replays.functions) == 1
+    _call(replays, [A[:, :2]], [1.0])  # strides (4, 1): another compiled kernel
+    assert len(replays.functions) == 2
+    misaligned = torch.arange(9.0)[1:].reshape(4, 2)  # 4 bytes past an aligned address
+    assert Replays.key([misaligned], ()) != Replays.key([misaligned.clone()], ())
+    _call(replays, [A[:, :2].contiguous()], [1.0], sizes=(("x_SIZE", 5),))
+    assert len(replays.functions) == 3
+
+
+def test_a_launch_hook_means_no_replay():
+    assert not Replays.hooked()
+
+    def hook(metadata):
+        pass
+
+    knobs.runtime.launch_enter_hook.add(hook)
+    try:
+        assert Replays.hooked()
+    finally:
+        knobs.runtime.launch_enter_hook.remove(hook)
+
+
+def test_unknown_argument_kinds_are_not_replayed(module):
+    namespace = dict(module)
+    source = """
+def odd(A):
+    out = torch.empty(A.shape, dtype=A.dtype, device=A.device)
+    scale_kernel[(1,)](A, *A.stride(), 1.0, out, *out.stride(), "not a size", num_warps=4)
+    return out
+"""
+    namespace = load_module(source, "odd launcher", namespace)
+    replays = Replays(namespace["odd"], namespace, ["scale_kernel"], "odd")
+    A = torch.ones(2, 2)
+    key = Replays.key([A], ())
+    assert torch.equal(replays.record(key, [A], []), A)
+    assert replays.functions[key] is None  # the backend then always calls the launcher
