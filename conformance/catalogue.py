@@ -107,6 +107,11 @@ ATTENTION = ("Func attention, mm, e, sm, dvsr;\nIn A, B, C;\nVar m, n;\nRVar k, 
              "mm[m, l] = rdot(A[m, k], B[k, l], k) / sqrt(len(k));\ne[m, l] = exp(mm[m, l]);\n"
              "dvsr[m] = rsum(e[m, l], l);\nsm[m, l] = e[m, l] / reshape(dvsr[m], m, 1);\n"
              "attention[m, n] = rdot(sm[m, l], C[l, n], l);")
+# The same attention, normalised after the product: one pass over l (compute_with).
+ATTENTION_ONEPASS = ("Func attention, mm, e, num, dvsr;\nIn A, B, C;\nVar m, n;\nRVar k, l;\n"
+                     "mm[m, l] = rdot(A[m, k], B[k, l], k) / sqrt(len(k));\ne[m, l] = exp(mm[m, l]);\n"
+                     "dvsr[m] = rsum(e[m, l], l);\nnum[m, n] = rdot(e[m, l], C[l, n], l);\n"
+                     "attention[m, n] = num[m, n] / reshape(dvsr[m], m, 1);")
 ATTENTION_CHECK = (
     lambda A, B, C: _softmax_rows(A @ B / np.sqrt(A.shape[1])) @ C,
     ({"m": 1, "n": 1, "k": 1, "l": 1}, {"m": 13, "n": 7, "k": 19, "l": 5}, {"m": 40, "n": 70, "k": 33, "l": 50}),
@@ -309,6 +314,18 @@ CATALOGUE: tuple[Case, ...] = (
           "scalar": "out.block(x:1);\nt.fuse_at(out, k);\nout.compile_to_kernel();"},
          lambda A, v: (np.exp(A) + v[None, :]).sum(axis=1),
          tuple({"x": s["x"], "k": s["y"]} for s in SR), tuple({"x": s["x"], "k": s["y"]} for s in FR)),
+    Case("compute_with.rows", "Func out, s1, s2;\nIn A;\nVar x;\nRVar y;\ns1[x] = rsum(A[x, y], y);\n"
+         "s2[x] = rmax(A[x, y] * A[x, y], y) + rsum(A[x, y] * A[x, y], y) / len(y);\n"
+         "out[x, y] = A[x, y] * s1[x] - s2[x];",
+         {"tiles": "out.block(x:2);\nout.tensorize(x:0, y:16);\ns1.fuse_at(out, x);\ns2.fuse_at(out, x);\n"
+                   "s2.compute_with(s1, y);\nout.compile_to_kernel();",
+          "whole_rows": "out.block(x:1);\nout.tensorize(y:0);\ns1.fuse_at(out, x);\ns2.fuse_at(out, x);\n"
+                        "s2.compute_with(s1, y);\nout.compile_to_kernel();",
+          "before_sibling": "out.block(x:3);\nout.tensorize(x:0, y:8);\ns2.fuse_at(out, x);\ns1.fuse_at(out, x);\n"
+                            "s1.compute_with(s2, y);\nout.compile_to_kernel();"},
+         lambda A: A * A.sum(axis=1, keepdims=True) - ((A * A).max(axis=1, keepdims=True)
+                                                      + (A * A).mean(axis=1, keepdims=True)),
+         SR, FR, op="compute_with"),
     Case("inline.into_reduction", "Func out, t;\nIn A, B;\nVar x;\nRVar y;\nt[x, y] = A[x, y] * B[x, y];\n"
          "out[x] = rsum(t[x, y], y);",
          {"tiles": "t.inline();\nout.block(x:2);\nout.tensorize(x:2, y:8);\nout.compile();"},
@@ -447,6 +464,15 @@ CATALOGUE: tuple[Case, ...] = (
                   "attention.num_stages(2);\nattention.compile_to_kernel();",
           "small": "attention.block(m:8);\nattention.tensorize(m:8, n:16, k:8, l:16);\nmm.inline();\ne.inline();\n"
                    "dvsr.fuse_at(attention, m);\nsm.fuse_at(attention, l);\nattention.compile_to_kernel();"},
+         *ATTENTION_CHECK),
+    talk("attention_onepass", ATTENTION_ONEPASS,
+         {"talk": "attention.block(m:64);\nattention.tensorize(m:64, n:0, k:0, l:64);\nmm.inline();\n"
+                  "e.fuse_at(num, l);\nnum.fuse_at(attention, m);\ndvsr.fuse_at(attention, m);\n"
+                  "dvsr.compute_with(num, l);\nattention.num_warps(4);\nattention.num_stages(2);\n"
+                  "attention.compile_to_kernel();",
+          "small": "attention.block(m:8);\nattention.tensorize(m:8, n:0, k:8, l:16);\nmm.inline();\n"
+                   "e.fuse_at(num, l);\nnum.fuse_at(attention, m);\ndvsr.fuse_at(attention, m);\n"
+                   "dvsr.compute_with(num, l);\nattention.compile_to_kernel();"},
          *ATTENTION_CHECK),
     talk("attention_talk", ATTENTION,
          {"talk": "attention.tensorize(m:16);\nattention.block(m:16);\nattention.tensorize(n:64);\n"

@@ -17,6 +17,7 @@ SIZES = {
     "2mm_inner": [dict(m=64, n=64, k=64, l=64), dict(m=33, n=1, k=31, l=65)],
     "attention": [dict(m=64, l=128, k=16, n=32), dict(m=17, l=33, k=7, n=65)],
     "attention_talk": [dict(m=32, l=64, k=16, n=64), dict(m=17, l=33, k=7, n=65)],
+    "attention_onepass": [dict(m=64, l=128, k=16, n=32), dict(m=17, l=33, k=7, n=65)],
 }
 
 

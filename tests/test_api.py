@@ -123,3 +123,29 @@ def test_dt_names_never_shadow_what_generated_code_calls():
     prog = dt.loads("Func np, max;\nIn range;\nVar x;\nnp[x] = range[x] * 2;\nmax[x] = np[x] + 1;\n"
                     "np.fuse_at(max, x);\nmax.block(x:4);\nmax.compile();\n")
     np.testing.assert_array_equal(prog(range=np.arange(5, dtype=np.float32), backend="interp"), np.arange(5) * 2.0 + 1)
+
+
+def test_compute_with_from_python_matches_the_dt_source():
+    """Two moments of each row accumulated in one loop (compute_with), built in Python."""
+    x, y = dt.Var("x"), RVar("y")
+    A = dt.In("A")
+    s1, s2, out = dt.Func("s1"), dt.Func("s2"), dt.Func("out")
+    s1[x] = rsum(A[x, y], y)
+    s2[x] = rsum(A[x, y] * A[x, y], y)
+    out[x, y] = A[x, y] * s1[x] - s2[x]
+    out.block(x=2)
+    out.tensorize(x=0, y=8)
+    s1.fuse_at(out, x)
+    s2.fuse_at(out, x)
+    s2.compute_with(s1, y)
+    out.compile_to_kernel()
+    prog = dt.program(out)
+    # one loop over y for both sums, one for out's tiles; without compute_with, a loop per sum
+    assert prog.source("interp").count("for y_iter") == 2
+    separate = ("Func s1, s2, out;\nIn A;\nVar x;\nRVar y;\ns1[x] = rsum(A[x, y], y);\n"
+                "s2[x] = rsum(A[x, y] * A[x, y], y);\nout[x, y] = A[x, y] * s1[x] - s2[x];\nout.block(x:2);\n"
+                "out.tensorize(x:0, y:8);\ns1.fuse_at(out, x);\ns2.fuse_at(out, x);\nout.compile_to_kernel();")
+    assert dt.loads(separate).source("interp").count("for y_iter") == 3
+    a = np.random.default_rng(0).standard_normal((5, 21)).astype(np.float32)
+    want = a * a.sum(1, keepdims=True) - (a * a).sum(1, keepdims=True)
+    np.testing.assert_allclose(prog(A=a), want, rtol=1e-5, atol=1e-5)

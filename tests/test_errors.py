@@ -223,3 +223,60 @@ def test_division_after_a_dimension_parses():
                     "f.block(x:1);\nf.compile();\n")
     a = np.ones((3, 4), np.float32)
     np.testing.assert_allclose(prog(A=a, backend="interp"), np.full(3, (0 + 1 + 2 + 3) / 4))
+
+
+ONEPASS = """Func attention, mm, e, num, dvsr;
+In A, B, C;
+Var m, n;
+RVar k, l;
+mm[m, l] = rdot(A[m, k], B[k, l], k);
+e[m, l] = exp(mm[m, l]);
+dvsr[m] = rsum(e[m, l], l);
+num[m, n] = rdot(e[m, l], C[l, n], l);
+attention[m, n] = num[m, n] / reshape(dvsr[m], m, 1);
+attention.block(m:16);
+attention.tensorize(m:16, n:0, k:0, l:16);
+mm.inline();
+e.fuse_at(num, l);
+num.fuse_at(attention, m);
+dvsr.fuse_at(attention, m);
+dvsr.compute_with(num, l);
+attention.compile_to_kernel();
+"""
+
+
+def test_compute_with_needs_both_fused_at_one_loop():
+    err = error_of(ONEPASS.replace("dvsr.fuse_at(attention, m);\n", ""), DTScheduleError)
+    assert_at(err, 15, 1, "'dvsr' is computed with 'num', so both must be fused at the same loop",
+              "'dvsr' is computed at root", "dvsr.compute_with(num, l)")
+
+
+def test_compute_with_names_a_shared_rvar():
+    err = error_of(ONEPASS.replace("dvsr.compute_with(num, l)", "dvsr.compute_with(num, m)"), DTScheduleError)
+    assert_at(err, 16, 24, "'m' is not an RVar")
+    err = error_of(ONEPASS.replace("dvsr.compute_with(num, l)", "dvsr.compute_with(num, k)").replace(
+        "mm.inline();\n", "mm.fuse_at(num, l);\n"), DTScheduleError)
+    assert_at(err, 16, 1, "'dvsr' has no reduction over 'k' to share")
+
+
+def test_compute_with_sibling_must_be_a_computed_func():
+    err = error_of(ONEPASS.replace("dvsr.compute_with(num, l)", "dvsr.compute_with(A, l)"), DTScheduleError)
+    assert_at(err, 16, 19, "'A' is not a defined Func")
+    err = error_of(ONEPASS.replace("dvsr.compute_with(num, l)", "dvsr.compute_with(dvsr, l)"), DTScheduleError)
+    assert_at(err, 16, 19, "'dvsr' cannot be computed with itself")
+
+
+def test_compute_with_dims_and_tiles():
+    err = error_of(ONEPASS.replace("dvsr.compute_with(num, l)", "num.compute_with(dvsr, l)"), DTScheduleError)
+    assert_at(err, 16, 1, "'num' has dimension 'n', which 'dvsr' does not", "compute dvsr with num instead")
+    prog = dt.loads(ONEPASS.replace("dvsr.compute_with(num, l);", "dvsr.compute_with(num, l);\ndvsr.tensorize(l:32);"),
+                    file="bad.dt")
+    with pytest.raises(DTScheduleError) as info:
+        prog.pipeline("f32")
+    assert_at(info.value, 17, 16, "'dvsr' is computed with 'num' in its loop over 'l', in tiles of 16",
+              "its own tile over 'l' is 32")
+
+
+def test_without_compute_with_the_sibling_cannot_read_the_shared_tile():
+    err = error_of(ONEPASS.replace("dvsr.compute_with(num, l);\n", ""), DTScheduleError)
+    assert_at(err, 13, 1, "'e' is fused into 'num', but 'dvsr' also uses it and is not computed inside 'num'")

@@ -6,15 +6,16 @@ from __future__ import annotations
 
 import re
 
-from cases import Case
+from cases import EXAMPLES, Case
+from dt.ir.check import PRIMITIVES
 
-SCHEDULE_LINE = re.compile(r"^\s*\w+\.(block|tensorize|map|num_warps|num_stages|fuse_at|inline|compile|"
-                           r"compile_to_kernel)\s*\(")
+SCHEDULE_LINE = re.compile(rf"^\s*\w+\.({'|'.join(PRIMITIVES)})\s*\(")
 
 
-def algorithm(case: Case) -> str:
-    """The program's declarations and definitions, without its schedule or comments."""
-    lines = [line for line in case.kernel.program.read_text().splitlines()
+def algorithm(case: Case, program=None) -> str:
+    """The declarations and definitions of the kernel's program (or of `program`, another
+    formulation of the same algorithm), without its schedule or comments."""
+    lines = [line for line in (program or case.kernel.program).read_text().splitlines()
              if not line.lstrip().startswith("#") and not SCHEDULE_LINE.match(line)]
     return "\n".join(lines).strip() + "\n\n"
 
@@ -134,6 +135,19 @@ def _attention(case: Case):
                            "mm.inline();\ne.inline();\ndvsr.fuse_at(attention, m);\nsm.fuse_at(attention, l);\n"
                            f"attention.num_warps({warps});\nattention.num_stages({stages});\n"
                            "attention.compile_to_kernel();\n")
+    # One pass over l: normalised after the product, the row sums accumulate beside it.
+    for bm in (16, 32, 64, 128):
+        for lt in (32, 64, 128):
+            for warps in (4, 8):
+                for stages in (1, 2, 3):
+                    if bm * lt // (warps * 32) > 64 or bm * lt // (warps * 32) < 2:
+                        continue
+                    yield (f"onepass_m{bm}_l{lt}_w{warps}_s{stages}",
+                           f"attention.block(m:{bm});\nattention.tensorize(m:{bm}, n:0, k:0, l:{lt});\n"
+                           "mm.inline();\ne.fuse_at(num, l);\nnum.fuse_at(attention, m);\n"
+                           "dvsr.fuse_at(attention, m);\ndvsr.compute_with(num, l);\n"
+                           f"attention.num_warps({warps});\nattention.num_stages({stages});\n"
+                           "attention.compile_to_kernel();\n", EXAMPLES / "attention_onepass.dt")
 
 
 GENERATORS = {**{k: _rowwise for k in ROWWISE}, **{k: _elementwise for k in ELEMENTWISE},
@@ -143,5 +157,5 @@ GENERATORS = {**{k: _rowwise for k in ROWWISE}, **{k: _elementwise for k in ELEM
 
 def variants(case: Case) -> list[tuple[str, str]]:
     """(name, DT program text) of every schedule tried for this row."""
-    base = algorithm(case)
-    return [(name, base + schedule) for name, schedule in GENERATORS[case.kernel.name](case)]
+    return [(name, algorithm(case, *program) + schedule)
+            for name, schedule, *program in GENERATORS[case.kernel.name](case)]

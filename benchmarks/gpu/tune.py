@@ -151,7 +151,9 @@ def main(argv=None) -> int:
 def write(paths) -> int:
     """Each row's winner as a .dt file, the merged runs as JSON, and a markdown summary."""
     runs = [json.loads(Path(p).read_text()) for p in paths]
-    rows = {(r["kernel"], r["shape"], r["dtype"]): dict(r, device=run["device"]) for run in runs for r in run["rows"]}
+    # Later runs win; a merged tune.json (its rows carry their device) may be given too.
+    rows = {(r["kernel"], r["shape"], r["dtype"]): {"device": run.get("device"), **r} for run in runs
+            for r in run["rows"]}
     TUNED_DIR.mkdir(parents=True, exist_ok=True)
     for old in TUNED_DIR.glob("*.dt"):
         old.unlink()
@@ -179,8 +181,8 @@ def write(paths) -> int:
         lines.append(f"| {kernel} | {shape} | {dtype} | {r['device']} | {len(r['variants'])} | {failed} | "
                      f"{best['name']} | {best['ms']:.4f} | {path.name} | {'' if median is None else f'{median:.4f}'} |")
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "tune.json").write_text(json.dumps({"runs": [{k: v for k, v in run.items() if k != "rows"}
-                                                            for run in runs],
+    (RESULTS / "tune.json").write_text(json.dumps({"runs": [{k: v for k, v in r.items() if k != "rows"}
+                                                            for run in runs for r in run.get("runs", [run])],
                                                    "rows": list(rows.values())}, indent=1) + "\n")
     (RESULTS / "tune.md").write_text("\n".join(lines) + "\n")
     print(f"wrote {len(list(TUNED_DIR.glob('*.dt')))} schedules to {TUNED_DIR}, {RESULTS / 'tune.md'}")

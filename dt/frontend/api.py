@@ -156,6 +156,10 @@ class Func(_Named):
             self.fuse_targets.append(consumer)
         return self._call("fuse_at", (_name(consumer), _name(dim)), loc, arg_locs)
 
+    def compute_with(self, sibling: "Func", dim, *, loc: Loc | None = None, arg_locs=()):
+        """Accumulate this Func's reduction over `dim` in the same loop as `sibling`'s."""
+        return self._call("compute_with", (_name(sibling), _name(dim)), loc, arg_locs)
+
     def inline(self, *, loc: Loc | None = None):
         return self._call("inline", (), loc)
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from dt.errors import DTDimensionError, DTNameError, DTScheduleError, Loc
 from dt.ir import algorithm as A
 
-PRIMITIVES = ("block", "tensorize", "map", "num_warps", "num_stages", "fuse_at", "inline",
+PRIMITIVES = ("block", "tensorize", "map", "num_warps", "num_stages", "fuse_at", "compute_with", "inline",
               "compile", "compile_to_kernel")
 
 
@@ -32,6 +32,7 @@ class FuncSchedule:
     num_warps: int | None = None
     num_stages: int | None = None
     fuse_at: tuple[str, str] | None = None
+    compute_with: tuple[str, str] | None = None  # (sibling Func, reduction dim): share its loop
     inline: bool = False
     compiled: str | None = None  # None | 'compile' | 'compile_to_kernel'
     locs: dict[str, Loc | None] = field(default_factory=dict)  # primitive -> where it was written
@@ -50,6 +51,8 @@ class CheckedProgram:
     kernel_roots: tuple[str, ...]  # Funcs computed at root, in launch order
     fused: dict[str, tuple[str, str]]  # producer -> (consumer, loop dim)
     input_ranks: dict[str, int]
+    # (sibling, reduction dim) -> Funcs whose reductions over that dim run in the sibling's loop
+    computed_with: dict[tuple[str, str], tuple[str, ...]] = field(default_factory=dict)
 
     def root_of(self, func: str) -> str:
         while func in self.fused:
@@ -135,9 +138,14 @@ def check(program: A.Program) -> CheckedProgram:
     for n, (consumer, dim) in fused.items():
         _check_fuse(n, consumer, dim, funcs, schedules, fused, dim_kinds)
     kernel_roots = tuple(n for n in funcs if n not in fused)
+    computed_with: dict[tuple[str, str], tuple[str, ...]] = {}
+    for n in funcs:
+        if schedules[n].compute_with:
+            _check_compute_with(n, *schedules[n].compute_with, funcs, schedules, fused, dim_kinds)
+            computed_with[schedules[n].compute_with] = computed_with.get(schedules[n].compute_with, ()) + (n,)
     checked = CheckedProgram(program, funcs, program.names_of("In"), program.names_of("SIn"), dim_kinds,
                              schedules, outputs, kernel_roots, fused,
-                             {k: v[0] for k, v in input_ranks.items()})
+                             {k: v[0] for k, v in input_ranks.items()}, computed_with)
     _check_fused_uses(checked)
     for root in kernel_roots:
         _check_func_schedule(checked, root)
@@ -330,6 +338,19 @@ def _resolve_schedule(program, defs, kinds) -> dict[str, FuncSchedule]:
                            (("first fuse_at here", s.locs.get("fuse_at")),))
             s.dim_locs[("fuse_at", dim)] = arg_loc(1)
             s.fuse_at = (consumer, dim)
+        elif prim == "compute_with":
+            if len(call.args) != 2 or not all(isinstance(a, str) for a in call.args):
+                raise _err(DTScheduleError, "compute_with takes a sibling Func and the reduction dimension they share",
+                           call.loc, f"e.g. {call.func}.compute_with(sibling, r)")
+            sibling, dim = call.args
+            if sibling not in defs:
+                raise _err(DTScheduleError if sibling in kinds else DTNameError,
+                           f"'{sibling}' is not a defined Func", arg_loc(0),
+                           "name a Func that reduces over the same dimension")
+            if sibling == call.func:
+                raise _err(DTScheduleError, f"'{call.func}' cannot be computed with itself", arg_loc(0))
+            s.dim_locs[("compute_with", dim)] = arg_loc(1)
+            s.compute_with = (sibling, dim)
         elif prim == "inline":
             s.inline = True
         else:
@@ -465,6 +486,49 @@ def _check_fuse(producer, consumer, dim, funcs, schedules, fused, dim_kinds):
         raise _err(DTScheduleError, f"fuse_at forms a cycle through '{producer}'", loc)
 
 
+def top_reductions(e: A.Expr, dim: str) -> list[A.Reduce]:
+    """The reductions over `dim` in e that no other reduction encloses."""
+    if isinstance(e, A.Reduce):
+        return [e] if e.dim == dim else []
+    return [r for c in A.children(e) for r in top_reductions(c, dim)]
+
+
+def _check_compute_with(func, sibling, dim, funcs, schedules, fused, dim_kinds):
+    """func.compute_with(sibling, dim): both reduce over `dim`, are fused at the same loop, and
+    func's reductions over `dim` can be accumulated beside sibling's, tile by tile."""
+    s = schedules[func]
+    loc = s.locs.get("compute_with")
+    hint = f"e.g. {func}.fuse_at(c, x); {sibling}.fuse_at(c, x); {func}.compute_with({sibling}, {dim})"
+    if sibling not in funcs:
+        raise _err(DTScheduleError, f"'{func}' is computed with '{sibling}', which is not computed (it is inlined "
+                   f"or unused)", loc, "name a Func that is computed")
+    if dim_kinds.get(dim) != "RVar":
+        raise _err(DTScheduleError, f"compute_with shares a reduction loop, but '{dim}' is not an RVar",
+                   s.dim_locs.get(("compute_with", dim)) or loc, "name the RVar both Funcs reduce over")
+    for name in (func, sibling):
+        if not top_reductions(funcs[name].expr, dim):
+            raise _err(DTScheduleError, f"'{name}' has no reduction over '{dim}' to share", loc,
+                       f"name the RVar both {func} and {sibling} reduce over")
+    nested = [e for e in A.walk(funcs[func].expr) if isinstance(e, A.Reduce) and e.dim != dim
+              and any(isinstance(r, A.Reduce) and r.dim == dim for r in A.walk(e))]
+    if nested:
+        raise _err(DTScheduleError, f"'{func}' reduces over '{dim}' inside its reduction over '{nested[0].dim}', "
+                   f"so that reduction cannot share '{sibling}''s loop", nested[0].loc,
+                   f"compute the inner reduction in a Func of its own")
+    if func not in fused or fused.get(func) != fused.get(sibling):
+        where = lambda n: f"fused at '{fused[n][0]}''s loop over '{fused[n][1]}'" if n in fused else "computed at root"
+        raise _err(DTScheduleError, f"'{func}' is computed with '{sibling}', so both must be fused at the same loop; "
+                   f"'{func}' is {where(func)} and '{sibling}' is {where(sibling)}", loc, hint)
+    extra = [d for d in funcs[func].dims if d not in funcs[sibling].dims]
+    if extra:
+        raise _err(DTScheduleError, f"'{func}' has dimension '{extra[0]}', which '{sibling}' does not: it is "
+                   f"computed inside {sibling}'s loop, over {sibling}'s tiles", loc,
+                   f"compute {sibling} with {func} instead, if {sibling}'s dimensions are a subset of {func}'s")
+    if any(u.name == func for u in _uses(funcs[sibling].expr)):
+        raise _err(DTScheduleError, f"'{sibling}' uses '{func}', so '{func}' cannot be accumulated in "
+                   f"'{sibling}''s loop", loc, "remove the compute_with")
+
+
 def _enclosing_reductions(e: A.Expr, target: str, stack=()) -> list[tuple[str, ...]]:
     """For each use of Func `target` in e, the reduction dims enclosing it (outermost first)."""
     if isinstance(e, A.Access):
@@ -478,7 +542,9 @@ def _enclosing_reductions(e: A.Expr, target: str, stack=()) -> list[tuple[str, .
 
 
 def _check_fused_uses(cp: CheckedProgram):
-    """Every use of a fused producer must lie inside the consumer loop it is computed in."""
+    """Every use of a fused producer must lie inside the consumer loop it is computed in. A Func
+    computed with a sibling sits inside the sibling's reduction loop."""
+    placed = {**cp.fused, **{f: with_ for with_, fs in cp.computed_with.items() for f in fs}}
     for producer, (consumer, dim) in cp.fused.items():
         loc = cp.schedules[producer].locs.get("fuse_at")
         for f in cp.funcs.values():
@@ -498,12 +564,12 @@ def _check_fused_uses(cp: CheckedProgram):
         for user in users:
             # Walk from the user up to the consumer, finding the consumer loop the use sits in.
             chain = user
-            while chain != consumer and chain in cp.fused:
-                enter = cp.fused[chain]
+            while chain != consumer and chain in placed:
+                enter = placed[chain]
                 if enter[0] == consumer:
                     break
                 chain = enter[0]
-            if chain != consumer and (chain not in cp.fused or cp.fused[chain][0] != consumer):
+            if chain != consumer and (chain not in placed or placed[chain][0] != consumer):
                 raise _err(DTScheduleError, f"'{producer}' is fused into '{consumer}', but '{user}' also uses it "
                            f"and is not computed inside '{consumer}'", loc,
                            f"remove the fuse_at so that {producer} is computed at root, or fuse {user} into "
@@ -516,7 +582,7 @@ def _check_fused_uses(cp: CheckedProgram):
                                    f"'{consumer}', but '{consumer}' uses it outside that reduction", loc,
                                    f"fuse it at one of {consumer}'s pure loops ({', '.join(cp.funcs[consumer].dims)})")
             else:
-                at = cp.fused[chain][1]
+                at = placed[chain][1]
                 if loops.index(at) < level:
                     raise _err(DTScheduleError, f"'{producer}' is fused at '{consumer}''s loop over '{dim}', but its "
                                f"user '{chain}' is computed further out, at the loop over '{at}'", loc,

@@ -18,7 +18,7 @@ import numpy as np
 from dt.errors import DTScheduleError
 from dt.ir import algorithm as A
 from dt.ir import scheduled as S
-from dt.ir.check import CheckedProgram, MapEntry
+from dt.ir.check import CheckedProgram, MapEntry, top_reductions
 
 IDENTITY = {"sum": 0.0, "dot": 0.0, "max": -np.inf, "min": np.inf}
 COMBINE = {"sum": "+", "dot": "+", "max": "maximum", "min": "minimum"}
@@ -115,6 +115,14 @@ class _KernelLowering:
         for p in cp.funcs:  # topological: producers before their users
             if p in cp.fused:
                 self.fused_at.setdefault(cp.fused[p], []).append(p)
+        for (sibling, _), funcs in cp.computed_with.items():  # after the sibling whose loop they share
+            for f in funcs:
+                order = self.fused_at[cp.fused[f]]
+                if order.index(f) < order.index(sibling):
+                    order.remove(f)
+                    order.insert(order.index(sibling) + 1, f)
+        # Reductions accumulated in a sibling's loop (compute_with): the A.Reduce's id -> its result
+        self.shared_reductions: dict[int, S.Ref] = {}
         self.reads: list[str] = []
         self.load_dtypes: dict[str, str] = {}  # tile variables holding a Load, and its dtype
 
@@ -443,32 +451,26 @@ class _KernelLowering:
         return S.Where(mask, value, S.Literal(fill))
 
     def reduction(self, e: A.Reduce, func: str, env):
+        shared = self.shared_reductions.get(id(e))
+        if shared is not None:
+            return shared
         result_axes = self.canonical(env[d] for d in A.free_dims(e))
-        op = e.op
-        identity = IDENTITY[op]
-        acc = self.assign(f"{e.dim}_accumulator", S.Full(identity, result_axes, self.compute),
-                          f"r{op}" if op != "dot" else "rdot", e.loc)
+        acc = self.assign(f"{e.dim}_accumulator", S.Full(IDENTITY[e.op], result_axes, self.compute),
+                          f"r{e.op}" if e.op != "dot" else "rdot", e.loc)
         tile = self.tile_of(func, e.dim)
         tile = 1 if tile is None else tile
         rng = self.whole(e.dim)
+        siblings = self.siblings(e, func, env, tile)
 
         def body(start, size, limit):
             env2 = {**env, e.dim: self.axis(e.dim, start, size, limit, env, e.loc)}
             self.emit_fused(func, e.dim, env2)
             ax = env2[e.dim]
-            update = self.dot_update(e, func, env2, ax, acc) if op == "dot" else None
-            if update is None:
-                if op == "dot":
-                    a, b = self.align(self.number(e.args[0], func, env2), self.number(e.args[1], func, env2))
-                    value = S.Binary("*", a, b)
-                else:
-                    value = self.number(e.args[0], func, env2)
-                full = self.canonical(result_axes + (ax,))
-                value = self.fit(value, full)
-                value = self.masked(value, ax, identity)
-                reduced = S.Reduce("sum" if op == "dot" else op, value, ax)
-                update = S.Binary(COMBINE[op], acc, self.fit(reduced, result_axes))
-            self.emit(S.Assign(acc.name, update, f"r{op}" if op != "dot" else "rdot", e.loc))
+            self.emit(S.Assign(acc.name, self.update(e, func, env2, ax, acc),
+                               f"r{e.op}" if e.op != "dot" else "rdot", e.loc))
+            for g, r, g_acc in siblings:
+                self.emit(S.Assign(g_acc.name, self.update(r, g, env2, ax, g_acc), f"r{r.op}" if r.op != "dot"
+                                   else "rdot", r.loc))
 
         if tile == 0:
             body(rng.start, rng.size, rng.limit)
@@ -476,7 +478,46 @@ class _KernelLowering:
             var = self.fresh(f"{e.dim}_iter")
             self.loop(var, rng.length, tile, e.dim, "reduction", e.loc,
                       lambda: body(S.IVar(var), tile, rng.end if tile > 1 else None))
+        for _, r, g_acc in siblings:
+            self.shared_reductions[id(r)] = g_acc
         return acc
+
+    def siblings(self, e: A.Reduce, func: str, env, tile: int):
+        """The reductions of Funcs computed with `func` over e's dim (compute_with), each with
+        its accumulator: they are updated in e's loop, tile by tile."""
+        out = []
+        for g in self.cp.computed_with.get((func, e.dim), ()):
+            g_tile = self.tile_of(g, e.dim)
+            if (1 if g_tile is None else g_tile) != tile:
+                s = self.cp.schedules[g]
+                raise DTScheduleError(f"'{g}' is computed with '{func}' in its loop over '{e.dim}', in tiles of "
+                                      f"{tile}, but its own tile over '{e.dim}' is {g_tile}",
+                                      s.dim_locs.get(("tensorize", e.dim)) or s.locs.get("compute_with"),
+                                      f"drop {g}'s tensorize of '{e.dim}', or make it {tile}")
+            for r in top_reductions(self.cp.funcs[g].expr, e.dim):
+                if id(r) in self.shared_reductions:
+                    continue  # accumulated in an earlier reduction of func over the same dim
+                axes = self.canonical(env[d] for d in A.free_dims(r))
+                out.append((g, r, self.assign(f"{r.dim}_accumulator", S.Full(IDENTITY[r.op], axes, self.compute),
+                                              f"r{r.op}" if r.op != "dot" else "rdot", r.loc)))
+        return out
+
+    def update(self, e: A.Reduce, func: str, env, ax: str, acc: S.Ref) -> S.TExpr:
+        """The accumulator after one step of reduction e over the current tile `ax`."""
+        op, identity = e.op, IDENTITY[e.op]
+        update = self.dot_update(e, func, env, ax, acc) if op == "dot" else None
+        if update is None:
+            if op == "dot":
+                a, b = self.align(self.number(e.args[0], func, env), self.number(e.args[1], func, env))
+                value = S.Binary("*", a, b)
+            else:
+                value = self.number(e.args[0], func, env)
+            full = self.canonical(acc.dims + (ax,))
+            value = self.fit(value, full)
+            value = self.masked(value, ax, identity)
+            reduced = S.Reduce("sum" if op == "dot" else op, value, ax)
+            update = S.Binary(COMBINE[op], acc, self.fit(reduced, acc.dims))
+        return update
 
     def dot_update(self, e: A.Reduce, func, env, ax, acc: S.Ref):
         """acc + a @ b as a hardware-style Dot, when both operands are 2-D tiles (i, k) and (k, j)."""
