@@ -101,6 +101,10 @@ def talk(stem, *args, **kw) -> Case:
     return Case(f"talk.{stem}", *args, op=f"talk.{stem}", **kw)
 
 
+# The talk's 2mm, (A B) C, under its inner and outer fusions.
+TWO_MM = ("Func _2mm, mm;\nIn A, B, C;\nVar m, n;\nRVar k, l;\nmm[m, l] = rdot(A[m, k], B[k, l], k);\n"
+          "_2mm[m, n] = rdot(mm[m, l], C[l, n], l);")
+
 # The talk's attention algorithm, under two schedule families (examples/attention.dt and
 # examples/attention_talk.dt): its reference and sizes.
 ATTENTION = ("Func attention, mm, e, sm, dvsr;\nIn A, B, C;\nVar m, n;\nRVar k, l;\n"
@@ -435,8 +439,7 @@ CATALOGUE: tuple[Case, ...] = (
          lambda A, B: _sigmoid(A @ B),
          ({"x": 1, "y": 1, "k": 1}, {"x": 13, "y": 7, "k": 19}, {"x": 130, "y": 40, "k": 40}),
          ({"x": 1, "y": 1, "k": 1}, {"x": 512, "y": 512, "k": 512}, {"x": 1031, "y": 1000, "k": 999})),
-    talk("2mm_inner", "Func _2mm, mm;\nIn A, B, C;\nVar m, n;\nRVar k, l;\nmm[m, l] = rdot(A[m, k], B[k, l], k);\n"
-         "_2mm[m, n] = rdot(mm[m, l], C[l, n], l);",
+    talk("2mm_inner", TWO_MM,
          {"talk": "_2mm.block(m:64, n:64);\n_2mm.tensorize(m:64, n:64, k:32, l:32);\n_2mm.num_warps(4);\n"
                   "_2mm.num_stages(3);\nmm.fuse_at(_2mm, l);\n_2mm.compile_to_kernel();",
           "small": "_2mm.block(m:16, n:16);\n_2mm.tensorize(m:16, n:16, k:8, l:8);\nmm.fuse_at(_2mm, l);\n"
@@ -447,8 +450,7 @@ CATALOGUE: tuple[Case, ...] = (
          ({"m": 1, "n": 1, "k": 1, "l": 1}, {"m": 13, "n": 7, "k": 19, "l": 5}, {"m": 70, "n": 65, "k": 40, "l": 33}),
          ({"m": 1, "n": 1, "k": 1, "l": 1}, {"m": 1024, "n": 1024, "k": 64, "l": 64},
           {"m": 1031, "n": 999, "k": 65, "l": 63})),
-    talk("2mm_outer", "Func _2mm, mm;\nIn A, B, C;\nVar m, n;\nRVar k, l;\nmm[m, l] = rdot(A[m, k], B[k, l], k);\n"
-         "_2mm[m, n] = rdot(mm[m, l], C[l, n], l);",
+    talk("2mm_outer", TWO_MM,
          {"talk": "_2mm.block(m:16);\n_2mm.tensorize(m:16);\n_2mm.tensorize(n:64);\n_2mm.tensorize(k:32);\n"
                   "_2mm.tensorize(l:0);\n_2mm.num_stages(4);\n_2mm.num_warps(4);\nmm.fuse_at(_2mm, m);\n"
                   "_2mm.compile_to_kernel();",

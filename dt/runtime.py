@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from dt import backends, env
-from dt.backends.numpy.runtime import BFLOAT16, DTYPES
+from dt.backends.numpy.runtime import BFLOAT16
 from dt.debug import config as debug_config
 from dt.errors import DTExtentError, DTInputError, Loc, user_facing
 from dt.ir import algorithm as A

@@ -63,6 +63,13 @@ def scale_shift(A, alpha, beta):
     scale_kernel[(2,)](A, *A.stride(), float(alpha), tmp, *tmp.stride(), A.shape[0], num_warps=4)
     shift_kernel[(3, 1)](tmp, *tmp.stride(), float(beta), out, *out.stride(), A.shape[0], num_warps=4)
     return {"tmp": tmp, "out": out}
+
+
+def scale_given_rows(A, alpha, rows):
+    rows = int(rows)  # an extent no input binds: passed to the launcher, part of the call's key
+    out = torch.empty((rows, A.shape[1]), dtype=A.dtype, device=A.device)
+    scale_kernel[(2,)](A, *A.stride(), float(alpha), out, *out.stride(), rows, num_warps=4)
+    return out
 """
 
 
@@ -78,10 +85,10 @@ def _replays(module, name):
     return Replays(module[name], module, ["scale_kernel", "shift_kernel"], name)
 
 
-def _call(replays, tensors, scalars, sizes=(("x_SIZE", 4),)):
+def _call(replays, tensors, scalars, sizes=(("x_SIZE", 4),), extents=()):
     key = Replays.key(tensors, sizes)
     function = replays.functions.get(key)
-    return function(*tensors, *scalars) if function else replays.record(key, tensors, scalars)
+    return function(*tensors, *scalars) if function else replays.record(key, tensors, scalars, extents)
 
 
 def test_first_call_dispatches_later_calls_replay(module):
@@ -107,6 +114,15 @@ def test_temporaries_outputs_and_equal_scalars(module):
     assert torch.equal(later["tmp"], A * 2.0) and torch.equal(later["out"], A * 2.0 - 1.0)
     assert later["tmp"].data_ptr() != first["tmp"].data_ptr()
     assert module["shift_kernel"].compiled.replayed == 1
+
+
+def test_extents_given_as_arguments_are_not_replay_parameters(module):
+    replays = _replays(module, "scale_given_rows")
+    A = torch.ones(4, 2)
+    _call(replays, [A], [2.0], sizes=(("x_SIZE", 4),), extents=[4])
+    out = _call(replays, [A], [3.0], sizes=(("x_SIZE", 4),), extents=[4])  # replayed from tensors and scalars
+    assert torch.equal(out, A * 3.0)
+    assert module["scale_kernel"].compiled.replayed == 1
 
 
 def test_new_strides_alignment_or_sizes_record_again(module):

@@ -144,30 +144,20 @@ def providers_for(case: Case, names: list[str], tune: bool) -> list[Provider]:
 
 
 # ----------------------------------------------------------------------- one row
-def _inputs(case: Case, device, seed: int) -> dict:
-    g = measure.generator(device, seed)
-    return {n: measure.random_tensor(case.input_shape(n), DTYPES[case.dtype], device, g) for n in case.kernel.inputs}
-
-
-def _short(e: BaseException) -> str:
-    text = f"{type(e).__name__}: {e}".strip().splitlines()
-    return (text[0] if text else type(e).__name__)[:300]
-
-
 def run_case(case: Case, providers: list[Provider], ctx: Context, timer: measure.Timer, cublas: measure.Cublas,
              copy_gbps: float, repeats: int, base: dict, log, records: list[dict]):
     """Check, then time, each provider on one row, appending a record per provider."""
     device, dtype = ctx.device, DTYPES[case.dtype]
     seed = zlib.crc32(case.title.encode())
-    check_inputs = _inputs(case, device, seed)
+    check_inputs = measure.case_inputs(case, device, seed)
     ref = case.kernel.torch_fn(**{n: t.double() for n, t in check_inputs.items()}, **case.kernel.scalars)
-    time_inputs = _inputs(case, device, seed + 1)  # fresh data for the timing runs
+    time_inputs = measure.case_inputs(case, device, seed + 1)  # fresh data for the timing runs
     cublas_ms, cublas_error = None, None
     if case.kernel.kind == MATMUL:
         try:
             cublas_ms = sum(cublas.ms(m, n, k, dtype) for m, n, k in case.gemm_shapes)
         except Exception as e:  # the reference is optional: the row goes on without % of cuBLAS
-            cublas_error = _short(e)
+            cublas_error = measure.short_error(e)
     for p in providers:
         rec = _record(base, case, p.name, "error", None, ms_runs=[], copy_gbps=copy_gbps, cublas_ms=cublas_ms,
                       tol=measure.TOLERANCE[case.dtype], rel_err=None)
@@ -193,7 +183,7 @@ def run_case(case: Case, providers: list[Provider], ctx: Context, timer: measure
         except Skip as e:
             rec.update(status="skipped", error=str(e))
         except Exception as e:  # any failure of one provider is a row of the results, not the end of the run
-            rec.update(status="error", error=_short(e))
+            rec.update(status="error", error=measure.short_error(e))
             log.write(f"--- {case.title} / {p.name}\n{traceback.format_exc()}\n")
             log.flush()
             if not measure.cuda_usable(device):
@@ -320,8 +310,8 @@ def _main(args, dry: bool) -> int:
         run["copy"] = measure.copy_bandwidth(timer, device)
         print(f"copy bandwidth: {run['copy']['gbps']:.0f} GB/s (read + write)", flush=True)
     except Exception as e:  # the rows still run, without % of copy
-        run["copy"] = {"error": _short(e)}
-        print(f"copy bandwidth not measured: {_short(e)}", flush=True)
+        run["copy"] = {"error": measure.short_error(e)}
+        print(f"copy bandwidth not measured: {measure.short_error(e)}", flush=True)
     cublas = measure.Cublas(timer, device)
     run["cublas_peak"] = {}
     for d in sorted({c.dtype for c in rows if c.kernel.kind == MATMUL}):
@@ -329,7 +319,7 @@ def _main(args, dry: bool) -> int:
             peak = run["cublas_peak"][d] = cublas.peak(DTYPES[d])
             print(f"cuBLAS {d} {peak['shape']}: {peak['tflops']:.1f} TFLOP/s", flush=True)
         except Exception as e:  # a context only: the per-row cuBLAS times are what % of cuBLAS uses
-            print(f"cuBLAS {d} peak not measured: {_short(e)}", flush=True)
+            print(f"cuBLAS {d} peak not measured: {measure.short_error(e)}", flush=True)
 
     base = {"run": run["id"], "device": run["device"], "timer": timer.mode}
     records: list[dict] = []
@@ -356,10 +346,10 @@ def _main(args, dry: bool) -> int:
                 print(f"CUDA context lost at {lost}; the remaining rows are skipped", flush=True)
             except Exception as e:  # the row's own set-up (inputs, reference) failed
                 log.write(f"--- {case.title}\n{traceback.format_exc()}\n")
-                records += [_record(base, case, p.name, "error", f"row set-up failed: {_short(e)}") for p in providers]
-                print(f"    row set-up failed: {_short(e)}", flush=True)
+                records += [_record(base, case, p.name, "error", f"row set-up failed: {measure.short_error(e)}") for p in providers]
+                print(f"    row set-up failed: {measure.short_error(e)}", flush=True)
                 if not measure.cuda_usable(device):
-                    lost = f"{case.title} (set-up): {_short(e)}"
+                    lost = f"{case.title} (set-up): {measure.short_error(e)}"
             if not lost:
                 measure.empty_cache(device)
             print(f"    ({time.monotonic() - start:.1f} s; {time.monotonic() - t0:.0f} s in all)", flush=True)
@@ -375,7 +365,7 @@ def _main(args, dry: bool) -> int:
         try:
             render.plot([run], records, out / f"gpu-{args.tag}-memory.png", out / f"gpu-{args.tag}-matmul.png")
         except Exception as e:  # the numbers are saved; a plotting problem must not lose them
-            print(f"plotting failed: {_short(e)}", flush=True)
+            print(f"plotting failed: {measure.short_error(e)}", flush=True)
     print("\n".join(line for line in md.split("## Every measurement")[0].splitlines() if line.startswith("|")))
     print(f"wrote {json_path}, {md_path}", flush=True)
     return 3 if lost else 0

@@ -10,6 +10,8 @@ import time
 
 import torch
 
+from cases import DTYPES
+
 # Relative error ||out - ref|| / ||ref|| allowed per output dtype. f32 arithmetic lands far
 # below 1e-4; f16/bf16 round the inputs, the output and (in matrix products and in eager
 # PyTorch) intermediates, a few units of 2**-11 (f16) or 2**-8 (bf16) at most.
@@ -83,6 +85,18 @@ def random_tensor(shape, dtype: torch.dtype, device: torch.device, generator: to
     """Standard-normal data drawn in float32 and rounded to `dtype` (never zeros: zeros hide
     unwritten outputs and can run faster than real data)."""
     return torch.randn(shape, generator=generator, device=device, dtype=torch.float32).to(dtype)
+
+
+def case_inputs(case, device, seed: int) -> dict:
+    """A row's input tensors (cases.Case), by DT name, drawn as random_tensor does."""
+    g = generator(device, seed)
+    return {n: random_tensor(case.input_shape(n), DTYPES[case.dtype], device, g) for n in case.kernel.inputs}
+
+
+def short_error(e: BaseException) -> str:
+    """An exception as one short line, for a results record."""
+    text = f"{type(e).__name__}: {e}".strip().splitlines()
+    return (text[0] if text else type(e).__name__)[:300]
 
 
 def generator(device: torch.device, seed: int) -> torch.Generator:

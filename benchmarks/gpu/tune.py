@@ -36,14 +36,15 @@ import torch  # noqa: E402
 
 import measure  # noqa: E402
 import space  # noqa: E402
-from cases import DTYPES, KERNELS, ROOT, TUNED_DIR, cases, tuned_name  # noqa: E402
+from cases import KERNELS, ROOT, TUNED_DIR, cases, tuned_name  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
 
 
-def _inputs(case, device, seed):
-    g = measure.generator(device, seed)
-    return {n: measure.random_tensor(case.input_shape(n), DTYPES[case.dtype], device, g) for n in case.kernel.inputs}
+def _ident(case, name: str) -> str:
+    """A variant's id: also its program's name, the same in the workers and the timing process
+    (so that Triton's disk cache, keyed by the generated source, finds each compiled kernel)."""
+    return f"{case.kernel.name}/{case.shape_text}/{case.dtype}/{name}"
 
 
 def _compile(job):
@@ -54,12 +55,26 @@ def _compile(job):
         import dt
         case = next(c for c in cases([kernel], [dtype]) if c.shape == shape)
         prog = dt.loads(text, name=ident.replace("/", "_"))
-        t = _inputs(case, "cuda", 0)
-        prog(backend="triton", **t, **case.kernel.scalars)
+        prog(backend="triton", **measure.case_inputs(case, "cuda", 0), **case.kernel.scalars)
         torch.cuda.synchronize()
         return ident, None
     except Exception as e:  # a variant that does not compile or run is a result, not a crash
-        return ident, f"{type(e).__name__}: {str(e).strip().splitlines()[0][:300] if str(e).strip() else ''}"
+        return ident, measure.short_error(e)
+
+
+def _check_and_time(case, ident: str, text: str, check: dict, ref, timed: dict) -> dict:
+    """One variant's record: its relative error and time, or why it has none."""
+    import dt
+    import triton.testing
+    try:
+        prog = dt.loads(text, name=ident.replace("/", "_"))
+        err = measure.relative_error(prog(backend="triton", **check, **case.kernel.scalars), ref)
+        if not err <= measure.TOLERANCE[case.dtype]:
+            return {"rel_err": err, "error": f"relative error {err:.3g}"}
+        fn = lambda: prog(backend="triton", **timed, **case.kernel.scalars)  # noqa: E731
+        return {"rel_err": err, "ms": float(triton.testing.do_bench(fn, warmup=10, rep=40, return_mode="median"))}
+    except Exception as e:
+        return {"error": measure.short_error(e)}
 
 
 def main(argv=None) -> int:
@@ -84,12 +99,9 @@ def main(argv=None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
 
-    jobs, variants = [], {}
-    for case in rows:
-        for name, text in space.variants(case):
-            ident = f"{case.kernel.name}/{case.shape_text}/{case.dtype}/{name}"
-            variants[ident] = (case, name, text)
-            jobs.append((ident, text, case.kernel.name, case.shape, case.dtype))
+    variants = [space.variants(case) for case in rows]
+    jobs = [(_ident(case, name), text, case.kernel.name, case.shape, case.dtype)
+            for case, found in zip(rows, variants) for name, text in found]
     print(f"{len(rows)} rows, {len(jobs)} variants; compiling on {args.workers} workers", flush=True)
     errors = {}
     with ProcessPoolExecutor(args.workers, mp_context=torch.multiprocessing.get_context("spawn")) as pool:
@@ -99,44 +111,26 @@ def main(argv=None) -> int:
                 errors[ident] = error
     print(f"compiled in {time.monotonic() - t0:.0f} s; {len(errors)} variants failed", flush=True)
 
-    import dt
-    import triton.testing
     results = []
-    for case in rows:
+    for case, found in zip(rows, variants):
         if args.budget and time.monotonic() - t0 > args.budget:
             print(f"budget reached before {case.title}", flush=True)
             break
         seed = zlib.crc32(case.title.encode())
-        check = _inputs(case, "cuda", seed)
+        check = measure.case_inputs(case, "cuda", seed)
         ref = case.kernel.torch_fn(**{n: t.double() for n, t in check.items()}, **case.kernel.scalars)
-        timed = _inputs(case, "cuda", seed + 1)
+        timed = measure.case_inputs(case, "cuda", seed + 1)
         row = {"kernel": case.kernel.name, "shape": case.shape_text, "dtype": case.dtype, "bytes": case.bytes,
                "flops": case.flops, "variants": []}
-        for ident, (c, name, text) in variants.items():
-            if c is not case:
-                continue
-            rec = {"name": name}
-            if ident in errors:
-                rec["error"] = errors[ident]
-            else:
-                try:
-                    prog = dt.loads(text, name=ident.replace("/", "_"))
-                    out_ = prog(backend="triton", **check, **case.kernel.scalars)
-                    err = measure.relative_error(out_, ref)
-                    rec["rel_err"] = err
-                    if not err <= measure.TOLERANCE[case.dtype]:
-                        rec["error"] = f"relative error {err:.3g}"
-                    else:
-                        fn = lambda: prog(backend="triton", **timed, **case.kernel.scalars)  # noqa: E731
-                        rec["ms"] = float(triton.testing.do_bench(fn, warmup=10, rep=40, return_mode="median"))
-                except Exception as e:
-                    rec["error"] = f"{type(e).__name__}: {str(e).strip()[:300]}"
-            row["variants"].append(rec)
+        for name, text in found:
+            ident = _ident(case, name)
+            rec = {"error": errors[ident]} if ident in errors else _check_and_time(case, ident, text, check, ref, timed)
+            row["variants"].append({"name": name, **rec})
         timed_ok = [v for v in row["variants"] if "ms" in v]
         if timed_ok:
             best = min(timed_ok, key=lambda v: v["ms"])
             row["best"] = best["name"]
-            row["best_source"] = next(t for i, (c, n, t) in variants.items() if c is case and n == best["name"])
+            row["best_source"] = dict(found)[best["name"]]
             print(f"{case.title}: best {best['name']} {best['ms']:.4f} ms of {len(timed_ok)} "
                   f"({len(row['variants']) - len(timed_ok)} failed)", flush=True)
         else:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import linecache
 import os
 import sys
-from dataclasses import replace
 
 from dt.errors import DTDimensionError, DTError, DTNameError, Loc, user_facing
 from dt.ir import algorithm as A

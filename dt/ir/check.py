@@ -88,7 +88,7 @@ def check(program: A.Program) -> CheckedProgram:
     for d in program.declarations:
         if d.name in decls:
             raise _err(DTNameError, f"'{d.name}' is declared twice", d.loc,
-                       f"remove one of the declarations or rename one",
+                       "remove one of the declarations or rename one",
                        ((f"first declared here as {decls[d.name].kind}", decls[d.name].loc),))
         decls[d.name] = d
     kinds = {n: d.kind for n, d in decls.items()}
@@ -323,15 +323,8 @@ def _resolve_schedule(program, defs, kinds) -> dict[str, FuncSchedule]:
                            "use 1, 2, 4, 8, 16 or 32")
             setattr(s, prim, n)
         elif prim == "fuse_at":
-            if len(call.args) != 2 or not all(isinstance(a, str) for a in call.args):
-                raise _err(DTScheduleError, "fuse_at takes a consumer Func and one of its loop dimensions",
-                           call.loc, f"e.g. {call.func}.fuse_at(consumer, x)")
-            consumer, dim = call.args
-            if consumer not in defs:
-                raise _err(DTScheduleError if consumer in kinds else DTNameError,
-                           f"'{consumer}' is not a defined Func", arg_loc(0), "fuse into a Func that uses this one")
-            if consumer == call.func:
-                raise _err(DTScheduleError, f"'{call.func}' cannot be fused into itself", arg_loc(0))
+            consumer, dim = _func_and_dim(call, defs, kinds, arg_loc, "a consumer Func and one of its loop dimensions",
+                                          "consumer, x", "fuse into a Func that uses this one", "fused into")
             if s.fuse_at and s.fuse_at != (consumer, dim):
                 raise _err(DTScheduleError, f"'{call.func}' is fused twice", call.loc,
                            "a Func is computed at one place; keep one fuse_at",
@@ -339,16 +332,9 @@ def _resolve_schedule(program, defs, kinds) -> dict[str, FuncSchedule]:
             s.dim_locs[("fuse_at", dim)] = arg_loc(1)
             s.fuse_at = (consumer, dim)
         elif prim == "compute_with":
-            if len(call.args) != 2 or not all(isinstance(a, str) for a in call.args):
-                raise _err(DTScheduleError, "compute_with takes a sibling Func and the reduction dimension they share",
-                           call.loc, f"e.g. {call.func}.compute_with(sibling, r)")
-            sibling, dim = call.args
-            if sibling not in defs:
-                raise _err(DTScheduleError if sibling in kinds else DTNameError,
-                           f"'{sibling}' is not a defined Func", arg_loc(0),
-                           "name a Func that reduces over the same dimension")
-            if sibling == call.func:
-                raise _err(DTScheduleError, f"'{call.func}' cannot be computed with itself", arg_loc(0))
+            sibling, dim = _func_and_dim(call, defs, kinds, arg_loc, "a sibling Func and the reduction dimension "
+                                         "they share", "sibling, r", "name a Func that reduces over the same "
+                                         "dimension", "computed with")
             s.dim_locs[("compute_with", dim)] = arg_loc(1)
             s.compute_with = (sibling, dim)
         elif prim == "inline":
@@ -364,6 +350,20 @@ def _resolve_schedule(program, defs, kinds) -> dict[str, FuncSchedule]:
                        s.locs.get(conflicts[1]) or s.locs.get("compile_to_kernel"),
                        "an output is computed at root; a fused or inlined Func is computed inside its consumer")
     return schedules
+
+
+def _func_and_dim(call, defs, kinds, arg_loc, takes: str, example: str, hint: str, relation: str):
+    """The (Func, dimension) arguments of fuse_at or compute_with: another defined Func."""
+    if len(call.args) != 2 or not all(isinstance(a, str) for a in call.args):
+        raise _err(DTScheduleError, f"{call.primitive} takes {takes}", call.loc,
+                   f"e.g. {call.func}.{call.primitive}({example})")
+    other, dim = call.args
+    if other not in defs:
+        raise _err(DTScheduleError if other in kinds else DTNameError, f"'{other}' is not a defined Func",
+                   arg_loc(0), hint)
+    if other == call.func:
+        raise _err(DTScheduleError, f"'{call.func}' cannot be {relation} itself", arg_loc(0))
+    return other, dim
 
 
 def _resolve_map(call, f, arg_loc) -> tuple[MapEntry, ...]:
@@ -514,7 +514,7 @@ def _check_compute_with(func, sibling, dim, funcs, schedules, fused, dim_kinds):
     if nested:
         raise _err(DTScheduleError, f"'{func}' reduces over '{dim}' inside its reduction over '{nested[0].dim}', "
                    f"so that reduction cannot share '{sibling}''s loop", nested[0].loc,
-                   f"compute the inner reduction in a Func of its own")
+                   "compute the inner reduction in a Func of its own")
     if func not in fused or fused.get(func) != fused.get(sibling):
         where = lambda n: f"fused at '{fused[n][0]}''s loop over '{fused[n][1]}'" if n in fused else "computed at root"
         raise _err(DTScheduleError, f"'{func}' is computed with '{sibling}', so both must be fused at the same loop; "

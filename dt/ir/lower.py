@@ -454,23 +454,19 @@ class _KernelLowering:
         shared = self.shared_reductions.get(id(e))
         if shared is not None:
             return shared
-        result_axes = self.canonical(env[d] for d in A.free_dims(e))
-        acc = self.assign(f"{e.dim}_accumulator", S.Full(IDENTITY[e.op], result_axes, self.compute),
-                          f"r{e.op}" if e.op != "dot" else "rdot", e.loc)
+        acc = self.accumulator(e, env)
         tile = self.tile_of(func, e.dim)
         tile = 1 if tile is None else tile
         rng = self.whole(e.dim)
-        siblings = self.siblings(e, func, env, tile)
+        # e's own accumulator, then those of reductions computed with func (compute_with)
+        updates = [(func, e, acc)] + self.siblings(e, func, env, tile)
 
         def body(start, size, limit):
             env2 = {**env, e.dim: self.axis(e.dim, start, size, limit, env, e.loc)}
             self.emit_fused(func, e.dim, env2)
             ax = env2[e.dim]
-            self.emit(S.Assign(acc.name, self.update(e, func, env2, ax, acc),
-                               f"r{e.op}" if e.op != "dot" else "rdot", e.loc))
-            for g, r, g_acc in siblings:
-                self.emit(S.Assign(g_acc.name, self.update(r, g, env2, ax, g_acc), f"r{r.op}" if r.op != "dot"
-                                   else "rdot", r.loc))
+            for f, r, r_acc in updates:
+                self.emit(S.Assign(r_acc.name, self.update(r, f, env2, ax, r_acc), f"r{r.op}", r.loc))
 
         if tile == 0:
             body(rng.start, rng.size, rng.limit)
@@ -478,9 +474,14 @@ class _KernelLowering:
             var = self.fresh(f"{e.dim}_iter")
             self.loop(var, rng.length, tile, e.dim, "reduction", e.loc,
                       lambda: body(S.IVar(var), tile, rng.end if tile > 1 else None))
-        for _, r, g_acc in siblings:
-            self.shared_reductions[id(r)] = g_acc
+        for _, r, r_acc in updates[1:]:
+            self.shared_reductions[id(r)] = r_acc
         return acc
+
+    def accumulator(self, e: A.Reduce, env) -> S.Ref:
+        """A new accumulator of reduction e, set to its identity over e's free dims."""
+        axes = self.canonical(env[d] for d in A.free_dims(e))
+        return self.assign(f"{e.dim}_accumulator", S.Full(IDENTITY[e.op], axes, self.compute), f"r{e.op}", e.loc)
 
     def siblings(self, e: A.Reduce, func: str, env, tile: int):
         """The reductions of Funcs computed with `func` over e's dim (compute_with), each with
@@ -497,9 +498,7 @@ class _KernelLowering:
             for r in top_reductions(self.cp.funcs[g].expr, e.dim):
                 if id(r) in self.shared_reductions:
                     continue  # accumulated in an earlier reduction of func over the same dim
-                axes = self.canonical(env[d] for d in A.free_dims(r))
-                out.append((g, r, self.assign(f"{r.dim}_accumulator", S.Full(IDENTITY[r.op], axes, self.compute),
-                                              f"r{r.op}" if r.op != "dot" else "rdot", r.loc)))
+                out.append((g, r, self.accumulator(r, env)))
         return out
 
     def update(self, e: A.Reduce, func: str, env, ax: str, acc: S.Ref) -> S.TExpr:

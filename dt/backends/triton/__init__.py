@@ -54,38 +54,29 @@ class TritonBackend:
         no_inputs = not module.inputs
         replays = None if self.interpret or no_inputs else \
             Replays(launcher, namespace, module.kernels, pipeline.name)
-
-        def launch(function, args, scalar_args, extent_args):
-            try:
-                return function(args, scalar_args, extent_args)
-            except Exception as e:
-                _raise_resource_error(e, module, filename)
-                raise
+        kwargs = {"device": "cuda" if to_cuda else "cpu"} if no_inputs else {}
 
         def run(tensors: dict, scalars: dict, sizes: dict) -> dict:
             args = [tensors[n] for n in module.inputs]
             if to_cuda:
                 args = [a if a.is_cuda else a.cuda() for a in args]
             scalar_args = [scalars[s] for s in module.scalars]
-            if replays is not None and not Replays.hooked():
-                key = Replays.key(args, tuple(sizes.items()))
-                replay = replays.functions.get(key, _UNRECORDED)
-                if replay is _UNRECORDED:
-                    if module.tile_checks:
-                        _check_tiles(module, sizes)
-                    result = launch(lambda a, s, e: replays.record(key, a, s + e), args, scalar_args,
-                                    [sizes[f"{d}_SIZE"] for d in module.call_extents])
-                elif replay is not None:
-                    result = replay(*args, *scalar_args)
-                else:
-                    result = launch(lambda a, s, e: launcher(*a, *s, *e), args, scalar_args,
-                                    [sizes[f"{d}_SIZE"] for d in module.call_extents])
-                return {single: result} if single is not None else result
-            if module.tile_checks:
-                _check_tiles(module, sizes)
-            kwargs = {"device": "cuda" if to_cuda else "cpu"} if no_inputs else {}
-            result = launch(lambda a, s, e: launcher(*a, *s, *e, **kwargs), args, scalar_args,
-                            [sizes[f"{d}_SIZE"] for d in module.call_extents])
+            key = Replays.key(args, tuple(sizes.items())) if replays is not None and not Replays.hooked() else None
+            replay = replays.functions.get(key, _UNRECORDED) if key is not None else None
+            if replay is not None and replay is not _UNRECORDED:
+                result = replay(*args, *scalar_args)
+            else:  # the launcher: recording this key's launches the first time (None: not replayable)
+                if module.tile_checks:
+                    _check_tiles(module, sizes)
+                extent_args = [sizes[f"{d}_SIZE"] for d in module.call_extents]
+                try:
+                    if replay is _UNRECORDED:
+                        result = replays.record(key, args, scalar_args, extent_args)
+                    else:
+                        result = launcher(*args, *scalar_args, *extent_args, **kwargs)
+                except Exception as e:
+                    _raise_resource_error(e, module, filename)
+                    raise
             return {single: result} if single is not None else result
 
         run.module = module  # the generated source and how to call it

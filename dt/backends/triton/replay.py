@@ -57,9 +57,10 @@ class Replays:
         runtime = knobs.runtime
         return bool(runtime.launch_enter_hook.calls or runtime.launch_exit_hook.calls)
 
-    def record(self, key: tuple, tensors: list, scalars: list):
+    def record(self, key: tuple, tensors: list, scalars: list, extents: list = ()):
         """Run the launcher once, recording its launches; return its result. Later calls with
-        this key replay the launches (when they can be replayed; see `_build`)."""
+        this key replay the launches (when they can be replayed; see `_build`) given the
+        tensors and scalars: the extents passed as arguments are part of the key."""
         log: list = []
         globals_ = dict(self.namespace)
         for name in self.kernel_names:
@@ -68,7 +69,7 @@ class Replays:
                                        self.launcher.__defaults__, self.launcher.__closure__)
         # Fresh float objects: each scalar is then found among the launch arguments by identity.
         scalars = [float.fromhex(float(s).hex()) for s in scalars]
-        result = recording(*tensors, *scalars)
+        result = recording(*tensors, *scalars, *extents)
         if tensors[0].get_device() == _current_device():
             self.functions[key] = self._build(log, tensors, scalars, result)
         return result
