@@ -11,6 +11,11 @@
     schedule = "x_groups_of_3"   # optional: glob over schedule names
     reason = "partial program-id groups are wrong on ACME (acme#31)"
 
+    [[xfail]]
+    case = "rank.1d"
+    sizes_at_least = {x = 65537}  # optional: only runs with every named extent this large
+    reason = "ACME tiles hold at most 2**16 elements"
+
 A skipped run is not executed. An expected failure is executed: failing (or erroring) is then
 not held against the backend, and passing is reported as "xpass", so stale entries surface.
 Entries that match no run of the whole catalogue are reported too: they usually mean a typo.
@@ -25,7 +30,7 @@ from pathlib import Path
 from conformance.case import DTYPES
 
 KINDS = ("skip", "xfail")
-_KEYS = {"case", "schedule", "dtypes", "reason"}
+_KEYS = {"case", "schedule", "dtypes", "sizes_at_least", "reason"}
 
 
 class VendorFileError(Exception):
@@ -40,11 +45,14 @@ class Entry:
     dtypes: tuple[str, ...] | None
     reason: str
     where: str  # "FILE: xfail entry 2", for messages
+    sizes_at_least: tuple[tuple[str, int], ...] = ()
 
     def matches(self, run) -> bool:
+        extents = run.extents
         return (fnmatchcase(run.case.name, self.case)
                 and (self.schedule is None or fnmatchcase(run.schedule, self.schedule))
-                and (self.dtypes is None or run.dtype in self.dtypes))
+                and (self.dtypes is None or run.dtype in self.dtypes)
+                and all(extents.get(d, -1) >= n for d, n in self.sizes_at_least))
 
     def __str__(self):
         parts = [f"case = {self.case!r}"]
@@ -52,6 +60,8 @@ class Entry:
             parts.append(f"schedule = {self.schedule!r}")
         if self.dtypes is not None:
             parts.append(f"dtypes = {list(self.dtypes)!r}")
+        if self.sizes_at_least:
+            parts.append("sizes_at_least = {" + ", ".join(f"{d} = {n}" for d, n in self.sizes_at_least) + "}")
         return f"{self.where} ({', '.join(parts)})"
 
 
@@ -108,4 +118,8 @@ def _entry(kind: str, item: dict, where: str) -> Entry:
         if not isinstance(dtypes, list) or not dtypes or any(d not in DTYPES for d in dtypes):
             raise VendorFileError(f"{where}: dtypes must be a non-empty list of {', '.join(DTYPES)}")
         dtypes = tuple(dtypes)
-    return Entry(kind, case, schedule, dtypes, reason.strip(), where)
+    sizes = item.get("sizes_at_least", {})
+    if not isinstance(sizes, dict) or not all(isinstance(d, str) and isinstance(n, int) and not isinstance(n, bool)
+                                              for d, n in sizes.items()):
+        raise VendorFileError(f"{where}: sizes_at_least must be a table of extents, e.g. {{x = 1048577}}")
+    return Entry(kind, case, schedule, dtypes, reason.strip(), where, tuple(sorted(sizes.items())))

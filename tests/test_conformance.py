@@ -197,6 +197,8 @@ def _toml(tmp_path, text) -> str:
     ('[[xfail]]\ncase = "erf"\nreason = "  "\n', "needs a reason"),
     ('[[skip]]\ncase = "erf"\nreason = "x"\ndtype = "bf16"\n', "unknown key(s) dtype"),
     ('[[skip]]\ncase = "erf"\nreason = "x"\ndtypes = ["f8"]\n', "dtypes must be"),
+    ('[[skip]]\ncase = "erf"\nreason = "x"\nsizes_at_least = {x = "big"}\n', "sizes_at_least must be a table"),
+    ('[[skip]]\ncase = "erf"\nreason = "x"\nsizes_at_least = 4\n', "sizes_at_least must be a table"),
     ('[[skipped]]\ncase = "erf"\nreason = "x"\n', "unknown table(s) skipped"),
     ('[[skip]\n', "not valid TOML"),
 ])
@@ -238,6 +240,24 @@ reason = "a typo"
     assert statuses == {"erf": {"skip"}, "exp": {"xpass"}, "rmax.negative": {"xfail"}}
     assert "xfail entry 2 (case = 'exp', dtypes = ['f32'])" in out and "passed (XPASS)" in out
     assert "skip entry 2 (case = 'rmax.negative_typo') matches no case" in out
+
+
+def test_vendor_sizes_at_least_narrows_an_entry_to_large_runs(tmp_path, capsys):
+    path = _toml(tmp_path, """
+[[xfail]]
+case = "rmax.negative"
+sizes_at_least = {y = 13}
+reason = "only large rows fail"
+""")
+    report = tmp_path / "report.json"
+    code = R.run_command(backend=MutantBackend("zero_identity"), ops=["rmax.negative"], dtypes=["f32"], vendor=path,
+                         report=str(report))
+    assert code == 1  # the small rows' failures were not expected
+    results = json.loads(report.read_text())["results"]
+    assert {r["status"] for r in results} == {"fail", "xfail"}
+    for r in results:
+        assert r["status"] == ("xfail" if r["sizes"]["y"] >= 13 else "fail"), r["id"]
+    assert "sizes_at_least = {y = 13}" not in capsys.readouterr().out  # no warning: the entry is exact
 
 
 # ---------------------------------------------------------------- the command line and reports

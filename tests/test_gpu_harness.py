@@ -44,6 +44,9 @@ def test_dry_run_checks_times_and_reports(tmp_path):
         assert FIELDS <= set(r), r
         assert r["status"] == "ok", r
         assert r["rel_err"] <= r["tol"] and r["ms"] > 0 and r["gbps"] > 0
+        if r["kind"] == cases.MEMORY:  # the same-size copy moves the row's bytes
+            assert r["copy_same_gbps"] > 0
+            assert math.isclose(r["pct_copy_same"], 100 * r["gbps"] / r["copy_same_gbps"])
         if r["kind"] == cases.MATMUL:
             assert r["tflops"] > 0 and r["cublas_ms"] > 0 and r["pct_cublas"] > 0
         if r["provider"] == "dt":
@@ -52,6 +55,7 @@ def test_dry_run_checks_times_and_reports(tmp_path):
                 e["ms"] for e in records if e["provider"] == "eager" and render.case_key(e) == render.case_key(r))
                 / r["ms"])
     assert "## Memory-bound kernels" in md and "## Matmul-like kernels" in md
+    assert "dt % of same-size copy" in md
     assert "| softmax | x=8, y=256 | f32 |" in md and "| 2mm_outer | m=32, n=64, k=32, l=32 | f16 |" in md
     assert (tmp_path / "gpu-t-memory.png").stat().st_size > 0
     assert (tmp_path / "gpu-t-matmul.png").stat().st_size > 0
@@ -98,6 +102,7 @@ def test_report_merges_runs(tmp_path):
     assert by["dt"]["ms"] == 2.0 and by["eager"]["ms"] == 4.0  # an ok record beats an error, whatever the order
     assert by["dt"]["best_baseline"] == "eager" and by["dt"]["speedup_vs_best"] == 2.0
     md = (tmp_path / "out" / "gpu.md").read_text()
+    assert "dt % of same-size copy" in md
     assert "| softmax | x=8, y=256 | f32 |" in md and "| 2.00x |" in md
     assert (tmp_path / "out" / "gpu_memory_bound.png").exists()
 

@@ -211,6 +211,17 @@ def test_tanh_is_accurate_near_zero_and_saturates():
     assert np.nanmax(rel) < 1e-5 and np.isnan(out[-1])
 
 
+def test_tanh_is_libdevice_compiled_and_a_formula_interpreted():
+    """The interpreter has no libdevice: the same pipeline renders tanh both ways (the
+    compiled one is compiled for sm_90 in test_kernels_compile_for_sm90)."""
+    pipeline = dt.loads("Func t; In A; Var x; t[x] = tanh(A[x]); t.compile();").pipeline("f32")
+    compiled, interpreted = codegen.render(pipeline).source, codegen.render(pipeline, interpret=True).source
+    assert "from triton.language.extra import libdevice" in compiled and "return libdevice.tanh(x)" in compiled
+    assert "libdevice" not in interpreted and "tl.exp(-2.0 * tl.abs(x))" in interpreted
+    plain = dt.loads("Func t; In A; Var x; t[x] = exp(A[x]); t.compile();").pipeline("f32")
+    assert "libdevice" not in codegen.render(plain).source
+
+
 def test_same_ir_as_interpreter_for_boolean_ops():
     """'not' and 'and' are in the IR contract though no DT syntax produces them yet: run one
     hand-edited pipeline through both backends."""

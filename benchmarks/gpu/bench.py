@@ -34,7 +34,7 @@ import torch.nn.functional as F  # noqa: E402
 
 import measure  # noqa: E402
 import render  # noqa: E402
-from cases import DTYPES, KERNELS, MATMUL, ROOT, Case, candidates, cases, schedule_for  # noqa: E402
+from cases import DTYPES, KERNELS, MATMUL, MEMORY, ROOT, Case, candidates, cases, schedule_for  # noqa: E402
 
 ALL_PROVIDERS = ("dt", "eager", "compile", "max-autotune", "liger", "sdpa")
 DRY_RUN_PROVIDERS = ("dt", "eager", "liger", "sdpa")  # torch.compile on the CPU needs a C++ toolchain: ask for it
@@ -145,7 +145,7 @@ def providers_for(case: Case, names: list[str], tune: bool) -> list[Provider]:
 
 # ----------------------------------------------------------------------- one row
 def run_case(case: Case, providers: list[Provider], ctx: Context, timer: measure.Timer, cublas: measure.Cublas,
-             copy_gbps: float, repeats: int, base: dict, log, records: list[dict]):
+             copy_gbps: float, sized_copies: measure.SizedCopies, repeats: int, base: dict, log, records: list[dict]):
     """Check, then time, each provider on one row, appending a record per provider."""
     device, dtype = ctx.device, DTYPES[case.dtype]
     seed = zlib.crc32(case.title.encode())
@@ -158,11 +158,19 @@ def run_case(case: Case, providers: list[Provider], ctx: Context, timer: measure
             cublas_ms = sum(cublas.ms(m, n, k, dtype) for m, n, k in case.gemm_shapes)
         except Exception as e:  # the reference is optional: the row goes on without % of cuBLAS
             cublas_error = measure.short_error(e)
+    copy_same_gbps, copy_same_error = None, None
+    if case.kernel.kind == MEMORY:
+        try:
+            copy_same_gbps = sized_copies(case.bytes)
+        except Exception as e:  # optional too: the row goes on without % of same-size copy
+            copy_same_error = measure.short_error(e)
     for p in providers:
         rec = _record(base, case, p.name, "error", None, ms_runs=[], copy_gbps=copy_gbps, cublas_ms=cublas_ms,
-                      tol=measure.TOLERANCE[case.dtype], rel_err=None)
+                      copy_same_gbps=copy_same_gbps, tol=measure.TOLERANCE[case.dtype], rel_err=None)
         if cublas_error:
             rec["cublas_error"] = cublas_error
+        if copy_same_error:
+            rec["copy_same_error"] = copy_same_error
         try:
             make = p.build(case, ctx)
             if p.name == "dt" or p.name.startswith("dt@"):
@@ -210,6 +218,7 @@ def _throughput(rec: dict, case: Case):
     ms = rec["ms"]
     rec["gbps"] = case.bytes / ms / 1e6
     rec["pct_copy"] = 100 * rec["gbps"] / rec["copy_gbps"] if rec["copy_gbps"] else None
+    rec["pct_copy_same"] = 100 * rec["gbps"] / rec["copy_same_gbps"] if rec.get("copy_same_gbps") else None
     if case.flops:
         rec["tflops"] = case.flops / ms / 1e9
         rec["pct_cublas"] = 100 * rec["cublas_ms"] / ms if rec["cublas_ms"] else None
@@ -218,7 +227,8 @@ def _throughput(rec: dict, case: Case):
 def _print_record(r: dict):
     if r["status"] in ("ok", "wrong"):
         rate = (f"{r['tflops']:8.1f} TFLOP/s ({r['pct_cublas'] or 0:4.0f}% cuBLAS)" if r.get("tflops")
-                else f"{r['gbps']:8.0f} GB/s ({r['pct_copy'] or 0:4.0f}% copy)")
+                else f"{r['gbps']:8.0f} GB/s ({r['pct_copy'] or 0:4.0f}% copy, "
+                     f"{r.get('pct_copy_same') or 0:4.0f}% same-size copy)")
         print(f"    {r['provider']:<24} {r['ms']:10.4f} ms  {rate}  err {r['rel_err']:.1e}  {r['status']}",
               flush=True)
     else:
@@ -313,6 +323,7 @@ def _main(args, dry: bool) -> int:
         run["copy"] = {"error": measure.short_error(e)}
         print(f"copy bandwidth not measured: {measure.short_error(e)}", flush=True)
     cublas = measure.Cublas(timer, device)
+    sized_copies = measure.SizedCopies(timer, device)
     run["cublas_peak"] = {}
     for d in sorted({c.dtype for c in rows if c.kernel.kind == MATMUL}):
         try:
@@ -339,7 +350,7 @@ def _main(args, dry: bool) -> int:
             start = time.monotonic()
             print(f"[{i + 1}/{len(rows)}] {case.title}", flush=True)
             try:
-                run_case(case, providers, ctx, timer, cublas, run["copy"].get("gbps"), args.repeats, base, log,
+                run_case(case, providers, ctx, timer, cublas, run["copy"].get("gbps"), sized_copies, args.repeats, base, log,
                          records)
             except ContextLost as e:
                 lost = str(e)

@@ -105,13 +105,28 @@ def generator(device: torch.device, seed: int) -> torch.Generator:
     return g
 
 
-def copy_bandwidth(timer: Timer, device: torch.device) -> dict:
-    """A large device-to-device copy; GB/s counts the bytes read plus the bytes written."""
-    nbytes = COPY_BYTES_GPU if device.type == "cuda" else COPY_BYTES_CPU
-    src = random_tensor((nbytes // 4,), torch.float32, device, generator(device, 1))
+def copy_bandwidth(timer: Timer, device: torch.device, moved: int | None = None) -> dict:
+    """A device-to-device copy; GB/s counts the bytes read plus the bytes written. By default
+    a large one (the device's sustained bandwidth); with `moved`, one that moves that many
+    bytes, the ceiling a kernel of that size can reach (launch and ramp-up included)."""
+    nbytes = moved // 2 if moved else COPY_BYTES_GPU if device.type == "cuda" else COPY_BYTES_CPU
+    src = random_tensor((max(1, nbytes // 4),), torch.float32, device, generator(device, 1))
     dst = torch.empty_like(src)
     ms = timer(lambda: dst.copy_(src))
-    return {"bytes": 2 * nbytes, "ms": ms, "gbps": 2 * nbytes / ms / 1e6}
+    return {"bytes": 2 * src.numel() * 4, "ms": ms, "gbps": 2 * src.numel() * 4 / ms / 1e6}
+
+
+class SizedCopies:
+    """The same-size copy ceiling of each memory-bound row, timed once per size per run."""
+
+    def __init__(self, timer: Timer, device: torch.device):
+        self.timer, self.device = timer, device
+        self.gbps: dict[int, float] = {}
+
+    def __call__(self, moved: int) -> float:
+        if moved not in self.gbps:
+            self.gbps[moved] = copy_bandwidth(self.timer, self.device, moved)["gbps"]
+        return self.gbps[moved]
 
 
 class Cublas:

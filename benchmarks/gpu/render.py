@@ -123,7 +123,7 @@ def _summary(records: list[dict], kind: str) -> list[str]:
     baselines = sorted({r["provider"] for _, rows in cases for r in rows if not is_dt(r["provider"])},
                        key=provider_order)
     if kind == MEMORY:
-        head = ["kernel", "shape", "dtype", "MB moved", "dt ms", "dt GB/s", "dt % of copy"]
+        head = ["kernel", "shape", "dtype", "MB moved", "dt ms", "dt GB/s", "dt % of copy", "dt % of same-size copy"]
     else:
         head = ["kernel", "shape", "dtype", "GFLOP", "dt ms", "dt TFLOP/s", "dt % of cuBLAS", "dt GB/s"]
     head += ["dt schedule"] + [f"{PROVIDERS.get(p, (p,))[0]} ms" for p in baselines]
@@ -136,7 +136,7 @@ def _summary(records: list[dict], kind: str) -> list[str]:
         cells = [kernel, shape, dtype]
         if kind == MEMORY:
             cells += [_num(rows[0]["bytes"] / 1e6, "{:.1f}"), _cell(dt), _num(ok.get("gbps"), "{:.0f}"),
-                      _num(ok.get("pct_copy"), "{:.0f}%")]
+                      _num(ok.get("pct_copy"), "{:.0f}%"), _num(ok.get("pct_copy_same"), "{:.0f}%")]
         else:
             cells += [_num((rows[0].get("flops") or 0) / 1e9, "{:.2f}"), _cell(dt), _num(ok.get("tflops"), "{:.1f}"),
                       _num(ok.get("pct_cublas"), "{:.0f}%"), _num(ok.get("gbps"), "{:.0f}")]
@@ -184,8 +184,10 @@ def markdown(runs: list[dict], records: list[dict]) -> str:
            "`docs/performance.md`. Times are medians in milliseconds (lower is better). Every provider's "
            "output was first compared with a float64 PyTorch reference (`rel. error` = ||out - ref|| / ||ref||); "
            "`wrong` rows failed that check and count for nothing. GB/s counts the fewest bytes the kernel must "
-           "move (each input read once, the output written once); % of copy compares it with a device-to-device "
-           "copy timed in the same run. TFLOP/s counts the matrix products' 2*M*N*K; % of cuBLAS is torch.matmul "
+           "move (each input read once, the output written once); % of copy compares it with a large (1 GiB) "
+           "device-to-device copy timed in the same run, the device's sustained bandwidth; % of same-size copy "
+           "compares it with a copy that moves the row's bytes, the ceiling at that size (a copy of a few tens "
+           "of MB pays launch, ramp-up and tail too). TFLOP/s counts the matrix products' 2*M*N*K; % of cuBLAS is torch.matmul "
            "at the same products, shapes and dtype, timed in the same run. dt speed-up = fastest correct "
            "baseline's time / dt's time.", ""]
     if len(devices) > 1:

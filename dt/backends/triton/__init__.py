@@ -38,7 +38,7 @@ class TritonBackend:
                    "nan": "rmax/rmin follow tl.max/tl.min, which may drop NaN on the GPU"})
 
     def module(self, pipeline: Pipeline) -> Module:
-        return render(pipeline, f32_dot_precision())
+        return render(pipeline, f32_dot_precision(), interpret=self.interpret)
 
     def source(self, pipeline: Pipeline) -> str:
         return self.module(pipeline).source
