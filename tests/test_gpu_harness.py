@@ -198,3 +198,20 @@ def test_tune_writes_each_rows_winner(tmp_path, monkeypatch):
     assert f"| softmax | x=4096, y=1000 | f32 | GPU | 3 | 1 | {fast} | 0.0100 | softmax_4096x1000_f32.dt | 0.0200 |" \
         in table
     assert dt.load(written).outputs == ("_softmax",)
+
+
+def test_gpu_verification_runs_on_the_cpu_interpreter(tmp_path):
+    """verify_triton.py --tiny takes the GPU verification's code paths (torch float64 formula
+    at talk-like sizes, dt's NumPy reference at odd sizes, the standalone module) under
+    Triton's interpreter."""
+    import os
+    import subprocess
+    env = dict(os.environ, TRITON_INTERPRET="1")
+    done = subprocess.run([sys.executable, str(GPU_DIR / "verify_triton.py"), "--tiny", "--out", str(tmp_path),
+                           "--only", "attention_onepass,dyt"], env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    results = json.loads((tmp_path / "verify_triton.json").read_text())["results"]
+    assert {(r["case"], r["dtype"]) for r in results} == {
+        (f"{name}/{sizes}", dtype) for name in ("attention_onepass", "dyt") for sizes in ("talk", "odd")
+        for dtype in ("f16", "f32", "bf16")}
+    assert all(r["status"] == "ok" and r["standalone"] == "same bits" for r in results), results

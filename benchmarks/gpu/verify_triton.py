@@ -49,6 +49,7 @@ TALK = {  # the talk's sizes (evaluation section)
     "2mm_inner": [dict(m=1024, n=1024, k=64, l=64)],
     "attention": [dict(m=1024, l=1024, k=64, n=64)],
     "attention_talk": [dict(m=1024, l=1024, k=64, n=64)],
+    "attention_onepass": [dict(m=1024, l=1024, k=64, n=64)],
     "matmul": [dict(x=512, y=512, k=512), dict(x=4096, y=4096, k=4096, dtypes=("f16",))],
     "mmsigmoid": [dict(x=512, y=512, k=512)],
     "softmax": [dict(x=1024, y=4096)],
@@ -60,7 +61,7 @@ TALK = {  # the talk's sizes (evaluation section)
 ODD = {  # sizes no block, tile or group divides, small enough for dt's NumPy reference
     "dyt": dict(x=7, y=5003), "2mm_outer": dict(m=100, n=130, k=33, l=20),
     "2mm_inner": dict(m=100, n=130, k=33, l=70), "attention": dict(m=100, l=333, k=48, n=70),
-    "attention_talk": dict(m=100, l=333, k=48, n=70),
+    "attention_talk": dict(m=100, l=333, k=48, n=70), "attention_onepass": dict(m=100, l=333, k=48, n=70),
     "matmul": dict(x=333, y=257, k=77), "mmsigmoid": dict(x=130, y=257, k=77),
     "softmax": dict(x=129, y=1000), "layernorm": dict(x=33, y=3001), "add": dict(x=77, y=1000),
     "relu": dict(x=77, y=999), "swish": dict(x=33, y=3001),
@@ -68,14 +69,14 @@ ODD = {  # sizes no block, tile or group divides, small enough for dt's NumPy re
 TINY_TALK = {  # --tiny: the talk-size code path (torch float64 reference) at CPU-friendly sizes
     "dyt": dict(x=2, y=2048), "2mm_outer": dict(m=16, n=64, k=32, l=32), "2mm_inner": dict(m=64, n=64, k=32, l=32),
     "attention": dict(m=16, l=64, k=16, n=64), "attention_talk": dict(m=16, l=64, k=16, n=64),
-    "matmul": dict(x=128, y=128, k=32),
+    "attention_onepass": dict(m=16, l=64, k=16, n=64), "matmul": dict(x=128, y=128, k=32),
     "mmsigmoid": dict(x=128, y=128, k=32), "softmax": dict(x=4, y=1024), "layernorm": dict(x=2, y=2048),
     "add": dict(x=2, y=512), "relu": dict(x=2, y=256), "swish": dict(x=2, y=1024),
 }
 TINY_ODD = {
     "dyt": dict(x=2, y=2100), "2mm_outer": dict(m=20, n=70, k=7, l=20), "2mm_inner": dict(m=20, n=65, k=33, l=40),
     "attention": dict(m=20, l=37, k=20, n=20), "attention_talk": dict(m=20, l=37, k=20, n=20),
-    "matmul": dict(x=130, y=7, k=33), "mmsigmoid": dict(x=33, y=20, k=40),
+    "attention_onepass": dict(m=20, l=37, k=20, n=20), "matmul": dict(x=130, y=7, k=33), "mmsigmoid": dict(x=33, y=20, k=40),
     "softmax": dict(x=7, y=600), "layernorm": dict(x=3, y=1100), "add": dict(x=3, y=300), "relu": dict(x=3, y=200),
     "swish": dict(x=2, y=1100),
 }
@@ -101,7 +102,7 @@ FORMULAS = {
     "2mm_inner": lambda A, B, C: (A @ B) @ C,
     "attention": lambda A, B, C: _softmax_rows(torch.exp(A @ B / A.shape[1] ** 0.5)) @ C,
 }
-FORMULAS["attention_talk"] = FORMULAS["attention"]
+FORMULAS["attention_talk"] = FORMULAS["attention_onepass"] = FORMULAS["attention"]
 
 
 @dataclass
