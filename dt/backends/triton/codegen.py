@@ -16,6 +16,7 @@ import math
 from dataclasses import dataclass
 
 from dt.backends.pysource import Writer, index
+from dt.backends.triton.cache_hints import eviction_policies
 from dt.backends.triton.format import wrap
 from dt.backends.triton.layout import MIN_DOT, AxisLayout, KernelLayout, next_power_of_2
 from dt.errors import DTBackendError, DTScheduleError, Loc
@@ -237,6 +238,7 @@ class _KernelRenderer:
         self.helpers = helpers
         self.name = name
         self.layout = KernelLayout(kernel)
+        self.eviction = eviction_policies(kernel)
         self.params = S.kernel_params(kernel, pipeline)
         self.names = Names(reserved)
         self.ref_dtypes: dict[str, str] = {}
@@ -430,6 +432,8 @@ class _KernelRenderer:
         args = self.pointer(e.tensor, e.indices, e.order)
         if mask:
             args += f", mask={mask}, other=0.0"
+        if e in self.eviction:
+            args += f', eviction_policy="{self.eviction[e]}"'
         text = f"tl.load({args})"
         return text if spec.dtype == e.dtype else f"{text}.to({TL_DTYPE[e.dtype]})"
 

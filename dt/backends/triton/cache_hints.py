@@ -1,0 +1,53 @@
+"""L2 eviction hints for tiles a program reads more than once.
+
+A Func fused into its consumer's program is recomputed there, so a row-wise kernel reads
+its row once per pass (softmax: the sum, then the output; layernorm: mean, variance,
+output). When the rows outgrow the registers, the later passes are served by L2 only if
+the lines survive the first. So a load of a tensor that the kernel loads again later, at
+another site, asks L2 to keep its lines (`evict_last`), and the last such load lets them
+go (`evict_first`). Only tiles private to the program and streamed get hints: a load whose
+indices include a dimension the program id selects reads lines no other program reads, and
+one whose indices advance with every loop around it reads each line once per site. Shared
+tiles (a weight vector, a matmul operand) and tiles a loop reads again (the query block of
+two-pass attention) are left to the cache's own policy.
+"""
+from __future__ import annotations
+
+from dt.ir import scheduled as S
+
+KEEP, RELEASE = "evict_last", "evict_first"
+
+
+def eviction_policies(kernel: S.Kernel) -> dict[S.Load, str]:
+    """The eviction policy of each load site of `kernel` that gets one."""
+    program_names = {"pid"}  # index names whose value depends on the program id
+    program_axes: set[str] = set()
+    sites: dict[str, list[S.Load]] = {}
+    repeated: set[str] = set()  # tensors a site reads again, unchanged, on a later iteration
+
+    def visit(body, loops: tuple[frozenset, ...]):
+        for s in body:
+            if isinstance(s, S.Let) and S.index_names(s.value) & program_names:
+                program_names.add(s.name)
+            elif isinstance(s, S.Axis) and S.index_names(s.start) & program_names:
+                program_axes.add(s.name)
+            elif isinstance(s, S.For):
+                # the loop's own axes: those that advance with its variable
+                axes = frozenset(a.name for a in s.body if isinstance(a, S.Axis) and s.var in S.index_names(a.start))
+                visit(s.body, loops + (axes,))
+            elif isinstance(s, (S.Assign, S.Store)):
+                for node in S.walk_texpr(s.value):
+                    if isinstance(node, S.Load):
+                        if any(not axes.intersection(node.indices) for axes in loops):
+                            repeated.add(node.tensor)
+                        if node not in sites.setdefault(node.tensor, []):
+                            sites[node.tensor].append(node)
+
+    visit(kernel.body, ())
+    policies = {}
+    for tensor, loads in sites.items():
+        private = all(program_axes.intersection(load.indices) for load in loads)
+        if len(loads) > 1 and private and tensor not in repeated:
+            policies.update({load: KEEP for load in loads[:-1]})
+            policies[loads[-1]] = RELEASE
+    return policies

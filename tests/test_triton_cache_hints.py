@@ -1,0 +1,73 @@
+"""L2 eviction hints of the Triton backend (dt/backends/triton/cache_hints.py): which load
+sites get them, and that hinted modules compute the same as the reference. Their speed is
+measured on the GPU (docs/performance.md)."""
+from __future__ import annotations
+
+import pytest
+
+import dt
+from dt.backends.triton import codegen
+from dt.backends.triton.cache_hints import KEEP, RELEASE, eviction_policies
+from dt.ir import scheduled as S
+from dt.testing import assert_close, random_inputs
+
+ROWS = """Func out, total;
+In A, W;
+Var x;
+RVar y;
+total[x]  = rsum(A[x, y] * W[y], y);
+out[x, y] = A[x, y] * W[y] / reshape(total[x], x, 1);
+"""
+
+
+def _policies(source: str, dtype: str = "f32") -> list[tuple[str, str | None]]:
+    """(tensor, policy) of every load site, in program order."""
+    kernel = dt.loads(source).pipeline(dtype).kernels[0]
+    policies = eviction_policies(kernel)
+    sites = []
+    for s in S.walk_statements(kernel.body):
+        if isinstance(s, (S.Assign, S.Store)):
+            sites += [n for n in S.walk_texpr(s.value) if isinstance(n, S.Load) and n not in sites]
+    return [(load.tensor, policies.get(load)) for load in sites]
+
+
+def test_a_private_row_read_twice_is_kept_then_released_and_a_shared_vector_is_not_hinted():
+    two_passes = ROWS + "out.block(x:1); out.tensorize(y:64); total.fuse_at(out, x); out.compile_to_kernel();"
+    assert _policies(two_passes) == [("A", KEEP), ("W", None), ("A", RELEASE), ("W", None)]
+
+
+def test_a_row_held_whole_is_read_once_and_gets_no_hint():
+    one_pass = ROWS + "out.block(x:1); out.tensorize(y:0); total.fuse_at(out, x); out.compile_to_kernel();"
+    kernel = dt.loads(one_pass).pipeline("f32").kernels[0]
+    assert eviction_policies(kernel) == {}
+
+
+def test_element_wise_and_matmul_get_no_hints():
+    for name in ("add", "matmul", "dyt"):
+        prog = dt.load(f"examples/{name}.dt")
+        assert all(eviction_policies(k) == {} for k in prog.pipeline("f16").kernels), name
+
+
+def test_a_tile_a_loop_reads_again_gets_no_hint():
+    """Two-pass attention loads its query block in every step of both loops over the keys:
+    releasing it early would refetch it each step."""
+    kernel = dt.load("examples/attention.dt").pipeline("f16").kernels[0]
+    loads = [n for s in S.walk_statements(kernel.body) if isinstance(s, (S.Assign, S.Store))
+             for n in S.walk_texpr(s.value) if isinstance(n, S.Load)]
+    assert {n.tensor for n in loads if n.tensor == "A"} == {"A"}  # loaded in both passes
+    assert eviction_policies(kernel) == {}
+
+
+def test_hints_are_rendered_on_the_loads():
+    pipeline = dt.load("examples/layernorm.dt").pipeline("f32")
+    source = codegen.render(pipeline).source
+    assert source.count('eviction_policy="evict_last"') == 2 and source.count('eviction_policy="evict_first"') == 1
+
+
+@pytest.mark.parametrize("dtype", ("f32", "bf16"))
+def test_hinted_kernels_match_the_reference(dtype):
+    two_passes = ROWS + "out.block(x:2); out.tensorize(y:64); total.fuse_at(out, x); out.compile_to_kernel();"
+    prog = dt.loads(two_passes)
+    assert eviction_policies(prog.pipeline(dtype).kernels[0])
+    args = random_inputs(prog, {"x": 5, "y": 300}, dtype, seed=3)
+    assert_close(prog(backend="triton", **args), prog.reference(**args), dtype)
