@@ -43,8 +43,8 @@ UNARY_PREC, ATOM = 6, 7
 
 # Triton has no tanh or pow that runs both compiled and under its interpreter, so the module
 # carries its own, built from tl.exp / tl.exp2 / tl.log2. Compiled, tanh is CUDA's tanhf
-# instead (libdevice, as torch.compile's kernels use): the exp formula costs enough
-# instructions to make a bf16 kernel compute-bound.
+# instead (libdevice, what torch.compile's kernels call): fewer instructions than the exp
+# formula, it made bf16 DyT 4-7% faster on an H100.
 HELPERS = {
     "_tanh": '''\
 @triton.jit
