@@ -48,11 +48,10 @@ class Entry:
     sizes_at_least: tuple[tuple[str, int], ...] = ()
 
     def matches(self, run) -> bool:
-        extents = run.extents
         return (fnmatchcase(run.case.name, self.case)
                 and (self.schedule is None or fnmatchcase(run.schedule, self.schedule))
                 and (self.dtypes is None or run.dtype in self.dtypes)
-                and all(extents.get(d, -1) >= n for d, n in self.sizes_at_least))
+                and all(run.extents.get(d, -1) >= n for d, n in self.sizes_at_least))
 
     def __str__(self):
         parts = [f"case = {self.case!r}"]

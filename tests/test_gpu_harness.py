@@ -3,6 +3,8 @@ a failing provider, the time budget, merging runs, and the kernel catalogue and 
 it relies on (every baseline computes the DT algorithm; every schedule is that algorithm)."""
 import json
 import math
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -204,8 +206,6 @@ def test_gpu_verification_runs_on_the_cpu_interpreter(tmp_path):
     """verify_triton.py --tiny takes the GPU verification's code paths (torch float64 formula
     at talk-like sizes, dt's NumPy reference at odd sizes, the standalone module) under
     Triton's interpreter."""
-    import os
-    import subprocess
     env = dict(os.environ, TRITON_INTERPRET="1")
     done = subprocess.run([sys.executable, str(GPU_DIR / "verify_triton.py"), "--tiny", "--out", str(tmp_path),
                            "--only", "attention_onepass,dyt"], env=env, capture_output=True, text=True, timeout=600)

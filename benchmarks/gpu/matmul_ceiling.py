@@ -53,35 +53,32 @@ def matmul_pointers(A, B, C, M: tl.constexpr, N: tl.constexpr, K: tl.constexpr, 
 
 
 @triton.jit
-def matmul_tma(A, B, C, M: tl.constexpr, N: tl.constexpr, K: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
-               BK: tl.constexpr, G: tl.constexpr):
+def _tma_tile(A, B, C, pm, pn, M: tl.constexpr, N: tl.constexpr, K: tl.constexpr, BM: tl.constexpr,
+              BN: tl.constexpr, BK: tl.constexpr):
+    """C's (pm, pn) tile, its operands loaded and the result stored through TMA descriptors."""
     a_desc = tl.make_tensor_descriptor(A, shape=[M, K], strides=[K, 1], block_shape=[BM, BK])
     b_desc = tl.make_tensor_descriptor(B, shape=[K, N], strides=[N, 1], block_shape=[BK, BN])
     c_desc = tl.make_tensor_descriptor(C, shape=[M, N], strides=[N, 1], block_shape=[BM, BN])
-    pm, pn = _tile(tl.program_id(0), tl.cdiv(M, BM), tl.cdiv(N, BN), G)
     acc = tl.zeros([BM, BN], tl.float32)
     for k in range(0, K, BK):
-        a = a_desc.load([pm * BM, k])
-        b = b_desc.load([k, pn * BN])
-        acc = tl.dot(a, b, acc)
+        acc = tl.dot(a_desc.load([pm * BM, k]), b_desc.load([k, pn * BN]), acc)
     c_desc.store([pm * BM, pn * BN], acc.to(C.dtype.element_ty))
+
+
+@triton.jit
+def matmul_tma(A, B, C, M: tl.constexpr, N: tl.constexpr, K: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
+               BK: tl.constexpr, G: tl.constexpr):
+    pm, pn = _tile(tl.program_id(0), tl.cdiv(M, BM), tl.cdiv(N, BN), G)
+    _tma_tile(A, B, C, pm, pn, M, N, K, BM, BN, BK)
 
 
 @triton.jit
 def matmul_tma_persistent(A, B, C, M: tl.constexpr, N: tl.constexpr, K: tl.constexpr, BM: tl.constexpr,
                           BN: tl.constexpr, BK: tl.constexpr, G: tl.constexpr, SMS: tl.constexpr, WS: tl.constexpr):
-    a_desc = tl.make_tensor_descriptor(A, shape=[M, K], strides=[K, 1], block_shape=[BM, BK])
-    b_desc = tl.make_tensor_descriptor(B, shape=[K, N], strides=[N, 1], block_shape=[BK, BN])
-    c_desc = tl.make_tensor_descriptor(C, shape=[M, N], strides=[N, 1], block_shape=[BM, BN])
     nm, nn = tl.cdiv(M, BM), tl.cdiv(N, BN)
     for tile in tl.range(tl.program_id(0), nm * nn, SMS, flatten=True, warp_specialize=WS):
         pm, pn = _tile(tile, nm, nn, G)
-        acc = tl.zeros([BM, BN], tl.float32)
-        for k in range(0, K, BK):
-            a = a_desc.load([pm * BM, k])
-            b = b_desc.load([k, pn * BN])
-            acc = tl.dot(a, b, acc)
-        c_desc.store([pm * BM, pn * BN], acc.to(C.dtype.element_ty))
+        _tma_tile(A, B, C, pm, pn, M, N, K, BM, BN, BK)
 
 
 CONFIGS = [(128, 256, 64, 8, 3), (128, 256, 64, 8, 4), (128, 128, 64, 8, 4), (128, 128, 64, 4, 4), (256, 128, 64, 8, 3)]
@@ -131,6 +128,11 @@ def main(argv=None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "matmul_ceiling.json").write_text(json.dumps({"run": run, "records": records}, indent=1) + "\n")
+    (out / "matmul_ceiling.md").write_text(markdown(run, records))
+    return 0
+
+
+def markdown(run: dict, records: list[dict]) -> str:
     lines = ["# Triton's own ceiling on a 4096^3 matmul: a measurement", "",
              f"{run['device']}, torch {run['torch']}, triton {run['triton']}, {run['started']}. Produced by "
              "`benchmarks/gpu/matmul_ceiling.py` (its docstring describes the variants). Times are "
@@ -143,8 +145,7 @@ def main(argv=None) -> int:
                 lines.append(f"| {r['variant']} | " + (f"{r['ms']:.4f} | {r['pct_cublas']:.0f}% | "
                              f"{r.get('rel_err', 0):.1e} |" if "ms" in r else f"{r['error']} | | |"))
         lines.append("")
-    (out / "matmul_ceiling.md").write_text("\n".join(lines))
-    return 0
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

@@ -71,7 +71,7 @@ def _pow(x, y):
     return tl.where((y == 0.0) | (x == 1.0), 1.0, result)
 ''',
 }
-COMPILED_HELPERS = {
+COMPILED_HELPERS = {  # each calls libdevice
     "_tanh": '''\
 @triton.jit
 def _tanh(x):
@@ -161,7 +161,7 @@ def render(pipeline: S.Pipeline, f32_dot: str = "ieee", width: int | None = LINE
     launcher = _Launcher(pipeline, kernels, function, in_launcher, helpers["_check"], dot_dims)
     sources = HELPERS if interpret else {**HELPERS, **COMPILED_HELPERS}
     _header(w, pipeline, f32_dot, function, launcher.args,
-            libdevice=any("libdevice." in sources[name] for name in used_helpers))
+            libdevice=not interpret and bool(used_helpers & COMPILED_HELPERS.keys()))
     for name in HELPERS:
         if name in used_helpers:
             w.line("")
