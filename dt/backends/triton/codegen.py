@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from dt.backends.pysource import Writer, index
 from dt.backends.triton.cache_hints import eviction_policies
+from dt.backends.triton.lane_accumulators import with_lane_accumulators
 from dt.backends.triton.format import wrap
 from dt.backends.triton.layout import MIN_DOT, AxisLayout, KernelLayout, next_power_of_2
 from dt.errors import DTBackendError, DTScheduleError, Loc
@@ -232,6 +233,7 @@ def _header(w: Writer, pipeline: S.Pipeline, f32_dot: str, function: str, args: 
 
 class _KernelRenderer:
     def __init__(self, kernel: S.Kernel, pipeline: S.Pipeline, f32_dot: str, reserved, helpers, name):
+        kernel = with_lane_accumulators(kernel)
         self.kernel = kernel
         self.pipeline = pipeline
         self.f32_dot = f32_dot

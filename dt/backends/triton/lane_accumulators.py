@@ -1,0 +1,120 @@
+"""Lane accumulators for reductions that walk a loop of tiles.
+
+The scheduled IR accumulates a tiled reduction tile by tile: each step reduces its tile
+(`tl.sum(tile, axis)`) and adds the result to the accumulator. On a GPU a reduction across
+the lanes of a tile crosses warps (shared memory and a barrier), once per step. Keeping a
+tile-shaped accumulator instead, combined lane by lane every step and reduced once after
+the loop, leaves the loop with loads and element-wise arithmetic only: the form expert
+Triton kernels take (the layer-norm tutorial's `_mean += a`). Only the rounding changes:
+each lane sums its own elements in loop order, then the lanes are reduced as a tree.
+
+Tiles produced by `tl.dot` are left as they are: they are laid out for the tensor cores,
+where a row's lanes sit in a few threads of one warp (the reduction is a few shuffles), and
+a second tile-sized accumulator would take registers the product needs (flash-style
+attention's running row sum).
+"""
+from __future__ import annotations
+
+from dt.ir import scheduled as S
+
+IDENTITY = {"sum": 0.0, "max": float("-inf"), "min": float("inf")}
+COMBINE = {"sum": "+", "max": "maximum", "min": "minimum"}
+
+
+def with_lane_accumulators(kernel: S.Kernel) -> S.Kernel:
+    """`kernel` with every eligible tile-by-tile reduction accumulated lane by lane."""
+    taken = {s.name for s in S.walk_statements(kernel.body) if isinstance(s, (S.Assign, S.Let, S.Axis))}
+    from_dot = _dot_results(kernel.body)
+    body = _rewrite(kernel.body, taken, from_dot)
+    if body == kernel.body:
+        return kernel
+    return S.Kernel(kernel.name, kernel.func, kernel.program_count, body, kernel.num_warps, kernel.num_stages,
+                    kernel.reads, kernel.writes, kernel.loc)
+
+
+def _dot_results(body) -> set[str]:
+    """Names of tiles computed from a `Dot`, directly or through other tiles."""
+    names: set[str] = set()
+    for s in S.walk_statements(body):
+        if isinstance(s, S.Assign) and any(isinstance(n, S.Dot) or (isinstance(n, S.Ref) and n.name in names)
+                                           for n in S.walk_texpr(s.value)):
+            names.add(s.name)
+    return names
+
+
+def _step(s, loop_axes: set[str], from_dot: set[str]):
+    """(reduce, wrapper) when `s` is `acc = acc <combine> wrapper(Reduce(op, tile, axis))`
+    over one of the loop's own axes; wrapper rebuilds the reduced value's layout."""
+    if not (isinstance(s, S.Assign) and isinstance(s.value, S.Binary)):
+        return None
+    combine, acc, reduced = s.value.op, s.value.a, s.value.b
+    if not (isinstance(acc, S.Ref) and acc.name == s.name):
+        return None
+    wrappers = []
+    while isinstance(reduced, (S.Expand, S.BroadcastTo)):
+        wrappers.append(reduced)
+        reduced = reduced.x
+    if not (isinstance(reduced, S.Reduce) and reduced.axis in loop_axes
+            and combine == COMBINE[reduced.op]):
+        return None
+    if any(isinstance(n, S.Dot) or (isinstance(n, S.Ref) and n.name in from_dot) for n in S.walk_texpr(reduced.x)):
+        return None
+
+    def wrap(value: S.TExpr) -> S.TExpr:
+        for w in reversed(wrappers):
+            value = S.Expand(value, w.target) if isinstance(w, S.Expand) else S.BroadcastTo(value)
+        return value
+    return reduced, wrap
+
+
+def _reads(stmt, name: str) -> bool:
+    values = []
+    if isinstance(stmt, (S.Assign, S.Store)):
+        values.append(stmt.value)
+    elif isinstance(stmt, S.For):
+        return any(_reads(t, name) for t in stmt.body)
+    return any(isinstance(n, S.Ref) and n.name == name for v in values for n in S.walk_texpr(v))
+
+
+def _fresh(base: str, taken: set[str]) -> str:
+    name, n = base, 2
+    while name in taken:
+        name, n = f"{base}_{n}", n + 1
+    taken.add(name)
+    return name
+
+
+def _rewrite(body: tuple, taken: set[str], from_dot: set[str]) -> tuple:
+    out = list(body)
+    i = 0
+    while i < len(out):
+        loop = out[i]
+        if not isinstance(loop, S.For):
+            i += 1
+            continue
+        loop = S.For(loop.var, loop.start, loop.stop, loop.step, _rewrite(loop.body, taken, from_dot), loop.dim,
+                     loop.kind, loop.loc)
+        own_axes = {a.name for a in loop.body if isinstance(a, S.Axis) and loop.var in S.index_names(a.start)}
+        inits = {s.name: k for k, s in enumerate(out[:i]) if isinstance(s, S.Assign)}
+        loop_body, after = list(loop.body), []
+        for k, s in enumerate(loop_body):
+            step = _step(s, own_axes, from_dot)
+            if step is None or s.name not in inits:
+                continue
+            reduce, wrap = step
+            init = out[inits[s.name]]
+            others = out[inits[s.name] + 1:i] + loop_body[:k] + loop_body[k + 1:]
+            if not (isinstance(init.value, S.Full) and init.value.value == IDENTITY[reduce.op]) \
+                    or any(_reads(t, s.name) for t in others):
+                continue
+            lanes = _fresh(f"{s.name}_lanes", taken)
+            out[inits[s.name]] = S.Assign(lanes, S.Full(init.value.value, reduce.x.dims, init.value.dtype),
+                                          init.dt_name, init.loc)
+            loop_body[k] = S.Assign(lanes, S.Binary(s.value.op, S.Ref(lanes, reduce.x.dims), reduce.x),
+                                    s.dt_name, s.loc)
+            after.append(S.Assign(s.name, wrap(S.Reduce(reduce.op, S.Ref(lanes, reduce.x.dims), reduce.axis)),
+                                  s.dt_name, s.loc))
+        out[i] = S.For(loop.var, loop.start, loop.stop, loop.step, tuple(loop_body), loop.dim, loop.kind, loop.loc)
+        out[i + 1:i + 1] = after
+        i += 1 + len(after)
+    return tuple(out)

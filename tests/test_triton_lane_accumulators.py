@@ -1,0 +1,90 @@
+"""Lane accumulators of the Triton backend (dt/backends/triton/lane_accumulators.py): which
+reductions get them, the code they render, and that the kernels still compute the
+reference. Their speed is measured on the GPU (docs/performance.md)."""
+from __future__ import annotations
+
+import pytest
+
+import dt
+from dt.backends.triton import codegen
+from dt.backends.triton.lane_accumulators import with_lane_accumulators
+from dt.ir import scheduled as S
+from dt.testing import assert_close, random_inputs
+
+STATS = """Func out, top, low, total;
+In A;
+Var x;
+RVar y;
+top[x]    = rmax(A[x, y], y);
+low[x]    = rmin(A[x, y], y);
+total[x]  = rsum(exp(A[x, y] - top[x]), y);
+out[x, y] = (exp(A[x, y] - top[x]) + low[x]) / reshape(total[x], x, 1);
+out.block(x:4); out.tensorize(x:0, y:64);
+top.fuse_at(out, x); low.fuse_at(out, x); total.fuse_at(out, x);
+out.compile_to_kernel();
+"""
+
+
+def _lane_tiles(kernel: S.Kernel) -> list[S.Assign]:
+    """The lane accumulators' updates inside loops."""
+    return [t for s in S.walk_statements(kernel.body) if isinstance(s, S.For) for t in s.body
+            if isinstance(t, S.Assign) and t.name.endswith("_lanes")]
+
+
+def test_each_tiled_reduction_is_accumulated_lane_by_lane_and_reduced_after_its_loop():
+    kernel = with_lane_accumulators(dt.loads(STATS).pipeline("f32").kernels[0])
+    updates = _lane_tiles(kernel)
+    assert [u.value.op for u in updates] == ["maximum", "minimum", "+"]
+    assert all(not any(isinstance(n, S.Reduce) for n in S.walk_texpr(u.value)) for u in updates)
+    top_level = [s for s in kernel.body if isinstance(s, S.Assign)]
+    for u in updates:  # initialised before the loop with the reduction's identity, over the whole tile
+        init = next(s for s in top_level if s.name == u.name)
+        assert isinstance(init.value, S.Full) and len(init.value.axes) == 2
+    reduced = [s for s in top_level if isinstance(s.value, S.Reduce)]
+    assert [r.value.op for r in reduced] == ["max", "min", "sum"]
+
+
+def test_the_rendered_loop_has_no_cross_lane_reduction():
+    source = codegen.render(dt.load("benchmarks/gpu/schedules/softmax_tiled.dt").pipeline("f32")).source
+    loop = source[source.index("for y_iter"):source.index("y_accumulator = ")]
+    assert "y_accumulator_lanes = y_accumulator_lanes + tl.where(" in loop and "tl.sum" not in loop
+    assert "y_accumulator = tl.sum(y_accumulator_lanes, axis=1)" in source
+
+
+def test_reductions_of_tensor_core_tiles_and_whole_rows_are_left_alone():
+    for path in ("examples/attention_onepass.dt", "examples/attention.dt",
+                 "benchmarks/gpu/schedules/softmax_row.dt",
+                 "examples/2mm_inner.dt"):
+        kernels = dt.load(path).pipeline("f16").kernels
+        assert all(with_lane_accumulators(k) is k for k in kernels), path
+
+
+def test_an_accumulator_read_inside_its_loop_keeps_its_per_tile_reduction():
+    """A running value another statement of the loop reads must be complete at every step."""
+    kernel = dt.loads(STATS).pipeline("f32").kernels[0]
+    loop = next(s for s in kernel.body if isinstance(s, S.For))
+    step = next(t for t in loop.body if isinstance(t, S.Assign) and isinstance(t.value, S.Binary)
+                and isinstance(t.value.b, S.Reduce))
+    reader = S.Assign("peek", S.Ref(step.name, step.value.dims), "peek")
+    body = tuple(kernel.body[:kernel.body.index(loop)]) + (
+        S.For(loop.var, loop.start, loop.stop, loop.step, loop.body + (reader,), loop.dim, loop.kind, loop.loc),
+    ) + tuple(kernel.body[kernel.body.index(loop) + 1:])
+    kernel = S.Kernel(kernel.name, kernel.func, kernel.program_count, body, kernel.num_warps)
+    assert not any(u.name == f"{step.name}_lanes" for u in _lane_tiles(with_lane_accumulators(kernel)))
+
+
+@pytest.mark.parametrize("dtype", ("f32", "bf16"))
+@pytest.mark.parametrize("sizes", ({"x": 6, "y": 300}, {"x": 3, "y": 64}, {"x": 1, "y": 1}))
+def test_lane_accumulated_kernels_match_the_reference(dtype, sizes):
+    """Sizes off the tile (masked lanes must hold the identity: -inf for rmax, +inf for rmin)."""
+    prog = dt.loads(STATS)
+    args = random_inputs(prog, sizes, dtype, seed=5)
+    args["A"] = args["A"] - 4.0  # all negative: a masked lane read as 0 would win the rmax
+    assert_close(prog(backend="triton", **args), prog.reference(**args), dtype)
+
+
+def test_tiled_layernorm_matches_the_reference():
+    prog = dt.load("benchmarks/gpu/schedules/tuned/layernorm_128x65536_bf16.dt")
+    assert _lane_tiles(with_lane_accumulators(prog.pipeline("bf16").kernels[0]))
+    args = random_inputs(prog, {"x": 2, "y": 20000}, "bf16", seed=2)
+    assert_close(prog(backend="triton", **args), prog.reference(**args), "bf16")
