@@ -85,21 +85,40 @@ def test_time_budget_skips_the_remaining_rows(tmp_path):
     assert doc["records"] and all(r["status"] == "skipped" and "budget" in r["error"] for r in doc["records"])
 
 
+def test_repeats_time_the_providers_round_robin_and_report_the_speed_up_range(tmp_path, monkeypatch):
+    clock = iter(range(1, 1000))
+    monkeypatch.setattr(bench.measure.Timer, "__call__", lambda self, fn: float(next(clock)))
+    doc, md = _run(tmp_path, "--kernels", "add", "--dtypes", "f32", "--quick", "--providers", "dt,eager,compile",
+                   "--repeats", "3", "--no-plots")
+    rows = {r["provider"]: r for r in doc["records"] if r["kind"] == cases.MEMORY}
+    first = rows["dt"]["ms_runs"][0]
+    assert rows["dt"]["ms_runs"] == [first, first + 3, first + 6]  # one timing per provider per round
+    assert rows["eager"]["ms_runs"] == [first + 1, first + 4, first + 7]
+    assert rows["compile"]["ms_runs"] == [first + 2, first + 5, first + 8]
+    assert rows["dt"]["ms"] == first + 3 and rows["dt"]["best_baseline"] == "eager"
+    low, high = rows["dt"]["speedup_range"]
+    assert (low, high) == ((first + 1) / (first + 6), (first + 7) / first)
+    assert f"| {(first + 4) / (first + 3):.2f}x ({low:.2f}-{high:.2f}) |" in md
+
+
 def test_report_merges_runs(tmp_path):
-    def rec(provider, ms, status="ok", shape="x=8, y=256"):
-        return {"kernel": "softmax", "kind": cases.MEMORY, "shape": shape, "dtype": "f32", "provider": provider,
+    def rec(provider, ms, status="ok", run="a"):
+        return {"run": run, "kernel": "softmax", "kind": cases.MEMORY, "shape": "x=8, y=256", "dtype": "f32",
+                "provider": provider,
                 "status": status, "ms": ms, "bytes": 16384, "device": "GPU X", "gbps": 1.0, "pct_copy": 50.0,
                 "error": None if status == "ok" else "boom", "schedule": "s.dt" if provider == "dt" else None}
     run = {"id": "r", "device": "GPU X", "timer": "do_bench", "copy": {"gbps": 2.0}, "cublas_peak": {}}
     first = {"runs": [dict(run, id="a")], "records": [rec("dt", 2.0), rec("eager", 3.0, "error")]}
-    second = {"runs": [dict(run, id="b")], "records": [rec("eager", 4.0), rec("dt", 9.0, "error"), rec("liger", 8.0)]}
+    second = {"runs": [dict(run, id="b")],
+              "records": [rec("eager", 4.0, run="b"), rec("dt", 9.0, "error", run="b"), rec("liger", 8.0, run="b")]}
+    superseded = {"runs": [dict(run, id="c")], "records": [rec("liger", 7.0, "error", run="c")]}
     paths = []
-    for name, doc in (("a", first), ("b", second)):
+    for name, doc in (("a", first), ("b", second), ("c", superseded)):
         paths.append(tmp_path / f"{name}.json")
         paths[-1].write_text(json.dumps(doc))
     assert report.main([str(p) for p in paths] + ["--out", str(tmp_path / "out")]) == 0
     merged = json.loads((tmp_path / "out" / "gpu.json").read_text())
-    assert [r["id"] for r in merged["runs"]] == ["a", "b"]
+    assert [r["id"] for r in merged["runs"]] == ["a", "b"]  # c supplies no record any more
     by = {r["provider"]: r for r in merged["records"]}
     assert by["dt"]["ms"] == 2.0 and by["eager"]["ms"] == 4.0  # an ok record beats an error, whatever the order
     assert by["dt"]["best_baseline"] == "eager" and by["dt"]["speedup_vs_best"] == 2.0

@@ -164,6 +164,7 @@ def run_case(case: Case, providers: list[Provider], ctx: Context, timer: measure
             copy_same_gbps = sized_copies(case.bytes)
         except Exception as e:  # optional too: the row goes on without % of same-size copy
             copy_same_error = measure.short_error(e)
+    timed = []  # (record, timing function) of each provider that ran and was checked
     for p in providers:
         rec = _record(base, case, p.name, "error", None, ms_runs=[], copy_gbps=copy_gbps, cublas_ms=cublas_ms,
                       copy_same_gbps=copy_same_gbps, tol=measure.TOLERANCE[case.dtype], rel_err=None)
@@ -171,6 +172,7 @@ def run_case(case: Case, providers: list[Provider], ctx: Context, timer: measure
             rec["cublas_error"] = cublas_error
         if copy_same_error:
             rec["copy_same_error"] = copy_same_error
+        records.append(rec)
         try:
             make = p.build(case, ctx)
             if p.name == "dt" or p.name.startswith("dt@"):
@@ -184,23 +186,36 @@ def run_case(case: Case, providers: list[Provider], ctx: Context, timer: measure
             rec["status"] = "ok" if err <= rec["tol"] else "wrong"  # NaN fails
             if rec["status"] == "wrong":
                 rec["error"] = f"relative error {err:.3g} > {rec['tol']:g}"
-            fn = make(time_inputs)
-            rec["ms_runs"] = [timer(fn) for _ in range(repeats)]
-            rec["ms"] = statistics.median(rec["ms_runs"])
-            _throughput(rec, case)
+            timed.append((rec, make(time_inputs)))
         except Skip as e:
             rec.update(status="skipped", error=str(e))
         except Exception as e:  # any failure of one provider is a row of the results, not the end of the run
-            rec.update(status="error", error=measure.short_error(e))
-            log.write(f"--- {case.title} / {p.name}\n{traceback.format_exc()}\n")
-            log.flush()
-            if not measure.cuda_usable(device):
-                records.append(rec)
-                _print_record(rec)
-                raise ContextLost(f"{case.title} / {p.name}: {rec['error']}") from e
-            measure.empty_cache(device)  # e.g. after an out-of-memory error
-        records.append(rec)
+            _failed(rec, e, case, p.name, device, log)
+    # Round-robin: every provider is timed once per round, so a drift of the GPU's clocks
+    # during the row reaches them all alike rather than whichever was timed last.
+    for _ in range(repeats):
+        for rec, fn in timed:
+            if rec["status"] in ("ok", "wrong"):
+                try:
+                    rec["ms_runs"].append(timer(fn))
+                except Exception as e:
+                    _failed(rec, e, case, rec["provider"], device, log)
+    for rec, _ in timed:
+        if rec["ms_runs"] and rec["status"] in ("ok", "wrong"):
+            rec["ms"] = statistics.median(rec["ms_runs"])
+            _throughput(rec, case)
+    for rec in records[-len(providers):]:
         _print_record(rec)
+
+
+def _failed(rec: dict, e: Exception, case: Case, provider: str, device, log):
+    rec.update(status="error", error=measure.short_error(e))
+    log.write(f"--- {case.title} / {provider}\n{traceback.format_exc()}\n")
+    log.flush()
+    if not measure.cuda_usable(device):
+        _print_record(rec)
+        raise ContextLost(f"{case.title} / {provider}: {rec['error']}") from e
+    measure.empty_cache(device)  # e.g. after an out-of-memory error
 
 
 def _record(base: dict, case: Case, provider: str, status: str, error: str | None, **fields) -> dict:
@@ -268,7 +283,7 @@ def parse_args(argv):
     p.add_argument("--schedule", action="append", type=_schedule_arg, metavar="KERNEL[:SHAPE]=PATH",
                    help="run this .dt file for the dt provider instead of the table's (repeatable)")
     p.add_argument("--timer", choices=("do_bench", "cudagraph"), default="do_bench")
-    p.add_argument("--repeats", type=int, default=1, help="timings per provider; the median is reported")
+    p.add_argument("--repeats", type=int, default=1, help="rounds of timings, each timing every provider once; the median is reported")
     p.add_argument("--budget", type=float, default=0, help="seconds; start no new row after this (0: none)")
     p.add_argument("--tag", default="run", help="names the output files gpu-TAG.*")
     p.add_argument("--dt-backend", help="dt backend (default: triton on a GPU, interp in a dry run)")

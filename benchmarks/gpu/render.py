@@ -43,8 +43,9 @@ def load(path) -> dict:
 
 
 def merge(docs: list[dict]) -> tuple[list[dict], list[dict]]:
-    """All runs, and one record per (kernel, shape, dtype, provider): the best status wins
-    (ok over wrong over error over skipped), and among equals the later file."""
+    """The runs that still supply a record, and one record per (kernel, shape, dtype,
+    provider): the best status wins (ok over wrong over error over skipped), and among
+    equals the later file."""
     runs, chosen, order = [], {}, []
     for doc in docs:
         runs += doc.get("runs", [])
@@ -55,7 +56,9 @@ def merge(docs: list[dict]) -> tuple[list[dict], list[dict]]:
                 chosen[key] = r
             elif STATUS_RANK[r["status"]] <= STATUS_RANK[chosen[key]["status"]]:
                 chosen[key] = r
-    return runs, annotate([chosen[k] for k in order])
+    records = annotate([chosen[k] for k in order])
+    used = {r.get("run") for r in records}
+    return [run for run in runs if run["id"] in used], records
 
 
 def annotate(records: list[dict]) -> list[dict]:
@@ -65,6 +68,7 @@ def annotate(records: list[dict]) -> list[dict]:
         by_case.setdefault(case_key(r), []).append(r)
         r.pop("speedup_vs_best", None)
         r.pop("best_baseline", None)
+        r.pop("speedup_range", None)
     for rows in by_case.values():
         baselines = [r for r in rows if not is_dt(r["provider"]) and r["status"] == "ok" and r.get("ms")]
         if not baselines:
@@ -74,6 +78,10 @@ def annotate(records: list[dict]) -> list[dict]:
             if is_dt(r["provider"]) and r["status"] == "ok" and r.get("ms"):
                 r["best_baseline"] = best["provider"]
                 r["speedup_vs_best"] = best["ms"] / r["ms"]
+                if len(r.get("ms_runs") or ()) > 1 and len(best.get("ms_runs") or ()) > 1:
+                    # from the baseline's fastest round against dt's slowest to the other way round
+                    r["speedup_range"] = [min(best["ms_runs"]) / max(r["ms_runs"]),
+                                          max(best["ms_runs"]) / min(r["ms_runs"])]
     return records
 
 
@@ -145,7 +153,10 @@ def _summary(records: list[dict], kind: str) -> list[str]:
         if kind == MATMUL:
             cells.append(_num(next((r["cublas_ms"] for r in rows if r.get("cublas_ms")), None)))
         best = ok.get("best_baseline")
-        cells += [PROVIDERS.get(best, (best,))[0] if best else "", _num(ok.get("speedup_vs_best"), "{:.2f}x")]
+        speedup = _num(ok.get("speedup_vs_best"), "{:.2f}x")
+        if ok.get("speedup_range"):
+            speedup += " ({:.2f}-{:.2f})".format(*ok["speedup_range"])
+        cells += [PROVIDERS.get(best, (best,))[0] if best else "", speedup]
         lines.append("| " + " | ".join(cells) + " |")
     return lines
 
@@ -189,7 +200,9 @@ def markdown(runs: list[dict], records: list[dict]) -> str:
            "compares it with a copy that moves the row's bytes, the ceiling at that size (a copy of a few tens "
            "of MB pays launch, ramp-up and tail too). TFLOP/s counts the matrix products' 2*M*N*K; % of cuBLAS is torch.matmul "
            "at the same products, shapes and dtype, timed in the same run. dt speed-up = fastest correct "
-           "baseline's time / dt's time.", ""]
+           "baseline's time / dt's time; where the row was timed in several rounds (each timing every "
+           "provider once), the range after it runs from that baseline's fastest round over dt's slowest "
+           "to its slowest over dt's fastest, so a range that spans 1.00 is a tie within run-to-run noise.", ""]
     if len(devices) > 1:
         out += [f"**Warning:** these results come from {len(devices)} different devices "
                 f"({'; '.join(devices)}); compare rows only within one device.", ""]
