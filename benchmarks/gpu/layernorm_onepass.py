@@ -137,7 +137,7 @@ def main(argv=None) -> int:
         calls = [(f"dt, {tuned.stem} (three passes)", lambda: program(backend="triton", A=x, W=w, Bias=b, eps=EPS))]
         for name, kernel in VARIANTS:
             for tile in (4096, 8192, 16384):
-                for warps in (8, 16):
+                for warps in (8, 16, 32):
                     def call(kernel=kernel, tile=tile, warps=warps):
                         kernel[(ROWS,)](x, w, b, out, EPS, WIDTH, tile, num_warps=warps)
                     calls.append((f"{name}, tile {tile}, {warps} warps", call))

@@ -50,10 +50,12 @@ def _rowwise(case: Case):
                     yield (f"rows{rows}_w{warps}", f"{out}.block(x:{rows});\n{out}.tensorize(x:0, y:0);\n{fuse}"
                            f"{out}.num_warps({warps});\n{out}.compile_to_kernel();\n")
     if y >= 4096:  # a row per program, walked in tiles (later passes re-read it, mostly from L2)
-        for width in (1024, 2048, 4096, 8192, 16384):
+        # rows this long leave few programs per SM: 32 warps and wider tiles keep more loads in flight
+        long_rows = y > 16384
+        for width in (1024, 2048, 4096, 8192, 16384) + ((32768,) if long_rows else ()):
             if width >= y:
                 continue
-            for warps in (4, 8, 16):
+            for warps in (4, 8, 16) + ((32,) if long_rows else ()):
                 for stages in ((0, 1, 2, 4) if y > 16384 else (0,)):  # 0: Triton's default
                     if 4 <= _per_thread(width, warps) <= 32:
                         pipelining = f"{out}.num_stages({stages});\n" if stages else ""
