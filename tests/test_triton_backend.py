@@ -395,7 +395,28 @@ def test_out_of_resources_names_the_kernel_and_suggests_stages():
     with pytest.raises(DTBackendError, match="kernel 'mm_kernel' needs more shared memory") as e:
         run({"A": torch.zeros(4, 8), "B": torch.zeros(8, 4)}, {}, {"x_SIZE": 4, "y_SIZE": 4, "k_SIZE": 8})
     assert e.value.loc == prog.pipeline("f32").kernels[0].loc
-    assert e.value.hint.startswith("try mm.num_stages(2)")
+    assert e.value.hint.startswith("try mm.num_stages(2)") and "whole" not in e.value.hint
+
+
+def test_out_of_resources_with_whole_extent_tiles_says_stages_may_not_be_enough():
+    """The talk's attention holds whole rows of scores: its tiles grow with l, whatever the stages."""
+    from triton.runtime.errors import OutOfResources
+    prog = dt.load("examples/attention_talk.dt")  # num_stages(8), tensorize(l:0)
+    run = backends.get("triton").compile(prog.pipeline("f16"))
+
+    class TooLarge:
+        def __getitem__(self, grid):
+            def launch(*args, **kwargs):
+                raise OutOfResources(477000, 232448, "shared memory")
+            return launch
+
+    run.namespace["attention_kernel"] = TooLarge()
+    tensors = {"A": torch.zeros(16, 16, dtype=torch.float16), "B": torch.zeros(16, 70, dtype=torch.float16),
+               "C": torch.zeros(70, 64, dtype=torch.float16)}
+    with pytest.raises(DTBackendError, match="needs more shared memory") as e:
+        run(tensors, {}, {"m_SIZE": 16, "k_SIZE": 16, "l_SIZE": 70, "n_SIZE": 64})
+    assert e.value.hint.startswith("try attention.num_stages(3); or its tiles span the whole of 'l'")
+    assert "walk 'l' in tiles" in e.value.hint
 
 
 def test_unavailable_without_gpu_or_interpreter(monkeypatch):

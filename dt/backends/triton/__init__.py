@@ -17,7 +17,8 @@ from dt.backends.triton import interpreter_fix
 from dt.backends.triton.codegen import DTYPES, MAX_NUMEL, Module, render, tile_padding
 from dt.backends.triton.replay import Replays
 from dt.errors import DTBackendError, DTScheduleError
-from dt.ir.scheduled import Pipeline
+from dt.ir import scheduled as S
+
 
 F32_DOT_ENV = "DT_TRITON_F32_DOT"
 
@@ -37,13 +38,13 @@ class TritonBackend:
                    "mode": "Triton interpreter on CPU tensors" if interpret else "CUDA",
                    "nan": "rmax/rmin follow tl.max/tl.min, which may drop NaN on the GPU"})
 
-    def module(self, pipeline: Pipeline) -> Module:
+    def module(self, pipeline: S.Pipeline) -> Module:
         return render(pipeline, f32_dot_precision(), interpret=self.interpret)
 
-    def source(self, pipeline: Pipeline) -> str:
+    def source(self, pipeline: S.Pipeline) -> str:
         return self.module(pipeline).source
 
-    def compile(self, pipeline: Pipeline):
+    def compile(self, pipeline: S.Pipeline):
         module = self.module(pipeline)
         namespace = load_module(module.source, f"triton {pipeline.name}", {"__name__": f"dt_triton_{pipeline.name}"})
         launcher = namespace[module.function]
@@ -110,12 +111,22 @@ def _raise_resource_error(e: Exception, module: Module, filename: str):
             kernel = next((k for first, last, k in module.launch_lines if first <= tb.tb_lineno <= last), kernel)
         tb = tb.tb_next
     what = f"kernel '{kernel.name}'" if kernel else "a kernel"
-    hint = "use smaller tiles (tensorize / block sizes) or fewer pipeline stages"
+    advice = []
     if kernel is not None and kernel.num_stages and e.name == "shared memory" and e.required > 0:
         # Pipelined loads keep one buffer per stage: shared memory grows about linearly with stages.
         stages = int(e.limit // (e.required / kernel.num_stages))
         if stages >= 1:
-            hint = f"try {kernel.func}.num_stages({min(stages, kernel.num_stages - 1)}), or {hint}"
+            advice.append(f"try {kernel.func}.num_stages({min(stages, kernel.num_stages - 1)})")
+    whole = sorted({a.dim for a in S.walk_statements(kernel.body)
+                    if isinstance(a, S.Axis) and isinstance(a.size, S.IVar)}) if kernel is not None else []
+    if whole:  # a tile over a whole extent grows with the call's sizes: no stage count bounds it
+        dims = " and ".join(f"'{d}'" for d in whole)
+        advice.append(f"its tiles span the whole of {dims} (padded to a power of two) and grow with the sizes, so "
+                      f"fewer stages may not be enough: walk {dims} in tiles (tensorize with a size), or use "
+                      f"smaller blocks")
+    else:
+        advice.append("use smaller tiles (tensorize / block sizes)" + ("" if advice else " or fewer pipeline stages"))
+    hint = "; or ".join(advice)
     raise DTBackendError(f"{what} needs more {e.name} than the GPU has ({e.required} > {e.limit})",
                          kernel.loc if kernel else None, hint) from e
 
