@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
 import time
@@ -37,6 +36,8 @@ import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
 import dt  # noqa: E402
+from dt.backends import triton as triton_backend  # noqa: E402
+from dt.backends.base import BackendUnavailable  # noqa: E402
 from dt.backends.pysource import load_module  # noqa: E402
 
 
@@ -79,10 +80,11 @@ def main(argv=None):
     parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     args = parser.parse_args(argv)
 
-    interpret = os.environ.get("TRITON_INTERPRET") == "1"
-    if not interpret and not torch.cuda.is_available():
-        parser.error("no CUDA GPU: run on a GPU machine, or set TRITON_INTERPRET=1 to check the script on the CPU")
-    device = "cpu" if interpret else "cuda"
+    try:
+        device = triton_backend.device()
+    except BackendUnavailable as e:
+        parser.error(f"{e}: {e.hint}")
+    interpret = device == "cpu"
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     calls = args.calls or (5 if interpret else 2000)
 

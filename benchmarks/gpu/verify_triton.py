@@ -39,6 +39,8 @@ import torch  # noqa: E402
 import triton  # noqa: E402
 
 import dt  # noqa: E402
+from dt.backends import triton as triton_backend  # noqa: E402
+from dt.backends.base import BackendUnavailable  # noqa: E402
 from dt.runtime import _to_torch  # noqa: E402
 from dt.testing import compare, random_inputs  # noqa: E402
 
@@ -324,10 +326,10 @@ def main(argv=None) -> int:
     parser.add_argument("--tiny", action="store_true", help="tiny sizes (CPU check of this script)")
     parser.add_argument("--no-timing", action="store_true", help="skip the do_bench timings")
     args = parser.parse_args(argv)
-    interpret = os.environ.get("TRITON_INTERPRET") == "1"
-    if not interpret and not torch.cuda.is_available():
-        parser.error("no CUDA GPU: run on a GPU machine (or TRITON_INTERPRET=1 with --tiny to check the script)")
-    device = "cpu" if interpret else "cuda"
+    try:
+        device = triton_backend.device()
+    except BackendUnavailable as e:
+        parser.error(f"{e}: run on a GPU machine (or TRITON_INTERPRET=1 with --tiny to check the script)")
     only = set(args.only.split(",")) if args.only else None
     v = Verifier(args.out, device, args.budget, not args.no_timing)
     talk = {n: [TINY_TALK[n]] for n in TINY_TALK} if args.tiny else TALK

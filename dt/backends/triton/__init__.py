@@ -8,6 +8,7 @@ generated code as `input_precision=`.
 """
 from __future__ import annotations
 
+import importlib.util
 import math
 import os
 
@@ -132,17 +133,25 @@ def _raise_resource_error(e: Exception, module: Module, filename: str):
 
 
 def create() -> TritonBackend:
-    try:
-        import torch
-        import triton
-    except ImportError as e:
-        raise BackendUnavailable(f"the triton backend needs the '{e.name}' package",
-                                 "pip install 'dt[triton]' (installs triton and torch)") from None
-    interpret = bool(triton.knobs.runtime.interpret)
-    if not interpret and not torch.cuda.is_available():
-        raise BackendUnavailable("no CUDA GPU is visible to torch, and TRITON_INTERPRET is not set",
-                                 "run on a machine with an NVIDIA GPU, or set TRITON_INTERPRET=1 to run (and "
-                                 "generate) the Triton code on the CPU through Triton's interpreter")
+    missing = next((package for package in ("torch", "triton") if importlib.util.find_spec(package) is None), None)
+    if missing:
+        raise BackendUnavailable(f"the triton backend needs the '{missing}' package",
+                                 "pip install 'dt[triton]' (installs triton and torch)")
+    interpret = device() == "cpu"
     if interpret:
         interpreter_fix.apply()
     return TritonBackend(interpret)
+
+
+def device() -> str:
+    """Where Triton kernels run here: 'cuda', or 'cpu' under Triton's interpreter
+    (TRITON_INTERPRET=1); BackendUnavailable when there is neither."""
+    import torch
+    import triton
+    if triton.knobs.runtime.interpret:
+        return "cpu"
+    if not torch.cuda.is_available():
+        raise BackendUnavailable("no CUDA GPU is visible to torch, and TRITON_INTERPRET is not set",
+                                 "run on a machine with an NVIDIA GPU, or set TRITON_INTERPRET=1 to run (and "
+                                 "generate) the Triton code on the CPU through Triton's interpreter")
+    return "cuda"
