@@ -101,6 +101,44 @@ def test_repeats_time_the_providers_round_robin_and_report_the_speed_up_range(tm
     assert f"| {(first + 4) / (first + 3):.2f}x ({low:.2f}-{high:.2f}) |" in md
 
 
+def test_a_context_lost_while_timing_leaves_no_row_checked_but_untimed(tmp_path, monkeypatch):
+    real = bench.BUILDERS["eager"]
+
+    def dies_when_timed(case, ctx):
+        make = real(case, ctx)
+        made = []
+
+        def build(inputs):
+            made.append(inputs)
+            if len(made) == 1:
+                return make(inputs)  # the correctness check passes
+
+            def run():
+                raise RuntimeError("unspecified launch failure")
+            return run
+        return build
+
+    monkeypatch.setitem(bench.BUILDERS, "eager", dies_when_timed)
+    monkeypatch.setattr(bench.measure, "cuda_usable", lambda device: False)
+    argv = ["--dry-run", "--out", str(tmp_path), "--tag", "t", "--kernels", "add,relu", "--dtypes", "f32", "--quick",
+            "--providers", "dt,eager,compile", "--repeats", "2", "--no-plots"]
+    assert bench.main(argv) == 3  # the context is lost: the run says so
+    doc = json.loads((tmp_path / "gpu-t.json").read_text())
+    first, *rest = dict.fromkeys(r["shape"] for r in doc["records"] if r["kernel"] == "add")
+    add = {r["provider"]: r for r in doc["records"] if r["kernel"] == "add" and r["shape"] == first}
+    assert add["dt"]["status"] == "ok" and len(add["dt"]["ms_runs"]) == 1 and add["dt"]["ms"] is not None
+    assert add["eager"]["status"] == "error" and "launch failure" in add["eager"]["error"]
+    assert add["compile"]["status"] == "error" and add["compile"]["error"].startswith("not timed")
+    assert len(doc["records"]) == len({(r["kernel"], r["shape"], r["provider"]) for r in doc["records"]})  # no duplicates
+    later = [r for r in doc["records"] if r["kernel"] == "relu" or r["shape"] in rest]
+    assert later and {r["status"] for r in later} == {"skipped"}
+
+
+def test_repeats_must_be_positive(tmp_path):
+    with pytest.raises(SystemExit):
+        bench.main(["--dry-run", "--out", str(tmp_path), "--repeats", "0"])
+
+
 def test_report_merges_runs(tmp_path):
     def rec(provider, ms, status="ok", run="a"):
         return {"run": run, "kernel": "softmax", "kind": cases.MEMORY, "shape": "x=8, y=256", "dtype": "f32",

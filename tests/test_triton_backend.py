@@ -420,10 +420,8 @@ def test_out_of_resources_with_whole_extent_tiles_says_stages_may_not_be_enough(
 
 
 def test_unavailable_without_its_packages(monkeypatch):
-    import importlib.util
     from dt.backends.triton import create
-    real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "triton" else real(name, *a))
+    monkeypatch.setitem(sys.modules, "triton", None)  # `import triton` raises ImportError
     with pytest.raises(BackendUnavailable, match="needs the 'triton' package") as e:
         create()
     assert "pip install 'dt[triton]'" in e.value.hint

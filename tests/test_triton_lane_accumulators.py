@@ -73,13 +73,35 @@ def test_an_accumulator_read_inside_its_loop_keeps_its_per_tile_reduction():
     assert not any(u.name == f"{step.name}_lanes" for u in _lane_tiles(with_lane_accumulators(kernel)))
 
 
+def test_an_accumulator_not_starting_at_the_identity_is_left_alone():
+    kernel = dt.loads(STATS).pipeline("f32").kernels[0]
+    body = tuple(S.Assign(s.name, S.Full(1.0, s.value.axes, s.value.dtype), s.dt_name, s.loc)
+                 if isinstance(s, S.Assign) and isinstance(s.value, S.Full) and s.value.value == 0.0 else s
+                 for s in kernel.body)
+    kernel = S.Kernel(kernel.name, kernel.func, kernel.program_count, body, kernel.num_warps)
+    assert [u.value.op for u in _lane_tiles(with_lane_accumulators(kernel))] == ["maximum", "minimum"]
+
+
+def test_a_lane_accumulator_takes_no_name_the_kernel_uses():
+    """A scalar input named like the new tile must keep its value."""
+    source = STATS.replace("In A;", "In A;\nSIn y_accumulator_lanes;").replace(
+        "out[x, y] = (", "out[x, y] = y_accumulator_lanes + (")
+    prog = dt.loads(source)
+    kernel = with_lane_accumulators(prog.pipeline("f32").kernels[0])
+    assert "y_accumulator_lanes" not in {s.name for s in S.walk_statements(kernel.body) if isinstance(s, S.Assign)}
+    args = random_inputs(prog, {"x": 5, "y": 100}, "f32", seed=4)
+    assert_close(prog(backend="triton", **args), prog.reference(**args), "f32")
+
+
 @pytest.mark.parametrize("dtype", ("f32", "bf16"))
 @pytest.mark.parametrize("sizes", ({"x": 6, "y": 300}, {"x": 3, "y": 64}, {"x": 1, "y": 1}))
-def test_lane_accumulated_kernels_match_the_reference(dtype, sizes):
-    """Sizes off the tile (masked lanes must hold the identity: -inf for rmax, +inf for rmin)."""
+@pytest.mark.parametrize("shift", (-4.0, 4.0))
+def test_lane_accumulated_kernels_match_the_reference(dtype, sizes, shift):
+    """Sizes off the tile: masked lanes must hold the identity. All-negative inputs catch a
+    masked lane read as 0 in rmax, all-positive ones in rmin."""
     prog = dt.loads(STATS)
     args = random_inputs(prog, sizes, dtype, seed=5)
-    args["A"] = args["A"] - 4.0  # all negative: a masked lane read as 0 would win the rmax
+    args["A"] = args["A"] + shift
     assert_close(prog(backend="triton", **args), prog.reference(**args), dtype)
 
 

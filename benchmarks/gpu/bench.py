@@ -165,47 +165,54 @@ def run_case(case: Case, providers: list[Provider], ctx: Context, timer: measure
         except Exception as e:  # optional too: the row goes on without % of same-size copy
             copy_same_error = measure.short_error(e)
     timed = []  # (record, timing function) of each provider that ran and was checked
-    for p in providers:
-        rec = _record(base, case, p.name, "error", None, ms_runs=[], copy_gbps=copy_gbps, cublas_ms=cublas_ms,
-                      copy_same_gbps=copy_same_gbps, tol=measure.TOLERANCE[case.dtype], rel_err=None)
-        if cublas_error:
-            rec["cublas_error"] = cublas_error
-        if copy_same_error:
-            rec["copy_same_error"] = copy_same_error
-        records.append(rec)
-        try:
-            make = p.build(case, ctx)
-            if p.name == "dt" or p.name.startswith("dt@"):
-                rec["schedule"] = str(_relative(p.schedule or schedule_for(case, ctx.overrides)))
-            measure.poison_allocator(case.out_shape, dtype, device)
-            out = make(check_inputs)()  # the first call compiles (outside the timing)
-            measure.synchronize(device)
-            err = measure.relative_error(out, ref)
-            del out
-            rec["rel_err"] = err
-            rec["status"] = "ok" if err <= rec["tol"] else "wrong"  # NaN fails
-            if rec["status"] == "wrong":
-                rec["error"] = f"relative error {err:.3g} > {rec['tol']:g}"
-            timed.append((rec, make(time_inputs)))
-        except Skip as e:
-            rec.update(status="skipped", error=str(e))
-        except Exception as e:  # any failure of one provider is a row of the results, not the end of the run
-            _failed(rec, e, case, p.name, device, log)
-    # Round-robin: every provider is timed once per round, so a drift of the GPU's clocks
-    # during the row reaches them all alike rather than whichever was timed last.
-    for _ in range(repeats):
-        for rec, fn in timed:
-            if rec["status"] in ("ok", "wrong"):
-                try:
-                    rec["ms_runs"].append(timer(fn))
-                except Exception as e:
-                    _failed(rec, e, case, rec["provider"], device, log)
-    for rec, _ in timed:
-        if rec["ms_runs"] and rec["status"] in ("ok", "wrong"):
-            rec["ms"] = statistics.median(rec["ms_runs"])
-            _throughput(rec, case)
-    for rec in records[-len(providers):]:
-        _print_record(rec)
+    first = len(records)
+    try:
+        for p in providers:
+            rec = _record(base, case, p.name, "error", None, ms_runs=[], copy_gbps=copy_gbps, cublas_ms=cublas_ms,
+                          copy_same_gbps=copy_same_gbps, tol=measure.TOLERANCE[case.dtype], rel_err=None)
+            if cublas_error:
+                rec["cublas_error"] = cublas_error
+            if copy_same_error:
+                rec["copy_same_error"] = copy_same_error
+            records.append(rec)
+            try:
+                make = p.build(case, ctx)
+                if p.name == "dt" or p.name.startswith("dt@"):
+                    rec["schedule"] = str(_relative(p.schedule or schedule_for(case, ctx.overrides)))
+                measure.poison_allocator(case.out_shape, dtype, device)
+                out = make(check_inputs)()  # the first call compiles (outside the timing)
+                measure.synchronize(device)
+                err = measure.relative_error(out, ref)
+                del out
+                rec["rel_err"] = err
+                rec["status"] = "ok" if err <= rec["tol"] else "wrong"  # NaN fails
+                if rec["status"] == "wrong":
+                    rec["error"] = f"relative error {err:.3g} > {rec['tol']:g}"
+                timed.append((rec, make(time_inputs)))
+            except Skip as e:
+                rec.update(status="skipped", error=str(e))
+            except Exception as e:  # any failure of one provider is a row of the results, not the end of the run
+                _failed(rec, e, case, p.name, device, log)
+        # Round-robin: every provider is timed once per round, so a drift of the GPU's clocks
+        # during the row reaches them all alike rather than whichever was timed last.
+        for _ in range(repeats):
+            for rec, fn in timed:
+                if rec["status"] in ("ok", "wrong"):
+                    try:
+                        rec["ms_runs"].append(timer(fn))
+                    except Exception as e:
+                        _failed(rec, e, case, rec["provider"], device, log)
+    finally:  # also when the CUDA context is lost: no record is left checked but untimed
+        for rec, _ in timed:
+            if rec["status"] not in ("ok", "wrong"):
+                continue
+            if rec["ms_runs"]:
+                rec["ms"] = statistics.median(rec["ms_runs"])
+                _throughput(rec, case)
+            else:
+                rec.update(status="error", error="not timed: the row stopped before its timing")
+        for rec in records[first:]:
+            _print_record(rec)
 
 
 def _failed(rec: dict, e: Exception, case: Case, provider: str, device, log):
@@ -213,7 +220,6 @@ def _failed(rec: dict, e: Exception, case: Case, provider: str, device, log):
     log.write(f"--- {case.title} / {provider}\n{traceback.format_exc()}\n")
     log.flush()
     if not measure.cuda_usable(device):
-        _print_record(rec)
         raise ContextLost(f"{case.title} / {provider}: {rec['error']}") from e
     measure.empty_cache(device)  # e.g. after an out-of-memory error
 
@@ -259,6 +265,13 @@ def _schedule_arg(text: str) -> tuple[str, str]:
     return key, str(p.resolve() if p.exists() else ROOT / p)  # relative to here, else to the repository
 
 
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected 1 or more, not {value}")
+    return value
+
+
 def _list_arg(choices):
     def parse(text: str) -> list[str]:
         items = [s.strip() for s in text.split(",") if s.strip()]
@@ -283,7 +296,8 @@ def parse_args(argv):
     p.add_argument("--schedule", action="append", type=_schedule_arg, metavar="KERNEL[:SHAPE]=PATH",
                    help="run this .dt file for the dt provider instead of the table's (repeatable)")
     p.add_argument("--timer", choices=("do_bench", "cudagraph"), default="do_bench")
-    p.add_argument("--repeats", type=int, default=1, help="rounds of timings, each timing every provider once; the median is reported")
+    p.add_argument("--repeats", type=_positive_int, default=1,
+                   help="rounds of timings, each timing every provider once; the median is reported")
     p.add_argument("--budget", type=float, default=0, help="seconds; start no new row after this (0: none)")
     p.add_argument("--tag", default="run", help="names the output files gpu-TAG.*")
     p.add_argument("--dt-backend", help="dt backend (default: triton on a GPU, interp in a dry run)")
@@ -372,7 +386,10 @@ def _main(args, dry: bool) -> int:
                 print(f"CUDA context lost at {lost}; the remaining rows are skipped", flush=True)
             except Exception as e:  # the row's own set-up (inputs, reference) failed
                 log.write(f"--- {case.title}\n{traceback.format_exc()}\n")
-                records += [_record(base, case, p.name, "error", f"row set-up failed: {measure.short_error(e)}") for p in providers]
+                key = (case.kernel.name, case.shape_text, case.dtype)
+                have = {r["provider"] for r in records if render.case_key(r) == key}  # those it reached
+                records += [_record(base, case, p.name, "error", f"row set-up failed: {measure.short_error(e)}")
+                            for p in providers if p.name not in have]
                 print(f"    row set-up failed: {measure.short_error(e)}", flush=True)
                 if not measure.cuda_usable(device):
                     lost = f"{case.title} (set-up): {measure.short_error(e)}"

@@ -78,7 +78,8 @@ def annotate(records: list[dict]) -> list[dict]:
             if is_dt(r["provider"]) and r["status"] == "ok" and r.get("ms"):
                 r["best_baseline"] = best["provider"]
                 r["speedup_vs_best"] = best["ms"] / r["ms"]
-                if len(r.get("ms_runs") or ()) > 1 and len(best.get("ms_runs") or ()) > 1:
+                if len(r.get("ms_runs") or ()) > 1 and len(best.get("ms_runs") or ()) > 1 \
+                        and r.get("run") == best.get("run"):  # rounds of one run, not of two sessions
                     # from the baseline's fastest round against dt's slowest to the other way round
                     r["speedup_range"] = [min(best["ms_runs"]) / max(r["ms_runs"]),
                                           max(best["ms_runs"]) / min(r["ms_runs"])]

@@ -8,7 +8,6 @@ generated code as `input_precision=`.
 """
 from __future__ import annotations
 
-import importlib.util
 import math
 import os
 
@@ -133,10 +132,6 @@ def _raise_resource_error(e: Exception, module: Module, filename: str):
 
 
 def create() -> TritonBackend:
-    missing = next((package for package in ("torch", "triton") if importlib.util.find_spec(package) is None), None)
-    if missing:
-        raise BackendUnavailable(f"the triton backend needs the '{missing}' package",
-                                 "pip install 'dt[triton]' (installs triton and torch)")
     interpret = device() == "cpu"
     if interpret:
         interpreter_fix.apply()
@@ -145,9 +140,14 @@ def create() -> TritonBackend:
 
 def device() -> str:
     """Where Triton kernels run here: 'cuda', or 'cpu' under Triton's interpreter
-    (TRITON_INTERPRET=1); BackendUnavailable when there is neither."""
-    import torch
-    import triton
+    (TRITON_INTERPRET=1); BackendUnavailable when there is neither, or torch or triton is
+    missing."""
+    try:
+        import torch
+        import triton
+    except ImportError as e:
+        raise BackendUnavailable(f"the triton backend needs the '{e.name}' package",
+                                 "pip install 'dt[triton]' (installs triton and torch)") from None
     if triton.knobs.runtime.interpret:
         return "cpu"
     if not torch.cuda.is_available():

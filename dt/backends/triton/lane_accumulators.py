@@ -8,10 +8,11 @@ the loop, leaves the loop with loads and element-wise arithmetic only: the form 
 Triton kernels take (the layer-norm tutorial's `_mean += a`). Only the rounding changes:
 each lane sums its own elements in loop order, then the lanes are reduced as a tree.
 
-Tiles produced by `tl.dot` are left as they are: they are laid out for the tensor cores,
-where a row's lanes sit in a few threads of one warp (the reduction is a few shuffles), and
-a second tile-sized accumulator would take registers the product needs (flash-style
-attention's running row sum).
+Tiles computed from a matrix product (an IR `Dot`, whether rendered as `tl.dot` or, for small
+tiles, as a product and a sum) are left as they are: `tl.dot` lays them out for the tensor
+cores, where a row's lanes sit in a few threads of one warp (the reduction is a few
+shuffles), and a second tile-sized accumulator would take registers the product needs
+(flash-style attention's running row sum).
 """
 from __future__ import annotations
 
@@ -23,13 +24,34 @@ COMBINE = {"sum": "+", "max": "maximum", "min": "minimum"}
 
 def with_lane_accumulators(kernel: S.Kernel) -> S.Kernel:
     """`kernel` with every eligible tile-by-tile reduction accumulated lane by lane."""
-    taken = {s.name for s in S.walk_statements(kernel.body) if isinstance(s, (S.Assign, S.Let, S.Axis))}
+    taken = _names(kernel)
     from_dot = _dot_results(kernel.body)
     body = _rewrite(kernel.body, taken, from_dot)
     if body == kernel.body:
         return kernel
     return S.Kernel(kernel.name, kernel.func, kernel.program_count, body, kernel.num_warps, kernel.num_stages,
                     kernel.reads, kernel.writes, kernel.loc)
+
+
+def _names(kernel: S.Kernel) -> set[str]:
+    """Every name the kernel's code may use: a new tile must not take any (a scalar input, an
+    extent, a loop variable, a module-level name of the generated code)."""
+    names = set(S.RESERVED_NAMES) | S.index_names(kernel.program_count)
+    for s in S.walk_statements(kernel.body):
+        if isinstance(s, S.For):
+            names |= {s.var} | S.index_names(s.start) | S.index_names(s.stop)
+        elif isinstance(s, S.Let):
+            names |= {s.name} | S.index_names(s.value)
+        elif isinstance(s, S.Axis):
+            names |= {s.name} | S.index_names(s.start) | S.index_names(s.size) | S.index_names(s.limit)
+        else:
+            names |= {s.name} if isinstance(s, S.Assign) else set()
+            for n in S.walk_texpr(s.value):
+                if isinstance(n, S.Param):
+                    names.add(n.name)
+                elif isinstance(n, S.Extent):
+                    names.add(S.size_name(n.dim))
+    return names
 
 
 def _dot_results(body) -> set[str]:
@@ -67,13 +89,17 @@ def _step(s, loop_axes: set[str], from_dot: set[str]):
     return reduced, wrap
 
 
-def _reads(stmt, name: str) -> bool:
-    values = []
-    if isinstance(stmt, (S.Assign, S.Store)):
-        values.append(stmt.value)
-    elif isinstance(stmt, S.For):
-        return any(_reads(t, name) for t in stmt.body)
-    return any(isinstance(n, S.Ref) and n.name == name for v in values for n in S.walk_texpr(v))
+def _touches(stmt, name: str) -> bool:
+    """Whether `stmt` reads or assigns the tile `name`."""
+    if isinstance(stmt, S.For):
+        return any(_touches(t, name) for t in stmt.body)
+    if not isinstance(stmt, (S.Assign, S.Store)):
+        return False
+    return (isinstance(stmt, S.Assign) and stmt.name == name) or _refers(stmt.value, name)
+
+
+def _refers(value: S.TExpr, name: str) -> bool:
+    return any(isinstance(n, S.Ref) and n.name == name for n in S.walk_texpr(value))
 
 
 def _fresh(base: str, taken: set[str]) -> str:
@@ -105,7 +131,7 @@ def _rewrite(body: tuple, taken: set[str], from_dot: set[str]) -> tuple:
             init = out[inits[s.name]]
             others = out[inits[s.name] + 1:i] + loop_body[:k] + loop_body[k + 1:]
             if not (isinstance(init.value, S.Full) and init.value.value == IDENTITY[reduce.op]) \
-                    or any(_reads(t, s.name) for t in others):
+                    or _refers(reduce.x, s.name) or any(_touches(t, s.name) for t in others):
                 continue
             lanes = _fresh(f"{s.name}_lanes", taken)
             out[inits[s.name]] = S.Assign(lanes, S.Full(init.value.value, reduce.x.dims, init.value.dtype),
