@@ -33,6 +33,7 @@ DOMAINS: Mapping[str, Callable[[np.random.Generator, tuple], np.ndarray]] = {
     "nonzero": lambda rng, shape: rng.choice([-1.0, 1.0], shape) * rng.uniform(0.5, 2.0, shape),  # divisors
     "ints": lambda rng, shape: rng.integers(-3, 4, shape).astype(np.float64),  # ties for comparisons, zeros
     "scalar": lambda rng, shape: rng.uniform(0.5, 1.5, shape),  # the default for SIn scalars
+    "offset": lambda rng, shape: 50.0 + rng.standard_normal(shape),  # a mean far from 0: variances that cancel
 }
 
 

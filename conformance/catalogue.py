@@ -330,6 +330,20 @@ CATALOGUE: tuple[Case, ...] = (
          lambda A: A * A.sum(axis=1, keepdims=True) - ((A * A).max(axis=1, keepdims=True)
                                                       + (A * A).mean(axis=1, keepdims=True)),
          SR, FR, op="compute_with"),
+    # The variance around a mean computed in the same loop (Chan's pairwise update), on data whose
+    # mean is far from 0, where E[x^2] - E[x]^2 would cancel.
+    Case("compute_with.variance", "Func out, mean, variance;\nIn A;\nSIn eps;\nVar x;\nRVar y;\n"
+         "mean[x] = rsum(A[x, y], y) / len(y);\n"
+         "variance[x] = rsum((A[x, y] - mean[x]) * (A[x, y] - mean[x]), y) / len(y);\n"
+         "out[x, y] = (A[x, y] - mean[x]) * rsqrt(variance[x] + eps);",
+         {"tiles": "out.block(x:2);\nout.tensorize(x:0, y:16);\nmean.fuse_at(out, x);\nvariance.fuse_at(out, x);\n"
+                   "variance.compute_with(mean, y);\nout.compile_to_kernel();",
+          "wide_tiles": "out.block(x:1);\nout.tensorize(y:1024);\nmean.fuse_at(out, x);\nvariance.fuse_at(out, x);\n"
+                        "variance.compute_with(mean, y);\nout.compile_to_kernel();",
+          "whole_rows": "out.block(x:1);\nout.tensorize(y:0);\nmean.fuse_at(out, x);\nvariance.fuse_at(out, x);\n"
+                        "variance.compute_with(mean, y);\nout.compile_to_kernel();"},
+         lambda A, eps: (A - A.mean(axis=1, keepdims=True)) / np.sqrt(A.var(axis=1, keepdims=True) + eps),
+         SR, FR, domains={"A": "offset", "eps": 1e-5}, op="compute_with"),
     Case("inline.into_reduction", "Func out, t;\nIn A, B;\nVar x;\nRVar y;\nt[x, y] = A[x, y] * B[x, y];\n"
          "out[x] = rsum(t[x, y], y);",
          {"tiles": "t.inline();\nout.block(x:2);\nout.tensorize(x:2, y:8);\nout.compile();"},

@@ -280,3 +280,36 @@ def test_compute_with_dims_and_tiles():
 def test_without_compute_with_the_sibling_cannot_read_the_shared_tile():
     err = error_of(ONEPASS.replace("dvsr.compute_with(num, l);\n", ""), DTScheduleError)
     assert_at(err, 13, 1, "'e' is fused into 'num', but 'dvsr' also uses it and is not computed inside 'num'")
+
+
+VARIANCE = """Func out, mean, variance;
+In A;
+Var x;
+RVar y;
+mean[x] = rsum(A[x, y], y) / len(y);
+variance[x] = rsum((A[x, y] - mean[x]) * (A[x, y] - mean[x]), y) / len(y);
+out[x, y] = (A[x, y] - mean[x]) * rsqrt(variance[x] + 0.00001);
+out.block(x:1);
+out.tensorize(y:16);
+mean.fuse_at(out, x);
+variance.fuse_at(out, x);
+variance.compute_with(mean, y);
+out.compile_to_kernel();
+"""
+
+
+def test_compute_with_reading_the_sibling_must_be_a_variance_around_its_mean():
+    dt.loads(VARIANCE)  # the one accepted form
+    dt.loads(VARIANCE.replace("(A[x, y] - mean[x]) * (A[x, y] - mean[x])", "pow(A[x, y] - mean[x], 2)"))
+    err = error_of(VARIANCE.replace("(A[x, y] - mean[x]) * (A[x, y] - mean[x])", "abs(A[x, y] - mean[x])"),
+                   DTScheduleError)
+    assert_at(err, 6, 34, "'variance' reads 'mean' inside its reduction over 'y', but 'mean' is complete only after",
+              "sum of squared deviations from a mean", "remove the compute_with")
+    # deviations of another value than the one mean averages
+    err = error_of(VARIANCE.replace("(A[x, y] - mean[x]) * (A[x, y] - mean[x])",
+                                    "(exp(A[x, y]) - mean[x]) * (exp(A[x, y]) - mean[x])"), DTScheduleError)
+    assert_at(err, 6, 36, "'variance' reads 'mean' inside its reduction")
+    # a mean that is not rsum(e) / len(y)
+    err = error_of(VARIANCE.replace("mean[x] = rsum(A[x, y], y) / len(y);", "mean[x] = rsum(A[x, y], y) / 2;"),
+                   DTScheduleError)
+    assert_at(err, 6, 31, "'variance' reads 'mean' inside its reduction")

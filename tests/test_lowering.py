@@ -74,3 +74,41 @@ def test_every_node_carries_a_dt_location():
     for stmt in S.walk_statements(pipeline.kernels[0].body):
         if isinstance(stmt, (S.Axis, S.Assign, S.For, S.Store)):
             assert stmt.loc is not None and stmt.loc.file.endswith("softmax.dt"), stmt
+
+
+ROW_STATS = """Func out, mean, variance;
+In A;
+Var x;
+RVar y;
+mean[x] = rsum(A[x, y], y) / len(y);
+variance[x] = rsum((A[x, y] - mean[x]) * (A[x, y] - mean[x]), y) / len(y);
+out[x, y] = (A[x, y] - mean[x]) * rsqrt(variance[x] + 0.00001);
+out.block(x:2);
+out.tensorize(x:0, y:64);
+mean.fuse_at(out, x);
+variance.fuse_at(out, x);
+"""
+
+
+def _reduction_loops(prog) -> int:
+    return sum(isinstance(s, S.For) and s.kind == "reduction" for s in S.walk_statements(prog.pipeline("f32").kernels[0].body))
+
+
+@pytest.mark.parametrize("backend", ("interp", "numba"))
+def test_a_variance_computed_with_its_mean_walks_the_row_once_and_stays_accurate(backend):
+    import numpy as np
+    three = dt.loads(ROW_STATS + "out.compile_to_kernel();")
+    one = dt.loads(ROW_STATS + "variance.compute_with(mean, y);\nout.compile_to_kernel();")
+    assert _reduction_loops(three) == 2 and _reduction_loops(one) == 1
+    one_kernel = one.pipeline("f32").kernels[0]
+    assert {s.name for s in S.walk_statements(one_kernel.body) if isinstance(s, S.Assign)} >= {
+        "y_count", "y_mean", "y_m2", "y_tile_mean"}
+    # a mean 10^4 times the spread: E[x^2] - E[x]^2 would lose every digit in float32
+    rng = np.random.default_rng(3)
+    a = (1e4 + rng.standard_normal((3, 1000))).astype(np.float32)
+    expected = three(A=a, backend=backend)
+    got = one(A=a, backend=backend)
+    assert np.abs(got - expected).max() < 1e-2, np.abs(got - expected).max()
+    exact = (a - a.astype(np.float64).mean(axis=1, keepdims=True))
+    variance = a.astype(np.float64).var(axis=1, keepdims=True)
+    assert np.abs(got - exact / np.sqrt(variance + 1e-5)).max() < 5e-2

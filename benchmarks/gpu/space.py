@@ -31,6 +31,8 @@ def _per_thread(elements: int, warps: int) -> int:
 # Row-wise kernels: the Func computed, and the reductions fused at its row loop.
 ROWWISE = {"softmax": ("_softmax", ("_sum",)), "layernorm": ("layernorm", ("mean", "variance")),
            "rmsnorm": ("rmsnorm", ("ms",))}
+# Row-wise kernels whose statistics can share one walk over a tiled row (compute_with).
+ONE_PASS = {"layernorm": "variance.compute_with(mean, y);\n"}
 # Element-wise kernels: the Func computed, and helpers inlined into it.
 ELEMENTWISE = {"relu": ("relu_out", ()), "add": ("add_out", ()), "swish": ("swish_out", ("tmp",)),
                "dyt": ("dyt", ())}
@@ -57,10 +59,14 @@ def _rowwise(case: Case):
                 continue
             for warps in (4, 8, 16) + ((32,) if long_rows else ()):
                 for stages in ((0, 1, 2, 4) if y > 16384 else (0,)):  # 0: Triton's default
-                    if 4 <= _per_thread(width, warps) <= 32:
-                        pipelining = f"{out}.num_stages({stages});\n" if stages else ""
-                        yield (f"tiled{width}_w{warps}" + (f"_s{stages}" if stages else ""),
-                               f"{out}.block(x:1);\n{out}.tensorize(y:{width});\n{fuse}"
+                    if not 4 <= _per_thread(width, warps) <= 32:
+                        continue
+                    pipelining = f"{out}.num_stages({stages});\n" if stages else ""
+                    name = f"tiled{width}_w{warps}" + (f"_s{stages}" if stages else "")
+                    one_passes = ("", ONE_PASS[case.kernel.name]) if long_rows and case.kernel.name in ONE_PASS else ("",)
+                    for one_pass in one_passes:
+                        yield (name + ("_onepass" if one_pass else ""),
+                               f"{out}.block(x:1);\n{out}.tensorize(y:{width});\n{fuse}{one_pass}"
                                f"{out}.num_warps({warps});\n{pipelining}{out}.compile_to_kernel();\n")
 
 

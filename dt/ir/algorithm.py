@@ -5,7 +5,7 @@ Funcs by name. The frontend (DT text or the Python API) builds these nodes.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 from dt.errors import Loc
 
@@ -158,6 +158,25 @@ def rebuild(e: Expr, kids: tuple[Expr, ...]) -> Expr:
     if isinstance(e, Reduce):
         return Reduce(e.op, kids, e.dim, e.loc, e.dim_loc, e.dim_decl)
     return e
+
+
+def same(a: Expr, b: Expr) -> bool:
+    """Whether two expressions are written alike (source locations aside)."""
+    if type(a) is not type(b):
+        return False
+    for f in fields(a):
+        if not f.compare:
+            continue
+        x, y = getattr(a, f.name), getattr(b, f.name)
+        if isinstance(x, Expr):
+            if not same(x, y):
+                return False
+        elif isinstance(x, tuple) and any(isinstance(v, Expr) for v in x):
+            if len(x) != len(y) or not all(same(v, w) for v, w in zip(x, y)):
+                return False
+        elif x != y:
+            return False
+    return True
 
 
 def free_dims(e: Expr) -> frozenset[str]:

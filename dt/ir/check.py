@@ -527,6 +527,38 @@ def _check_compute_with(func, sibling, dim, funcs, schedules, fused, dim_kinds):
     if any(u.name == func for u in _uses(funcs[sibling].expr)):
         raise _err(DTScheduleError, f"'{sibling}' uses '{func}', so '{func}' cannot be accumulated in "
                    f"'{sibling}''s loop", loc, "remove the compute_with")
+    for r in top_reductions(funcs[func].expr, dim):
+        reads = [u for u in _uses(r) if u.name == sibling]
+        if reads and centered_value(r, sibling, funcs[sibling]) is None:
+            raise _err(DTScheduleError, f"'{func}' reads '{sibling}' inside its reduction over '{dim}', but "
+                       f"'{sibling}' is complete only after the loop they would share; the one such read "
+                       f"compute_with accepts is a sum of squared deviations from a mean over '{dim}': "
+                       f"{sibling} = rsum(e, {dim}) / len({dim}) and rsum((e - {sibling}) * (e - {sibling}), {dim})",
+                       reads[0].loc, f"remove the compute_with (then {func} walks '{dim}' again, after {sibling}), "
+                                     f"or write {func} in that form")
+
+
+def centered_value(r: A.Reduce, mean: str, mean_def: A.FuncDef) -> A.Expr | None:
+    """e, when reduction r is rsum((e - mean) * (e - mean)) (or rsum(pow(e - mean, 2))) over the
+    dim that `mean`, defined as rsum(e, dim) / len(dim), averages e over: the sum of squared
+    deviations that compute_with may accumulate in mean's own loop (Chan's pairwise update)."""
+    m = mean_def.expr
+    if not (isinstance(m, A.Binary) and m.op == "/" and isinstance(m.b, A.Len) and m.b.dim == r.dim
+            and isinstance(m.a, A.Reduce) and m.a.op == "sum" and m.a.dim == r.dim and r.op == "sum"):
+        return None
+    e = m.a.args[0]
+    body = r.args[0]
+    if isinstance(body, A.Binary) and body.op == "*" and A.same(body.a, body.b):
+        deviation = body.a
+    elif isinstance(body, A.Binary) and body.op == "pow" and isinstance(body.b, A.Num) and body.b.value == 2:
+        deviation = body.a
+    else:
+        return None
+    if not (isinstance(deviation, A.Binary) and deviation.op == "-" and A.same(deviation.a, e)
+            and isinstance(deviation.b, A.Access) and deviation.b.kind == "func" and deviation.b.name == mean
+            and deviation.b.indices == mean_def.dims):
+        return None
+    return e
 
 
 def _enclosing_reductions(e: A.Expr, target: str, stack=()) -> list[tuple[str, ...]]:
