@@ -304,12 +304,13 @@ def test_compute_with_reading_the_sibling_must_be_a_variance_around_its_mean():
     err = error_of(VARIANCE.replace("(A[x, y] - mean[x]) * (A[x, y] - mean[x])", "abs(A[x, y] - mean[x])"),
                    DTScheduleError)
     assert_at(err, 6, 34, "'variance' reads 'mean' inside its reduction over 'y', but 'mean' is complete only after",
-              "sum of squared deviations from a mean", "remove the compute_with")
+              "sum of squared deviations from it", "rsum(pow(e - mean, 2), y)", "remove the compute_with")
     # deviations of another value than the one mean averages
     err = error_of(VARIANCE.replace("(A[x, y] - mean[x]) * (A[x, y] - mean[x])",
                                     "(exp(A[x, y]) - mean[x]) * (exp(A[x, y]) - mean[x])"), DTScheduleError)
     assert_at(err, 6, 36, "'variance' reads 'mean' inside its reduction")
-    # a mean that is not rsum(e) / len(y)
+    # a mean that is not rsum(e) / len(y): the error is at the mean
     err = error_of(VARIANCE.replace("mean[x] = rsum(A[x, y], y) / len(y);", "mean[x] = rsum(A[x, y], y) / 2;"),
                    DTScheduleError)
-    assert_at(err, 6, 31, "'variance' reads 'mean' inside its reduction")
+    assert_at(err, 5, 1, "compute_with allows only for a mean, mean = rsum(e, y) / len(y)",
+              "write mean as rsum(..., y) / len(y)")

@@ -529,24 +529,36 @@ def _check_compute_with(func, sibling, dim, funcs, schedules, fused, dim_kinds):
                    f"'{sibling}''s loop", loc, "remove the compute_with")
     for r in top_reductions(funcs[func].expr, dim):
         reads = [u for u in _uses(r) if u.name == sibling]
-        if reads and centered_value(r, sibling, funcs[sibling]) is None:
-            raise _err(DTScheduleError, f"'{func}' reads '{sibling}' inside its reduction over '{dim}', but "
-                       f"'{sibling}' is complete only after the loop they would share; the one such read "
-                       f"compute_with accepts is a sum of squared deviations from a mean over '{dim}': "
-                       f"{sibling} = rsum(e, {dim}) / len({dim}) and rsum((e - {sibling}) * (e - {sibling}), {dim})",
-                       reads[0].loc, f"remove the compute_with (then {func} walks '{dim}' again, after {sibling}), "
-                                     f"or write {func} in that form")
+        if not reads or centered_value(r, sibling, funcs[sibling]) is not None:
+            continue
+        if _mean_value(funcs[sibling].expr, dim) is None:
+            raise _err(DTScheduleError, f"'{func}' reads '{sibling}' inside its reduction over '{dim}', which "
+                       f"compute_with allows only for a mean, {sibling} = rsum(e, {dim}) / len({dim}), and "
+                       f"'{sibling}' is not written so", funcs[sibling].loc,
+                       f"write {sibling} as rsum(..., {dim}) / len({dim}), or remove the compute_with")
+        raise _err(DTScheduleError, f"'{func}' reads '{sibling}' inside its reduction over '{dim}', but '{sibling}' "
+                   f"is complete only after the loop they would share; the one such read compute_with accepts is "
+                   f"the sum of squared deviations from it, rsum((e - {sibling}) * (e - {sibling}), {dim}) or "
+                   f"rsum(pow(e - {sibling}, 2), {dim}), where e is written as in {sibling}'s rsum", reads[0].loc,
+                   f"remove the compute_with (then {func} walks '{dim}' again, after {sibling}), or write {func} "
+                   f"in that form")
+
+
+def _mean_value(e: A.Expr, dim: str) -> A.Expr | None:
+    """v when e is rsum(v, dim) / len(dim)."""
+    if isinstance(e, A.Binary) and e.op == "/" and isinstance(e.b, A.Len) and e.b.dim == dim \
+            and isinstance(e.a, A.Reduce) and e.a.op == "sum" and e.a.dim == dim:
+        return e.a.args[0]
+    return None
 
 
 def centered_value(r: A.Reduce, mean: str, mean_def: A.FuncDef) -> A.Expr | None:
     """e, when reduction r is rsum((e - mean) * (e - mean)) (or rsum(pow(e - mean, 2))) over the
     dim that `mean`, defined as rsum(e, dim) / len(dim), averages e over: the sum of squared
     deviations that compute_with may accumulate in mean's own loop (Chan's pairwise update)."""
-    m = mean_def.expr
-    if not (isinstance(m, A.Binary) and m.op == "/" and isinstance(m.b, A.Len) and m.b.dim == r.dim
-            and isinstance(m.a, A.Reduce) and m.a.op == "sum" and m.a.dim == r.dim and r.op == "sum"):
+    e = _mean_value(mean_def.expr, r.dim)
+    if e is None or r.op != "sum":
         return None
-    e = m.a.args[0]
     body = r.args[0]
     if isinstance(body, A.Binary) and body.op == "*" and A.same(body.a, body.b):
         deviation = body.a
