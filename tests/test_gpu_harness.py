@@ -139,6 +139,15 @@ def test_repeats_must_be_positive(tmp_path):
         bench.main(["--dry-run", "--out", str(tmp_path), "--repeats", "0"])
 
 
+def test_a_study_writes_its_records_and_report(tmp_path):
+    import measure
+    measure.write_study(tmp_path / "out", "study", torch.device("cpu"), [{"ms": 1.5}],
+                        lambda run, records: f"{run['device']}: {records[0]['ms']} ms\n")
+    doc = json.loads((tmp_path / "out" / "study.json").read_text())
+    assert doc["records"] == [{"ms": 1.5}] and doc["run"]["started"] and "dry run" in doc["run"]["device"]
+    assert (tmp_path / "out" / "study.md").read_text() == f"{doc['run']['device']}: 1.5 ms\n"
+
+
 def test_report_merges_runs(tmp_path):
     def rec(provider, ms, status="ok", run="a"):
         return {"run": run, "kernel": "softmax", "kind": cases.MEMORY, "shape": "x=8, y=256", "dtype": "f32",

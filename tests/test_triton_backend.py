@@ -380,18 +380,23 @@ def test_f64_is_refused():
         prog.source("triton", "f64")
 
 
+class _NeedsSharedMemory:
+    """Stands in for a @triton.jit kernel whose launch asks for `required` bytes of shared memory."""
+
+    def __init__(self, required: int):
+        self.required = required
+
+    def __getitem__(self, grid):
+        def launch(*args, **kwargs):
+            from triton.runtime.errors import OutOfResources
+            raise OutOfResources(self.required, 232448, "shared memory")
+        return launch
+
+
 def test_out_of_resources_names_the_kernel_and_suggests_stages():
-    from triton.runtime.errors import OutOfResources
     prog = program("matmul")  # num_stages(3)
     run = backends.get("triton").compile(prog.pipeline("f32"))
-
-    class TooLarge:
-        def __getitem__(self, grid):
-            def launch(*args, **kwargs):
-                raise OutOfResources(300000, 232448, "shared memory")
-            return launch
-
-    run.namespace["mm_kernel"] = TooLarge()
+    run.namespace["mm_kernel"] = _NeedsSharedMemory(300000)
     with pytest.raises(DTBackendError, match="kernel 'mm_kernel' needs more shared memory") as e:
         run({"A": torch.zeros(4, 8), "B": torch.zeros(8, 4)}, {}, {"x_SIZE": 4, "y_SIZE": 4, "k_SIZE": 8})
     assert e.value.loc == prog.pipeline("f32").kernels[0].loc
@@ -400,17 +405,9 @@ def test_out_of_resources_names_the_kernel_and_suggests_stages():
 
 def test_out_of_resources_with_whole_extent_tiles_says_stages_may_not_be_enough():
     """The talk's attention holds whole rows of scores: its tiles grow with l, whatever the stages."""
-    from triton.runtime.errors import OutOfResources
     prog = dt.load("examples/attention_talk.dt")  # num_stages(8), tensorize(l:0)
     run = backends.get("triton").compile(prog.pipeline("f16"))
-
-    class TooLarge:
-        def __getitem__(self, grid):
-            def launch(*args, **kwargs):
-                raise OutOfResources(477000, 232448, "shared memory")
-            return launch
-
-    run.namespace["attention_kernel"] = TooLarge()
+    run.namespace["attention_kernel"] = _NeedsSharedMemory(477000)
     tensors = {"A": torch.zeros(16, 16, dtype=torch.float16), "B": torch.zeros(16, 70, dtype=torch.float16),
                "C": torch.zeros(70, 64, dtype=torch.float16)}
     with pytest.raises(DTBackendError, match="needs more shared memory") as e:

@@ -13,9 +13,7 @@ writes DIR/layernorm_big_rows.json and DIR/layernorm_big_rows.md (committed in b
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-from datetime import datetime, timezone
 from pathlib import Path
 
 import torch
@@ -70,11 +68,7 @@ def main(argv=None) -> int:
                                         one_pass=one_pass, ms=ms, gbps=moved / ms / 1e6,
                                         pct_copy_same=100 * moved / ms / 1e6 / copy["gbps"], rel_err=err))
                     print(records[-1], flush=True)
-    run = dict(measure.device_description(device), started=datetime.now(timezone.utc).isoformat(timespec="seconds"))
-    out_dir = Path(args.out)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "layernorm_big_rows.json").write_text(json.dumps({"run": run, "records": records}, indent=1) + "\n")
-    (out_dir / "layernorm_big_rows.md").write_text(markdown(run, records))
+    measure.write_study(args.out, "layernorm_big_rows", device, records, markdown)
     return 0
 
 

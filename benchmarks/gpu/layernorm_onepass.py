@@ -22,9 +22,7 @@ writes DIR/layernorm_onepass.json and DIR/layernorm_onepass.md (committed in ben
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-from datetime import datetime, timezone
 from pathlib import Path
 
 import torch
@@ -121,7 +119,6 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     device = torch.device("cuda")
     timer = measure.Timer("do_bench")
-    info = measure.device_description(device)
     records = []
     for dtype_name, dtype in (("f32", torch.float32), ("bf16", torch.bfloat16)):
         generator = measure.generator(device, 7)
@@ -151,11 +148,7 @@ def main(argv=None) -> int:
                                 copy_same_ms=copy["ms"]))
             print(f"layernorm {dtype_name} {name}: {ms:.4f} ms, {records[-1]['pct_copy_same']:.0f}% of same-size "
                   f"copy, err {err:.1e}", flush=True)
-    run = dict(info, started=datetime.now(timezone.utc).isoformat(timespec="seconds"))
-    out_dir = Path(args.out)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "layernorm_onepass.json").write_text(json.dumps({"run": run, "records": records}, indent=1) + "\n")
-    (out_dir / "layernorm_onepass.md").write_text(markdown(run, records))
+    measure.write_study(args.out, "layernorm_onepass", device, records, markdown)
     return 0
 
 

@@ -11,9 +11,7 @@ Triton's, not a schedule primitive DT lacks.
 writes DIR/matmul_ceiling.json and DIR/matmul_ceiling.md (committed in benchmarks/results/).
 """
 import argparse
-import json
 import sys
-from datetime import datetime, timezone
 from pathlib import Path
 
 import torch
@@ -124,11 +122,7 @@ def main(argv=None) -> int:
                     record["error"] = measure.short_error(e)
                 records.append(record)
                 print(record, flush=True)
-    run = dict(measure.device_description(device), started=datetime.now(timezone.utc).isoformat(timespec="seconds"))
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "matmul_ceiling.json").write_text(json.dumps({"run": run, "records": records}, indent=1) + "\n")
-    (out / "matmul_ceiling.md").write_text(markdown(run, records))
+    measure.write_study(args.out, "matmul_ceiling", device, records, markdown)
     return 0
 
 

@@ -2,11 +2,14 @@
 and cuBLAS), random inputs, and the correctness check against a float64 reference."""
 from __future__ import annotations
 
+import json
 import math
 import platform
 import statistics
 import subprocess
 import time
+from datetime import datetime, timezone
+from pathlib import Path
 
 import torch
 
@@ -63,6 +66,16 @@ def device_description(device: torch.device) -> dict:
     else:
         info["device"] = f"CPU ({platform.machine()}) - dry run"
     return info
+
+
+def write_study(out_dir, name: str, device: torch.device, records: list[dict], markdown) -> None:
+    """Write a study's results (one of the benchmarks/gpu measurement scripts) as
+    out_dir/NAME.json and its report, markdown(run, records), as out_dir/NAME.md."""
+    run = dict(device_description(device), started=datetime.now(timezone.utc).isoformat(timespec="seconds"))
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{name}.json").write_text(json.dumps({"run": run, "records": records}, indent=1) + "\n")
+    (out / f"{name}.md").write_text(markdown(run, records))
 
 
 def _driver_version() -> str:

@@ -13,15 +13,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
-
 from dt.errors import DTScheduleError
 from dt.ir import algorithm as A
 from dt.ir import scheduled as S
 from dt.ir.check import CheckedProgram, MapEntry, centered_value, top_reductions
 
-IDENTITY = {"sum": 0.0, "dot": 0.0, "max": -np.inf, "min": np.inf}
-COMBINE = {"sum": "+", "dot": "+", "max": "maximum", "min": "minimum"}
+IDENTITY = {**S.REDUCE_IDENTITY, "dot": 0.0}
+COMBINE = {**S.REDUCE_COMBINE, "dot": "+"}
 DTYPES = ("f32", "f16", "bf16", "f64")
 
 
@@ -102,7 +100,6 @@ class _Range:
 class _Deviations:
     """Accumulators of a sum of squared deviations from a mean computed in the same loop
     (compute_with): the count, mean and sum of squared deviations (M2) so far."""
-    value: A.Expr
     count: S.Ref
     mean: S.Ref
     m2: S.Ref
@@ -472,19 +469,22 @@ class _KernelLowering:
         # e's own accumulator, then those of reductions computed with func (compute_with)
         updates = [(func, e, acc)] + self.siblings(e, func, env, tile)
 
+        # a variance computed with this mean shares the tile of values and its sum
+        one_pass = any(isinstance(u[2], _Deviations) for u in updates)
+
         def body(start, size, limit):
             env2 = {**env, e.dim: self.axis(e.dim, start, size, limit, env, e.loc)}
             self.emit_fused(func, e.dim, env2)
             ax = env2[e.dim]
-            tile_sum = None
+            if one_pass:
+                values = self.fit(self.number(e.args[0], func, env2), self.canonical(acc.dims + (ax,)))
+                tile_sum = self.assign(f"{e.dim}_tile_sum",
+                                       self.fit(S.Reduce("sum", self.masked(values, ax, 0.0), ax), acc.dims), "rsum")
             for f, r, r_acc in updates:
                 if isinstance(r_acc, _Deviations):
-                    tile_sum = self.merge_deviations(r_acc, f, env2, ax, start, tile, tile_sum)
+                    self.merge_deviations(r_acc, values, tile_sum, ax, start, tile)
                     continue
-                if f == func and tile_sum is None and any(isinstance(u[2], _Deviations) for u in updates):
-                    tile_sum = self.tile_sum(e.args[0], func, env2, ax, acc.dims)
-                update = S.Binary("+", r_acc, tile_sum) if f == func and tile_sum is not None \
-                    else self.update(r, f, env2, ax, r_acc)
+                update = S.Binary("+", r_acc, tile_sum) if one_pass and r is e else self.update(r, f, env2, ax, r_acc)
                 self.emit(S.Assign(r_acc.name, update, f"r{r.op}", r.loc))
 
         if tile == 0:
@@ -497,32 +497,22 @@ class _KernelLowering:
             self.shared_reductions[id(r)] = r_acc.m2 if isinstance(r_acc, _Deviations) else r_acc
         return acc
 
-    def tile_sum(self, value: A.Expr, func: str, env, ax: str, dims) -> S.Ref:
-        """The sum of `value` over the current tile of `ax`, as a tile variable."""
-        full = self.fit(self.number(value, func, env), self.canonical(dims + (ax,)))
-        return self.assign(f"{self.axes[ax].dim}_tile_sum",
-                           self.fit(S.Reduce("sum", self.masked(full, ax, 0.0), ax), dims), "rsum")
-
-    def merge_deviations(self, d: "_Deviations", func: str, env, ax: str, start: S.IExpr, tile: int,
-                         tile_sum: S.Ref | None) -> S.Ref:
+    def merge_deviations(self, d: "_Deviations", values: S.TExpr, tile_sum: S.Ref, ax: str, start: S.IExpr,
+                         tile: int):
         """One step of Chan et al.'s pairwise update: the current tile's count, mean and sum of
-        squared deviations from that mean, merged into the running ones. Returns the tile's sum
-        (shared with the mean's own accumulator)."""
+        squared deviations from that mean (of `values`, whose sum is `tile_sum`), merged into
+        the running ones."""
         dim, dims, loc = self.axes[ax].dim, d.m2.dims, d.loc
-        if tile_sum is None:
-            tile_sum = self.tile_sum(d.value, func, env, ax, dims)
         if tile == 0:
             count = S.Extent(dim)
         else:  # full tiles hold `tile` lanes, the last one what is left: a one-lane axis gives its start
-            first = self.axis(dim, start, 1, None, env, loc)
+            first = self.axis(dim, start, 1, None, {}, loc)
             count = S.Reduce("sum", S.Binary("minimum", S.Literal(float(tile)),
                                              S.Binary("-", S.Extent(dim), S.IndexOf(first))), first)
         tile_count = self.assign(f"{dim}_tile_count", count, "rsum", loc)
         tile_mean = self.assign(f"{dim}_tile_mean", S.Binary("/", tile_sum, tile_count), "rsum", loc)
-        full = self.canonical(dims + (ax,))
-        value = self.fit(self.number(d.value, func, env), full)
-        deviation = self.assign(f"{dim}_deviation",
-                                self.masked(S.Binary("-", value, S.Expand(tile_mean, full)), ax, 0.0), "rsum", loc)
+        deviation = self.assign(f"{dim}_deviation", self.masked(
+            S.Binary("-", values, S.Expand(tile_mean, values.dims)), ax, 0.0), "rsum", loc)
         tile_m2 = self.fit(S.Reduce("sum", S.Binary("*", deviation, deviation), ax), dims)
         total = self.assign(f"{dim}_total", S.Binary("+", d.count, tile_count), "rsum", loc)
         delta = self.assign(f"{dim}_delta", S.Binary("-", tile_mean, d.mean), "rsum", loc)
@@ -531,7 +521,6 @@ class _KernelLowering:
         self.emit(S.Assign(d.m2.name, S.Binary("+", S.Binary("+", d.m2, tile_m2), spread), "rsum", loc))
         self.emit(S.Assign(d.mean.name, S.Binary("+", d.mean, S.Binary("*", delta, weight)), "rsum", loc))
         self.emit(S.Assign(d.count.name, total, "rsum", loc))
-        return tile_sum
 
     def accumulator(self, e: A.Reduce, env) -> S.Ref:
         """A new accumulator of reduction e, set to its identity over e's free dims."""
@@ -553,18 +542,17 @@ class _KernelLowering:
             for r in top_reductions(self.cp.funcs[g].expr, e.dim):
                 if id(r) in self.shared_reductions:
                     continue  # accumulated in an earlier reduction of func over the same dim
-                value = centered_value(r, func, self.cp.funcs[func])
-                if value is not None and any(u.name == func for u in A.walk(r) if isinstance(u, A.Access)):
-                    out.append((g, r, self.deviations(r, value, env)))
+                if centered_value(r, func, self.cp.funcs[func]) is not None:  # a variance around func
+                    out.append((g, r, self.deviations(r, env)))
                 else:
                     out.append((g, r, self.accumulator(r, env)))
         return out
 
-    def deviations(self, r: A.Reduce, value: A.Expr, env) -> "_Deviations":
-        """The running count, mean and sum of squared deviations of `value` over r's dim."""
+    def deviations(self, r: A.Reduce, env) -> "_Deviations":
+        """The running count, mean and sum of squared deviations over r's dim, from zero."""
         axes = self.canonical(env[d] for d in A.free_dims(r))
         zero = S.Full(0.0, axes, self.compute)
-        return _Deviations(value, self.assign(f"{r.dim}_count", zero, "rsum", r.loc),
+        return _Deviations(self.assign(f"{r.dim}_count", zero, "rsum", r.loc),
                            self.assign(f"{r.dim}_mean", zero, "rsum", r.loc),
                            self.assign(f"{r.dim}_m2", zero, "rsum", r.loc), r.loc)
 

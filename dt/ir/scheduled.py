@@ -334,6 +334,11 @@ class Cast(TExpr):
         return self.x.unit
 
 
+# Each Reduce op's identity (what masked lanes hold) and the binary op that combines partials.
+REDUCE_IDENTITY = {"sum": 0.0, "max": float("-inf"), "min": float("inf")}
+REDUCE_COMBINE = {"sum": "+", "max": "maximum", "min": "minimum"}
+
+
 @dataclass(frozen=True)
 class Reduce(TExpr):
     op: str  # 'sum' | 'max' | 'min'
@@ -546,7 +551,8 @@ def index_names(e: IExpr | None) -> set[str]:
     return set()
 
 
-def _used_index_names(body) -> set[str]:
+def used_index_names(body) -> set[str]:
+    """Every name the index expressions of `body` (Lets, Axes, For bounds) read."""
     used: set[str] = set()
     for s in walk_statements(body):
         if isinstance(s, Let):
@@ -561,7 +567,7 @@ def _used_index_names(body) -> set[str]:
 def prune_lets(body: tuple) -> tuple:
     """Drop Let statements nothing reads (e.g. a block count no map needs)."""
     while True:
-        used = _used_index_names(body)
+        used = used_index_names(body)
         pruned = _drop_lets(body, used)
         if pruned == body:
             return body

@@ -67,7 +67,6 @@ def _launch(kernel, programs, *args):
 '''
 BUILTINS = ("abs", "dict", "float", "int", "len", "max", "min", "range", "tuple", "ValueError", "True", "False",
             "None")
-REDUCE_IDENTITY = {"sum": 0.0, "max": float("-inf"), "min": float("inf")}
 COMPARISONS = ("<", "<=", ">", ">=", "==", "!=")
 
 
@@ -711,7 +710,7 @@ class _Kernel:
             self.helpers.add(f"_{e.op}imum")
             child.lines.append(f"{r} = _{e.op}imum({r}, {x})")
         parent = levels[depth]
-        parent.lines.append(f"{r} = {self.const(REDUCE_IDENTITY[e.op])}")
+        parent.lines.append(f"{r} = {self.const(S.REDUCE_IDENTITY[e.op])}")
         parent.lines.append(child)
         return r
 

@@ -18,9 +18,6 @@ from __future__ import annotations
 
 from dt.ir import scheduled as S
 
-IDENTITY = {"sum": 0.0, "max": float("-inf"), "min": float("inf")}
-COMBINE = {"sum": "+", "max": "maximum", "min": "minimum"}
-
 
 def with_lane_accumulators(kernel: S.Kernel) -> S.Kernel:
     """`kernel` with every eligible tile-by-tile reduction accumulated lane by lane."""
@@ -36,16 +33,13 @@ def with_lane_accumulators(kernel: S.Kernel) -> S.Kernel:
 def _names(kernel: S.Kernel) -> set[str]:
     """Every name the kernel's code may use: a new tile must not take any (a scalar input, an
     extent, a loop variable, a module-level name of the generated code)."""
-    names = set(S.RESERVED_NAMES) | S.index_names(kernel.program_count)
+    names = set(S.RESERVED_NAMES) | S.index_names(kernel.program_count) | S.used_index_names(kernel.body)
     for s in S.walk_statements(kernel.body):
         if isinstance(s, S.For):
-            names |= {s.var} | S.index_names(s.start) | S.index_names(s.stop)
-        elif isinstance(s, S.Let):
-            names |= {s.name} | S.index_names(s.value)
-        elif isinstance(s, S.Axis):
-            names |= {s.name} | S.index_names(s.start) | S.index_names(s.size) | S.index_names(s.limit)
-        else:
-            names |= {s.name} if isinstance(s, S.Assign) else set()
+            names.add(s.var)
+        elif not isinstance(s, S.Store):
+            names.add(s.name)
+        if isinstance(s, (S.Assign, S.Store)):
             for n in S.walk_texpr(s.value):
                 if isinstance(n, S.Param):
                     names.add(n.name)
@@ -77,7 +71,7 @@ def _step(s, loop_axes: set[str], from_dot: set[str]):
         wrappers.append(reduced)
         reduced = reduced.x
     if not (isinstance(reduced, S.Reduce) and reduced.axis in loop_axes
-            and combine == COMBINE[reduced.op]):
+            and combine == S.REDUCE_COMBINE[reduced.op]):
         return None
     if any(isinstance(n, S.Dot) or (isinstance(n, S.Ref) and n.name in from_dot) for n in S.walk_texpr(reduced.x)):
         return None
@@ -130,7 +124,7 @@ def _rewrite(body: tuple, taken: set[str], from_dot: set[str]) -> tuple:
             reduce, wrap = step
             init = out[inits[s.name]]
             others = out[inits[s.name] + 1:i] + loop_body[:k] + loop_body[k + 1:]
-            if not (isinstance(init.value, S.Full) and init.value.value == IDENTITY[reduce.op]) \
+            if not (isinstance(init.value, S.Full) and init.value.value == S.REDUCE_IDENTITY[reduce.op]) \
                     or _refers(reduce.x, s.name) or any(_touches(t, s.name) for t in others):
                 continue
             lanes = _fresh(f"{s.name}_lanes", taken)
