@@ -273,7 +273,7 @@ def test_compute_with_dims_and_tiles():
                     file="bad.dt")
     with pytest.raises(DTScheduleError) as info:
         prog.pipeline("f32")
-    assert_at(info.value, 17, 16, "'dvsr' is computed with 'num' in its loop over 'l', in tiles of 16",
+    assert_at(info.value, 17, 16, "'dvsr' is accumulated in 'num''s loop over 'l', in tiles of 16",
               "its own tile over 'l' is 32")
 
 
@@ -303,8 +303,12 @@ def test_compute_with_reading_the_sibling_must_be_a_variance_around_its_mean():
     dt.loads(VARIANCE.replace("(A[x, y] - mean[x]) * (A[x, y] - mean[x])", "pow(A[x, y] - mean[x], 2)"))
     err = error_of(VARIANCE.replace("(A[x, y] - mean[x]) * (A[x, y] - mean[x])", "abs(A[x, y] - mean[x])"),
                    DTScheduleError)
-    assert_at(err, 6, 34, "'variance' reads 'mean' inside its reduction over 'y', but 'mean' is complete only after",
-              "sum of squared deviations from it", "rsum(pow(e - mean, 2), y)", "remove the compute_with")
+    assert_at(err, 6, 34, "'variance' reads 'mean' inside its reduction over 'y', but 'mean' is computed in the same "
+              "loop over 'y' (compute_with) and is complete only after that loop",
+              "sum of squared deviations from a mean",
+              "rsum(pow(e - mean, 2), y)", "bad.dt:12:1: note: 'variance' is computed with 'mean' here",
+              "hint: remove variance's compute_with (then variance walks 'y' again, after that loop), or write it in "
+              "that form")
     # deviations of another value than the one mean averages
     err = error_of(VARIANCE.replace("(A[x, y] - mean[x]) * (A[x, y] - mean[x])",
                                     "(exp(A[x, y]) - mean[x]) * (exp(A[x, y]) - mean[x])"), DTScheduleError)
@@ -314,3 +318,68 @@ def test_compute_with_reading_the_sibling_must_be_a_variance_around_its_mean():
                    DTScheduleError)
     assert_at(err, 5, 1, "compute_with allows only for a mean, mean = rsum(e, y) / len(y)",
               "write mean as rsum(..., y) / len(y)")
+
+
+SHARED_LOOP = """Func out, s, a, b, p;
+In A;
+Var x;
+RVar y;
+s[x] = rsum(A[x, y], y);
+a[x] = rsum(A[x, y] * A[x, y], y);
+b[x] = rsum(A[x, y] * a[x], y);
+p[x] = a[x] * 2;
+out[x, y] = A[x, y] * s[x] + a[x] + b[x] + p[x];
+out.block(x:1);
+out.tensorize(y:16);
+s.fuse_at(out, x);
+a.fuse_at(out, x);
+b.fuse_at(out, x);
+p.fuse_at(out, x);
+a.compute_with(s, y);
+b.compute_with(s, y);
+out.compile_to_kernel();
+"""
+
+
+def test_compute_with_reading_a_value_of_the_same_loop_is_reported_at_check_time():
+    """a and b share s's loop over y; b's sum reads a, which is complete only after that loop."""
+    err = error_of(SHARED_LOOP, DTScheduleError)
+    assert_at(err, 7, 23, "'b' reads 'a' inside its reduction over 'y', but 'a' is computed in the same loop over "
+              "'y' (compute_with) and is complete only after that loop",
+              "bad.dt:17:1: note: 'b' is computed with 's' here",
+              "hint: remove b's compute_with (then b walks 'y' again, after that loop)")
+    assert "squared deviations" not in err.render()  # a is no mean: no variance form to suggest
+    # the same through a chain (b shares a's loop, which is s's), and through another Func
+    err = error_of(SHARED_LOOP.replace("b.compute_with(s, y)", "b.compute_with(a, y)"), DTScheduleError)
+    assert_at(err, 7, 23, "'b' reads 'a' inside its reduction", "note: 'b' is computed with 'a' here")
+    err = error_of(SHARED_LOOP.replace("rsum(A[x, y] * a[x], y)", "rsum(A[x, y] * p[x], y)"), DTScheduleError)
+    assert_at(err, 7, 23, "'b' reads 'p' inside its reduction over 'y', which uses 'a', but 'a' is computed in the "
+              "same loop", "remove b's compute_with")
+    # the fix the hint gives: b walks y again, after the loop
+    dt.loads(SHARED_LOOP.replace("b.compute_with(s, y);\n", ""))
+
+
+def test_the_owner_of_a_shared_loop_cannot_use_what_it_accumulates():
+    err = error_of(SHARED_LOOP.replace("s[x] = rsum(A[x, y], y);", "s[x] = rsum(A[x, y] * p[x], y);").replace(
+        "rsum(A[x, y] * a[x], y)", "rsum(A[x, y], y)"), DTScheduleError)
+    assert_at(err, 16, 1, "'s' uses 'a' (through 'p'), but 'a' is accumulated in 's''s loop over 'y' and is "
+              "complete only after it", "hint: remove a's compute_with (then a walks 'y' in a loop of its own, "
+              "before s)")
+    # outside its reduction too: s's value is computed right after the loop, before a's
+    err = error_of(SHARED_LOOP.replace("s[x] = rsum(A[x, y], y);", "s[x] = rsum(A[x, y], y) * b[x];").replace(
+        "rsum(A[x, y] * a[x], y)", "rsum(A[x, y], y)").replace("b.compute_with(s, y)", "b.compute_with(a, y)"),
+        DTScheduleError)
+    assert_at(err, 17, 1, "'s' uses 'b', but 'b' is accumulated in 's''s loop over 'y'", "remove b's compute_with")
+
+
+def test_compute_with_cycles_and_second_siblings_are_errors():
+    base = SHARED_LOOP.replace("rsum(A[x, y] * a[x], y)", "rsum(A[x, y], y)")
+    err = error_of(base.replace("a.compute_with(s, y)", "a.compute_with(b, y)").replace(
+        "b.compute_with(s, y)", "b.compute_with(a, y)"), DTScheduleError)
+    assert_at(err, 16, 1, "compute_with forms a cycle: a -> b -> a, so no Func of it owns the loop over 'y'",
+              "remove the compute_with of the one whose loop the others should share")
+    err = error_of(base.replace("b.compute_with(s, y);", "b.compute_with(s, y);\nb.compute_with(a, y);"),
+                   DTScheduleError)
+    assert_at(err, 18, 1, "'b' is computed with a sibling twice", "bad.dt:17:1: note: first compute_with here",
+              "keep one compute_with")
+    dt.loads(base.replace("b.compute_with(s, y);", "b.compute_with(s, y);\nb.compute_with(s, y);"))  # a repeat

@@ -94,7 +94,7 @@ def _reduction_loops(prog) -> int:
     return sum(isinstance(s, S.For) and s.kind == "reduction" for s in S.walk_statements(prog.pipeline("f32").kernels[0].body))
 
 
-@pytest.mark.parametrize("backend", ("interp", "numba"))
+@pytest.mark.parametrize("backend", ("interp", "numba", "triton"))
 def test_a_variance_computed_with_its_mean_walks_the_row_once_and_stays_accurate(backend):
     import numpy as np
     three = dt.loads(ROW_STATS + "out.compile_to_kernel();")
@@ -102,7 +102,7 @@ def test_a_variance_computed_with_its_mean_walks_the_row_once_and_stays_accurate
     assert _reduction_loops(three) == 2 and _reduction_loops(one) == 1
     one_kernel = one.pipeline("f32").kernels[0]
     assert {s.name for s in S.walk_statements(one_kernel.body) if isinstance(s, S.Assign)} >= {
-        "y_count", "y_mean", "y_m2", "y_tile_mean"}
+        "y_seen", "y_mean", "y_m2", "y_tile_mean"}
     # a mean 10^4 times the spread: E[x^2] - E[x]^2 would lose every digit in float32
     rng = np.random.default_rng(3)
     a = (1e4 + rng.standard_normal((3, 1000))).astype(np.float32)
@@ -112,3 +112,125 @@ def test_a_variance_computed_with_its_mean_walks_the_row_once_and_stays_accurate
     exact = (a - a.astype(np.float64).mean(axis=1, keepdims=True))
     variance = a.astype(np.float64).var(axis=1, keepdims=True)
     assert np.abs(got - exact / np.sqrt(variance + 1e-5)).max() < 5e-2
+
+
+def _running_values(kernel) -> dict[str, int]:
+    """Names assigned both before the reduction loop and in it (values carried from tile to
+    tile), each with how many times the loop assigns it."""
+    loop = next(s for s in kernel.body if isinstance(s, S.For) and s.kind == "reduction")
+    before = {s.name for s in kernel.body[:kernel.body.index(loop)] if isinstance(s, S.Assign)}
+    inside = [s.name for s in S.walk_statements(loop.body) if isinstance(s, S.Assign)]
+    return {n: inside.count(n) for n in before if n in inside}
+
+
+TWO_VARIANCES = """Func out, mean, variance, unbiased;
+In A;
+Var x;
+RVar y;
+mean[x] = rsum(A[x, y], y) / len(y);
+variance[x] = rsum((A[x, y] - mean[x]) * (A[x, y] - mean[x]), y) / len(y);
+unbiased[x] = rsum(pow(A[x, y] - mean[x], 2), y) / (len(y) - 1);
+out[x, y] = (A[x, y] - mean[x]) * rsqrt(variance[x] + 0.00001) + unbiased[x];
+out.block(x:2);
+out.tensorize(x:0, y:64);
+mean.fuse_at(out, x);
+variance.fuse_at(out, x);
+unbiased.fuse_at(out, x);
+variance.compute_with(mean, y);
+unbiased.compute_with(mean, y);
+out.compile_to_kernel();
+"""
+
+
+@pytest.mark.parametrize("backend", ("interp", "numba", "triton"))
+def test_the_one_pass_variance_carries_only_the_mean_s_sum_and_one_m2(backend):
+    """Chan's update takes the running mean from the mean's own sum and the tile's start, so the
+    loop carries the sum and the squared deviations only; two variances around one mean share
+    them, and the tile's count and mean are computed once."""
+    import numpy as np
+    prog = dt.loads(TWO_VARIANCES)
+    kernel = prog.pipeline("f32").kernels[0]
+    assert _reduction_loops(prog) == 1
+    assert _running_values(kernel) == {"y_accumulator": 1, "y_m2": 1}
+    names = [s.name for s in S.walk_statements(kernel.body) if isinstance(s, S.Assign)]
+    assert names.count("y_tile_count") == names.count("y_tile_mean") == names.count("y_tile_sum") == 1
+    rng = np.random.default_rng(5)
+    a = (1e4 + rng.standard_normal((5, 300))).astype(np.float32)
+    a64 = a.astype(np.float64)
+    exact = (a64 - a64.mean(axis=1, keepdims=True)) / np.sqrt(a64.var(axis=1, keepdims=True) + 1e-5) \
+        + a64.var(axis=1, ddof=1, keepdims=True)
+    assert np.abs(prog(A=a, backend=backend) - exact).max() < 5e-2
+
+
+LAYERNORM_CHAIN = """Func layernorm, s, mean, variance;
+In A, W, Bias;
+SIn eps;
+Var x;
+RVar y;
+s[x]            = rsum(A[x, y], y);
+mean[x]         = rsum(A[x, y], y) / len(y);
+variance[x]     = rsum((A[x, y] - mean[x]) * (A[x, y] - mean[x]), y) / len(y);
+layernorm[x, y] = (A[x, y] - mean[x]) * rsqrt(variance[x] + eps) * W[y] + Bias[y] + s[x];
+layernorm.block(x:1);
+layernorm.tensorize(y:256);
+s.fuse_at(layernorm, x);
+mean.fuse_at(layernorm, x);
+variance.fuse_at(layernorm, x);
+mean.compute_with(s, y);
+variance.compute_with(mean, y);
+layernorm.compile_to_kernel();
+"""
+
+
+@pytest.mark.parametrize("backend", ("interp", "numba", "triton"))
+def test_a_chain_of_compute_with_shares_the_loop_at_its_end(backend):
+    """variance with mean, mean with s: all three accumulate in s's one loop over y, as when
+    both are computed with s, the variance still by Chan's update around mean."""
+    import numpy as np
+    chain = dt.loads(LAYERNORM_CHAIN)
+    both = dt.loads(LAYERNORM_CHAIN.replace("variance.compute_with(mean, y)", "variance.compute_with(s, y)"))
+    kernel = chain.pipeline("f32").kernels[0]
+    assert _reduction_loops(chain) == 1
+    assert kernel.body == both.pipeline("f32").kernels[0].body
+    assert set(_running_values(kernel)) == {"y_accumulator", "y_accumulator_2", "y_m2"}
+    rng = np.random.default_rng(7)
+    a = (50 + rng.standard_normal((4, 1000))).astype(np.float32)
+    w, bias = rng.standard_normal(1000).astype(np.float32), rng.standard_normal(1000).astype(np.float32)
+    a64 = a.astype(np.float64)
+    exact = (a64 - a64.mean(axis=1, keepdims=True)) / np.sqrt(a64.var(axis=1, keepdims=True) + 1e-5) * w + bias \
+        + a64.sum(axis=1, keepdims=True)
+    got = chain(A=a, W=w, Bias=bias, eps=1e-5, backend=backend)
+    assert np.abs(got - exact).max() < 5e-2, np.abs(got - exact).max()
+
+
+SHARED_SUMS = """Func out, a, b, s, t;
+In A;
+Var x;
+RVar y;
+a[x] = rsum(A[x, y] * A[x, y], y);
+b[x] = rsum(t[x, y], y) * a[x];
+s[x] = rmax(A[x, y], y);
+t[x, y] = exp(A[x, y]);
+out[x, y] = b[x] + A[x, y] * s[x];
+out.block(x:2);
+out.tensorize(x:0, y:16);
+a.fuse_at(out, x);
+b.fuse_at(out, x);
+s.fuse_at(out, x);
+t.fuse_at(b, y);
+a.compute_with(s, y);
+b.compute_with(s, y);
+out.compile_to_kernel();
+"""
+
+
+@pytest.mark.parametrize("backend", ("interp", "numba", "triton"))
+def test_funcs_computed_with_one_sibling_run_in_dependency_order_with_their_own_producers(backend):
+    """a and b are defined before s, whose loop they share, and b's value reads a: the loop runs
+    first, then a, then b. t, fused at b's loop over y, is computed in the shared loop."""
+    import numpy as np
+    prog = dt.loads(SHARED_SUMS)
+    assert _reduction_loops(prog) == 1
+    a = np.random.default_rng(2).standard_normal((5, 40)).astype(np.float32)
+    expected = (np.exp(a).sum(axis=1) * (a * a).sum(axis=1))[:, None] + a * a.max(axis=1, keepdims=True)
+    np.testing.assert_allclose(prog(A=a, backend=backend), expected, rtol=1e-4)

@@ -51,7 +51,8 @@ class CheckedProgram:
     kernel_roots: tuple[str, ...]  # Funcs computed at root, in launch order
     fused: dict[str, tuple[str, str]]  # producer -> (consumer, loop dim)
     input_ranks: dict[str, int]
-    # (sibling, reduction dim) -> Funcs whose reductions over that dim run in the sibling's loop
+    # (sibling, reduction dim) -> Funcs whose reductions over that dim run in the sibling's loop; the
+    # sibling is the end of each chain of compute_with, so it is computed with none over that dim
     computed_with: dict[tuple[str, str], tuple[str, ...]] = field(default_factory=dict)
 
     def root_of(self, func: str) -> str:
@@ -138,11 +139,7 @@ def check(program: A.Program) -> CheckedProgram:
     for n, (consumer, dim) in fused.items():
         _check_fuse(n, consumer, dim, funcs, schedules, fused, dim_kinds)
     kernel_roots = tuple(n for n in funcs if n not in fused)
-    computed_with: dict[tuple[str, str], tuple[str, ...]] = {}
-    for n in funcs:
-        if schedules[n].compute_with:
-            _check_compute_with(n, *schedules[n].compute_with, funcs, schedules, fused, dim_kinds)
-            computed_with[schedules[n].compute_with] = computed_with.get(schedules[n].compute_with, ()) + (n,)
+    computed_with = _shared_loops(funcs, schedules, fused, dim_kinds)
     checked = CheckedProgram(program, funcs, program.names_of("In"), program.names_of("SIn"), dim_kinds,
                              schedules, outputs, kernel_roots, fused,
                              {k: v[0] for k, v in input_ranks.items()}, computed_with)
@@ -278,8 +275,8 @@ def _resolve_schedule(program, defs, kinds) -> dict[str, FuncSchedule]:
         s = schedules[call.func]
         f = defs[call.func]
         prim = call.primitive
-        if prim == "fuse_at":
-            s.locs.setdefault(prim, call.loc)  # the first fuse_at: later ones are errors pointing back to it
+        if prim in ("fuse_at", "compute_with"):
+            s.locs.setdefault(prim, call.loc)  # the first one: later ones are errors pointing back to it
         else:
             s.locs[prim] = call.loc
 
@@ -335,6 +332,11 @@ def _resolve_schedule(program, defs, kinds) -> dict[str, FuncSchedule]:
             sibling, dim = _func_and_dim(call, defs, kinds, arg_loc, "a sibling Func and the reduction dimension "
                                          "they share", "sibling, r", "name a Func that reduces over the same "
                                          "dimension", "computed with")
+            if s.compute_with and s.compute_with != (sibling, dim):
+                first = s.locs["compute_with"]
+                raise _err(DTScheduleError, f"'{call.func}' is computed with a sibling twice", call.loc,
+                           f"keep one compute_with; for one loop shared by three Funcs, compute two of them with "
+                           f"the third", (("first compute_with here", first),))
             s.dim_locs[("compute_with", dim)] = arg_loc(1)
             s.compute_with = (sibling, dim)
         elif prim == "inline":
@@ -493,6 +495,38 @@ def top_reductions(e: A.Expr, dim: str) -> list[A.Reduce]:
     return [r for c in A.children(e) for r in top_reductions(c, dim)]
 
 
+def _shared_loops(funcs, schedules, fused, dim_kinds) -> dict[tuple[str, str], tuple[str, ...]]:
+    """(sibling, dim) -> the Funcs whose reductions over dim run in sibling's loop. A chain
+    (f.compute_with(g, y); g.compute_with(h, y)) shares the loop of the Func at its end, h."""
+    loops: dict[tuple[str, str], tuple[str, ...]] = {}
+    for n in funcs:
+        if schedules[n].compute_with:
+            _check_compute_with(n, *schedules[n].compute_with, funcs, schedules, fused, dim_kinds)
+    for n in funcs:
+        if schedules[n].compute_with:
+            key = (_loop_owner(n, schedules), schedules[n].compute_with[1])
+            loops[key] = loops.get(key, ()) + (n,)
+    for (owner, dim), members in loops.items():
+        _check_shared_loop(owner, dim, members, funcs, schedules)
+    return loops
+
+
+def _loop_owner(func, schedules) -> str:
+    """The Func at the end of func's chain of compute_with over one dim: the loop's owner."""
+    dim = schedules[func].compute_with[1]
+    chain = [func]
+    while schedules[chain[-1]].compute_with and schedules[chain[-1]].compute_with[1] == dim:
+        sibling = schedules[chain[-1]].compute_with[0]
+        if sibling in chain:
+            cycle = chain[chain.index(sibling):] + [sibling]
+            raise _err(DTScheduleError, f"compute_with forms a cycle: {' -> '.join(cycle)}, so no Func of it "
+                       f"owns the loop over '{dim}' they would share", schedules[sibling].locs.get("compute_with"),
+                       f"remove the compute_with of the one whose loop the others should share, e.g. "
+                       f"{sibling}.compute_with({schedules[sibling].compute_with[0]}, {dim})")
+        chain.append(sibling)
+    return chain[-1]
+
+
 def _check_compute_with(func, sibling, dim, funcs, schedules, fused, dim_kinds):
     """func.compute_with(sibling, dim): both reduce over `dim`, are fused at the same loop, and
     func's reductions over `dim` can be accumulated beside sibling's, tile by tile."""
@@ -524,24 +558,70 @@ def _check_compute_with(func, sibling, dim, funcs, schedules, fused, dim_kinds):
         raise _err(DTScheduleError, f"'{func}' has dimension '{extra[0]}', which '{sibling}' does not: it is "
                    f"computed inside {sibling}'s loop, over {sibling}'s tiles", loc,
                    f"compute {sibling} with {func} instead, if {sibling}'s dimensions are a subset of {func}'s")
-    if any(u.name == func for u in _uses(funcs[sibling].expr)):
-        raise _err(DTScheduleError, f"'{sibling}' uses '{func}', so '{func}' cannot be accumulated in "
-                   f"'{sibling}''s loop", loc, "remove the compute_with")
-    for r in top_reductions(funcs[func].expr, dim):
-        reads = [u for u in _uses(r) if u.name == sibling]
-        if not reads or centered_value(r, sibling, funcs[sibling]) is not None:
-            continue
-        if _mean_value(funcs[sibling].expr, dim) is None:
-            raise _err(DTScheduleError, f"'{func}' reads '{sibling}' inside its reduction over '{dim}', which "
-                       f"compute_with allows only for a mean, {sibling} = rsum(e, {dim}) / len({dim}), and "
-                       f"'{sibling}' is not written so", funcs[sibling].loc,
-                       f"write {sibling} as rsum(..., {dim}) / len({dim}), or remove the compute_with")
-        raise _err(DTScheduleError, f"'{func}' reads '{sibling}' inside its reduction over '{dim}', but '{sibling}' "
-                   f"is complete only after the loop they would share; the one such read compute_with accepts is "
-                   f"the sum of squared deviations from it, rsum((e - {sibling}) * (e - {sibling}), {dim}) or "
-                   f"rsum(pow(e - {sibling}, 2), {dim}), where e is written as in {sibling}'s rsum", reads[0].loc,
-                   f"remove the compute_with (then {func} walks '{dim}' again, after {sibling}), or write {func} "
-                   f"in that form")
+
+
+def _check_shared_loop(owner, dim, members, funcs, schedules):
+    """What runs in owner's loop over dim (owner's expression, and the members' reductions over
+    dim) reads no value computed in that loop, which is complete only after it; the one
+    exception is a variance around a mean of the loop (Chan's pairwise update)."""
+    loop = {owner, *members}
+    used = _dependency_path(funcs, funcs[owner].expr, members)
+    if used:
+        m = used[-1]
+        through = f" (through {', '.join(repr(n) for n in used[:-1])})" if len(used) > 1 else ""
+        raise _err(DTScheduleError, f"'{owner}' uses '{m}'{through}, but '{m}' is accumulated in '{owner}''s loop "
+                   f"over '{dim}' and is complete only after it", schedules[m].locs.get("compute_with"),
+                   f"remove {m}'s compute_with (then {m} walks '{dim}' in a loop of its own, before {owner})")
+    for f in members:
+        fix = f"remove {f}'s compute_with (then {f} walks '{dim}' again, after that loop)"
+        notes = ((f"'{f}' is computed with '{schedules[f].compute_with[0]}' here",
+                  schedules[f].locs.get("compute_with")),)
+        for r in top_reductions(funcs[f].expr, dim):
+            for read in _uses(r):
+                g = read.name
+                if g not in loop:
+                    used = _dependency_path(funcs, funcs[g].expr, loop)
+                    if used:
+                        through = "".join(f", which uses '{n}'" for n in used)
+                        raise _err(DTScheduleError, f"'{f}' reads '{g}' inside its reduction over '{dim}'{through}, "
+                                   f"but '{used[-1]}' is computed in the same loop over '{dim}' (compute_with) and "
+                                   f"is complete only after that loop", read.loc, fix, notes)
+                    continue
+                if centered_value(r, g, funcs[g]) is not None:
+                    continue  # a variance around a mean of the loop
+                is_mean = _mean_value(funcs[g].expr, dim) is not None
+                deviation = _squared_deviation(r)
+                if not is_mean and deviation is not None and deviation[1].name == g:
+                    raise _err(DTScheduleError, f"'{f}' reads '{g}' inside its reduction over '{dim}', which "
+                               f"compute_with allows only for a mean, {g} = rsum(e, {dim}) / len({dim}), and "
+                               f"'{g}' is not written so", funcs[g].loc,
+                               f"write {g} as rsum(..., {dim}) / len({dim}), or {fix}")
+                accepted = (f"; the one such read compute_with accepts is the sum of squared deviations from a "
+                            f"mean, rsum((e - {g}) * (e - {g}), {dim}) or rsum(pow(e - {g}, 2), {dim}), where e is "
+                            f"written as in {g}'s rsum") if is_mean else ""
+                raise _err(DTScheduleError, f"'{f}' reads '{g}' inside its reduction over '{dim}', but '{g}' is "
+                           f"computed in the same loop over '{dim}' (compute_with) and is complete only after that "
+                           f"loop{accepted}", read.loc, fix + (", or write it in that form" if is_mean else ""),
+                           notes)
+
+
+def _dependency_path(funcs, e: A.Expr, targets) -> list[str] | None:
+    """The shortest chain of Funcs through which e uses one of `targets` (the target last)."""
+    paths = {}
+    queue = []
+    for u in _uses(e):
+        if u.name not in paths:
+            paths[u.name] = [u.name]
+            queue.append(u.name)
+    while queue:
+        name = queue.pop(0)
+        if name in targets:
+            return paths[name]
+        for u in _uses(funcs[name].expr):
+            if u.name not in paths:
+                paths[u.name] = paths[name] + [u.name]
+                queue.append(u.name)
+    return None
 
 
 def _mean_value(e: A.Expr, dim: str) -> A.Expr | None:
@@ -552,25 +632,35 @@ def _mean_value(e: A.Expr, dim: str) -> A.Expr | None:
     return None
 
 
+def _squared_deviation(r: A.Reduce) -> tuple[A.Expr, A.Access] | None:
+    """(e, f[...]) when reduction r is rsum((e - f[...]) * (e - f[...])) or rsum(pow(e - f[...], 2))."""
+    body = r.args[0]
+    if r.op != "sum" or not isinstance(body, A.Binary):
+        return None
+    if body.op == "*" and A.same(body.a, body.b):
+        deviation = body.a
+    elif body.op == "pow" and isinstance(body.b, A.Num) and body.b.value == 2:
+        deviation = body.a
+    else:
+        return None
+    if isinstance(deviation, A.Binary) and deviation.op == "-" and isinstance(deviation.b, A.Access) \
+            and deviation.b.kind == "func":
+        return deviation.a, deviation.b
+    return None
+
+
 def centered_value(r: A.Reduce, mean: str, mean_def: A.FuncDef) -> A.Expr | None:
     """e, when reduction r is rsum((e - mean) * (e - mean)) (or rsum(pow(e - mean, 2))) over the
     dim that `mean`, defined as rsum(e, dim) / len(dim), averages e over: the sum of squared
     deviations that compute_with may accumulate in mean's own loop (Chan's pairwise update)."""
     e = _mean_value(mean_def.expr, r.dim)
-    if e is None or r.op != "sum":
+    deviation = _squared_deviation(r)
+    if e is None or deviation is None:
         return None
-    body = r.args[0]
-    if isinstance(body, A.Binary) and body.op == "*" and A.same(body.a, body.b):
-        deviation = body.a
-    elif isinstance(body, A.Binary) and body.op == "pow" and isinstance(body.b, A.Num) and body.b.value == 2:
-        deviation = body.a
-    else:
-        return None
-    if not (isinstance(deviation, A.Binary) and deviation.op == "-" and A.same(deviation.a, e)
-            and isinstance(deviation.b, A.Access) and deviation.b.kind == "func" and deviation.b.name == mean
-            and deviation.b.indices == mean_def.dims):
-        return None
-    return e
+    value, access = deviation
+    if access.name == mean and access.indices == mean_def.dims and A.same(value, e):
+        return e
+    return None
 
 
 def _enclosing_reductions(e: A.Expr, target: str, stack=()) -> list[tuple[str, ...]]:

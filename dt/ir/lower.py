@@ -96,16 +96,6 @@ class _Range:
     static_size: int | None
 
 
-@dataclass(frozen=True)
-class _Deviations:
-    """Accumulators of a sum of squared deviations from a mean computed in the same loop
-    (compute_with): the count, mean and sum of squared deviations (M2) so far."""
-    count: S.Ref
-    mean: S.Ref
-    m2: S.Ref
-    loc: object
-
-
 class _KernelLowering:
     def __init__(self, cp: CheckedProgram, root: str, compute: str, storage: str):
         self.cp = cp
@@ -123,16 +113,54 @@ class _KernelLowering:
         for p in cp.funcs:  # topological: producers before their users
             if p in cp.fused:
                 self.fused_at.setdefault(cp.fused[p], []).append(p)
-        for (sibling, _), funcs in cp.computed_with.items():  # after the sibling whose loop they share
-            for f in funcs:
-                order = self.fused_at[cp.fused[f]]
-                if order.index(f) < order.index(sibling):
-                    order.remove(f)
-                    order.insert(order.index(sibling) + 1, f)
+        for key, producers in self.fused_at.items():
+            self.fused_at[key] = self.in_loop_order(producers)
         # Reductions accumulated in a sibling's loop (compute_with): the A.Reduce's id -> its result
         self.shared_reductions: dict[int, S.Ref] = {}
         self.reads: list[str] = []
         self.load_dtypes: dict[str, str] = {}  # tile variables holding a Load, and its dtype
+
+    def in_loop_order(self, producers: list[str]) -> list[str]:
+        """Producers fused at one loop (in topological order), reordered so that a loop shared by
+        compute_with runs after whatever its members' reductions read, and each member after
+        the loop. The check ensures the loop reads none of its members but a variance's mean,
+        which the loop itself provides."""
+        pool = set(producers)
+        owner_of = {f: owner for (owner, _), fs in self.cp.computed_with.items() for f in fs}
+        needs: dict[str, set[str]] = {}
+        for f in producers:
+            members = [(g, dim) for (owner, dim), fs in self.cp.computed_with.items() if owner == f for g in fs]
+            exprs = [self.cp.funcs[f].expr]
+            exprs += [r for g, dim in members for r in top_reductions(self.cp.funcs[g].expr, dim)]
+            needs[f] = self.uses_among(exprs, pool) - {f, *(g for g, _ in members)}
+            if f in owner_of:
+                needs[f].add(owner_of[f])
+        order: list[str] = []
+        pending = list(producers)
+        while pending:
+            f = next(f for f in pending if needs[f] <= set(order))
+            pending.remove(f)
+            order.append(f)
+        return order
+
+    def uses_among(self, exprs, pool: set[str]) -> set[str]:
+        """The Funcs of `pool` that exprs use, directly or through Funcs outside the pool."""
+        def uses(e):
+            return [u.name for u in A.walk(e) if isinstance(u, A.Access) and u.kind == "func"]
+
+        found: set[str] = set()
+        seen: set[str] = set()
+        stack = [n for e in exprs for n in uses(e)]
+        while stack:
+            n = stack.pop()
+            if n in seen:
+                continue
+            seen.add(n)
+            if n in pool:
+                found.add(n)
+            else:
+                stack += uses(self.cp.funcs[n].expr)
+        return found
 
     # ------------------------------------------------------------ helpers
     def fresh(self, base: str) -> str:
@@ -467,24 +495,40 @@ class _KernelLowering:
         tile = 1 if tile is None else tile
         rng = self.whole(e.dim)
         # e's own accumulator, then those of reductions computed with func (compute_with)
-        updates = [(func, e, acc)] + self.siblings(e, func, env, tile)
-
-        # a variance computed with this mean shares the tile of values and its sum
-        one_pass = any(isinstance(u[2], _Deviations) for u in updates)
+        updates = [(func, e, acc)]
+        variances: dict[str, list[A.Reduce]] = {}  # a mean of this loop -> the variances around it
+        for g, r in self.siblings(e, func, tile):
+            mean = next((m for m in self.loop_funcs(func, e.dim)
+                         if centered_value(r, m, self.cp.funcs[m]) is not None), None)
+            if mean is None:
+                updates.append((g, r, self.accumulator(r, env)))
+            else:
+                variances.setdefault(mean, []).append(r)
+        accumulators = {id(r): r_acc for _, r, r_acc in updates}
+        # one sum of squared deviations per mean (over the mean's axes), however many Funcs read it
+        m2s = {mean: self.assign(f"{e.dim}_m2", S.Full(0.0, accumulators[id(self.cp.funcs[mean].expr.a)].dims,
+                                                           self.compute), "rsum", rs[0].loc)
+               for mean, rs in variances.items()}
 
         def body(start, size, limit):
             env2 = {**env, e.dim: self.axis(e.dim, start, size, limit, env, e.loc)}
-            self.emit_fused(func, e.dim, env2)
+            for f in self.loop_funcs(func, e.dim):
+                self.emit_fused(f, e.dim, env2)
             ax = env2[e.dim]
-            if one_pass:
-                values = self.fit(self.number(e.args[0], func, env2), self.canonical(acc.dims + (ax,)))
-                tile_sum = self.assign(f"{e.dim}_tile_sum",
-                                       self.fit(S.Reduce("sum", self.masked(values, ax, 0.0), ax), acc.dims), "rsum")
+            tile_sums = {}
+            if m2s:
+                seen, tile_count = self.tile_counts(ax, start, tile)
+            for mean, m2 in m2s.items():
+                # the mean's tile is reduced once: its sum feeds both the mean and the deviations
+                r_mean = self.cp.funcs[mean].expr.a
+                mean_acc = accumulators[id(r_mean)]
+                values = self.fit(self.number(r_mean.args[0], mean, env2), self.canonical(mean_acc.dims + (ax,)))
+                tile_sums[id(r_mean)] = self.assign(f"{e.dim}_tile_sum", self.fit(
+                    S.Reduce("sum", self.masked(values, ax, 0.0), ax), mean_acc.dims), "rsum")
+                self.merge_deviations(m2, mean_acc, values, tile_sums[id(r_mean)], ax, seen, tile_count)
             for f, r, r_acc in updates:
-                if isinstance(r_acc, _Deviations):
-                    self.merge_deviations(r_acc, values, tile_sum, ax, start, tile)
-                    continue
-                update = S.Binary("+", r_acc, tile_sum) if one_pass and r is e else self.update(r, f, env2, ax, r_acc)
+                tile_sum = tile_sums.get(id(r))
+                update = S.Binary("+", r_acc, tile_sum) if tile_sum is not None else self.update(r, f, env2, ax, r_acc)
                 self.emit(S.Assign(r_acc.name, update, f"r{r.op}", r.loc))
 
         if tile == 0:
@@ -494,67 +538,71 @@ class _KernelLowering:
             self.loop(var, rng.length, tile, e.dim, "reduction", e.loc,
                       lambda: body(S.IVar(var), tile, rng.end if tile > 1 else None))
         for _, r, r_acc in updates[1:]:
-            self.shared_reductions[id(r)] = r_acc.m2 if isinstance(r_acc, _Deviations) else r_acc
+            self.shared_reductions[id(r)] = r_acc
+        for mean, rs in variances.items():
+            for r in rs:
+                self.shared_reductions[id(r)] = m2s[mean]
         return acc
 
-    def merge_deviations(self, d: "_Deviations", values: S.TExpr, tile_sum: S.Ref, ax: str, start: S.IExpr,
-                         tile: int):
+    def loop_funcs(self, func: str, dim: str) -> list[str]:
+        """func and the Funcs computed with it over dim: those whose reductions share its loop."""
+        return [func, *self.cp.computed_with.get((func, dim), ())]
+
+    def tile_counts(self, ax: str, start: S.IExpr, tile: int) -> tuple[S.Ref | None, S.Ref]:
+        """How many lanes of the reduction come before the current tile (None when one tile
+        covers them all) and how many it holds: every earlier tile is full, the last one holds
+        what is left. A one-lane axis at the tile's start gives that start as a number."""
+        dim = self.axes[ax].dim
+        loc = self.axes[ax].loc
+        if tile == 0:
+            return None, self.assign(f"{dim}_tile_count", S.Extent(dim), "rsum", loc)
+        first = self.axis(dim, start, 1, None, {}, loc)
+        seen = self.assign(f"{dim}_seen", S.Reduce("sum", S.IndexOf(first), first), "rsum", loc)
+        count = S.Binary("minimum", S.Literal(float(tile)), S.Binary("-", S.Extent(dim), seen))
+        return seen, self.assign(f"{dim}_tile_count", count, "rsum", loc)
+
+    def merge_deviations(self, m2: S.Ref, mean_sum: S.Ref, values: S.TExpr, tile_sum: S.Ref, ax: str,
+                         seen: S.Ref | None, tile_count: S.Ref):
         """One step of Chan et al.'s pairwise update: the current tile's count, mean and sum of
         squared deviations from that mean (of `values`, whose sum is `tile_sum`), merged into
-        the running ones."""
-        dim, dims, loc = self.axes[ax].dim, d.m2.dims, d.loc
-        if tile == 0:
-            count = S.Extent(dim)
-        else:  # full tiles hold `tile` lanes, the last one what is left: a one-lane axis gives its start
-            first = self.axis(dim, start, 1, None, {}, loc)
-            count = S.Reduce("sum", S.Binary("minimum", S.Literal(float(tile)),
-                                             S.Binary("-", S.Extent(dim), S.IndexOf(first))), first)
-        tile_count = self.assign(f"{dim}_tile_count", count, "rsum", loc)
+        the running ones. `mean_sum` is the mean's running sum before this tile."""
+        dim, loc = self.axes[ax].dim, self.axes[ax].loc
         tile_mean = self.assign(f"{dim}_tile_mean", S.Binary("/", tile_sum, tile_count), "rsum", loc)
         deviation = self.assign(f"{dim}_deviation", self.masked(
             S.Binary("-", values, S.Expand(tile_mean, values.dims)), ax, 0.0), "rsum", loc)
-        tile_m2 = self.fit(S.Reduce("sum", S.Binary("*", deviation, deviation), ax), dims)
-        total = self.assign(f"{dim}_total", S.Binary("+", d.count, tile_count), "rsum", loc)
-        delta = self.assign(f"{dim}_delta", S.Binary("-", tile_mean, d.mean), "rsum", loc)
-        weight = self.assign(f"{dim}_weight", S.Binary("/", tile_count, total), "rsum", loc)
-        spread = S.Binary("*", S.Binary("*", delta, delta), S.Binary("*", d.count, weight))
-        self.emit(S.Assign(d.m2.name, S.Binary("+", S.Binary("+", d.m2, tile_m2), spread), "rsum", loc))
-        self.emit(S.Assign(d.mean.name, S.Binary("+", d.mean, S.Binary("*", delta, weight)), "rsum", loc))
-        self.emit(S.Assign(d.count.name, total, "rsum", loc))
+        update = S.Binary("+", m2, self.fit(S.Reduce("sum", S.Binary("*", deviation, deviation), ax), m2.dims))
+        if seen is not None:
+            # The running mean is the mean's own sum over the lanes seen, not a second running
+            # value: dividing a sum is as accurate as updating a mean tile by tile (both err by
+            # a few ulps of the mean), and M2 stays stable because each tile's deviations are
+            # taken from that tile's own mean. Before the first tile the sum is 0: mean 0.
+            mean = self.assign(f"{dim}_mean", S.Binary("/", mean_sum, S.Binary("maximum", seen, S.Literal(1.0))),
+                               "rsum", loc)
+            delta = self.assign(f"{dim}_delta", S.Binary("-", tile_mean, mean), "rsum", loc)
+            weight = S.Binary("/", tile_count, S.Binary("+", seen, tile_count))
+            update = S.Binary("+", update, S.Binary("*", S.Binary("*", delta, delta), S.Binary("*", seen, weight)))
+        self.emit(S.Assign(m2.name, update, "rsum", loc))
 
     def accumulator(self, e: A.Reduce, env) -> S.Ref:
         """A new accumulator of reduction e, set to its identity over e's free dims."""
         axes = self.canonical(env[d] for d in A.free_dims(e))
         return self.assign(f"{e.dim}_accumulator", S.Full(IDENTITY[e.op], axes, self.compute), f"r{e.op}", e.loc)
 
-    def siblings(self, e: A.Reduce, func: str, env, tile: int):
-        """The reductions of Funcs computed with `func` over e's dim (compute_with), each with
-        its accumulator: they are updated in e's loop, tile by tile."""
+    def siblings(self, e: A.Reduce, func: str, tile: int) -> list[tuple[str, A.Reduce]]:
+        """The reductions of Funcs computed with `func` over e's dim (compute_with): they are
+        updated in e's loop, tile by tile."""
         out = []
         for g in self.cp.computed_with.get((func, e.dim), ()):
             g_tile = self.tile_of(g, e.dim)
             if (1 if g_tile is None else g_tile) != tile:
                 s = self.cp.schedules[g]
-                raise DTScheduleError(f"'{g}' is computed with '{func}' in its loop over '{e.dim}', in tiles of "
+                raise DTScheduleError(f"'{g}' is accumulated in '{func}''s loop over '{e.dim}', in tiles of "
                                       f"{tile}, but its own tile over '{e.dim}' is {g_tile}",
                                       s.dim_locs.get(("tensorize", e.dim)) or s.locs.get("compute_with"),
                                       f"drop {g}'s tensorize of '{e.dim}', or make it {tile}")
-            for r in top_reductions(self.cp.funcs[g].expr, e.dim):
-                if id(r) in self.shared_reductions:
-                    continue  # accumulated in an earlier reduction of func over the same dim
-                if centered_value(r, func, self.cp.funcs[func]) is not None:  # a variance around func
-                    out.append((g, r, self.deviations(r, env)))
-                else:
-                    out.append((g, r, self.accumulator(r, env)))
+            out += [(g, r) for r in top_reductions(self.cp.funcs[g].expr, e.dim)
+                    if id(r) not in self.shared_reductions]  # else accumulated in an earlier reduction of func
         return out
-
-    def deviations(self, r: A.Reduce, env) -> "_Deviations":
-        """The running count, mean and sum of squared deviations over r's dim, from zero."""
-        axes = self.canonical(env[d] for d in A.free_dims(r))
-        zero = S.Full(0.0, axes, self.compute)
-        return _Deviations(self.assign(f"{r.dim}_count", zero, "rsum", r.loc),
-                           self.assign(f"{r.dim}_mean", zero, "rsum", r.loc),
-                           self.assign(f"{r.dim}_m2", zero, "rsum", r.loc), r.loc)
 
     def update(self, e: A.Reduce, func: str, env, ax: str, acc: S.Ref) -> S.TExpr:
         """The accumulator after one step of reduction e over the current tile `ax`."""
