@@ -154,6 +154,10 @@ def test_the_one_pass_variance_carries_only_the_mean_s_sum_and_one_m2(backend):
     assert _running_values(kernel) == {"y_accumulator": 1, "y_m2": 1}
     names = [s.name for s in S.walk_statements(kernel.body) if isinstance(s, S.Assign)]
     assert names.count("y_tile_count") == names.count("y_tile_mean") == names.count("y_tile_sum") == 1
+    # the lanes seen before the tile are the loop variable itself, not a reduction over a one-lane axis
+    seen = [s.value for s in S.walk_statements(kernel.body) if isinstance(s, S.Assign) and s.name == "y_seen"]
+    assert seen == [S.Index(S.IVar("y_iter"))]
+    assert all(s.size != S.IConst(1) for s in S.walk_statements(kernel.body) if isinstance(s, S.Axis) and s.dim == "y")
     rng = np.random.default_rng(5)
     a = (1e4 + rng.standard_normal((5, 300))).astype(np.float32)
     a64 = a.astype(np.float64)

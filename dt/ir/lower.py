@@ -551,13 +551,12 @@ class _KernelLowering:
     def tile_counts(self, ax: str, start: S.IExpr, tile: int) -> tuple[S.Ref | None, S.Ref]:
         """How many lanes of the reduction come before the current tile (None when one tile
         covers them all) and how many it holds: every earlier tile is full, the last one holds
-        what is left. A one-lane axis at the tile's start gives that start as a number."""
+        what is left."""
         dim = self.axes[ax].dim
         loc = self.axes[ax].loc
         if tile == 0:
             return None, self.assign(f"{dim}_tile_count", S.Extent(dim), "rsum", loc)
-        first = self.axis(dim, start, 1, None, {}, loc)
-        seen = self.assign(f"{dim}_seen", S.Reduce("sum", S.IndexOf(first), first), "rsum", loc)
+        seen = self.assign(f"{dim}_seen", S.Index(start), "rsum", loc)
         count = S.Binary("minimum", S.Literal(float(tile)), S.Binary("-", S.Extent(dim), seen))
         return seen, self.assign(f"{dim}_tile_count", count, "rsum", loc)
 

@@ -193,6 +193,16 @@ class IndexOf(TExpr):
 
 
 @dataclass(frozen=True)
+class Index(TExpr):
+    """An index value (a loop variable, a tile's start) as a number in the compute dtype."""
+    value: IExpr
+
+    @property
+    def dims(self):
+        return ()
+
+
+@dataclass(frozen=True)
 class Ref(TExpr):
     """A tile variable assigned earlier."""
     name: str
@@ -520,6 +530,8 @@ def kernel_params(kernel: Kernel, pipeline: Pipeline) -> KernelParams:
                 scalars.add(node.name)
             elif isinstance(node, Extent):
                 sizes.add(size_name(node.dim))
+            elif isinstance(node, Index):
+                index_names(node.value)
 
     index_names(kernel.program_count)
     for s in walk_statements(kernel.body):
@@ -552,7 +564,7 @@ def index_names(e: IExpr | None) -> set[str]:
 
 
 def used_index_names(body) -> set[str]:
-    """Every name the index expressions of `body` (Lets, Axes, For bounds) read."""
+    """Every name the index expressions of `body` (Lets, Axes, For bounds, Index values) read."""
     used: set[str] = set()
     for s in walk_statements(body):
         if isinstance(s, Let):
@@ -561,6 +573,10 @@ def used_index_names(body) -> set[str]:
             used |= index_names(s.start) | index_names(s.size) | index_names(s.limit)
         elif isinstance(s, For):
             used |= index_names(s.start) | index_names(s.stop)
+        elif isinstance(s, (Assign, Store)):
+            for node in walk_texpr(s.value):
+                if isinstance(node, Index):
+                    used |= index_names(node.value)
     return used
 
 

@@ -138,6 +138,8 @@ class Instance:
         if isinstance(e, S.IndexOf):
             start, lanes, _ = self.axes[e.axis]
             return np.arange(start, start + lanes).astype(self.compute)
+        if isinstance(e, S.Index):
+            return self.compute(S.evaluate_index(e.value, self.ints))
         if isinstance(e, S.Mask):
             _, lanes, valid = self.axes[e.axis]
             return np.arange(lanes) < valid

@@ -615,6 +615,8 @@ class _Kernel:
             return f"{c}({self.var[S.size_name(e.dim)]})"
         if isinstance(e, S.IndexOf):
             return f"{c}({self.absolute(e.axis, env)})"
+        if isinstance(e, S.Index):
+            return f"{c}({self.idx(e.value)})"
         if isinstance(e, S.Mask):
             return "True"  # only valid lanes are ever computed
         if isinstance(e, S.Ref):

@@ -179,6 +179,8 @@ class _Renderer:
             return f"float({S.size_name(e.dim)})"
         if isinstance(e, S.IndexOf):
             return f"rt.offsets({e.axis}, {self.compute})"
+        if isinstance(e, S.Index):
+            return f"float({index(e.value)})"
         if isinstance(e, S.Ref):
             return e.name
         if isinstance(e, S.Load):

@@ -493,6 +493,8 @@ class _KernelRenderer:
             return f"float({self.names.ir(S.size_name(e.dim))})"
         if isinstance(e, S.IndexOf):
             return f"{self.offsets[e.axis]}.to({TL_DTYPE[self.pipeline.compute_dtype]})"
+        if isinstance(e, S.Index):
+            return f"tl.cast({self.index(e.value)}, {TL_DTYPE[self.pipeline.compute_dtype]})"
         if isinstance(e, S.Ref):
             return self.names.ir(e.name)
         if isinstance(e, S.Load):
