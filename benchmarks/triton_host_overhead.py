@@ -14,7 +14,9 @@ issued back to back without synchronising (as in a model), then the device is sy
                          inference, dtype dispatch) around the dt launcher
 
 Usage:
-    python benchmarks/triton_host_overhead.py [--calls N] [--repeats R] [--shape X Y] [--json PATH]
+    python benchmarks/triton_host_overhead.py [--calls N] [--repeats R] [--shape X Y] [--out DIR]
+
+with --out, writes DIR/triton_host_overhead.json (committed in benchmarks/results/).
 
 On a GPU machine run it as is. Without a GPU, TRITON_INTERPRET=1 runs it through Triton's
 interpreter: the kernel then executes on the host, so the numbers only show the script works.
@@ -77,7 +79,7 @@ def main(argv=None):
                         help="calls per sample (default 2000 on a GPU, 5 interpreted)")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--shape", type=int, nargs=2, default=(1, 256), metavar=("X", "Y"))
-    parser.add_argument("--json", metavar="PATH", help="also write the results as JSON")
+    parser.add_argument("--out", metavar="DIR", help="also write DIR/triton_host_overhead.json")
     args = parser.parse_args(argv)
 
     try:
@@ -125,8 +127,8 @@ def main(argv=None):
         r["over_hand_written_us"] = r["us_per_call"] - hand
         print(f"{r['case']:<16}{r['us_per_call']:>10.1f}{r['over_launch_us']:>+12.1f}"
               f"{r['over_hand_written_us']:>+18.1f}")
-    if args.json:
-        Path(args.json).write_text(json.dumps({"device": where, "shape": [x, y], "calls": calls,
+    if args.out:
+        Path(args.out, "triton_host_overhead.json").write_text(json.dumps({"device": where, "shape": [x, y], "calls": calls,
                                                "repeats": args.repeats, "results": results}, indent=2) + "\n")
     return results
 
