@@ -335,8 +335,8 @@ def _resolve_schedule(program, defs, kinds) -> dict[str, FuncSchedule]:
             if s.compute_with and s.compute_with != (sibling, dim):
                 first = s.locs["compute_with"]
                 raise _err(DTScheduleError, f"'{call.func}' is computed with a sibling twice", call.loc,
-                           f"keep one compute_with; for one loop shared by three Funcs, compute two of them with "
-                           f"the third", (("first compute_with here", first),))
+                           "keep one compute_with; for one loop shared by three Funcs, compute two of them with "
+                           "the third", (("first compute_with here", first),))
             s.dim_locs[("compute_with", dim)] = arg_loc(1)
             s.compute_with = (sibling, dim)
         elif prim == "inline":
@@ -507,8 +507,33 @@ def _shared_loops(funcs, schedules, fused, dim_kinds) -> dict[tuple[str, str], t
             key = (_loop_owner(n, schedules), schedules[n].compute_with[1])
             loops[key] = loops.get(key, ()) + (n,)
     for (owner, dim), members in loops.items():
+        for n in members:
+            _check_shared_tile(n, owner, dim, schedules, fused)
         _check_shared_loop(owner, dim, members, funcs, schedules)
     return loops
+
+
+def tile_of(func: str, dim: str, schedules, fused) -> int | None:
+    """func's tile over dim: its own tensorize, else that of the Func it is fused into (None:
+    not tensorized, one lane at a time; 0: the whole extent)."""
+    if dim in schedules[func].tensorize:
+        return schedules[func].tensorize[dim]
+    if func in fused:
+        return tile_of(fused[func][0], dim, schedules, fused)
+    return None
+
+
+def _check_shared_tile(func, owner, dim, schedules, fused):
+    """A Func accumulated in owner's loop over dim takes owner's tiles: its own tile, if it names
+    one, must be the same."""
+    tile, own = (1 if t is None else t for t in (tile_of(owner, dim, schedules, fused),
+                                                 tile_of(func, dim, schedules, fused)))
+    if own != tile:
+        s = schedules[func]
+        raise _err(DTScheduleError, f"'{func}' is accumulated in '{owner}''s loop over '{dim}', in tiles of "
+                   f"{tile}, but its own tile over '{dim}' is {own}",
+                   s.dim_locs.get(("tensorize", dim)) or s.locs.get("compute_with"),
+                   f"drop {func}'s tensorize of '{dim}', or make it {tile}")
 
 
 def _loop_owner(func, schedules) -> str:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from dt.errors import DTScheduleError
 from dt.ir import algorithm as A
 from dt.ir import scheduled as S
-from dt.ir.check import CheckedProgram, MapEntry, centered_value, top_reductions
+from dt.ir.check import CheckedProgram, MapEntry, centered_value, tile_of, top_reductions
 
 IDENTITY = {**S.REDUCE_IDENTITY, "dot": 0.0}
 COMBINE = {**S.REDUCE_COMBINE, "dot": "+"}
@@ -240,12 +240,7 @@ class _KernelLowering:
         return value
 
     def tile_of(self, func: str, dim: str) -> int | None:
-        s = self.cp.schedules[func]
-        if dim in s.tensorize:
-            return s.tensorize[dim]
-        if func in self.cp.fused:
-            return self.tile_of(self.cp.fused[func][0], dim)
-        return None
+        return tile_of(func, dim, self.cp.schedules, self.cp.fused)
 
     # ------------------------------------------------------------ kernel
     def lower(self) -> S.Kernel:
@@ -497,7 +492,7 @@ class _KernelLowering:
         # e's own accumulator, then those of reductions computed with func (compute_with)
         updates = [(func, e, acc)]
         variances: dict[str, list[A.Reduce]] = {}  # a mean of this loop -> the variances around it
-        for g, r in self.siblings(e, func, tile):
+        for g, r in self.siblings(e, func):
             mean = next((m for m in self.loop_funcs(func, e.dim)
                          if centered_value(r, m, self.cp.funcs[m]) is not None), None)
             if mean is None:
@@ -587,18 +582,11 @@ class _KernelLowering:
         axes = self.canonical(env[d] for d in A.free_dims(e))
         return self.assign(f"{e.dim}_accumulator", S.Full(IDENTITY[e.op], axes, self.compute), f"r{e.op}", e.loc)
 
-    def siblings(self, e: A.Reduce, func: str, tile: int) -> list[tuple[str, A.Reduce]]:
+    def siblings(self, e: A.Reduce, func: str) -> list[tuple[str, A.Reduce]]:
         """The reductions of Funcs computed with `func` over e's dim (compute_with): they are
-        updated in e's loop, tile by tile."""
+        updated in e's loop, tile by tile (in func's tiles, which the checker made theirs)."""
         out = []
         for g in self.cp.computed_with.get((func, e.dim), ()):
-            g_tile = self.tile_of(g, e.dim)
-            if (1 if g_tile is None else g_tile) != tile:
-                s = self.cp.schedules[g]
-                raise DTScheduleError(f"'{g}' is accumulated in '{func}''s loop over '{e.dim}', in tiles of "
-                                      f"{tile}, but its own tile over '{e.dim}' is {g_tile}",
-                                      s.dim_locs.get(("tensorize", e.dim)) or s.locs.get("compute_with"),
-                                      f"drop {g}'s tensorize of '{e.dim}', or make it {tile}")
             out += [(g, r) for r in top_reductions(self.cp.funcs[g].expr, e.dim)
                     if id(r) not in self.shared_reductions]  # else accumulated in an earlier reduction of func
         return out
