@@ -143,15 +143,15 @@ out.compile_to_kernel();
 
 
 @pytest.mark.parametrize("backend", ("interp", "numba", "triton"))
-def test_the_one_pass_variance_carries_only_the_mean_s_sum_and_one_m2(backend):
-    """Chan's update takes the running mean from the mean's own sum and the tile's start, so the
-    loop carries the sum and the squared deviations only; two variances around one mean share
-    them, and the tile's count and mean are computed once."""
+def test_two_variances_around_one_mean_share_its_running_values(backend):
+    """The loop carries the mean's sum, one running mean and one sum of squared deviations,
+    shared by both variances; the count of lanes before a tile is the tile's start, and the
+    tile's count and mean are computed once."""
     import numpy as np
     prog = dt.loads(TWO_VARIANCES)
     kernel = prog.pipeline("f32").kernels[0]
     assert _reduction_loops(prog) == 1
-    assert _running_values(kernel) == {"y_accumulator": 1, "y_m2": 1}
+    assert _running_values(kernel) == {"y_accumulator": 1, "y_m2": 1, "y_mean": 1}
     names = [s.name for s in S.walk_statements(kernel.body) if isinstance(s, S.Assign)]
     assert names.count("y_tile_count") == names.count("y_tile_mean") == names.count("y_tile_sum") == 1
     # the lanes seen before the tile are the loop variable itself, not a reduction over a one-lane axis
@@ -164,6 +164,31 @@ def test_the_one_pass_variance_carries_only_the_mean_s_sum_and_one_m2(backend):
     exact = (a64 - a64.mean(axis=1, keepdims=True)) / np.sqrt(a64.var(axis=1, keepdims=True) + 1e-5) \
         + a64.var(axis=1, ddof=1, keepdims=True)
     assert np.abs(prog(A=a, backend=backend) - exact).max() < 5e-2
+
+
+LONG_ROW_VARIANCE = """Func out, mean, variance;
+In A;
+Var x;
+RVar y;
+mean[x] = rsum(A[x, y], y) / len(y);
+variance[x] = rsum((A[x, y] - mean[x]) * (A[x, y] - mean[x]), y) / len(y);
+out[x] = variance[x];
+out.block(x:1);
+mean.fuse_at(out, x);
+variance.fuse_at(out, x);
+variance.compute_with(mean, y);
+out.compile_to_kernel();
+"""
+
+
+def test_the_one_pass_variance_stays_accurate_over_a_long_row_walked_lane_by_lane():
+    """65536 lanes of mean 1e4, one at a time: an f32 running sum drifts there by more than the
+    spread (each add rounds), so Chan's update must carry its own running mean."""
+    import numpy as np
+    a = (1e4 + np.random.default_rng(11).standard_normal((1, 65536))).astype(np.float32)
+    exact = a.astype(np.float64).var(axis=1)
+    got = dt.loads(LONG_ROW_VARIANCE)(A=a, backend="numba")
+    assert abs(got[0] - exact[0]) / exact[0] < 1e-3, (got, exact)
 
 
 LAYERNORM_CHAIN = """Func layernorm, s, mean, variance;
@@ -196,7 +221,7 @@ def test_a_chain_of_compute_with_shares_the_loop_at_its_end(backend):
     kernel = chain.pipeline("f32").kernels[0]
     assert _reduction_loops(chain) == 1
     assert kernel.body == both.pipeline("f32").kernels[0].body
-    assert set(_running_values(kernel)) == {"y_accumulator", "y_accumulator_2", "y_m2"}
+    assert set(_running_values(kernel)) == {"y_accumulator", "y_accumulator_2", "y_m2", "y_mean"}
     rng = np.random.default_rng(7)
     a = (50 + rng.standard_normal((4, 1000))).astype(np.float32)
     w, bias = rng.standard_normal(1000).astype(np.float32), rng.standard_normal(1000).astype(np.float32)

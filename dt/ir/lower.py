@@ -504,6 +504,12 @@ class _KernelLowering:
         m2s = {mean: self.assign(f"{e.dim}_m2", S.Full(0.0, accumulators[id(self.cp.funcs[mean].expr.a)].dims,
                                                            self.compute), "rsum", rs[0].loc)
                for mean, rs in variances.items()}
+        # Chan's update needs the mean of the lanes seen so far. It is carried, not taken from the
+        # mean's running sum: an f32 sum of a long row drifts (each add rounds once the sum is
+        # large), while the running mean only ever moves by a tile's deviation from it.
+        running_means = {mean: self.assign(f"{e.dim}_mean", S.Full(0.0, m2.dims, self.compute), "rsum",
+                                           variances[mean][0].loc)
+                         for mean, m2 in m2s.items()} if tile != 0 else {}
 
         def body(start, size, limit):
             env2 = {**env, e.dim: self.axis(e.dim, start, size, limit, env, e.loc)}
@@ -520,7 +526,8 @@ class _KernelLowering:
                 values = self.fit(self.number(r_mean.args[0], mean, env2), self.canonical(mean_acc.dims + (ax,)))
                 tile_sums[id(r_mean)] = self.assign(f"{e.dim}_tile_sum", self.fit(
                     S.Reduce("sum", self.masked(values, ax, 0.0), ax), mean_acc.dims), "rsum")
-                self.merge_deviations(m2, mean_acc, values, tile_sums[id(r_mean)], ax, seen, tile_count)
+                self.merge_deviations(m2, running_means.get(mean), values, tile_sums[id(r_mean)], ax, seen,
+                                      tile_count)
             for f, r, r_acc in updates:
                 tile_sum = tile_sums.get(id(r))
                 update = S.Binary("+", r_acc, tile_sum) if tile_sum is not None else self.update(r, f, env2, ax, r_acc)
@@ -555,26 +562,24 @@ class _KernelLowering:
         count = S.Binary("minimum", S.Literal(float(tile)), S.Binary("-", S.Extent(dim), seen))
         return seen, self.assign(f"{dim}_tile_count", count, "rsum", loc)
 
-    def merge_deviations(self, m2: S.Ref, mean_sum: S.Ref, values: S.TExpr, tile_sum: S.Ref, ax: str,
+    def merge_deviations(self, m2: S.Ref, running_mean: S.Ref | None, values: S.TExpr, tile_sum: S.Ref, ax: str,
                          seen: S.Ref | None, tile_count: S.Ref):
         """One step of Chan et al.'s pairwise update: the current tile's count, mean and sum of
         squared deviations from that mean (of `values`, whose sum is `tile_sum`), merged into
-        the running ones. `mean_sum` is the mean's running sum before this tile."""
+        the running ones (`seen` lanes so far, their mean and M2; none when one tile covers
+        the reduction)."""
         dim, loc = self.axes[ax].dim, self.axes[ax].loc
         tile_mean = self.assign(f"{dim}_tile_mean", S.Binary("/", tile_sum, tile_count), "rsum", loc)
         deviation = self.assign(f"{dim}_deviation", self.masked(
             S.Binary("-", values, S.Expand(tile_mean, values.dims)), ax, 0.0), "rsum", loc)
         update = S.Binary("+", m2, self.fit(S.Reduce("sum", S.Binary("*", deviation, deviation), ax), m2.dims))
         if seen is not None:
-            # The running mean is the mean's own sum over the lanes seen, not a second running
-            # value: dividing a sum is as accurate as updating a mean tile by tile (both err by
-            # a few ulps of the mean), and M2 stays stable because each tile's deviations are
-            # taken from that tile's own mean. Before the first tile the sum is 0: mean 0.
-            mean = self.assign(f"{dim}_mean", S.Binary("/", mean_sum, S.Binary("maximum", seen, S.Literal(1.0))),
-                               "rsum", loc)
-            delta = self.assign(f"{dim}_delta", S.Binary("-", tile_mean, mean), "rsum", loc)
-            weight = S.Binary("/", tile_count, S.Binary("+", seen, tile_count))
+            delta = self.assign(f"{dim}_delta", S.Binary("-", tile_mean, running_mean), "rsum", loc)
+            weight = self.assign(f"{dim}_weight", S.Binary("/", tile_count, S.Binary("+", seen, tile_count)),
+                                 "rsum", loc)
             update = S.Binary("+", update, S.Binary("*", S.Binary("*", delta, delta), S.Binary("*", seen, weight)))
+            self.emit(S.Assign(running_mean.name, S.Binary("+", running_mean, S.Binary("*", delta, weight)),
+                               "rsum", loc))
         self.emit(S.Assign(m2.name, update, "rsum", loc))
 
     def accumulator(self, e: A.Reduce, env) -> S.Ref:
