@@ -383,3 +383,58 @@ def test_compute_with_cycles_and_second_siblings_are_errors():
     assert_at(err, 18, 1, "'b' is computed with a sibling twice", "bad.dt:17:1: note: first compute_with here",
               "keep one compute_with")
     dt.loads(base.replace("b.compute_with(s, y);", "b.compute_with(s, y);\nb.compute_with(s, y);"))  # a repeat
+
+
+TWO_RVARS = """Func out, a, b, c;
+In A, B;
+Var x;
+RVar y, z;
+a[x] = rsum(A[x, y], y);
+b[x] = rsum(A[x, y] * 2, y) + rsum(B[x, z], z);
+c[x] = rsum(B[x, z] * 3, z) * a[x];
+out[x] = a[x] + b[x] + c[x];
+out.block(x:1);
+out.tensorize(y:4, z:4);
+a.fuse_at(out, x);
+b.fuse_at(out, x);
+c.fuse_at(out, x);
+a.compute_with(b, y);
+b.compute_with(c, z);
+out.compile_to_kernel();
+"""
+
+
+def test_compute_with_over_two_rvars_that_leaves_no_order_of_loops_is_an_error():
+    # c needs a, which b's loop over y computes, and b's reduction over z runs in c's loop
+    err = error_of(TWO_RVARS, DTScheduleError)
+    assert_at(err, 14, 1, "these compute_with leave no order to compute the loops in: 'a' is accumulated in "
+              "'b''s loop over 'y'; 'b' is accumulated in 'c''s loop over 'z'; 'c' uses 'a'",
+              "remove a's compute_with")
+    dt.loads(TWO_RVARS.replace("* a[x];", ";"))  # without that use, c's loop runs first
+
+
+def test_a_chained_compute_with_needs_the_dimensions_of_the_loop_it_shares():
+    chain = """Func out, f, g, h;
+In A, B;
+Var x, z;
+RVar y;
+f[x, z] = rsum(A[x, z, y], y);
+g[x] = rsum(B[x, y], y);
+h[x, z] = rmax(A[x, z, y], y);
+out[x, z] = f[x, z] + g[x] + h[x, z];
+out.block(x:1);
+out.tensorize(z:0, y:4);
+f.fuse_at(out, x);
+g.fuse_at(out, x);
+h.fuse_at(out, x);
+g.compute_with(f, y);
+h.compute_with(g, y);
+out.compile_to_kernel();
+"""
+    dt.loads(chain)  # h shares f's loop, over f's dimensions x and z
+    err = error_of(chain.replace("g.compute_with(f, y);", "f.compute_with(g, y);"), DTScheduleError)
+    assert_at(err, 14, 1, "'f' has dimension 'z', which 'g' does not")
+    err = error_of(chain.replace("f[x, z] = rsum(A[x, z, y], y);", "f[x] = rsum(B[x, y] * 2, y);")
+                   .replace("f[x, z] +", "f[x] +"), DTScheduleError)
+    assert_at(err, 15, 1, "'h' has dimension 'z', which 'f' (whose loop 'g' shares) does not",
+              "compute h with a Func that has dimension 'z'")

@@ -510,7 +510,49 @@ def _shared_loops(funcs, schedules, fused, dim_kinds) -> dict[tuple[str, str], t
         for n in members:
             _check_shared_tile(n, owner, dim, schedules, fused)
         _check_shared_loop(owner, dim, members, funcs, schedules)
+    _check_loop_order(loops, funcs, schedules)
     return loops
+
+
+def _check_loop_order(loops, funcs, schedules):
+    """Each Func's loops run one after another: a loop's owner after whatever it and the
+    reductions accumulated in its loop read, and a Func accumulated there after that owner.
+    compute_with over two RVars can make that a cycle (a reads c's result, c is accumulated
+    in b's loop over z, and b in a's loop over y); no order of loops computes it."""
+    owner_of = {m: (owner, dim) for (owner, dim), members in loops.items() for m in members}
+
+    def after(f):
+        """(g, why, through a shared loop): f runs after g."""
+        members = {m for (owner, dim), ms in loops.items() if owner == f for m in ms}
+        exprs = [funcs[f].expr] + [r for (owner, dim), ms in loops.items() if owner == f
+                                   for m in ms for r in top_reductions(funcs[m].expr, dim)]
+        out = [(u.name, f"'{f}' uses '{u.name}'", False) for e in exprs for u in _uses(e)
+               if u.name != f and u.name not in members]
+        if f in owner_of:
+            owner, dim = owner_of[f]
+            out.append((owner, f"'{f}' is accumulated in '{owner}''s loop over '{dim}'", True))
+        return out
+
+    state: dict[str, int] = {}
+
+    def visit(f, path):
+        if state.get(f) == 2:
+            return
+        if state.get(f) == 1:
+            cycle = path[next(i for i, (g, _, _) in enumerate(path) if g == f):]
+            member = next(g for g, _, shared in cycle if shared)
+            raise _err(DTScheduleError, "these compute_with leave no order to compute the loops in: "
+                       + "; ".join(why for _, why, _ in cycle), schedules[member].locs.get("compute_with"),
+                       f"remove {member}'s compute_with (then {member} walks '{owner_of[member][1]}' in a loop of "
+                       f"its own)")
+        state[f] = 1
+        for g, why, shared in after(f):
+            if g in funcs:
+                visit(g, path + [(f, why, shared)])
+        state[f] = 2
+
+    for f in funcs:
+        visit(f, [])
 
 
 def tile_of(func: str, dim: str, schedules, fused) -> int | None:
@@ -578,11 +620,15 @@ def _check_compute_with(func, sibling, dim, funcs, schedules, fused, dim_kinds):
         where = lambda n: f"fused at '{fused[n][0]}''s loop over '{fused[n][1]}'" if n in fused else "computed at root"
         raise _err(DTScheduleError, f"'{func}' is computed with '{sibling}', so both must be fused at the same loop; "
                    f"'{func}' is {where(func)} and '{sibling}' is {where(sibling)}", loc, hint)
-    extra = [d for d in funcs[func].dims if d not in funcs[sibling].dims]
+    owner = _loop_owner(func, schedules)  # the end of a chain: whose loop func shares
+    extra = [d for d in funcs[func].dims if d not in funcs[owner].dims]
     if extra:
-        raise _err(DTScheduleError, f"'{func}' has dimension '{extra[0]}', which '{sibling}' does not: it is "
-                   f"computed inside {sibling}'s loop, over {sibling}'s tiles", loc,
-                   f"compute {sibling} with {func} instead, if {sibling}'s dimensions are a subset of {func}'s")
+        through = f" (whose loop '{sibling}' shares)" if owner != sibling else ""
+        fix = (f"compute {sibling} with {func} instead, if {sibling}'s dimensions are a subset of {func}'s"
+               if owner == sibling else f"compute {func} with a Func that has dimension '{extra[0]}', or remove the "
+               f"compute_with")
+        raise _err(DTScheduleError, f"'{func}' has dimension '{extra[0]}', which '{owner}'{through} does not: it is "
+                   f"computed inside {owner}'s loop, over {owner}'s tiles", loc, fix)
 
 
 def _check_shared_loop(owner, dim, members, funcs, schedules):

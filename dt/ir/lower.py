@@ -138,7 +138,8 @@ class _KernelLowering:
         order: list[str] = []
         pending = list(producers)
         while pending:
-            f = next(f for f in pending if needs[f] <= set(order))
+            f = next((f for f in pending if needs[f] <= set(order)), None)
+            assert f is not None, f"no order for {pending} (the checker rejects compute_with cycles)"
             pending.remove(f)
             order.append(f)
         return order
