@@ -380,7 +380,8 @@ def test_compute_with_cycles_and_second_siblings_are_errors():
               "remove the compute_with of the one whose loop the others should share")
     err = error_of(base.replace("b.compute_with(s, y);", "b.compute_with(s, y);\nb.compute_with(a, y);"),
                    DTScheduleError)
-    assert_at(err, 18, 1, "'b' is computed with a sibling twice", "bad.dt:17:1: note: first compute_with here",
+    assert_at(err, 18, 1, "'b' already shares 's''s loop over 'y'; a Func has one compute_with",
+              "bad.dt:17:1: note: first compute_with here",
               "keep one compute_with")
     dt.loads(base.replace("b.compute_with(s, y);", "b.compute_with(s, y);\nb.compute_with(s, y);"))  # a repeat
 
@@ -438,3 +439,21 @@ out.compile_to_kernel();
                    .replace("f[x, z] +", "f[x] +"), DTScheduleError)
     assert_at(err, 15, 1, "'h' has dimension 'z', which 'f' (whose loop 'g' shares) does not",
               "compute h with a Func that has dimension 'z'")
+
+
+def test_a_mean_computed_with_its_variance_is_told_to_swap_them():
+    err = error_of(VARIANCE.replace("variance.compute_with(mean, y);", "mean.compute_with(variance, y);"),
+                   DTScheduleError)
+    assert_at(err, 12, 1, "'variance' uses 'mean', but 'mean' is accumulated in 'variance''s loop over 'y'",
+              "compute the variance with its mean instead: variance.compute_with(mean, y)")
+
+
+def test_a_deviation_written_through_another_func_is_told_to_inline_it():
+    through = VARIANCE.replace("variance[x] = rsum((A[x, y] - mean[x]) * (A[x, y] - mean[x]), y) / len(y);",
+                               "d[x, y] = A[x, y] - mean[x];\nvariance[x] = rsum(d[x, y] * d[x, y], y) / len(y);") \
+        .replace("Func out, mean, variance;", "Func out, mean, variance, d;")
+    err = error_of(through.replace("out.compile_to_kernel();", "d.fuse_at(variance, y);\nout.compile_to_kernel();"),
+                   DTScheduleError)
+    assert_at(err, 7, 20, "'variance' reads 'd' inside its reduction over 'y', which uses 'mean'",
+              "inline d (d.inline();)")
+    dt.loads(through.replace("out.compile_to_kernel();", "d.inline();\nout.compile_to_kernel();"))

@@ -334,7 +334,8 @@ def _resolve_schedule(program, defs, kinds) -> dict[str, FuncSchedule]:
                                          "dimension", "computed with")
             if s.compute_with and s.compute_with != (sibling, dim):
                 first = s.locs["compute_with"]
-                raise _err(DTScheduleError, f"'{call.func}' is computed with a sibling twice", call.loc,
+                raise _err(DTScheduleError, f"'{call.func}' already shares '{s.compute_with[0]}''s loop over "
+                           f"'{s.compute_with[1]}'; a Func has one compute_with", call.loc,
                            "keep one compute_with; for one loop shared by three Funcs, compute two of them with "
                            "the third", (("first compute_with here", first),))
             s.dim_locs[("compute_with", dim)] = arg_loc(1)
@@ -640,9 +641,12 @@ def _check_shared_loop(owner, dim, members, funcs, schedules):
     if used:
         m = used[-1]
         through = f" (through {', '.join(repr(n) for n in used[:-1])})" if len(used) > 1 else ""
+        fix = f"remove {m}'s compute_with (then {m} walks '{dim}' in a loop of its own, before {owner})"
+        if not through and any(centered_value(r, m, funcs[m]) is not None for r in top_reductions(funcs[owner].expr, dim)):
+            fix = (f"compute the variance with its mean instead: {owner}.compute_with({m}, {dim}) (and remove "
+                   f"{m}'s), so that {owner} accumulates its deviations in {m}'s loop")
         raise _err(DTScheduleError, f"'{owner}' uses '{m}'{through}, but '{m}' is accumulated in '{owner}''s loop "
-                   f"over '{dim}' and is complete only after it", schedules[m].locs.get("compute_with"),
-                   f"remove {m}'s compute_with (then {m} walks '{dim}' in a loop of its own, before {owner})")
+                   f"over '{dim}' and is complete only after it", schedules[m].locs.get("compute_with"), fix)
     for f in members:
         fix = f"remove {f}'s compute_with (then {f} walks '{dim}' again, after that loop)"
         notes = ((f"'{f}' is computed with '{schedules[f].compute_with[0]}' here",
@@ -656,7 +660,8 @@ def _check_shared_loop(owner, dim, members, funcs, schedules):
                         through = "".join(f", which uses '{n}'" for n in used)
                         raise _err(DTScheduleError, f"'{f}' reads '{g}' inside its reduction over '{dim}'{through}, "
                                    f"but '{used[-1]}' is computed in the same loop over '{dim}' (compute_with) and "
-                                   f"is complete only after that loop", read.loc, fix, notes)
+                                   f"is complete only after that loop", read.loc,
+                                   _inline_hint(r, [g, *used[:-1]], used[-1], funcs) or fix, notes)
                     continue
                 if centered_value(r, g, funcs[g]) is not None:
                     continue  # a variance around a mean of the loop
@@ -718,6 +723,19 @@ def _squared_deviation(r: A.Reduce) -> tuple[A.Expr, A.Access] | None:
             and deviation.b.kind == "func":
         return deviation.a, deviation.b
     return None
+
+
+def _inline_hint(r: A.Reduce, between: list[str], mean: str, funcs) -> str | None:
+    """How to fix a deviation from `mean` written through other Funcs: inline them, when r then
+    reads as the sum of squared deviations compute_with accepts."""
+    try:
+        inlined = _substitute(r, funcs, set(between))
+    except DTScheduleError:
+        return None
+    if centered_value(inlined, mean, funcs[mean]) is None:
+        return None
+    return (f"inline {', '.join(between)} ({' '.join(f'{n}.inline();' for n in between)}), so that the reduction "
+            f"is written as the squared deviations from '{mean}' that compute_with accumulates in its loop")
 
 
 def centered_value(r: A.Reduce, mean: str, mean_def: A.FuncDef) -> A.Expr | None:
