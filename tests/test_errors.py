@@ -457,3 +457,27 @@ def test_a_deviation_written_through_another_func_is_told_to_inline_it():
     assert_at(err, 7, 20, "'variance' reads 'd' inside its reduction over 'y', which uses 'mean'",
               "inline d (d.inline();)")
     dt.loads(through.replace("out.compile_to_kernel();", "d.inline();\nout.compile_to_kernel();"))
+
+
+def test_a_reduction_reading_a_value_of_the_owner_s_other_loop_is_reported_at_check_time():
+    program = """Func out, s, a, b;
+In A, B;
+Var x;
+RVar y, z;
+s[x] = rsum(A[x, y], y) + rsum(B[x, z], z);
+a[x] = rsum(A[x, y] * b[x], y);
+b[x] = rsum(B[x, z] * 2, z);
+out[x] = s[x] + a[x] + b[x];
+out.block(x:1);
+out.tensorize(y:4, z:4);
+s.fuse_at(out, x);
+a.fuse_at(out, x);
+b.fuse_at(out, x);
+a.compute_with(s, y);
+b.compute_with(s, z);
+out.compile_to_kernel();
+"""
+    err = error_of(program, DTScheduleError)
+    assert_at(err, 15, 1, "'a' reads 'b' inside its reduction over 'y', but 'b' is accumulated in 's''s loop over "
+              "'z' (compute_with) and is complete only after s's loops", "remove b's compute_with")
+    dt.loads(program.replace("b.compute_with(s, z);\n", ""))

@@ -511,8 +511,26 @@ def _shared_loops(funcs, schedules, fused, dim_kinds) -> dict[tuple[str, str], t
         for n in members:
             _check_shared_tile(n, owner, dim, schedules, fused)
         _check_shared_loop(owner, dim, members, funcs, schedules)
+        _check_other_loops(owner, dim, members, loops, funcs, schedules)
     _check_loop_order(loops, funcs, schedules)
     return loops
+
+
+def _check_other_loops(owner, dim, members, loops, funcs, schedules):
+    """A reduction accumulated in owner's loop over dim reads nothing accumulated in owner's
+    loops over other dims: those values are complete only after all of owner's loops."""
+    others = {m: d for (o, d), ms in loops.items() if o == owner and d != dim for m in ms}
+    for f in members:
+        for r in top_reductions(funcs[f].expr, dim):
+            used = _dependency_path(funcs, r, set(others))
+            if used:
+                g = used[-1]
+                through = f" (through {', '.join(repr(n) for n in used[:-1])})" if len(used) > 1 else ""
+                raise _err(DTScheduleError, f"'{f}' reads '{g}'{through} inside its reduction over '{dim}', but "
+                           f"'{g}' is accumulated in '{owner}''s loop over '{others[g]}' (compute_with) and is "
+                           f"complete only after {owner}'s loops", schedules[g].locs.get("compute_with"),
+                           f"remove {g}'s compute_with (then {g} walks '{others[g]}' in a loop of its own, before "
+                           f"{owner}'s)")
 
 
 def _check_loop_order(loops, funcs, schedules):
