@@ -263,3 +263,20 @@ def test_funcs_computed_with_one_sibling_run_in_dependency_order_with_their_own_
     a = np.random.default_rng(2).standard_normal((5, 40)).astype(np.float32)
     expected = (np.exp(a).sum(axis=1) * (a * a).sum(axis=1))[:, None] + a * a.max(axis=1, keepdims=True)
     np.testing.assert_allclose(prog(A=a, backend=backend), expected, rtol=1e-4)
+
+
+@pytest.mark.parametrize("backend", ("interp", "numba", "triton"))
+def test_a_producer_of_a_func_computed_with_another_is_computed_only_in_the_loop_that_accumulates_it(backend):
+    """s has two reductions over y, so two loops; a and b are accumulated in the first, so t,
+    fused at b's loop, is computed there only."""
+    import numpy as np
+    prog = dt.loads(SHARED_SUMS.replace("s[x] = rmax(A[x, y], y);", "s[x] = rmax(A[x, y], y) + rsum(A[x, y], y);"))
+    kernel = prog.pipeline("f32").kernels[0]
+    loops = [s for s in kernel.body if isinstance(s, S.For) and s.kind == "reduction"]
+    exps = [sum(isinstance(n, S.Unary) and n.op == "exp" for s in S.walk_statements(loop.body)
+                if isinstance(s, S.Assign) for n in S.walk_texpr(s.value)) for loop in loops]
+    assert exps == [1, 0]
+    a = np.random.default_rng(2).standard_normal((5, 40)).astype(np.float32)
+    s = a.max(axis=1, keepdims=True) + a.sum(axis=1, keepdims=True)
+    expected = (np.exp(a).sum(axis=1) * (a * a).sum(axis=1))[:, None] + a * s
+    np.testing.assert_allclose(prog(A=a, backend=backend), expected, rtol=1e-4)

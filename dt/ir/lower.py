@@ -493,7 +493,12 @@ class _KernelLowering:
         # e's own accumulator, then those of reductions computed with func (compute_with)
         updates = [(func, e, acc)]
         variances: dict[str, list[A.Reduce]] = {}  # a mean of this loop -> the variances around it
-        for g, r in self.siblings(e, func):
+        siblings = self.siblings(e, func)
+        # the Funcs whose producers this loop computes: func's, and those of Funcs accumulated here
+        # (func's first loop over the dim accumulates them all; a later one, such as rsum's in
+        # rmax(..) + rsum(..), only func's own)
+        in_loop = [func, *dict.fromkeys(g for g, _ in siblings)]
+        for g, r in siblings:
             mean = next((m for m in self.loop_funcs(func, e.dim)
                          if centered_value(r, m, self.cp.funcs[m]) is not None), None)
             if mean is None:
@@ -514,7 +519,7 @@ class _KernelLowering:
 
         def body(start, size, limit):
             env2 = {**env, e.dim: self.axis(e.dim, start, size, limit, env, e.loc)}
-            for f in self.loop_funcs(func, e.dim):
+            for f in in_loop:
                 self.emit_fused(f, e.dim, env2)
             ax = env2[e.dim]
             tile_sums = {}
