@@ -533,24 +533,25 @@ def _check_other_loops(owner, dim, members, loops, funcs, schedules):
                            f"{owner}'s)")
 
 
-def _check_loop_order(loops, funcs, schedules):
-    """Each Func's loops run one after another: a loop's owner after whatever it and the
-    reductions accumulated in its loop read, and a Func accumulated there after that owner.
-    compute_with over two RVars can make that a cycle (a reads c's result, c is accumulated
-    in b's loop over z, and b in a's loop over y); no order of loops computes it."""
-    owner_of = {m: (owner, dim) for (owner, dim), members in loops.items() for m in members}
+def runs_after(f, loops, funcs) -> list[tuple[str, str, bool]]:
+    """(g, why, through a shared loop): the Funcs f's computation must follow. f's loops and the
+    reductions accumulated in them read g; or f is accumulated in g's loop (compute_with), so
+    its value is computed after that loop."""
+    members = {m for (owner, dim), ms in loops.items() if owner == f for m in ms}
+    exprs = [funcs[f].expr] + [r for (owner, dim), ms in loops.items() if owner == f
+                               for m in ms for r in top_reductions(funcs[m].expr, dim)]
+    out = [(u.name, f"'{f}' uses '{u.name}'", False) for e in exprs for u in _uses(e)
+           if u.name != f and u.name not in members]
+    out += [(owner, f"'{f}' is accumulated in '{owner}''s loop over '{dim}'", True)
+            for (owner, dim), ms in loops.items() if f in ms]
+    return out
 
-    def after(f):
-        """(g, why, through a shared loop): f runs after g."""
-        members = {m for (owner, dim), ms in loops.items() if owner == f for m in ms}
-        exprs = [funcs[f].expr] + [r for (owner, dim), ms in loops.items() if owner == f
-                                   for m in ms for r in top_reductions(funcs[m].expr, dim)]
-        out = [(u.name, f"'{f}' uses '{u.name}'", False) for e in exprs for u in _uses(e)
-               if u.name != f and u.name not in members]
-        if f in owner_of:
-            owner, dim = owner_of[f]
-            out.append((owner, f"'{f}' is accumulated in '{owner}''s loop over '{dim}'", True))
-        return out
+
+def _check_loop_order(loops, funcs, schedules):
+    """Each Func's loops run one after another, in the order runs_after gives. compute_with over
+    two RVars can make that a cycle (a reads c's result, c is accumulated in b's loop over z,
+    and b in a's loop over y); no order of loops computes it."""
+    owner_of = {m: (owner, dim) for (owner, dim), members in loops.items() for m in members}
 
     state: dict[str, int] = {}
 
@@ -565,7 +566,7 @@ def _check_loop_order(loops, funcs, schedules):
                        f"remove {member}'s compute_with (then {member} walks '{owner_of[member][1]}' in a loop of "
                        f"its own)")
         state[f] = 1
-        for g, why, shared in after(f):
+        for g, why, shared in runs_after(f, loops, funcs):
             if g in funcs:
                 visit(g, path + [(f, why, shared)])
         state[f] = 2

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from dt.errors import DTScheduleError
 from dt.ir import algorithm as A
 from dt.ir import scheduled as S
-from dt.ir.check import CheckedProgram, MapEntry, centered_value, tile_of, top_reductions
+from dt.ir.check import CheckedProgram, MapEntry, centered_value, runs_after, tile_of, top_reductions
 
 IDENTITY = {**S.REDUCE_IDENTITY, "dot": 0.0}
 COMBINE = {**S.REDUCE_COMBINE, "dot": "+"}
@@ -123,18 +123,11 @@ class _KernelLowering:
     def in_loop_order(self, producers: list[str]) -> list[str]:
         """Producers fused at one loop (in topological order), reordered so that a loop shared by
         compute_with runs after whatever its members' reductions read, and each member after
-        the loop. The check ensures the loop reads none of its members but a variance's mean,
-        which the loop itself provides."""
+        the loop (check.runs_after; the check rejects the orders that cannot be met)."""
         pool = set(producers)
-        owner_of = {f: owner for (owner, _), fs in self.cp.computed_with.items() for f in fs}
-        needs: dict[str, set[str]] = {}
-        for f in producers:
-            members = [(g, dim) for (owner, dim), fs in self.cp.computed_with.items() if owner == f for g in fs]
-            exprs = [self.cp.funcs[f].expr]
-            exprs += [r for g, dim in members for r in top_reductions(self.cp.funcs[g].expr, dim)]
-            needs[f] = self.uses_among(exprs, pool) - {f, *(g for g, _ in members)}
-            if f in owner_of:
-                needs[f].add(owner_of[f])
+        needs = {f: set().union(*({g} if shared else self.reached_in({g}, pool)
+                                  for g, _, shared in runs_after(f, self.cp.computed_with, self.cp.funcs)))
+                 for f in producers}
         order: list[str] = []
         pending = list(producers)
         while pending:
@@ -144,14 +137,11 @@ class _KernelLowering:
             order.append(f)
         return order
 
-    def uses_among(self, exprs, pool: set[str]) -> set[str]:
-        """The Funcs of `pool` that exprs use, directly or through Funcs outside the pool."""
-        def uses(e):
-            return [u.name for u in A.walk(e) if isinstance(u, A.Access) and u.kind == "func"]
-
+    def reached_in(self, names: set[str], pool: set[str]) -> set[str]:
+        """The Funcs of `pool` among names, or used by those outside the pool, transitively."""
         found: set[str] = set()
         seen: set[str] = set()
-        stack = [n for e in exprs for n in uses(e)]
+        stack = list(names)
         while stack:
             n = stack.pop()
             if n in seen:
@@ -160,7 +150,7 @@ class _KernelLowering:
             if n in pool:
                 found.add(n)
             else:
-                stack += uses(self.cp.funcs[n].expr)
+                stack += [u.name for u in A.walk(self.cp.funcs[n].expr) if isinstance(u, A.Access) and u.kind == "func"]
         return found
 
     # ------------------------------------------------------------ helpers
