@@ -326,7 +326,7 @@ def _resolve_schedule(program, defs, kinds) -> dict[str, FuncSchedule]:
                 raise _err(DTScheduleError, f"'{call.func}' is fused twice", call.loc,
                            "a Func is computed at one place; keep one fuse_at",
                            (("first fuse_at here", s.locs.get("fuse_at")),))
-            s.dim_locs[("fuse_at", dim)] = arg_loc(1)
+            s.dim_locs.setdefault(("fuse_at", dim), arg_loc(1))
             s.fuse_at = (consumer, dim)
         elif prim == "compute_with":
             sibling, dim = _func_and_dim(call, defs, kinds, arg_loc, "a sibling Func and the reduction dimension "
@@ -338,7 +338,7 @@ def _resolve_schedule(program, defs, kinds) -> dict[str, FuncSchedule]:
                            f"'{s.compute_with[1]}'; a Func has one compute_with", call.loc,
                            "keep one compute_with; for one loop shared by three Funcs, compute two of them with "
                            "the third", (("first compute_with here", first),))
-            s.dim_locs[("compute_with", dim)] = arg_loc(1)
+            s.dim_locs.setdefault(("compute_with", dim), arg_loc(1))
             s.compute_with = (sibling, dim)
         elif prim == "inline":
             s.inline = True

@@ -521,7 +521,7 @@ class _KernelLowering:
                 mean_acc = accumulators[id(r_mean)]
                 values = self.fit(self.number(r_mean.args[0], mean, env2), self.canonical(mean_acc.dims + (ax,)))
                 tile_sums[id(r_mean)] = self.assign(f"{e.dim}_tile_sum", self.fit(
-                    S.Reduce("sum", self.masked(values, ax, 0.0), ax), mean_acc.dims), "rsum")
+                    S.Reduce("sum", self.masked(values, ax, 0.0), ax), mean_acc.dims), "rsum", r_mean.loc)
                 self.merge_deviations(m2, running_means.get(mean), values, tile_sums[id(r_mean)], ax, seen,
                                       tile_count)
             for f, r, r_acc in updates:
