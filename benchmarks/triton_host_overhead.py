@@ -128,8 +128,10 @@ def main(argv=None):
         print(f"{r['case']:<16}{r['us_per_call']:>10.1f}{r['over_launch_us']:>+12.1f}"
               f"{r['over_hand_written_us']:>+18.1f}")
     if args.out:
-        Path(args.out, "triton_host_overhead.json").write_text(json.dumps({"device": where, "shape": [x, y], "calls": calls,
-                                               "repeats": args.repeats, "results": results}, indent=2) + "\n")
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        record = {"device": where, "shape": [x, y], "calls": calls, "repeats": args.repeats, "results": results}
+        (out / "triton_host_overhead.json").write_text(json.dumps(record, indent=2) + "\n")
     return results
 
 

@@ -380,7 +380,7 @@ def test_compute_with_cycles_and_second_siblings_are_errors():
               "remove the compute_with of the one whose loop the others should share")
     err = error_of(base.replace("b.compute_with(s, y);", "b.compute_with(s, y);\nb.compute_with(a, y);"),
                    DTScheduleError)
-    assert_at(err, 18, 1, "'b' already shares 's''s loop over 'y'; a Func has one compute_with",
+    assert_at(err, 18, 1, "'b' is already computed with 's' over 'y'; a Func has one compute_with",
               "bad.dt:17:1: note: first compute_with here",
               "keep one compute_with")
     dt.loads(base.replace("b.compute_with(s, y);", "b.compute_with(s, y);\nb.compute_with(s, y);"))  # a repeat
@@ -455,7 +455,7 @@ def test_a_deviation_written_through_another_func_is_told_to_inline_it():
     err = error_of(through.replace("out.compile_to_kernel();", "d.fuse_at(variance, y);\nout.compile_to_kernel();"),
                    DTScheduleError)
     assert_at(err, 7, 20, "'variance' reads 'd' inside its reduction over 'y', which uses 'mean'",
-              "inline d (d.inline();)")
+              "inline d (replace d.fuse_at(...) with d.inline();)")
     dt.loads(through.replace("out.compile_to_kernel();", "d.inline();\nout.compile_to_kernel();"))
 
 
@@ -481,3 +481,73 @@ out.compile_to_kernel();
     assert_at(err, 15, 1, "'a' reads 'b' inside its reduction over 'y', but 'b' is accumulated in 's''s loop over "
               "'z' (compute_with) and is complete only after s's loops", "remove b's compute_with")
     dt.loads(program.replace("b.compute_with(s, z);\n", ""))
+
+
+def test_a_chain_that_ends_at_a_func_not_computed_is_reported_at_its_link():
+    chain = """Func out, h, g, f;
+In A;
+Var x;
+RVar y;
+h[x] = rsum(A[x, y] * 3, y);
+g[x] = rsum(A[x, y] * 2, y);
+f[x] = rsum(A[x, y], y);
+out[x] = h[x] + g[x];
+out.block(x:1);
+out.tensorize(y:4);
+h.fuse_at(out, x);
+g.fuse_at(out, x);
+f.inline();
+h.compute_with(g, y);
+g.compute_with(f, y);
+out.compile_to_kernel();
+"""
+    err = error_of(chain, DTScheduleError)
+    assert_at(err, 15, 1, "'g' is computed with 'f', which is not computed (it is inlined or unused)")
+
+
+def test_a_func_computed_with_a_sibling_takes_the_sibling_s_own_tile():
+    program = """Func out, s, a;
+In A;
+Var x;
+RVar y;
+s[x] = rsum(A[x, y], y);
+a[x] = rmax(A[x, y], y);
+out[x] = s[x] + a[x];
+out.block(x:1);
+s.fuse_at(out, x);
+a.fuse_at(out, x);
+s.tensorize(y:16);
+a.compute_with(s, y);
+out.compile_to_kernel();
+"""
+    import numpy as np
+    prog = dt.loads(program)  # a names no tile over y, so it takes s's 16
+    a = np.random.default_rng(1).standard_normal((3, 37)).astype(np.float32)
+    np.testing.assert_allclose(prog(A=a, backend="interp"), a.sum(axis=1) + a.max(axis=1), rtol=1e-5)
+    err = error_of(program.replace("a.compute_with(s, y);", "a.compute_with(s, y);\na.tensorize(y:8);"),
+                   DTScheduleError)
+    assert_at(err, 13, 13, "'a' is accumulated in 's''s loop over 'y', in tiles of 16, but its own tile over 'y' is 8")
+
+
+def test_a_no_order_error_names_the_reduction_that_reads_across_loops():
+    program = TWO_RVARS.replace("Func out, a, b, c;", "Func out, s, t, a, b;").replace(
+        """a[x] = rsum(A[x, y], y);
+b[x] = rsum(A[x, y] * 2, y) + rsum(B[x, z], z);
+c[x] = rsum(B[x, z] * 3, z) * a[x];
+out[x] = a[x] + b[x] + c[x];""", """s[x] = rsum(A[x, y], y);
+t[x] = rsum(A[x, y] * 2, y) + rsum(B[x, z], z);
+a[x] = rsum(A[x, y] * b[x], y);
+b[x] = rmax(B[x, z], z);
+out[x] = s[x] + t[x] + a[x] + b[x];""").replace("""a.fuse_at(out, x);
+b.fuse_at(out, x);
+c.fuse_at(out, x);
+a.compute_with(b, y);
+b.compute_with(c, z);""", """s.fuse_at(out, x);
+t.fuse_at(out, x);
+a.fuse_at(out, x);
+b.fuse_at(out, x);
+t.compute_with(s, y);
+a.compute_with(s, y);
+b.compute_with(t, z);""")
+    err = error_of(program, DTScheduleError)
+    assert "'a''s reduction over 'y' (in 's''s loop) reads 'b'; 'b' is accumulated in 't''s loop over 'z'" in str(err)

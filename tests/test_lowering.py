@@ -1,5 +1,6 @@
 """Properties of the scheduled IR the lowering produces."""
 import itertools
+from importlib.metadata import entry_points
 
 import pytest
 
@@ -189,6 +190,18 @@ def test_the_one_pass_variance_stays_accurate_over_a_long_row_walked_lane_by_lan
     exact = a.astype(np.float64).var(axis=1)
     got = dt.loads(LONG_ROW_VARIANCE)(A=a, backend="numba")
     assert abs(got[0] - exact[0]) / exact[0] < 1e-3, (got, exact)
+
+
+@pytest.mark.skipif(not any(e.name == "example" for e in entry_points(group="dt.backends")),
+                    reason="the example backend is not installed: pip install -e conformance/example_backend")
+def test_the_interpreter_runs_the_one_pass_update_in_float32():
+    """The interpreter's Chan update must stay in the compute dtype (as on the GPU): it then
+    agrees bit for bit with the example backend, which evaluates the same IR in float32."""
+    import numpy as np
+    prog = dt.loads(LONG_ROW_VARIANCE.replace("out.block(x:1);", "out.block(x:1);\nout.tensorize(y:16);"))
+    a = (3 + np.random.default_rng(4).standard_normal((3, 37))).astype(np.float32)
+    interp, example = prog(A=a, backend="interp"), prog(A=a, backend="example")
+    assert interp.dtype == np.float32 and np.array_equal(interp, example), (interp, example)
 
 
 LAYERNORM_CHAIN = """Func layernorm, s, mean, variance;

@@ -505,3 +505,10 @@ def test_kernels_compile_for_sm90():
     failed = {k: v for k, v in results.items() if v != "ok"}
     assert not failed, failed
     assert len(results) == len(SM90_CASES)
+
+
+def test_an_index_value_that_reads_the_program_id_gets_it_defined():
+    from dt.backends.triton.layout import KernelLayout
+    kernel = S.Kernel("k_kernel", "k", S.IConst(4), (S.Assign("first", S.Index(S.IVar("pid"))),))
+    layout = KernelLayout(kernel)
+    assert layout.uses_pid and layout.is_int64(S.IVar("pid"))

@@ -334,10 +334,11 @@ def _resolve_schedule(program, defs, kinds) -> dict[str, FuncSchedule]:
                                          "dimension", "computed with")
             if s.compute_with and s.compute_with != (sibling, dim):
                 first = s.locs["compute_with"]
-                raise _err(DTScheduleError, f"'{call.func}' already shares '{s.compute_with[0]}''s loop over "
+                raise _err(DTScheduleError, f"'{call.func}' is already computed with '{s.compute_with[0]}' over "
                            f"'{s.compute_with[1]}'; a Func has one compute_with", call.loc,
-                           "keep one compute_with; for one loop shared by three Funcs, compute two of them with "
-                           "the third", (("first compute_with here", first),))
+                           "keep one compute_with: a Func shares one loop, and its other reductions walk loops of "
+                           "their own (for one loop shared by three Funcs, compute two of them with the third)",
+                           (("first compute_with here", first),))
             s.dim_locs.setdefault(("compute_with", dim), arg_loc(1))
             s.compute_with = (sibling, dim)
         elif prim == "inline":
@@ -509,6 +510,7 @@ def _shared_loops(funcs, schedules, fused, dim_kinds) -> dict[tuple[str, str], t
             loops[key] = loops.get(key, ()) + (n,)
     for (owner, dim), members in loops.items():
         for n in members:
+            _check_shared_dims(n, owner, funcs, schedules)
             _check_shared_tile(n, owner, dim, schedules, fused)
         _check_shared_loop(owner, dim, members, funcs, schedules)
         _check_other_loops(owner, dim, members, loops, funcs, schedules)
@@ -538,9 +540,10 @@ def runs_after(f, loops, funcs) -> list[tuple[str, str, bool]]:
     reductions accumulated in them read g; or f is accumulated in g's loop (compute_with), so
     its value is computed after that loop."""
     members = {m for (owner, dim), ms in loops.items() if owner == f for m in ms}
-    exprs = [funcs[f].expr] + [r for (owner, dim), ms in loops.items() if owner == f
-                               for m in ms for r in top_reductions(funcs[m].expr, dim)]
-    out = [(u.name, f"'{f}' uses '{u.name}'", False) for e in exprs for u in _uses(e)
+    reads = [(funcs[f].expr, f"'{f}' uses")]
+    reads += [(r, f"'{m}''s reduction over '{dim}' (in '{f}''s loop) reads") for (owner, dim), ms in loops.items()
+              if owner == f for m in ms for r in top_reductions(funcs[m].expr, dim)]
+    out = [(u.name, f"{what} '{u.name}'", False) for e, what in reads for u in _uses(e)
            if u.name != f and u.name not in members]
     out += [(owner, f"'{f}' is accumulated in '{owner}''s loop over '{dim}'", True)
             for (owner, dim), ms in loops.items() if f in ms]
@@ -588,9 +591,10 @@ def tile_of(func: str, dim: str, schedules, fused) -> int | None:
 def _check_shared_tile(func, owner, dim, schedules, fused):
     """A Func accumulated in owner's loop over dim takes owner's tiles: its own tile, if it names
     one, must be the same."""
-    tile, own = (1 if t is None else t for t in (tile_of(owner, dim, schedules, fused),
-                                                 tile_of(func, dim, schedules, fused)))
-    if own != tile:
+    own = schedules[func].tensorize.get(dim)
+    tile = tile_of(owner, dim, schedules, fused)
+    tile = 1 if tile is None else tile
+    if own is not None and own != tile:
         s = schedules[func]
         raise _err(DTScheduleError, f"'{func}' is accumulated in '{owner}''s loop over '{dim}', in tiles of "
                    f"{tile}, but its own tile over '{dim}' is {own}",
@@ -640,7 +644,12 @@ def _check_compute_with(func, sibling, dim, funcs, schedules, fused, dim_kinds):
         where = lambda n: f"fused at '{fused[n][0]}''s loop over '{fused[n][1]}'" if n in fused else "computed at root"
         raise _err(DTScheduleError, f"'{func}' is computed with '{sibling}', so both must be fused at the same loop; "
                    f"'{func}' is {where(func)} and '{sibling}' is {where(sibling)}", loc, hint)
-    owner = _loop_owner(func, schedules)  # the end of a chain: whose loop func shares
+
+
+def _check_shared_dims(func, owner, funcs, schedules):
+    """A Func accumulated in owner's loop is computed over owner's tiles: its dimensions are
+    among owner's (owner is its sibling, or the end of its chain of compute_with)."""
+    sibling = schedules[func].compute_with[0]
     extra = [d for d in funcs[func].dims if d not in funcs[owner].dims]
     if extra:
         through = f" (whose loop '{sibling}' shares)" if owner != sibling else ""
@@ -648,7 +657,8 @@ def _check_compute_with(func, sibling, dim, funcs, schedules, fused, dim_kinds):
                if owner == sibling else f"compute {func} with a Func that has dimension '{extra[0]}', or remove the "
                f"compute_with")
         raise _err(DTScheduleError, f"'{func}' has dimension '{extra[0]}', which '{owner}'{through} does not: it is "
-                   f"computed inside {owner}'s loop, over {owner}'s tiles", loc, fix)
+                   f"computed inside {owner}'s loop, over {owner}'s tiles", schedules[func].locs.get("compute_with"),
+                   fix)
 
 
 def _check_shared_loop(owner, dim, members, funcs, schedules):
@@ -661,7 +671,8 @@ def _check_shared_loop(owner, dim, members, funcs, schedules):
         m = used[-1]
         through = f" (through {', '.join(repr(n) for n in used[:-1])})" if len(used) > 1 else ""
         fix = f"remove {m}'s compute_with (then {m} walks '{dim}' in a loop of its own, before {owner})"
-        if not through and any(centered_value(r, m, funcs[m]) is not None for r in top_reductions(funcs[owner].expr, dim)):
+        variance_of_m = any(centered_value(r, m, funcs[m]) is not None for r in top_reductions(funcs[owner].expr, dim))
+        if not through and variance_of_m:
             fix = (f"compute the variance with its mean instead: {owner}.compute_with({m}, {dim}) (and remove "
                    f"{m}'s), so that {owner} accumulates its deviations in {m}'s loop")
         raise _err(DTScheduleError, f"'{owner}' uses '{m}'{through}, but '{m}' is accumulated in '{owner}''s loop "
@@ -680,7 +691,7 @@ def _check_shared_loop(owner, dim, members, funcs, schedules):
                         raise _err(DTScheduleError, f"'{f}' reads '{g}' inside its reduction over '{dim}'{through}, "
                                    f"but '{used[-1]}' is computed in the same loop over '{dim}' (compute_with) and "
                                    f"is complete only after that loop", read.loc,
-                                   _inline_hint(r, [g, *used[:-1]], used[-1], funcs) or fix, notes)
+                                   _inline_hint(r, [g, *used[:-1]], used[-1], funcs, schedules) or fix, notes)
                     continue
                 if centered_value(r, g, funcs[g]) is not None:
                     continue  # a variance around a mean of the loop
@@ -744,7 +755,7 @@ def _squared_deviation(r: A.Reduce) -> tuple[A.Expr, A.Access] | None:
     return None
 
 
-def _inline_hint(r: A.Reduce, between: list[str], mean: str, funcs) -> str | None:
+def _inline_hint(r: A.Reduce, between: list[str], mean: str, funcs, schedules) -> str | None:
     """How to fix a deviation from `mean` written through other Funcs: inline them, when r then
     reads as the sum of squared deviations compute_with accepts."""
     try:
@@ -753,8 +764,12 @@ def _inline_hint(r: A.Reduce, between: list[str], mean: str, funcs) -> str | Non
         return None
     if centered_value(inlined, mean, funcs[mean]) is None:
         return None
-    return (f"inline {', '.join(between)} ({' '.join(f'{n}.inline();' for n in between)}), so that the reduction "
-            f"is written as the squared deviations from '{mean}' that compute_with accumulates in its loop")
+    fused = [n for n in between if schedules[n].fuse_at]
+    how = (f"replace {' and '.join(f'{n}.fuse_at(...)' for n in fused)} with "
+           f"{' '.join(f'{n}.inline();' for n in between)}" if fused
+           else ' '.join(f'{n}.inline();' for n in between))
+    return (f"inline {', '.join(between)} ({how}), so that the reduction is written as the squared deviations "
+            f"from '{mean}' that compute_with accumulates in its loop")
 
 
 def centered_value(r: A.Reduce, mean: str, mean_def: A.FuncDef) -> A.Expr | None:

@@ -125,9 +125,12 @@ class _KernelLowering:
         compute_with runs after whatever its members' reductions read, and each member after
         the loop (check.runs_after; the check rejects the orders that cannot be met)."""
         pool = set(producers)
-        needs = {f: set().union(*({g} if shared else self.reached_in({g}, pool)
-                                  for g, _, shared in runs_after(f, self.cp.computed_with, self.cp.funcs)))
-                 for f in producers}
+        needs: dict[str, set[str]] = {}
+        for f in producers:
+            needs[f] = set()
+            for g, _, shared in runs_after(f, self.cp.computed_with, self.cp.funcs):
+                # a Func accumulated in g's loop follows g itself; any other g, through what it uses
+                needs[f] |= {g} if shared else self.reached_in({g}, pool)
         order: list[str] = []
         pending = list(producers)
         while pending:

@@ -180,7 +180,7 @@ class _Renderer:
         if isinstance(e, S.IndexOf):
             return f"rt.offsets({e.axis}, {self.compute})"
         if isinstance(e, S.Index):
-            return f"float({index(e.value)})"
+            return f"rt.number({index(e.value)}, {self.compute})"
         if isinstance(e, S.Ref):
             return e.name
         if isinstance(e, S.Load):

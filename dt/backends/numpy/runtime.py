@@ -47,6 +47,12 @@ def offsets(sp, dtype) -> np.ndarray:
     return np.arange(sp[0], sp[0] + sp[1], dtype=dtype)
 
 
+def number(index: int, dtype):
+    """An index value as a scalar of the compute dtype (a Python float would make NumPy compute
+    in float64 wherever it meets no array)."""
+    return dtype.type(index)
+
+
 def sigmoid(x):
     return 1.0 / (1.0 + np.exp(-x))
 

@@ -98,6 +98,8 @@ def _index_exprs(s) -> tuple:
         return tuple(e for e in (s.start, s.size, s.limit) if e is not None)
     if isinstance(s, S.For):
         return (s.start, s.stop)
+    if isinstance(s, (S.Assign, S.Store)):
+        return tuple(n.value for n in S.walk_texpr(s.value) if isinstance(n, S.Index))
     return ()
 
 
