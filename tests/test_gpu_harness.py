@@ -148,6 +148,12 @@ def test_a_study_writes_its_records_and_report(tmp_path):
     assert (tmp_path / "out" / "study.md").read_text() == f"{doc['run']['device']}: 1.5 ms\n"
 
 
+def test_a_study_record_compares_with_the_same_size_copy():
+    import measure
+    fields = measure.against_copy(2_000_000, 0.5, {"gbps": 8.0})  # 2 MB in 0.5 ms: 4 GB/s
+    assert fields == {"ms": 0.5, "gbps": 4.0, "pct_copy_same": 50.0}
+
+
 def test_report_merges_runs(tmp_path):
     def rec(provider, ms, status="ok", run="a"):
         return {"run": run, "kernel": "softmax", "kind": cases.MEMORY, "shape": "x=8, y=256", "dtype": "f32",

@@ -65,8 +65,7 @@ def main(argv=None) -> int:
                     err = measure.relative_error(call(), ref)
                     ms = sorted(timer(call) for _ in range(3))[1]
                     records.append(dict(shape=f"{rows}x{width}", dtype=dtype_name, tile=tile, warps=warps,
-                                        one_pass=one_pass, ms=ms, gbps=moved / ms / 1e6,
-                                        pct_copy_same=100 * moved / ms / 1e6 / copy["gbps"], rel_err=err))
+                                        one_pass=one_pass, **measure.against_copy(moved, ms, copy), rel_err=err))
                     print(records[-1], flush=True)
     measure.write_study(args.out, "layernorm_big_rows", device, records, markdown)
     return 0

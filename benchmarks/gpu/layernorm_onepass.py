@@ -143,8 +143,7 @@ def main(argv=None) -> int:
             measure.synchronize(device)
             err = measure.relative_error(result if result is not None else out, ref)
             ms = timer(call)
-            records.append(dict(dtype=dtype_name, variant=name, ms=ms, gbps=moved / ms / 1e6,
-                                pct_copy_same=100 * moved / ms / 1e6 / copy["gbps"], rel_err=err,
+            records.append(dict(dtype=dtype_name, variant=name, **measure.against_copy(moved, ms, copy), rel_err=err,
                                 copy_same_ms=copy["ms"]))
             print(f"layernorm {dtype_name} {name}: {ms:.4f} ms, {records[-1]['pct_copy_same']:.0f}% of same-size "
                   f"copy, err {err:.1e}", flush=True)

@@ -129,6 +129,13 @@ def copy_bandwidth(timer: Timer, device: torch.device, moved: int | None = None)
     return {"bytes": 2 * src.numel() * 4, "ms": ms, "gbps": 2 * src.numel() * 4 / ms / 1e6}
 
 
+def against_copy(moved: int, ms: float, copy: dict) -> dict:
+    """A study record's speed fields: the kernel's time, its GB/s for `moved` bytes, and that as
+    a percentage of a copy_bandwidth(..., moved) timed in the same run."""
+    gbps = moved / ms / 1e6
+    return {"ms": ms, "gbps": gbps, "pct_copy_same": 100 * gbps / copy["gbps"]}
+
+
 class SizedCopies:
     """The same-size copy ceiling of each memory-bound row, timed once per size per run."""
 

@@ -183,8 +183,8 @@ def main(argv=None) -> int:
                 again = call()
                 measure.synchronize(device)
                 same = bool(torch.equal(first, again if again is not None else out))
-                records.append(dict(kernel=kernel, dtype=dtype_name, variant=name, ms=ms, gbps=moved / ms / 1e6,
-                                    pct_copy_same=100 * moved / ms / 1e6 / copy["gbps"], rel_err=err,
+                records.append(dict(kernel=kernel, dtype=dtype_name, variant=name,
+                                    **measure.against_copy(moved, ms, copy), rel_err=err,
                                     same_bits_again=same, copy_same_ms=copy["ms"]))
                 print(f"{kernel} {dtype_name} {name}: {ms:.4f} ms, {records[-1]['pct_copy_same']:.0f}% of same-size "
                       f"copy, err {err:.1e}, same bits again: {same}", flush=True)

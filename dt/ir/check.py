@@ -133,7 +133,7 @@ def check(program: A.Program) -> CheckedProgram:
                    "call .compile() on each output Func, e.g. `out.compile();`")
 
     funcs = _inline(defs, order, schedules)
-    needed = _reachable(funcs, outputs)
+    needed = reachable(funcs, outputs)
     funcs = {n: funcs[n] for n in order if n in needed and not schedules[n].inline}
     fused = {n: schedules[n].fuse_at for n in funcs if schedules[n].fuse_at}
     for n, (consumer, dim) in fused.items():
@@ -448,15 +448,17 @@ def _inline(defs, order, schedules) -> dict[str, A.FuncDef]:
     return funcs
 
 
-def _reachable(funcs, outputs) -> set[str]:
+def reachable(funcs, names, stop=frozenset()) -> set[str]:
+    """names and the Funcs they use, transitively, not looking past the Funcs in `stop`."""
     seen: set[str] = set()
-    stack = list(outputs)
+    stack = list(names)
     while stack:
         n = stack.pop()
         if n in seen:
             continue
         seen.add(n)
-        stack += [u.name for u in _uses(funcs[n].expr)]
+        if n not in stop:
+            stack += [u.name for u in _uses(funcs[n].expr)]
     return seen
 
 
@@ -527,7 +529,7 @@ def _check_other_loops(owner, dim, members, loops, funcs, schedules):
             used = _dependency_path(funcs, r, set(others))
             if used:
                 g = used[-1]
-                through = f" (through {', '.join(repr(n) for n in used[:-1])})" if len(used) > 1 else ""
+                through = _through(used)
                 raise _err(DTScheduleError, f"'{f}' reads '{g}'{through} inside its reduction over '{dim}', but "
                            f"'{g}' is accumulated in '{owner}''s loop over '{others[g]}' (compute_with) and is "
                            f"complete only after {owner}'s loops", schedules[g].locs.get("compute_with"),
@@ -669,7 +671,7 @@ def _check_shared_loop(owner, dim, members, funcs, schedules):
     used = _dependency_path(funcs, funcs[owner].expr, members)
     if used:
         m = used[-1]
-        through = f" (through {', '.join(repr(n) for n in used[:-1])})" if len(used) > 1 else ""
+        through = _through(used)
         fix = f"remove {m}'s compute_with (then {m} walks '{dim}' in a loop of its own, before {owner})"
         variance_of_m = any(centered_value(r, m, funcs[m]) is not None for r in top_reductions(funcs[owner].expr, dim))
         if not through and variance_of_m:
@@ -711,6 +713,11 @@ def _check_shared_loop(owner, dim, members, funcs, schedules):
                            notes)
 
 
+def _through(path: list[str]) -> str:
+    """' (through 'a', 'b')' for the Funcs before the last of a dependency path."""
+    return f" (through {', '.join(repr(n) for n in path[:-1])})" if len(path) > 1 else ""
+
+
 def _dependency_path(funcs, e: A.Expr, targets) -> list[str] | None:
     """The shortest chain of Funcs through which e uses one of `targets` (the target last)."""
     paths = {}
@@ -730,12 +737,18 @@ def _dependency_path(funcs, e: A.Expr, targets) -> list[str] | None:
     return None
 
 
-def _mean_value(e: A.Expr, dim: str) -> A.Expr | None:
-    """v when e is rsum(v, dim) / len(dim)."""
+def mean_reduction(e: A.Expr, dim: str) -> A.Reduce | None:
+    """rsum(v, dim) when e is rsum(v, dim) / len(dim)."""
     if isinstance(e, A.Binary) and e.op == "/" and isinstance(e.b, A.Len) and e.b.dim == dim \
             and isinstance(e.a, A.Reduce) and e.a.op == "sum" and e.a.dim == dim:
-        return e.a.args[0]
+        return e.a
     return None
+
+
+def _mean_value(e: A.Expr, dim: str) -> A.Expr | None:
+    """v when e is rsum(v, dim) / len(dim)."""
+    r = mean_reduction(e, dim)
+    return None if r is None else r.args[0]
 
 
 def _squared_deviation(r: A.Reduce) -> tuple[A.Expr, A.Access] | None:
@@ -864,7 +877,7 @@ def _check_func_schedule(cp: CheckedProgram, root: str):
 
 
 def _check_single_kernel(cp: CheckedProgram, out: str):
-    unfused = [n for n in cp.kernel_roots if n != out and n in _reachable(cp.funcs, (out,))]
+    unfused = [n for n in cp.kernel_roots if n != out and n in reachable(cp.funcs, (out,))]
     if unfused:
         loc = cp.schedules[out].locs.get("compile_to_kernel")
         notes = tuple((f"'{n}' is computed at root (its own kernel)", cp.funcs[n].loc) for n in unfused)

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from dt.errors import DTScheduleError
 from dt.ir import algorithm as A
 from dt.ir import scheduled as S
-from dt.ir.check import CheckedProgram, MapEntry, centered_value, runs_after, tile_of, top_reductions
+from dt.ir.check import (CheckedProgram, MapEntry, centered_value, mean_reduction, reachable, runs_after,
+                          tile_of, top_reductions)
 
 IDENTITY = {**S.REDUCE_IDENTITY, "dot": 0.0}
 COMBINE = {**S.REDUCE_COMBINE, "dot": "+"}
@@ -130,7 +131,7 @@ class _KernelLowering:
             needs[f] = set()
             for g, _, shared in runs_after(f, self.cp.computed_with, self.cp.funcs):
                 # a Func accumulated in g's loop follows g itself; any other g, through what it uses
-                needs[f] |= {g} if shared else self.reached_in({g}, pool)
+                needs[f] |= {g} if shared else reachable(self.cp.funcs, {g}, stop=pool) & pool
         order: list[str] = []
         pending = list(producers)
         while pending:
@@ -139,22 +140,6 @@ class _KernelLowering:
             pending.remove(f)
             order.append(f)
         return order
-
-    def reached_in(self, names: set[str], pool: set[str]) -> set[str]:
-        """The Funcs of `pool` among names, or used by those outside the pool, transitively."""
-        found: set[str] = set()
-        seen: set[str] = set()
-        stack = list(names)
-        while stack:
-            n = stack.pop()
-            if n in seen:
-                continue
-            seen.add(n)
-            if n in pool:
-                found.add(n)
-            else:
-                stack += [u.name for u in A.walk(self.cp.funcs[n].expr) if isinstance(u, A.Access) and u.kind == "func"]
-        return found
 
     # ------------------------------------------------------------ helpers
     def fresh(self, base: str) -> str:
@@ -499,9 +484,10 @@ class _KernelLowering:
             else:
                 variances.setdefault(mean, []).append(r)
         accumulators = {id(r): r_acc for _, r, r_acc in updates}
+        mean_sums = {mean: mean_reduction(self.cp.funcs[mean].expr, e.dim) for mean in variances}
         # one sum of squared deviations per mean (over the mean's axes), however many Funcs read it
-        m2s = {mean: self.assign(f"{e.dim}_m2", S.Full(0.0, accumulators[id(self.cp.funcs[mean].expr.a)].dims,
-                                                           self.compute), "rsum", rs[0].loc)
+        m2s = {mean: self.assign(f"{e.dim}_m2", S.Full(0.0, accumulators[id(mean_sums[mean])].dims, self.compute),
+                                 "rsum", rs[0].loc)
                for mean, rs in variances.items()}
         # Chan's update needs the mean of the lanes seen so far. It is carried, not taken from the
         # mean's running sum: an f32 sum of a long row drifts (each add rounds once the sum is
@@ -520,7 +506,7 @@ class _KernelLowering:
                 seen, tile_count = self.tile_counts(ax, start, tile)
             for mean, m2 in m2s.items():
                 # the mean's tile is reduced once: its sum feeds both the mean and the deviations
-                r_mean = self.cp.funcs[mean].expr.a
+                r_mean = mean_sums[mean]
                 mean_acc = accumulators[id(r_mean)]
                 values = self.fit(self.number(r_mean.args[0], mean, env2), self.canonical(mean_acc.dims + (ax,)))
                 tile_sums[id(r_mean)] = self.assign(f"{e.dim}_tile_sum", self.fit(
