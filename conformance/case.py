@@ -34,6 +34,7 @@ DOMAINS: Mapping[str, Callable[[np.random.Generator, tuple], np.ndarray]] = {
     "ints": lambda rng, shape: rng.integers(-3, 4, shape).astype(np.float64),  # ties for comparisons, zeros
     "scalar": lambda rng, shape: rng.uniform(0.5, 1.5, shape),  # the default for SIn scalars
     "offset": lambda rng, shape: 50.0 + rng.standard_normal(shape),  # a mean far from 0: variances that cancel
+    "logits": lambda rng, shape: 100.0 + 10.0 * rng.standard_normal(shape),  # exp overflows f32 unless shifted
 }
 
 

@@ -344,6 +344,19 @@ CATALOGUE: tuple[Case, ...] = (
                         "variance.compute_with(mean, y);\nout.compile_to_kernel();"},
          lambda A, eps: (A - A.mean(axis=1, keepdims=True)) / np.sqrt(A.var(axis=1, keepdims=True) + eps),
          SR, FR, domains={"A": "offset", "eps": 1e-5}, op="compute_with"),
+    # The online softmax: a sum of exponentials shifted by a max of the same loop, rescaled as the
+    # max grows, on logits whose exponentials overflow float32 unless shifted by the max.
+    Case("compute_with.softmax", "Func out, m, s;\nIn A;\nVar x;\nRVar y;\nm[x] = rmax(A[x, y], y);\n"
+         "s[x] = rsum(exp(A[x, y] - m[x]), y);\nout[x, y] = exp(A[x, y] - m[x]) / s[x];",
+         {"tiles": "out.block(x:2);\nout.tensorize(x:0, y:16);\nm.fuse_at(out, x);\ns.fuse_at(out, x);\n"
+                   "s.compute_with(m, y);\nout.compile_to_kernel();",
+          "wide_tiles": "out.block(x:1);\nout.tensorize(y:1024);\nm.fuse_at(out, x);\ns.fuse_at(out, x);\n"
+                        "s.compute_with(m, y);\nout.compile_to_kernel();",
+          "whole_rows": "out.block(x:1);\nout.tensorize(y:0);\nm.fuse_at(out, x);\ns.fuse_at(out, x);\n"
+                        "s.compute_with(m, y);\nout.compile_to_kernel();"},
+         lambda A: np.exp(A - A.max(axis=1, keepdims=True)) / np.exp(A - A.max(axis=1, keepdims=True)).sum(
+             axis=1, keepdims=True),
+         SR, FR, domains={"A": "logits"}, op="compute_with"),
     Case("inline.into_reduction", "Func out, t;\nIn A, B;\nVar x;\nRVar y;\nt[x, y] = A[x, y] * B[x, y];\n"
          "out[x] = rsum(t[x, y], y);",
          {"tiles": "t.inline();\nout.block(x:2);\nout.tensorize(x:2, y:8);\nout.compile();"},

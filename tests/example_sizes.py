@@ -10,6 +10,7 @@ SIZES = {
     "swish": [dict(x=2, y=2048), dict(x=3, y=1025)],
     "dyt": [dict(x=2, y=4096), dict(x=5, y=2049)],
     "softmax": [dict(x=8, y=1024), dict(x=1, y=1), dict(x=7, y=1031)],
+    "softmax_safe": [dict(x=8, y=1024), dict(x=1, y=1), dict(x=7, y=1031)],
     "layernorm": [dict(x=4, y=2048), dict(x=3, y=1027)],
     "matmul": [dict(x=256, y=128, k=64), dict(x=1, y=1, k=1), dict(x=33, y=257, k=7)],
     "mmsigmoid": [dict(x=128, y=256, k=32), dict(x=7, y=130, k=33)],

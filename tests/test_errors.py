@@ -320,6 +320,57 @@ def test_compute_with_reading_the_sibling_must_be_a_variance_around_its_mean():
               "write mean as rsum(..., y) / len(y)")
 
 
+SAFE_SOFTMAX = """Func out, m, s;
+In A;
+Var x;
+RVar y;
+m[x] = rmax(A[x, y], y);
+s[x] = rsum(exp(A[x, y] - m[x]), y);
+out[x, y] = exp(A[x, y] - m[x]) / s[x];
+out.block(x:1);
+out.tensorize(y:16);
+m.fuse_at(out, x);
+s.fuse_at(out, x);
+s.compute_with(m, y);
+out.compile_to_kernel();
+"""
+
+
+def test_compute_with_reading_a_max_must_be_the_exponentials_shifted_by_it():
+    dt.loads(SAFE_SOFTMAX)  # the one accepted form
+    err = error_of(SAFE_SOFTMAX.replace("rsum(exp(A[x, y] - m[x]), y)", "rsum(exp(A[x, y] - m[x]) * 2, y)"),
+                   DTScheduleError)
+    assert_at(err, 6, 27, "'s' reads 'm' inside its reduction over 'y', but 'm' is computed in the same loop",
+              "the sum of exponentials shifted by a max, rsum(exp(e - m), y), where e is written as in m's rmax",
+              "hint: remove s's compute_with (then s walks 'y' again, after that loop), or write it in that form")
+    # exponentials of another value than the one m is the max of
+    err = error_of(SAFE_SOFTMAX.replace("rsum(exp(A[x, y] - m[x]), y)", "rsum(exp(2 * A[x, y] - m[x]), y)"),
+                   DTScheduleError)
+    assert_at(err, 6, 31, "'s' reads 'm' inside its reduction")
+    # a max that is not rmax(e, y): the error is at it
+    err = error_of(SAFE_SOFTMAX.replace("m[x] = rmax(A[x, y], y);", "m[x] = rmax(A[x, y], y) + 1;"),
+                   DTScheduleError)
+    assert_at(err, 5, 1, "compute_with allows only for a max, m = rmax(e, y)", "write m as rmax(..., y)")
+
+
+def test_a_max_computed_with_its_exp_sum_is_told_to_swap_them():
+    err = error_of(SAFE_SOFTMAX.replace("s.compute_with(m, y);", "m.compute_with(s, y);"), DTScheduleError)
+    assert_at(err, 12, 1, "'s' uses 'm', but 'm' is accumulated in 's''s loop over 'y'",
+              "compute the sum with its max instead: s.compute_with(m, y)")
+
+
+def test_an_exponential_written_through_another_func_is_told_to_inline_it():
+    through = SAFE_SOFTMAX.replace("s[x] = rsum(exp(A[x, y] - m[x]), y);",
+                                   "e[x, y] = exp(A[x, y] - m[x]);\ns[x] = rsum(e[x, y], y);") \
+        .replace("Func out, m, s;", "Func out, m, s, e;")
+    err = error_of(through.replace("out.compile_to_kernel();", "e.fuse_at(s, y);\nout.compile_to_kernel();"),
+                   DTScheduleError)
+    assert_at(err, 7, 13, "'s' reads 'e' inside its reduction over 'y', which uses 'm'",
+              "inline e (replace e.fuse_at(...) with e.inline();), so that the reduction is written as the "
+              "exponentials shifted by 'm'")
+    dt.loads(through.replace("out.compile_to_kernel();", "e.inline();\nout.compile_to_kernel();"))
+
+
 SHARED_LOOP = """Func out, s, a, b, p;
 In A;
 Var x;

@@ -204,6 +204,64 @@ def test_the_interpreter_runs_the_one_pass_update_in_float32():
     assert interp.dtype == np.float32 and np.array_equal(interp, example), (interp, example)
 
 
+SAFE_SOFTMAX = """Func out, m, s;
+In A;
+Var x;
+RVar y;
+m[x] = rmax(A[x, y], y);
+s[x] = rsum(exp(A[x, y] - m[x]), y);
+out[x, y] = exp(A[x, y] - m[x]) / s[x];
+out.block(x:2);
+out.tensorize(x:0, y:64);
+m.fuse_at(out, x);
+s.fuse_at(out, x);
+"""
+
+
+@pytest.mark.parametrize("backend", ("interp", "numba", "triton"))
+@pytest.mark.parametrize("tile", (64, 0))
+def test_a_sum_shifted_by_its_max_walks_the_row_once_and_never_overflows(backend, tile):
+    """The online softmax: one loop carries the running max and the sum rescaled to it. Logits
+    around 100 overflow float32 unless shifted by the max; a row whose first tiles are all
+    -inf must not turn the sum into NaN (-inf - -inf)."""
+    import numpy as np
+    schedule = SAFE_SOFTMAX.replace("y:64", f"y:{tile}")
+    two = dt.loads(schedule + "out.compile_to_kernel();")
+    one = dt.loads(schedule + "s.compute_with(m, y);\nout.compile_to_kernel();")
+    assert _reduction_loops(two) == (2 if tile else 0) and _reduction_loops(one) == (1 if tile else 0)
+    if tile:
+        assert _running_values(one.pipeline("f32").kernels[0]) == {"y_accumulator": 1, "y_accumulator_2": 1}
+    rng = np.random.default_rng(7)
+    a = (100 + 10 * rng.standard_normal((3, 300))).astype(np.float32)
+    a[1, :200] = -np.inf  # three whole tiles of -inf, then values
+    a64 = a.astype(np.float64)
+    exact = np.exp(a64 - a64.max(axis=1, keepdims=True))
+    exact /= exact.sum(axis=1, keepdims=True)
+    got = one(A=a, backend=backend)
+    got = got.numpy() if hasattr(got, "numpy") else got
+    assert not np.isnan(got).any() and np.abs(got - exact).max() < 1e-6, np.abs(got - exact).max()
+    assert np.abs(got - two(A=a, backend=backend)).max() < 1e-6
+
+
+def test_exp_sums_share_their_max_and_its_tile_through_a_chain():
+    """Two sums shifted by one max, the max itself computed with a plain sum: one loop, the
+    tile's exponentials summed once for both."""
+    import numpy as np
+    prog = dt.loads(SAFE_SOFTMAX.replace("Func out, m, s;", "Func out, m, s, s2, t;")
+                    .replace("out[x, y] = exp(A[x, y] - m[x]) / s[x];",
+                             "s2[x] = rsum(exp(A[x, y] - m[x]), y) * 2;\nt[x] = rsum(A[x, y], y);\n"
+                             "out[x, y] = exp(A[x, y] - m[x]) / s[x] + s2[x] + t[x];")
+                    + "s2.fuse_at(out, x);\nt.fuse_at(out, x);\ns.compute_with(m, y);\ns2.compute_with(m, y);\n"
+                      "m.compute_with(t, y);\nout.compile_to_kernel();")
+    kernel = prog.pipeline("f32").kernels[0]
+    assert _reduction_loops(prog) == 1
+    names = [s.name for s in S.walk_statements(kernel.body) if isinstance(s, S.Assign)]
+    assert names.count("y_tile_exp_sum") == names.count("y_max") == 1
+    a = (100 + 10 * np.random.default_rng(2).standard_normal((5, 70))).astype(np.float32)
+    ref = prog.reference(A=a)
+    assert np.abs(prog(A=a, backend="interp") - ref).max() < 1e-5 * np.abs(ref).max()
+
+
 LAYERNORM_CHAIN = """Func layernorm, s, mean, variance;
 In A, W, Bias;
 SIn eps;

@@ -182,6 +182,9 @@ KERNELS: dict[str, Kernel] = {k.name: k for k in [
     _rowwise("softmax", EXAMPLES / "softmax.dt", {"A": ROWS}, _softmax, liger=_liger_softmax,
              notes="DT's softmax is the talk's exp(A)/sum(exp(A)) without max-subtraction; PyTorch and "
                    "Liger subtract the row max (one more reduction, the same bytes)."),
+    _rowwise("softmax_safe", EXAMPLES / "softmax_safe.dt", {"A": ROWS}, _softmax, liger=_liger_softmax,
+             notes="DT's softmax with the row max subtracted, as PyTorch and Liger do; the max and the sum "
+                   "may share one walk over the row (compute_with: the online softmax)."),
     _rowwise("layernorm", EXAMPLES / "layernorm.dt", {"A": ROWS, "W": ("y",), "Bias": ("y",)}, _layernorm,
              {"eps": 1e-5}, _liger_layernorm,
              notes="Liger's layer norm also writes each row's mean and 1/std (for the backward pass)."),

@@ -29,10 +29,13 @@ def _per_thread(elements: int, warps: int) -> int:
 
 
 # Row-wise kernels: the Func computed, and the reductions fused at its row loop.
-ROWWISE = {"softmax": ("_softmax", ("_sum",)), "layernorm": ("layernorm", ("mean", "variance")),
-           "rmsnorm": ("rmsnorm", ("ms",))}
-# Row-wise kernels whose statistics can share one walk over a tiled row (compute_with).
-ONE_PASS = {"layernorm": "variance.compute_with(mean, y);\n"}
+ROWWISE = {"softmax": ("_softmax", ("_sum",)), "softmax_safe": ("_softmax", ("_max", "_sum")),
+           "layernorm": ("layernorm", ("mean", "variance")), "rmsnorm": ("rmsnorm", ("ms",))}
+# Row-wise kernels whose statistics can share one walk over a tiled row (compute_with), offered
+# on rows longer than the given width: layernorm's third pass comes from L2 up to 16384 wide,
+# where the two-pass statistics measured no faster (docs/performance.md).
+ONE_PASS = {"layernorm": ("variance.compute_with(mean, y);\n", 16384),
+            "softmax_safe": ("_sum.compute_with(_max, y);\n", 0)}
 # Element-wise kernels: the Func computed, and helpers inlined into it.
 ELEMENTWISE = {"relu": ("relu_out", ()), "add": ("add_out", ()), "swish": ("swish_out", ("tmp",)),
                "dyt": ("dyt", ())}
@@ -63,7 +66,8 @@ def _rowwise(case: Case):
                         continue
                     pipelining = f"{out}.num_stages({stages});\n" if stages else ""
                     name = f"tiled{width}_w{warps}" + (f"_s{stages}" if stages else "")
-                    one_passes = ("", ONE_PASS[case.kernel.name]) if long_rows and case.kernel.name in ONE_PASS else ("",)
+                    shared, longer_than = ONE_PASS.get(case.kernel.name, ("", y))
+                    one_passes = ("", shared) if y > longer_than else ("",)
                     for one_pass in one_passes:
                         yield (name + ("_onepass" if one_pass else ""),
                                f"{out}.block(x:1);\n{out}.tensorize(y:{width});\n{fuse}{one_pass}"

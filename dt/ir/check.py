@@ -665,18 +665,22 @@ def _check_shared_dims(func, owner, funcs, schedules):
 
 def _check_shared_loop(owner, dim, members, funcs, schedules):
     """What runs in owner's loop over dim (owner's expression, and the members' reductions over
-    dim) reads no value computed in that loop, which is complete only after it; the one
-    exception is a variance around a mean of the loop (Chan's pairwise update)."""
+    dim) reads no value computed in that loop, which is complete only after it; the two
+    exceptions are a variance around a mean of the loop (Chan's pairwise update) and a sum of
+    exponentials shifted by a max of the loop (the online softmax's rescaled sum)."""
     loop = {owner, *members}
     used = _dependency_path(funcs, funcs[owner].expr, members)
     if used:
         m = used[-1]
         through = _through(used)
         fix = f"remove {m}'s compute_with (then {m} walks '{dim}' in a loop of its own, before {owner})"
-        variance_of_m = any(centered_value(r, m, funcs[m]) is not None for r in top_reductions(funcs[owner].expr, dim))
-        if not through and variance_of_m:
+        reads_m = [loop_statistic(r, m, funcs[m]) for r in top_reductions(funcs[owner].expr, dim)]
+        if not through and "variance" in reads_m:
             fix = (f"compute the variance with its mean instead: {owner}.compute_with({m}, {dim}) (and remove "
                    f"{m}'s), so that {owner} accumulates its deviations in {m}'s loop")
+        elif not through and "exp_sum" in reads_m:
+            fix = (f"compute the sum with its max instead: {owner}.compute_with({m}, {dim}) (and remove "
+                   f"{m}'s), so that {owner} accumulates its exponentials in {m}'s loop, rescaled as the max grows")
         raise _err(DTScheduleError, f"'{owner}' uses '{m}'{through}, but '{m}' is accumulated in '{owner}''s loop "
                    f"over '{dim}' and is complete only after it", schedules[m].locs.get("compute_with"), fix)
     for f in members:
@@ -695,22 +699,30 @@ def _check_shared_loop(owner, dim, members, funcs, schedules):
                                    f"is complete only after that loop", read.loc,
                                    _inline_hint(r, [g, *used[:-1]], used[-1], funcs, schedules) or fix, notes)
                     continue
-                if centered_value(r, g, funcs[g]) is not None:
-                    continue  # a variance around a mean of the loop
+                if loop_statistic(r, g, funcs[g]) is not None:
+                    continue  # a variance around a mean of the loop, or an exp-sum shifted by its max
                 is_mean = _mean_value(funcs[g].expr, dim) is not None
+                is_max = max_reduction(funcs[g].expr, dim) is not None
                 deviation = _squared_deviation(r)
                 if not is_mean and deviation is not None and deviation[1].name == g:
                     raise _err(DTScheduleError, f"'{f}' reads '{g}' inside its reduction over '{dim}', which "
                                f"compute_with allows only for a mean, {g} = rsum(e, {dim}) / len({dim}), and "
                                f"'{g}' is not written so", funcs[g].loc,
                                f"write {g} as rsum(..., {dim}) / len({dim}), or {fix}")
+                shifted = _shifted_exp(r)
+                if not is_max and shifted is not None and shifted[1].name == g:
+                    raise _err(DTScheduleError, f"'{f}' reads '{g}' inside its reduction over '{dim}', which "
+                               f"compute_with allows only for a max, {g} = rmax(e, {dim}), and '{g}' is not "
+                               f"written so", funcs[g].loc, f"write {g} as rmax(..., {dim}), or {fix}")
                 accepted = (f"; the one such read compute_with accepts is the sum of squared deviations from a "
                             f"mean, rsum((e - {g}) * (e - {g}), {dim}) or rsum(pow(e - {g}, 2), {dim}), where e is "
-                            f"written as in {g}'s rsum") if is_mean else ""
+                            f"written as in {g}'s rsum") if is_mean else \
+                    (f"; the one such read compute_with accepts is the sum of exponentials shifted by a max, "
+                     f"rsum(exp(e - {g}), {dim}), where e is written as in {g}'s rmax") if is_max else ""
                 raise _err(DTScheduleError, f"'{f}' reads '{g}' inside its reduction over '{dim}', but '{g}' is "
                            f"computed in the same loop over '{dim}' (compute_with) and is complete only after that "
-                           f"loop{accepted}", read.loc, fix + (", or write it in that form" if is_mean else ""),
-                           notes)
+                           f"loop{accepted}", read.loc,
+                           fix + (", or write it in that form" if is_mean or is_max else ""), notes)
 
 
 def _through(path: list[str]) -> str:
@@ -745,6 +757,11 @@ def mean_reduction(e: A.Expr, dim: str) -> A.Reduce | None:
     return None
 
 
+def max_reduction(e: A.Expr, dim: str) -> A.Reduce | None:
+    """e itself when e is rmax(v, dim)."""
+    return e if isinstance(e, A.Reduce) and e.op == "max" and e.dim == dim else None
+
+
 def _mean_value(e: A.Expr, dim: str) -> A.Expr | None:
     """v when e is rsum(v, dim) / len(dim)."""
     r = mean_reduction(e, dim)
@@ -768,21 +785,60 @@ def _squared_deviation(r: A.Reduce) -> tuple[A.Expr, A.Access] | None:
     return None
 
 
-def _inline_hint(r: A.Reduce, between: list[str], mean: str, funcs, schedules) -> str | None:
-    """How to fix a deviation from `mean` written through other Funcs: inline them, when r then
-    reads as the sum of squared deviations compute_with accepts."""
+def _inline_hint(r: A.Reduce, between: list[str], sibling: str, funcs, schedules) -> str | None:
+    """How to fix a deviation from a mean `sibling` (or an exponential shifted by a max) written
+    through other Funcs: inline them, when r then reads as a sum compute_with accepts."""
     try:
         inlined = _substitute(r, funcs, set(between))
     except DTScheduleError:
         return None
-    if centered_value(inlined, mean, funcs[mean]) is None:
+    kind = loop_statistic(inlined, sibling, funcs[sibling])
+    if kind is None:
         return None
     fused = [n for n in between if schedules[n].fuse_at]
     how = (f"replace {' and '.join(f'{n}.fuse_at(...)' for n in fused)} with "
            f"{' '.join(f'{n}.inline();' for n in between)}" if fused
            else ' '.join(f'{n}.inline();' for n in between))
-    return (f"inline {', '.join(between)} ({how}), so that the reduction is written as the squared deviations "
-            f"from '{mean}' that compute_with accumulates in its loop")
+    form = "the squared deviations from" if kind == "variance" else "the exponentials shifted by"
+    return (f"inline {', '.join(between)} ({how}), so that the reduction is written as {form} '{sibling}' that "
+            f"compute_with accumulates in its loop")
+
+
+def _shifted_exp(r: A.Reduce) -> tuple[A.Expr, A.Access] | None:
+    """(e, f[...]) when reduction r is rsum(exp(e - f[...]))."""
+    body = r.args[0]
+    if r.op != "sum" or not (isinstance(body, A.Unary) and body.op == "exp"):
+        return None
+    shifted = body.x
+    if isinstance(shifted, A.Binary) and shifted.op == "-" and isinstance(shifted.b, A.Access) \
+            and shifted.b.kind == "func":
+        return shifted.a, shifted.b
+    return None
+
+
+def shifted_exp_value(r: A.Reduce, maximum: str, max_def: A.FuncDef) -> A.Expr | None:
+    """e, when reduction r is rsum(exp(e - maximum)) over the dim that `maximum`, defined as
+    rmax(e, dim), takes e's max over: the sum of exponentials that compute_with may accumulate
+    in the max's own loop, rescaled whenever the running max grows (the online softmax)."""
+    m = max_reduction(max_def.expr, r.dim)
+    shifted = _shifted_exp(r)
+    if m is None or shifted is None:
+        return None
+    value, access = shifted
+    if access.name == maximum and access.indices == max_def.dims and A.same(value, m.args[0]):
+        return value
+    return None
+
+
+def loop_statistic(r: A.Reduce, g: str, g_def: A.FuncDef) -> str | None:
+    """'variance' or 'exp_sum' when reduction r reads Func g (a Func of its own loop) in one of
+    the two forms compute_with accumulates in g's loop: squared deviations from g, a mean, or
+    exponentials shifted by g, a max."""
+    if centered_value(r, g, g_def) is not None:
+        return "variance"
+    if shifted_exp_value(r, g, g_def) is not None:
+        return "exp_sum"
+    return None
 
 
 def centered_value(r: A.Reduce, mean: str, mean_def: A.FuncDef) -> A.Expr | None:

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from dt.errors import DTScheduleError
 from dt.ir import algorithm as A
 from dt.ir import scheduled as S
-from dt.ir.check import (CheckedProgram, MapEntry, centered_value, mean_reduction, reachable, runs_after,
-                          tile_of, top_reductions)
+from dt.ir.check import (CheckedProgram, MapEntry, centered_value, max_reduction, mean_reduction, reachable,
+                         runs_after, shifted_exp_value, tile_of, top_reductions)
 
 IDENTITY = {**S.REDUCE_IDENTITY, "dot": 0.0}
 COMBINE = {**S.REDUCE_COMBINE, "dot": "+"}
@@ -471,6 +471,7 @@ class _KernelLowering:
         # e's own accumulator, then those of reductions computed with func (compute_with)
         updates = [(func, e, acc)]
         variances: dict[str, list[A.Reduce]] = {}  # a mean of this loop -> the variances around it
+        exp_sums: dict[str, list[tuple[A.Reduce, S.Ref]]] = {}  # a max of this loop -> the exp-sums it shifts
         siblings = self.siblings(e, func)
         # the Funcs whose producers this loop computes: func's, and those of Funcs accumulated here
         # (func's first loop over the dim accumulates them all; a later one, such as rsum's in
@@ -479,12 +480,17 @@ class _KernelLowering:
         for g, r in siblings:
             mean = next((m for m in self.loop_funcs(func, e.dim)
                          if centered_value(r, m, self.cp.funcs[m]) is not None), None)
-            if mean is None:
-                updates.append((g, r, self.accumulator(r, env)))
-            else:
+            maximum = next((m for m in self.loop_funcs(func, e.dim)
+                            if shifted_exp_value(r, m, self.cp.funcs[m]) is not None), None)
+            if mean is not None:
                 variances.setdefault(mean, []).append(r)
+            elif maximum is not None:
+                exp_sums.setdefault(maximum, []).append((r, self.accumulator(r, env)))
+            else:
+                updates.append((g, r, self.accumulator(r, env)))
         accumulators = {id(r): r_acc for _, r, r_acc in updates}
         mean_sums = {mean: mean_reduction(self.cp.funcs[mean].expr, e.dim) for mean in variances}
+        max_reductions = {m: max_reduction(self.cp.funcs[m].expr, e.dim) for m in exp_sums}
         # one sum of squared deviations per mean (over the mean's axes), however many Funcs read it
         m2s = {mean: self.assign(f"{e.dim}_m2", S.Full(0.0, accumulators[id(mean_sums[mean])].dims, self.compute),
                                  "rsum", rs[0].loc)
@@ -513,9 +519,16 @@ class _KernelLowering:
                     S.Reduce("sum", self.masked(values, ax, 0.0), ax), mean_acc.dims), "rsum", r_mean.loc)
                 self.merge_deviations(m2, running_means.get(mean), values, tile_sums[id(r_mean)], ax, seen,
                                       tile_count)
+            new_maxima = {}
+            for maximum, sums in exp_sums.items():
+                r_max = max_reductions[maximum]
+                max_acc = accumulators[id(r_max)]
+                values = self.fit(self.number(r_max.args[0], maximum, env2), self.canonical(max_acc.dims + (ax,)))
+                new_maxima[id(r_max)] = self.rescale_exp_sums(max_acc, sums, values, ax, r_max.loc, tile != 0)
             for f, r, r_acc in updates:
-                tile_sum = tile_sums.get(id(r))
-                update = S.Binary("+", r_acc, tile_sum) if tile_sum is not None else self.update(r, f, env2, ax, r_acc)
+                tile_sum, new_max = tile_sums.get(id(r)), new_maxima.get(id(r))
+                update = S.Binary("+", r_acc, tile_sum) if tile_sum is not None else new_max if new_max is not None \
+                    else self.update(r, f, env2, ax, r_acc)
                 self.emit(S.Assign(r_acc.name, update, f"r{r.op}", r.loc))
 
         if tile == 0:
@@ -529,6 +542,9 @@ class _KernelLowering:
         for mean, rs in variances.items():
             for r in rs:
                 self.shared_reductions[id(r)] = m2s[mean]
+        for sums in exp_sums.values():
+            for r, r_acc in sums:
+                self.shared_reductions[id(r)] = r_acc
         return acc
 
     def loop_funcs(self, func: str, dim: str) -> list[str]:
@@ -566,6 +582,28 @@ class _KernelLowering:
             self.emit(S.Assign(running_mean.name, S.Binary("+", running_mean, S.Binary("*", delta, weight)),
                                "rsum", loc))
         self.emit(S.Assign(m2.name, update, "rsum", loc))
+
+    def rescale_exp_sums(self, max_acc: S.Ref, sums, values: S.TExpr, ax: str, loc, rescale: bool) -> S.Ref:
+        """One step of the online softmax: the running max after the current tile, and each sum
+        of exponentials shifted by the max (`sums`: (reduction, accumulator)) brought to it: the
+        sum so far, scaled by exp(old max - new max), plus the tile's exponentials shifted by the
+        new max (`rescale` False: one tile covers the reduction, there is no sum so far).
+        Returns the new max, which the caller assigns to `max_acc` after these updates."""
+        dim = self.axes[ax].dim
+        tile_max = self.fit(S.Reduce("max", self.masked(values, ax, IDENTITY["max"]), ax), max_acc.dims)
+        new_max = self.assign(f"{dim}_max", S.Binary("maximum", max_acc, tile_max), "rmax", loc)
+        # while every lane so far is -inf, so is the max, and x - max would be -inf - -inf = NaN:
+        # shifting by 0 instead keeps the sum at 0 (the max's own value is not shifted)
+        shift = self.assign(f"{dim}_shift", S.Where(S.Binary("==", new_max, S.Literal(IDENTITY["max"])),
+                                                    S.Literal(0.0), new_max), "rmax", loc)
+        exps = self.masked(S.Unary("exp", S.Binary("-", values, S.Expand(shift, values.dims))), ax, 0.0)
+        tile_sum = self.assign(f"{dim}_tile_exp_sum", self.fit(S.Reduce("sum", exps, ax), max_acc.dims), "rsum", loc)
+        if rescale:
+            scale = self.assign(f"{dim}_rescale", S.Unary("exp", S.Binary("-", max_acc, shift)), "rsum", loc)
+        for r, r_acc in sums:
+            update = S.Binary("+", S.Binary("*", r_acc, scale), tile_sum) if rescale else tile_sum
+            self.emit(S.Assign(r_acc.name, update, "rsum", r.loc))
+        return new_max
 
     def accumulator(self, e: A.Reduce, env) -> S.Ref:
         """A new accumulator of reduction e, set to its identity over e's free dims."""
