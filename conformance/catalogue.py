@@ -354,8 +354,7 @@ CATALOGUE: tuple[Case, ...] = (
                         "s.compute_with(m, y);\nout.compile_to_kernel();",
           "whole_rows": "out.block(x:1);\nout.tensorize(y:0);\nm.fuse_at(out, x);\ns.fuse_at(out, x);\n"
                         "s.compute_with(m, y);\nout.compile_to_kernel();"},
-         lambda A: np.exp(A - A.max(axis=1, keepdims=True)) / np.exp(A - A.max(axis=1, keepdims=True)).sum(
-             axis=1, keepdims=True),
+         lambda A: _softmax_rows(A - A.max(axis=1, keepdims=True)),
          SR, FR, domains={"A": "logits"}, op="compute_with"),
     Case("inline.into_reduction", "Func out, t;\nIn A, B;\nVar x;\nRVar y;\nt[x, y] = A[x, y] * B[x, y];\n"
          "out[x] = rsum(t[x, y], y);",
@@ -427,6 +426,16 @@ CATALOGUE: tuple[Case, ...] = (
          lambda A: _softmax_rows(A),
          ({"x": 1, "y": 1}, {"x": 5, "y": 13}, {"x": 9, "y": 700}),
          ({"x": 1, "y": 1}, {"x": 1024, "y": 4096}, {"x": 1031, "y": 4099})),
+    talk("softmax_safe", "Func _softmax, _max, _sum;\nIn A;\nVar x;\nRVar y;\n_max[x] = rmax(A[x, y], y);\n"
+         "_sum[x] = rsum(exp(A[x, y] - _max[x]), y);\n_softmax[x, y] = exp(A[x, y] - _max[x]) / reshape(_sum[x], x, 1);",
+         {"talk": "_softmax.block(x:4);\n_softmax.tensorize(y:512);\n_softmax.tensorize(x:0);\n_max.fuse_at(_softmax, x);\n"
+                  "_sum.fuse_at(_softmax, x);\n_sum.compute_with(_max, y);\n_softmax.num_warps(8);\n"
+                  "_softmax.compile_to_kernel();",
+          "small": "_softmax.block(x:2);\n_softmax.tensorize(x:0, y:16);\n_max.fuse_at(_softmax, x);\n"
+                   "_sum.fuse_at(_softmax, x);\n_sum.compute_with(_max, y);\n_softmax.compile_to_kernel();"},
+         lambda A: _softmax_rows(A - A.max(axis=1, keepdims=True)),
+         ({"x": 1, "y": 1}, {"x": 5, "y": 13}, {"x": 9, "y": 700}),
+         ({"x": 1, "y": 1}, {"x": 1024, "y": 4096}, {"x": 1031, "y": 4099}), domains={"A": "logits"}),
     talk("layernorm", "Func layernorm, mean, variance;\nIn A, W, Bias;\nSIn eps;\nVar x;\nRVar y;\n"
          "mean[x] = rsum(A[x, y], y) / len(y);\n"
          "variance[x] = rsum((A[x, y] - mean[x]) * (A[x, y] - mean[x]), y) / len(y);\n"

@@ -18,7 +18,7 @@ class TileVar:
     """A tile variable of the generated kernel, as the debugger shows it."""
     name: str  # the Python variable
     dt_name: str  # the Func or input it holds, or the reduction ('rsum', ...) of an accumulator
-    role: str  # 'func' | 'load' | 'accumulator'
+    role: str  # 'func' | 'load' | 'accumulator' (also a reduction's other running values)
     axes: tuple[str, ...]  # its axis variables, in order
     dims: tuple[str, ...]  # the dimension of each axis
     loc: Loc | None
@@ -29,7 +29,8 @@ class TileVar:
         if self.role == "load":
             return f"load of {self.dt_name}{at}"
         if self.role == "accumulator":
-            return f"{self.dt_name} accumulator{at}"
+            kind = "accumulator" if "accumulator" in self.name else "running value"
+            return f"{self.dt_name} {kind}{at}"
         return f"tile of {self.dt_name}{at}"
 
 
@@ -106,7 +107,7 @@ class _Walker:
     def role(self, s: S.Assign) -> str:
         if isinstance(s.value, S.Load):
             return "load"
-        if s.dt_name in REDUCTIONS and "accumulator" in s.name:
+        if s.dt_name in REDUCTIONS:  # an accumulator, or a one-pass update's running max, mean, ...
             return "accumulator"
         return "func"
 
