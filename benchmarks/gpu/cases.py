@@ -215,6 +215,12 @@ KERNELS: dict[str, Kernel] = {k.name: k for k in [
            ((4096, 4096, 64, 64),), ((64, 64, 16, 16),), MATMUL_DTYPES, _attention, gemms=_two_gemms, sdpa=True,
            notes="One head: A is Q (m x k), B is K transposed (k x l), C is V (l x n). DT's softmax has no "
                  "max-subtraction; SDPA gets K as (l x k), transposed outside the timing."),
+    Kernel("attention_safe", MATMUL, EXAMPLES / "attention_safe.dt",
+           {"A": ("m", "k"), "B": ("k", "l"), "C": ("l", "n")}, ("m", "n"), {}, ("m", "l", "k", "n"),
+           ((1024, 1024, 64, 64), (4096, 4096, 64, 64)), ((4096, 4096, 64, 64),), ((64, 64, 16, 16),), MATMUL_DTYPES,
+           _attention, gemms=_two_gemms, sdpa=True,
+           notes="attention with the row max subtracted, as every baseline does: its max and its sum in the first "
+                 "pass over the keys (compute_with, the online softmax), the product in the second."),
 ]}
 
 

@@ -167,9 +167,25 @@ def _attention(case: Case):
                            "attention.compile_to_kernel();\n", EXAMPLES / "attention_onepass.dt")
 
 
+def _attention_safe(case: Case):
+    """examples/attention_safe.dt's two passes: max and shifted sum (compute_with), then the product."""
+    for bm in (16, 32, 64, 128):
+        for lt in (32, 64, 128):
+            for warps in (4, 8):
+                for stages in (1, 2):
+                    if bm * lt // (warps * 32) > 64 or bm * lt // (warps * 32) < 2:
+                        continue
+                    yield (f"m{bm}_l{lt}_w{warps}_s{stages}",
+                           f"attention.block(m:{bm});\nattention.tensorize(m:{bm}, n:0, k:0, l:{lt});\n"
+                           "mm.inline();\ne.inline();\nmx.fuse_at(attention, m);\ndvsr.fuse_at(attention, m);\n"
+                           "dvsr.compute_with(mx, l);\nsm.fuse_at(attention, l);\n"
+                           f"attention.num_warps({warps});\nattention.num_stages({stages});\n"
+                           "attention.compile_to_kernel();\n")
+
+
 GENERATORS = {**{k: _rowwise for k in ROWWISE}, **{k: _elementwise for k in ELEMENTWISE},
               "matmul": _matmul, "mmsigmoid": _matmul, "2mm_outer": _two_mm, "2mm_inner": _two_mm,
-              "attention": _attention}
+              "attention": _attention, "attention_safe": _attention_safe}
 
 
 def variants(case: Case) -> list[tuple[str, str]]:
