@@ -376,6 +376,24 @@ def test_frame_shows_tiles_with_masked_lanes_and_index_ranges(capsys):
         f.raw("_softmax")
 
 
+def test_a_one_pass_update_shows_its_values_as_the_reductions_they_belong_to():
+    """The online softmax's running max, shift and rescaled sum are parts of rmax's and rsum's
+    updates, shown under their generated names at the DT expression they come from, never as
+    Funcs named 'rmax' or 'rsum'."""
+    frames = []
+    prog = dt.load(example_path("softmax_safe"))
+    dt.debug.break_at("softmax_safe.dt:12@pid=0@y_iter=512", action=frames.append)
+    a = np.random.default_rng(1).standard_normal((4, 1100)).astype(np.float32)
+    with dt.debug.trace() as t:
+        prog(A=a)
+    f = frames[0]  # in the loop over y, at the sum's first statement of its second tile
+    assert f.meaning("y_max") == "rmax update value (softmax_safe.dt:11:18)"
+    assert f.meaning("y_accumulator") == "rmax accumulator (softmax_safe.dt:11:18)"
+    np.testing.assert_allclose(f.tiles["y_max"].compressed(), a[:4, :1024].max(1))
+    assert {r.name for r in t.records} == {"_max", "_sum", "_softmax"}
+    np.testing.assert_allclose(t.tensor("_max"), a.max(1))
+
+
 def test_breakpoint_conditions_pid_list_loop_variable_callable():
     hits = []
     prog = dt.load(SOFTMAX)

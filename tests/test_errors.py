@@ -306,7 +306,8 @@ def test_compute_with_reading_the_sibling_must_be_a_variance_around_its_mean():
     assert_at(err, 6, 34, "'variance' reads 'mean' inside its reduction over 'y', but 'mean' is computed in the same "
               "loop over 'y' (compute_with) and is complete only after that loop",
               "sum of squared deviations from a mean",
-              "rsum(pow(e - mean, 2), y)", "bad.dt:12:1: note: 'variance' is computed with 'mean' here",
+              "rsum(pow(e - mean[x], 2), y)", "mean is indexed by its own dimensions",
+              "bad.dt:12:1: note: 'variance' is computed with 'mean' here",
               "hint: remove variance's compute_with (then variance walks 'y' again, after that loop), or write it in "
               "that form")
     # deviations of another value than the one mean averages
@@ -341,7 +342,8 @@ def test_compute_with_reading_a_max_must_be_the_exponentials_shifted_by_it():
     err = error_of(SAFE_SOFTMAX.replace("rsum(exp(A[x, y] - m[x]), y)", "rsum(exp(A[x, y] - m[x]) * 2, y)"),
                    DTScheduleError)
     assert_at(err, 6, 27, "'s' reads 'm' inside its reduction over 'y', but 'm' is computed in the same loop",
-              "the sum of exponentials shifted by a max, rsum(exp(e - m), y), where e is written as in m's rmax",
+              "the sum of exponentials shifted by a max, rsum(exp(e - m[x]), y), where e is written as in m's rmax "
+              "and m is indexed by its own dimensions",
               "hint: remove s's compute_with (then s walks 'y' again, after that loop), or write it in that form")
     # exponentials of another value than the one m is the max of
     err = error_of(SAFE_SOFTMAX.replace("rsum(exp(A[x, y] - m[x]), y)", "rsum(exp(2 * A[x, y] - m[x]), y)"),
@@ -350,7 +352,8 @@ def test_compute_with_reading_a_max_must_be_the_exponentials_shifted_by_it():
     # a max that is not rmax(e, y): the error is at it
     err = error_of(SAFE_SOFTMAX.replace("m[x] = rmax(A[x, y], y);", "m[x] = rmax(A[x, y], y) + 1;"),
                    DTScheduleError)
-    assert_at(err, 5, 1, "compute_with allows only for a max, m = rmax(e, y)", "write m as rmax(..., y)")
+    assert_at(err, 5, 1, "compute_with accepts a sum of exponentials shifted by 'm' only when 'm' is a max, "
+              "m = rmax(e, y)", "if m is meant to be the max, write it as rmax(..., y); else remove s's compute_with")
 
 
 def test_a_max_computed_with_its_exp_sum_is_told_to_swap_them():

@@ -243,6 +243,39 @@ def test_a_sum_shifted_by_its_max_walks_the_row_once_and_never_overflows(backend
     assert np.abs(got - two(A=a, backend=backend)).max() < 1e-6
 
 
+@pytest.mark.parametrize("backend", ("interp", "numba", "triton"))
+def test_a_shifted_sum_may_span_dimensions_its_max_does_not(backend):
+    """s[x, z] shifted by m[x, z] = rmax(A[x, y], y): the max's rescale and tile sum are laid
+    out over (x) and must be broadcast to the sum's (x, z) block, whose extent divides nothing."""
+    import numpy as np
+    prog = dt.loads("Func out, m, s;\nIn A, B;\nVar x, z;\nRVar y;\nm[x, z] = rmax(A[x, y], y);\n"
+                    "s[x, z] = rsum(exp(A[x, y] - m[x, z]), y);\nout[x, z] = s[x, z] + B[x, z];\n"
+                    "out.block(x:2, z:4);\nout.tensorize(x:0, y:16, z:0);\nm.fuse_at(out, z);\ns.fuse_at(out, z);\n"
+                    "s.compute_with(m, y);\nout.compile_to_kernel();")
+    rng = np.random.default_rng(8)
+    a, b = rng.standard_normal((4, 37)).astype(np.float32), rng.standard_normal((4, 6)).astype(np.float32)
+    got = prog(A=a, B=b, backend=backend)
+    got = got.numpy() if hasattr(got, "numpy") else got
+    assert np.abs(got - prog.reference(A=a, B=b)).max() < 1e-5
+
+
+@pytest.mark.parametrize("tile", (16, 0))
+def test_a_row_of_minus_inf_gets_the_sum_it_has_without_compute_with(tile):
+    """exp(-inf - -inf) is NaN: shifting by 0 while the max is -inf must not turn a row that is
+    -inf throughout into a sum of 0 (log of it would be -inf instead of NaN)."""
+    import numpy as np
+    prog = dt.loads("Func out, m, s;\nIn A;\nVar x;\nRVar y;\nm[x] = rmax(A[x, y], y);\n"
+                    "s[x] = rsum(exp(A[x, y] - m[x]), y);\nout[x] = m[x] + log(s[x]);\nout.block(x:1);\n"
+                    f"out.tensorize(y:{tile});\nm.fuse_at(out, x);\ns.fuse_at(out, x);\ns.compute_with(m, y);\n"
+                    "out.compile_to_kernel();")
+    a = np.random.default_rng(9).standard_normal((3, 40)).astype(np.float32)
+    a[0], a[1, :20] = -np.inf, -np.inf
+    ref = prog.reference(A=a)
+    for backend in ("interp", "numba"):
+        got = prog(A=a, backend=backend)
+        assert np.isnan(got[0]) and np.isnan(ref[0]) and np.abs(got[1:] - ref[1:]).max() < 1e-5, (backend, got, ref)
+
+
 def test_exp_sums_share_their_max_and_its_tile_through_a_chain():
     """Two sums shifted by one max, the max itself computed with a plain sum: one loop, the
     tile's exponentials summed once for both."""

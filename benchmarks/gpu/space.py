@@ -66,11 +66,11 @@ def _rowwise(case: Case):
                         continue
                     pipelining = f"{out}.num_stages({stages});\n" if stages else ""
                     name = f"tiled{width}_w{warps}" + (f"_s{stages}" if stages else "")
-                    shared, longer_than = ONE_PASS.get(case.kernel.name, ("", y))
-                    one_passes = ("", shared) if y > longer_than else ("",)
-                    for one_pass in one_passes:
-                        yield (name + ("_onepass" if one_pass else ""),
-                               f"{out}.block(x:1);\n{out}.tensorize(y:{width});\n{fuse}{one_pass}"
+                    one_pass = ONE_PASS.get(case.kernel.name)
+                    one_passes = ("", one_pass[0]) if one_pass and y > one_pass[1] else ("",)
+                    for shared in one_passes:
+                        yield (name + ("_onepass" if shared else ""),
+                               f"{out}.block(x:1);\n{out}.tensorize(y:{width});\n{fuse}{shared}"
                                f"{out}.num_warps({warps});\n{pipelining}{out}.compile_to_kernel();\n")
 
 

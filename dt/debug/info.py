@@ -29,7 +29,7 @@ class TileVar:
         if self.role == "load":
             return f"load of {self.dt_name}{at}"
         if self.role == "accumulator":
-            kind = "accumulator" if "accumulator" in self.name else "running value"
+            kind = "accumulator" if "accumulator" in self.name else "update value"
             return f"{self.dt_name} {kind}{at}"
         return f"tile of {self.dt_name}{at}"
 

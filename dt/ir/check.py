@@ -711,14 +711,17 @@ def _check_shared_loop(owner, dim, members, funcs, schedules):
                                f"write {g} as rsum(..., {dim}) / len({dim}), or {fix}")
                 shifted = _shifted_exp(r)
                 if not is_max and shifted is not None and shifted[1].name == g:
-                    raise _err(DTScheduleError, f"'{f}' reads '{g}' inside its reduction over '{dim}', which "
-                               f"compute_with allows only for a max, {g} = rmax(e, {dim}), and '{g}' is not "
-                               f"written so", funcs[g].loc, f"write {g} as rmax(..., {dim}), or {fix}")
+                    raise _err(DTScheduleError, f"'{f}' reads '{g}' inside its reduction over '{dim}': compute_with "
+                               f"accepts a sum of exponentials shifted by '{g}' only when '{g}' is a max, "
+                               f"{g} = rmax(e, {dim}), and '{g}' is not written so", funcs[g].loc,
+                               f"if {g} is meant to be the max, write it as rmax(..., {dim}); else {fix}")
+                own = f"{g}[{', '.join(funcs[g].dims)}]"
                 accepted = (f"; the one such read compute_with accepts is the sum of squared deviations from a "
-                            f"mean, rsum((e - {g}) * (e - {g}), {dim}) or rsum(pow(e - {g}, 2), {dim}), where e is "
-                            f"written as in {g}'s rsum") if is_mean else \
+                            f"mean, rsum((e - {own}) * (e - {own}), {dim}) or rsum(pow(e - {own}, 2), {dim}), where "
+                            f"e is written as in {g}'s rsum and {g} is indexed by its own dimensions") if is_mean else \
                     (f"; the one such read compute_with accepts is the sum of exponentials shifted by a max, "
-                     f"rsum(exp(e - {g}), {dim}), where e is written as in {g}'s rmax") if is_max else ""
+                     f"rsum(exp(e - {own}), {dim}), where e is written as in {g}'s rmax and {g} is indexed by its "
+                     f"own dimensions") if is_max else ""
                 raise _err(DTScheduleError, f"'{f}' reads '{g}' inside its reduction over '{dim}', but '{g}' is "
                            f"computed in the same loop over '{dim}' (compute_with) and is complete only after that "
                            f"loop{accepted}", read.loc,

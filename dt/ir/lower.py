@@ -11,13 +11,15 @@ One kernel per Func computed at root. In each kernel:
 """
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass
 
 from dt.errors import DTScheduleError
 from dt.ir import algorithm as A
 from dt.ir import scheduled as S
-from dt.ir.check import (CheckedProgram, MapEntry, centered_value, max_reduction, mean_reduction, reachable,
-                         runs_after, shifted_exp_value, tile_of, top_reductions)
+from dt.ir.check import (CheckedProgram, MapEntry, loop_statistic, mean_reduction, reachable, runs_after, tile_of,
+                         top_reductions)
 
 IDENTITY = {**S.REDUCE_IDENTITY, "dot": 0.0}
 COMBINE = {**S.REDUCE_COMBINE, "dot": "+"}
@@ -478,19 +480,17 @@ class _KernelLowering:
         # rmax(..) + rsum(..), only func's own)
         in_loop = [func, *dict.fromkeys(g for g, _ in siblings)]
         for g, r in siblings:
-            mean = next((m for m in self.loop_funcs(func, e.dim)
-                         if centered_value(r, m, self.cp.funcs[m]) is not None), None)
-            maximum = next((m for m in self.loop_funcs(func, e.dim)
-                            if shifted_exp_value(r, m, self.cp.funcs[m]) is not None), None)
-            if mean is not None:
-                variances.setdefault(mean, []).append(r)
-            elif maximum is not None:
-                exp_sums.setdefault(maximum, []).append((r, self.accumulator(r, env)))
+            # a variance around a mean of this loop, or a sum shifted by a max of it (check.loop_statistic)
+            kind, statistic = next(((k, m) for m in self.loop_funcs(func, e.dim)
+                                    if (k := loop_statistic(r, m, self.cp.funcs[m])) is not None), (None, None))
+            if kind == "variance":
+                variances.setdefault(statistic, []).append(r)
+            elif kind == "exp_sum":
+                exp_sums.setdefault(statistic, []).append((r, self.accumulator(r, env)))
             else:
                 updates.append((g, r, self.accumulator(r, env)))
         accumulators = {id(r): r_acc for _, r, r_acc in updates}
         mean_sums = {mean: mean_reduction(self.cp.funcs[mean].expr, e.dim) for mean in variances}
-        max_reductions = {m: max_reduction(self.cp.funcs[m].expr, e.dim) for m in exp_sums}
         # one sum of squared deviations per mean (over the mean's axes), however many Funcs read it
         m2s = {mean: self.assign(f"{e.dim}_m2", S.Full(0.0, accumulators[id(mean_sums[mean])].dims, self.compute),
                                  "rsum", rs[0].loc)
@@ -521,7 +521,7 @@ class _KernelLowering:
                                       tile_count)
             new_maxima = {}
             for maximum, sums in exp_sums.items():
-                r_max = max_reductions[maximum]
+                r_max = self.cp.funcs[maximum].expr  # rmax(e, dim) itself (check.max_reduction)
                 max_acc = accumulators[id(r_max)]
                 values = self.fit(self.number(r_max.args[0], maximum, env2), self.canonical(max_acc.dims + (ax,)))
                 new_maxima[id(r_max)] = self.rescale_exp_sums(max_acc, sums, values, ax, r_max.loc, tile != 0)
@@ -542,8 +542,12 @@ class _KernelLowering:
         for mean, rs in variances.items():
             for r in rs:
                 self.shared_reductions[id(r)] = m2s[mean]
-        for sums in exp_sums.values():
+        for maximum, sums in exp_sums.items():
+            max_acc = accumulators[id(self.cp.funcs[maximum].expr)]
             for r, r_acc in sums:
+                # a row that is -inf throughout has sum exp(-inf - -inf) = NaN, not the 0 that shifting by 0 left
+                all_minus_inf = S.Binary("==", self.fit(max_acc, r_acc.dims), S.Literal(IDENTITY["max"]))
+                self.emit(S.Assign(r_acc.name, S.Where(all_minus_inf, S.Literal(math.nan), r_acc), "rsum", r.loc))
                 self.shared_reductions[id(r)] = r_acc
         return acc
 
@@ -590,18 +594,23 @@ class _KernelLowering:
         new max (`rescale` False: one tile covers the reduction, there is no sum so far).
         Returns the new max, which the caller assigns to `max_acc` after these updates."""
         dim = self.axes[ax].dim
+        sum_loc = sums[0][0].loc
         tile_max = self.fit(S.Reduce("max", self.masked(values, ax, IDENTITY["max"]), ax), max_acc.dims)
         new_max = self.assign(f"{dim}_max", S.Binary("maximum", max_acc, tile_max), "rmax", loc)
         # while every lane so far is -inf, so is the max, and x - max would be -inf - -inf = NaN:
-        # shifting by 0 instead keeps the sum at 0 (the max's own value is not shifted)
+        # shifting by 0 instead keeps the sum at 0 (the max's own value is not shifted; a row that
+        # stays -inf is given its NaN after the loop)
         shift = self.assign(f"{dim}_shift", S.Where(S.Binary("==", new_max, S.Literal(IDENTITY["max"])),
                                                     S.Literal(0.0), new_max), "rmax", loc)
         exps = self.masked(S.Unary("exp", S.Binary("-", values, S.Expand(shift, values.dims))), ax, 0.0)
-        tile_sum = self.assign(f"{dim}_tile_exp_sum", self.fit(S.Reduce("sum", exps, ax), max_acc.dims), "rsum", loc)
+        tile_sum = self.assign(f"{dim}_tile_exp_sum", self.fit(S.Reduce("sum", exps, ax), max_acc.dims), "rsum",
+                               sum_loc)
         if rescale:
-            scale = self.assign(f"{dim}_rescale", S.Unary("exp", S.Binary("-", max_acc, shift)), "rsum", loc)
+            scale = self.assign(f"{dim}_rescale", S.Unary("exp", S.Binary("-", max_acc, shift)), "rsum", sum_loc)
         for r, r_acc in sums:
-            update = S.Binary("+", S.Binary("*", r_acc, scale), tile_sum) if rescale else tile_sum
+            # a sum may span dimensions its max does not (s[x, z] shifted by m[x, z] = rmax(A[x, y], y))
+            term = self.fit(tile_sum, r_acc.dims)
+            update = S.Binary("+", S.Binary("*", r_acc, self.fit(scale, r_acc.dims)), term) if rescale else term
             self.emit(S.Assign(r_acc.name, update, "rsum", r.loc))
         return new_max
 
