@@ -121,6 +121,11 @@ ATTENTION_SAFE = ("Func attention, mm, mx, e, sm, dvsr;\nIn A, B, C;\nVar m, n;\
                   "mm[m, l] = rdot(A[m, k], B[k, l], k) / sqrt(len(k));\nmx[m] = rmax(mm[m, l], l);\n"
                   "e[m, l] = exp(mm[m, l] - mx[m]);\ndvsr[m] = rsum(e[m, l], l);\n"
                   "sm[m, l] = e[m, l] / reshape(dvsr[m], m, 1);\nattention[m, n] = rdot(sm[m, l], C[l, n], l);")
+# The same, normalised after the product: max, sums and product in one pass (flash attention).
+ATTENTION_SAFE_ONEPASS = ("Func attention, mm, mx, e, dvsr, num;\nIn A, B, C;\nVar m, n;\nRVar k, l;\n"
+                          "mm[m, l] = rdot(A[m, k], B[k, l], k) / sqrt(len(k));\nmx[m] = rmax(mm[m, l], l);\n"
+                          "e[m, l] = exp(mm[m, l] - mx[m]);\ndvsr[m] = rsum(e[m, l], l);\n"
+                          "num[m, n] = rdot(e[m, l], C[l, n], l);\nattention[m, n] = num[m, n] / reshape(dvsr[m], m, 1);")
 ATTENTION_CHECK = (
     lambda A, B, C: _softmax_rows(A @ B / np.sqrt(A.shape[1])) @ C,
     ({"m": 1, "n": 1, "k": 1, "l": 1}, {"m": 13, "n": 7, "k": 19, "l": 5}, {"m": 40, "n": 70, "k": 33, "l": 50}),
@@ -516,6 +521,15 @@ CATALOGUE: tuple[Case, ...] = (
           "small": "attention.block(m:8);\nattention.tensorize(m:8, n:16, k:8, l:16);\nmm.inline();\ne.inline();\n"
                    "mx.fuse_at(attention, m);\ndvsr.fuse_at(attention, m);\ndvsr.compute_with(mx, l);\n"
                    "sm.fuse_at(attention, l);\nattention.compile_to_kernel();"},
+         *ATTENTION_CHECK),
+    talk("attention_safe_onepass", ATTENTION_SAFE_ONEPASS,
+         {"talk": "attention.block(m:64);\nattention.tensorize(m:64, n:0, k:0, l:64);\nmm.inline();\ne.inline();\n"
+                  "num.fuse_at(attention, m);\nmx.fuse_at(attention, m);\ndvsr.fuse_at(attention, m);\n"
+                  "mx.compute_with(num, l);\ndvsr.compute_with(num, l);\nattention.num_warps(4);\n"
+                  "attention.num_stages(2);\nattention.compile_to_kernel();",
+          "small": "attention.block(m:8);\nattention.tensorize(m:8, n:0, k:8, l:16);\nmm.inline();\ne.inline();\n"
+                   "num.fuse_at(attention, m);\nmx.fuse_at(attention, m);\ndvsr.fuse_at(attention, m);\n"
+                   "mx.compute_with(num, l);\ndvsr.compute_with(num, l);\nattention.compile_to_kernel();"},
          *ATTENTION_CHECK),
     talk("attention_onepass", ATTENTION_ONEPASS,
          {"talk": "attention.block(m:64);\nattention.tensorize(m:64, n:0, k:0, l:64);\nmm.inline();\n"

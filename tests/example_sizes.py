@@ -20,6 +20,7 @@ SIZES = {
     "attention_talk": [dict(m=32, l=64, k=16, n=64), dict(m=17, l=33, k=7, n=65)],
     "attention_onepass": [dict(m=64, l=128, k=16, n=32), dict(m=17, l=33, k=7, n=65)],
     "attention_safe": [dict(m=64, l=128, k=16, n=32), dict(m=17, l=33, k=7, n=65)],
+    "attention_safe_onepass": [dict(m=64, l=128, k=16, n=32), dict(m=17, l=33, k=7, n=65)],
 }
 
 

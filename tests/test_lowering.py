@@ -295,6 +295,28 @@ def test_exp_sums_share_their_max_and_its_tile_through_a_chain():
     assert np.abs(prog(A=a, backend="interp") - ref).max() < 1e-5 * np.abs(ref).max()
 
 
+@pytest.mark.parametrize("backend", ("interp", "numba", "triton"))
+def test_flash_attention_rescales_its_product_in_one_pass_over_the_keys(backend):
+    """examples/attention_safe_onepass.dt: the max, the row sums and the product of the shifted
+    exponentials with V share one loop over l; each tile of scores is computed once (one Dot
+    for the scores per tile, one for the product), and scores whose exponentials overflow
+    float32 unshifted give the reference's attention."""
+    import numpy as np
+    prog = dt.load("examples/attention_safe_onepass.dt")
+    kernel = prog.pipeline("f32").kernels[0]
+    assert _reduction_loops(prog) == 1  # the loop over l (the products over k are whole tiles)
+    dots = [n for s in S.walk_statements(kernel.body) if isinstance(s, S.Assign) for n in S.walk_texpr(s.value)
+            if isinstance(n, S.Dot)]
+    assert len(dots) == 2 and isinstance(dots[1].acc, S.Binary)  # the product so far, rescaled
+    rng = np.random.default_rng(12)
+    a, b = (20 * rng.standard_normal((33, 16))).astype(np.float32), (20 * rng.standard_normal((16, 150))).astype(np.float32)
+    c = rng.standard_normal((150, 24)).astype(np.float32)
+    got = prog(A=a, B=b, C=c, backend=backend)
+    got = got.numpy() if hasattr(got, "numpy") else got
+    ref = prog.reference(A=a, B=b, C=c)
+    assert not np.isnan(got).any() and np.abs(got - ref).max() < 1e-4 * np.abs(ref).max(), np.abs(got - ref).max()
+
+
 LAYERNORM_CHAIN = """Func layernorm, s, mean, variance;
 In A, W, Bias;
 SIn eps;

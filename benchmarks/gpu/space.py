@@ -168,7 +168,8 @@ def _attention(case: Case):
 
 
 def _attention_safe(case: Case):
-    """examples/attention_safe.dt's two passes: max and shifted sum (compute_with), then the product."""
+    """examples/attention_safe.dt's two passes (max and shifted sum, then the product) and
+    examples/attention_safe_onepass.dt's one (flash attention)."""
     for bm in (16, 32, 64, 128):
         for lt in (32, 64, 128):
             for warps in (4, 8):
@@ -181,6 +182,19 @@ def _attention_safe(case: Case):
                            "dvsr.compute_with(mx, l);\nsm.fuse_at(attention, l);\n"
                            f"attention.num_warps({warps});\nattention.num_stages({stages});\n"
                            "attention.compile_to_kernel();\n")
+    # One pass over l, as flash attention: the max, the row sums and the product share num's loop.
+    for bm in (16, 32, 64, 128):
+        for lt in (32, 64, 128):
+            for warps in (4, 8):
+                for stages in (1, 2, 3):
+                    if bm * lt // (warps * 32) > 64 or bm * lt // (warps * 32) < 2:
+                        continue
+                    yield (f"onepass_m{bm}_l{lt}_w{warps}_s{stages}",
+                           f"attention.block(m:{bm});\nattention.tensorize(m:{bm}, n:0, k:0, l:{lt});\n"
+                           "mm.inline();\ne.inline();\nnum.fuse_at(attention, m);\nmx.fuse_at(attention, m);\n"
+                           "dvsr.fuse_at(attention, m);\nmx.compute_with(num, l);\ndvsr.compute_with(num, l);\n"
+                           f"attention.num_warps({warps});\nattention.num_stages({stages});\n"
+                           "attention.compile_to_kernel();\n", EXAMPLES / "attention_safe_onepass.dt")
 
 
 GENERATORS = {**{k: _rowwise for k in ROWWISE}, **{k: _elementwise for k in ELEMENTWISE},

@@ -239,6 +239,14 @@ def _uses(e: A.Expr) -> list[A.Access]:
     return [n for n in A.walk(e) if isinstance(n, A.Access) and n.kind == "func"]
 
 
+def _uses_outside(e: A.Expr, skip: set[int]) -> list[A.Access]:
+    """_uses(e), but not inside the subexpressions whose id is in `skip`."""
+    if id(e) in skip:
+        return []
+    own = [e] if isinstance(e, A.Access) and e.kind == "func" else []
+    return own + [u for c in A.children(e) for u in _uses_outside(c, skip)]
+
+
 def _topological_order(defs: dict[str, A.FuncDef]) -> list[str]:
     order: list[str] = []
     state: dict[str, int] = {}
@@ -666,10 +674,13 @@ def _check_shared_dims(func, owner, funcs, schedules):
 def _check_shared_loop(owner, dim, members, funcs, schedules):
     """What runs in owner's loop over dim (owner's expression, and the members' reductions over
     dim) reads no value computed in that loop, which is complete only after it; the two
-    exceptions are a variance around a mean of the loop (Chan's pairwise update) and a sum of
-    exponentials shifted by a max of the loop (the online softmax's rescaled sum)."""
+    exceptions are a variance around a mean of the loop (Chan's pairwise update) and a sum or
+    product of exponentials shifted by a max of the loop (the online softmax, flash attention's
+    rescaled accumulators), which the owner's reductions may also be."""
     loop = {owner, *members}
-    used = _dependency_path(funcs, funcs[owner].expr, members)
+    shifted = [r for r in top_reductions(funcs[owner].expr, dim)
+               if any(loop_statistic(r, m, funcs[m]) == "exp_sum" for m in members)]
+    used = _dependency_path(funcs, funcs[owner].expr, members, skip=shifted)
     if used:
         m = used[-1]
         through = _through(used)
@@ -678,16 +689,17 @@ def _check_shared_loop(owner, dim, members, funcs, schedules):
         if not through and "variance" in reads_m:
             fix = (f"compute the variance with its mean instead: {owner}.compute_with({m}, {dim}) (and remove "
                    f"{m}'s), so that {owner} accumulates its deviations in {m}'s loop")
-        elif not through and "exp_sum" in reads_m:
-            fix = (f"compute the sum with its max instead: {owner}.compute_with({m}, {dim}) (and remove "
-                   f"{m}'s), so that {owner} accumulates its exponentials in {m}'s loop, rescaled as the max grows")
         raise _err(DTScheduleError, f"'{owner}' uses '{m}'{through}, but '{m}' is accumulated in '{owner}''s loop "
                    f"over '{dim}' and is complete only after it", schedules[m].locs.get("compute_with"), fix)
-    for f in members:
-        fix = f"remove {f}'s compute_with (then {f} walks '{dim}' again, after that loop)"
-        notes = ((f"'{f}' is computed with '{schedules[f].compute_with[0]}' here",
-                  schedules[f].locs.get("compute_with")),)
-        for r in top_reductions(funcs[f].expr, dim):
+    for f in [owner, *members]:
+        if f == owner:
+            fix = f"remove the compute_with of the max {owner} reads (then it walks '{dim}' in a loop of its own)"
+            notes = ()
+        else:
+            fix = f"remove {f}'s compute_with (then {f} walks '{dim}' again, after that loop)"
+            notes = ((f"'{f}' is computed with '{schedules[f].compute_with[0]}' here",
+                      schedules[f].locs.get("compute_with")),)
+        for r in (shifted if f == owner else top_reductions(funcs[f].expr, dim)):
             for read in _uses(r):
                 g = read.name
                 if g not in loop:
@@ -733,11 +745,12 @@ def _through(path: list[str]) -> str:
     return f" (through {', '.join(repr(n) for n in path[:-1])})" if len(path) > 1 else ""
 
 
-def _dependency_path(funcs, e: A.Expr, targets) -> list[str] | None:
-    """The shortest chain of Funcs through which e uses one of `targets` (the target last)."""
+def _dependency_path(funcs, e: A.Expr, targets, skip=()) -> list[str] | None:
+    """The shortest chain of Funcs through which e uses one of `targets` (the target last),
+    leaving out the uses inside the subexpressions `skip`."""
     paths = {}
     queue = []
-    for u in _uses(e):
+    for u in _uses_outside(e, {id(x) for x in skip}):
         if u.name not in paths:
             paths[u.name] = [u.name]
             queue.append(u.name)
@@ -808,21 +821,24 @@ def _inline_hint(r: A.Reduce, between: list[str], sibling: str, funcs, schedules
 
 
 def _shifted_exp(r: A.Reduce) -> tuple[A.Expr, A.Access] | None:
-    """(e, f[...]) when reduction r is rsum(exp(e - f[...]))."""
-    body = r.args[0]
-    if r.op != "sum" or not (isinstance(body, A.Unary) and body.op == "exp"):
+    """(e, f[...]) when reduction r is rsum(exp(e - f[...])), or rdot with exp(e - f[...]) as
+    one operand."""
+    if r.op not in ("sum", "dot"):
         return None
-    shifted = body.x
-    if isinstance(shifted, A.Binary) and shifted.op == "-" and isinstance(shifted.b, A.Access) \
-            and shifted.b.kind == "func":
-        return shifted.a, shifted.b
+    for body in r.args:
+        if isinstance(body, A.Unary) and body.op == "exp":
+            shifted = body.x
+            if isinstance(shifted, A.Binary) and shifted.op == "-" and isinstance(shifted.b, A.Access) \
+                    and shifted.b.kind == "func":
+                return shifted.a, shifted.b
     return None
 
 
 def shifted_exp_value(r: A.Reduce, maximum: str, max_def: A.FuncDef) -> A.Expr | None:
-    """e, when reduction r is rsum(exp(e - maximum)) over the dim that `maximum`, defined as
-    rmax(e, dim), takes e's max over: the sum of exponentials that compute_with may accumulate
-    in the max's own loop, rescaled whenever the running max grows (the online softmax)."""
+    """e, when reduction r is rsum(exp(e - maximum)) or rdot(exp(e - maximum), v) (either
+    operand) over the dim that `maximum`, defined as rmax(e, dim), takes e's max over: the sum
+    or product of exponentials that compute_with may accumulate in the max's loop, rescaled
+    whenever the running max grows (the online softmax; flash attention's output)."""
     m = max_reduction(max_def.expr, r.dim)
     shifted = _shifted_exp(r)
     if m is None or shifted is None:

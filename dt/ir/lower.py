@@ -471,24 +471,26 @@ class _KernelLowering:
         tile = 1 if tile is None else tile
         rng = self.whole(e.dim)
         # e's own accumulator, then those of reductions computed with func (compute_with)
-        updates = [(func, e, acc)]
+        updates = []
         variances: dict[str, list[A.Reduce]] = {}  # a mean of this loop -> the variances around it
-        exp_sums: dict[str, list[tuple[A.Reduce, S.Ref]]] = {}  # a max of this loop -> the exp-sums it shifts
+        # a max of this loop -> the sums and products of exponentials it shifts: (Func, reduction, accumulator)
+        exp_sums: dict[str, list[tuple[str, A.Reduce, S.Ref]]] = {}
         siblings = self.siblings(e, func)
         # the Funcs whose producers this loop computes: func's, and those of Funcs accumulated here
         # (func's first loop over the dim accumulates them all; a later one, such as rsum's in
         # rmax(..) + rsum(..), only func's own)
         in_loop = [func, *dict.fromkeys(g for g, _ in siblings)]
-        for g, r in siblings:
-            # a variance around a mean of this loop, or a sum shifted by a max of it (check.loop_statistic)
+        for g, r in [(func, e), *siblings]:
+            # a variance around a mean of this loop, or a sum or product shifted by a max of it (check.loop_statistic)
             kind, statistic = next(((k, m) for m in self.loop_funcs(func, e.dim)
                                     if (k := loop_statistic(r, m, self.cp.funcs[m])) is not None), (None, None))
+            r_acc = acc if r is e else None
             if kind == "variance":
                 variances.setdefault(statistic, []).append(r)
             elif kind == "exp_sum":
-                exp_sums.setdefault(statistic, []).append((r, self.accumulator(r, env)))
+                exp_sums.setdefault(statistic, []).append((g, r, r_acc or self.accumulator(r, env)))
             else:
-                updates.append((g, r, self.accumulator(r, env)))
+                updates.append((g, r, r_acc or self.accumulator(r, env)))
         accumulators = {id(r): r_acc for _, r, r_acc in updates}
         mean_sums = {mean: mean_reduction(self.cp.funcs[mean].expr, e.dim) for mean in variances}
         # one sum of squared deviations per mean (over the mean's axes), however many Funcs read it
@@ -524,7 +526,8 @@ class _KernelLowering:
                 r_max = self.cp.funcs[maximum].expr  # rmax(e, dim) itself (check.max_reduction)
                 max_acc = accumulators[id(r_max)]
                 values = self.fit(self.number(r_max.args[0], maximum, env2), self.canonical(max_acc.dims + (ax,)))
-                new_maxima[id(r_max)] = self.rescale_exp_sums(max_acc, sums, values, ax, r_max.loc, tile != 0)
+                new_maxima[id(r_max)] = self.rescale_exp_sums(maximum, max_acc, sums, values, ax, env2, r_max.loc,
+                                                              tile != 0)
             for f, r, r_acc in updates:
                 tile_sum, new_max = tile_sums.get(id(r)), new_maxima.get(id(r))
                 update = S.Binary("+", r_acc, tile_sum) if tile_sum is not None else new_max if new_max is not None \
@@ -537,18 +540,20 @@ class _KernelLowering:
             var = self.fresh(f"{e.dim}_iter")
             self.loop(var, rng.length, tile, e.dim, "reduction", e.loc,
                       lambda: body(S.IVar(var), tile, rng.end if tile > 1 else None))
-        for _, r, r_acc in updates[1:]:
-            self.shared_reductions[id(r)] = r_acc
+        for _, r, r_acc in updates:
+            if r is not e:
+                self.shared_reductions[id(r)] = r_acc
         for mean, rs in variances.items():
             for r in rs:
                 self.shared_reductions[id(r)] = m2s[mean]
         for maximum, sums in exp_sums.items():
             max_acc = accumulators[id(self.cp.funcs[maximum].expr)]
-            for r, r_acc in sums:
+            for _, r, r_acc in sums:
                 # a row that is -inf throughout has sum exp(-inf - -inf) = NaN, not the 0 that shifting by 0 left
                 all_minus_inf = S.Binary("==", self.fit(max_acc, r_acc.dims), S.Literal(IDENTITY["max"]))
-                self.emit(S.Assign(r_acc.name, S.Where(all_minus_inf, S.Literal(math.nan), r_acc), "rsum", r.loc))
-                self.shared_reductions[id(r)] = r_acc
+                self.emit(S.Assign(r_acc.name, S.Where(all_minus_inf, S.Literal(math.nan), r_acc), f"r{r.op}", r.loc))
+                if r is not e:
+                    self.shared_reductions[id(r)] = r_acc
         return acc
 
     def loop_funcs(self, func: str, dim: str) -> list[str]:
@@ -587,14 +592,16 @@ class _KernelLowering:
                                "rsum", loc))
         self.emit(S.Assign(m2.name, update, "rsum", loc))
 
-    def rescale_exp_sums(self, max_acc: S.Ref, sums, values: S.TExpr, ax: str, loc, rescale: bool) -> S.Ref:
+    def rescale_exp_sums(self, maximum: str, max_acc: S.Ref, sums, values: S.TExpr, ax: str, env, loc,
+                         rescale: bool) -> S.Ref:
         """One step of the online softmax: the running max after the current tile, and each sum
-        of exponentials shifted by the max (`sums`: (reduction, accumulator)) brought to it: the
-        sum so far, scaled by exp(old max - new max), plus the tile's exponentials shifted by the
-        new max (`rescale` False: one tile covers the reduction, there is no sum so far).
+        (or product) of exponentials shifted by the max (`sums`: (Func, reduction, accumulator))
+        brought to it: the accumulator so far, scaled by exp(old max - new max), plus the tile's
+        exponentials shifted by the new max, summed (or multiplied by the other operand: flash
+        attention's output). `rescale` False: one tile covers the reduction, nothing came before.
         Returns the new max, which the caller assigns to `max_acc` after these updates."""
         dim = self.axes[ax].dim
-        sum_loc = sums[0][0].loc
+        sum_loc = sums[0][1].loc
         tile_max = self.fit(S.Reduce("max", self.masked(values, ax, IDENTITY["max"]), ax), max_acc.dims)
         new_max = self.assign(f"{dim}_max", S.Binary("maximum", max_acc, tile_max), "rmax", loc)
         # while every lane so far is -inf, so is the max, and x - max would be -inf - -inf = NaN:
@@ -603,16 +610,47 @@ class _KernelLowering:
         shift = self.assign(f"{dim}_shift", S.Where(S.Binary("==", new_max, S.Literal(IDENTITY["max"])),
                                                     S.Literal(0.0), new_max), "rmax", loc)
         exps = self.masked(S.Unary("exp", S.Binary("-", values, S.Expand(shift, values.dims))), ax, 0.0)
-        tile_sum = self.assign(f"{dim}_tile_exp_sum", self.fit(S.Reduce("sum", exps, ax), max_acc.dims), "rsum",
-                               sum_loc)
-        if rescale:
-            scale = self.assign(f"{dim}_rescale", S.Unary("exp", S.Binary("-", max_acc, shift)), "rsum", sum_loc)
-        for r, r_acc in sums:
+        if any(r.op == "dot" for _, r, _ in sums):  # computed once for the products (and sums)
+            exps = self.assign(f"{dim}_exp", exps, "rsum", sum_loc)
+        tile_sum = None
+        if any(r.op == "sum" for _, r, _ in sums):
+            tile_sum = self.assign(f"{dim}_tile_exp_sum", self.fit(S.Reduce("sum", exps, ax), max_acc.dims), "rsum",
+                                   sum_loc)
+        scale = self.assign(f"{dim}_rescale", S.Unary("exp", S.Binary("-", max_acc, shift)), "rsum",
+                            sum_loc) if rescale else None
+        for g, r, r_acc in sums:
             # a sum may span dimensions its max does not (s[x, z] shifted by m[x, z] = rmax(A[x, y], y))
-            term = self.fit(tile_sum, r_acc.dims)
-            update = S.Binary("+", S.Binary("*", r_acc, self.fit(scale, r_acc.dims)), term) if rescale else term
-            self.emit(S.Assign(r_acc.name, update, "rsum", r.loc))
+            so_far = S.Binary("*", r_acc, self.fit(scale, r_acc.dims)) if rescale else r_acc
+            if r.op == "dot":
+                update = self.shifted_product(maximum, g, r, so_far, exps, ax, env)
+            else:
+                term = self.fit(tile_sum, r_acc.dims)
+                update = S.Binary("+", so_far, term) if rescale else term
+            self.emit(S.Assign(r_acc.name, update, f"r{r.op}", r.loc))
         return new_max
+
+    def shifted_product(self, maximum: str, func: str, r: A.Reduce, so_far: S.TExpr, exps: S.Ref, ax: str, env):
+        """`so_far` plus the tile's product for r = rdot(exp(e - maximum), v) (either operand):
+        a hardware-style Dot when both operands are 2-D tiles, else a sum of products."""
+        k = next(i for i, x in enumerate(r.args) if isinstance(x, A.Unary) and x.op == "exp"
+                 and isinstance(x.x, A.Binary) and x.x.op == "-" and isinstance(x.x.b, A.Access)
+                 and x.x.b.name == maximum)
+        other = r.args[1 - k]
+        free = [set(A.free_dims(x)) - {r.dim} for x in r.args]
+        if len(so_far.dims) == 2 and all(len(f) == 1 for f in free) and r.dim in A.free_dims(other):
+            exp_axis, other_axis = env[next(iter(free[k]))], env[next(iter(free[1 - k]))]
+            first = exp_axis == so_far.dims[0]
+            shifted = self.fit(exps, (exp_axis, ax) if first else (ax, exp_axis))
+            if self.dot_dtype != self.compute:
+                shifted = S.Cast(shifted, self.dot_dtype)
+            operand = self.dot_operand(other, func, env, (ax, other_axis) if first else (other_axis, ax), ax)
+            if operand is not None:
+                a, b = (shifted, operand) if first else (operand, shifted)
+                return S.Dot(a, b, ax, so_far, self.compute)
+        full = self.canonical(so_far.dims + (ax,))
+        values = self.masked(self.fit(self.number(other, func, env), full), ax, 0.0)
+        term = self.fit(S.Reduce("sum", S.Binary("*", self.fit(exps, full), values), ax), so_far.dims)
+        return S.Binary("+", so_far, term)
 
     def accumulator(self, e: A.Reduce, env) -> S.Ref:
         """A new accumulator of reduction e, set to its identity over e's free dims."""
