@@ -1,5 +1,7 @@
 """Every kind of bad input gets a DTError with a message, the DT file, line, column and a caret,
 and never a traceback from dt's internals; user data is never modified."""
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -359,7 +361,6 @@ def test_compute_with_reading_a_max_must_be_the_exponentials_shifted_by_it():
 def test_a_max_may_be_computed_with_its_exp_sum_either_way():
     """The sum may own the loop and read the max computed with it (as flash attention's product
     does, the loop's owner reading the max); a use of the max outside the sum stays an error."""
-    import numpy as np
     swapped = dt.loads(SAFE_SOFTMAX.replace("s.compute_with(m, y);", "m.compute_with(s, y);"))
     a = (100 + 10 * np.random.default_rng(3).standard_normal((3, 50))).astype(np.float32)
     assert np.abs(swapped(A=a, backend="interp") - swapped.reference(A=a)).max() < 1e-6
@@ -367,6 +368,15 @@ def test_a_max_may_be_computed_with_its_exp_sum_either_way():
                    .replace("s[x] = rsum(exp(A[x, y] - m[x]), y);", "s[x] = rsum(exp(A[x, y] - m[x]), y) + m[x];"),
                    DTScheduleError)
     assert_at(err, 12, 1, "'s' uses 'm', but 'm' is accumulated in 's''s loop over 'y' and is complete only after it")
+
+
+def test_flash_attentions_product_may_read_only_the_max_of_its_loop():
+    source = (Path(__file__).resolve().parent.parent / "examples" / "attention_safe_onepass.dt").read_text()
+    dt.loads(source)
+    err = error_of(source.replace("rdot(e[m, l], C[l, n], l)", "rdot(e[m, l], C[l, n] * dvsr[m], l)"),
+                   DTScheduleError)
+    assert_at(err, 16, 43, "'num' reads 'dvsr' inside its reduction over 'l', but 'dvsr' is computed in the same loop",
+              "hint: remove dvsr's compute_with (then dvsr walks 'l' in a loop of its own, before num)")
 
 
 def test_an_exponential_written_through_another_func_is_told_to_inline_it():

@@ -692,16 +692,15 @@ def _check_shared_loop(owner, dim, members, funcs, schedules):
         raise _err(DTScheduleError, f"'{owner}' uses '{m}'{through}, but '{m}' is accumulated in '{owner}''s loop "
                    f"over '{dim}' and is complete only after it", schedules[m].locs.get("compute_with"), fix)
     for f in [owner, *members]:
-        if f == owner:
-            fix = f"remove the compute_with of the max {owner} reads (then it walks '{dim}' in a loop of its own)"
-            notes = ()
-        else:
-            fix = f"remove {f}'s compute_with (then {f} walks '{dim}' again, after that loop)"
-            notes = ((f"'{f}' is computed with '{schedules[f].compute_with[0]}' here",
-                      schedules[f].locs.get("compute_with")),)
+        notes = () if f == owner else ((f"'{f}' is computed with '{schedules[f].compute_with[0]}' here",
+                                        schedules[f].locs.get("compute_with")),)
         for r in (shifted if f == owner else top_reductions(funcs[f].expr, dim)):
             for read in _uses(r):
                 g = read.name
+                # the owner's loop cannot be moved: the Func it reads is what leaves it
+                fix = (f"remove {g}'s compute_with (then {g} walks '{dim}' in a loop of its own, before {owner})"
+                       if f == owner and g in loop else
+                       f"remove {f}'s compute_with (then {f} walks '{dim}' again, after that loop)")
                 if g not in loop:
                     used = _dependency_path(funcs, funcs[g].expr, loop)
                     if used:
@@ -721,8 +720,8 @@ def _check_shared_loop(owner, dim, members, funcs, schedules):
                                f"compute_with allows only for a mean, {g} = rsum(e, {dim}) / len({dim}), and "
                                f"'{g}' is not written so", funcs[g].loc,
                                f"write {g} as rsum(..., {dim}) / len({dim}), or {fix}")
-                shifted = _shifted_exp(r)
-                if not is_max and shifted is not None and shifted[1].name == g:
+                shifted_read = _shifted_exp(r)
+                if not is_max and shifted_read is not None and shifted_read[1].name == g:
                     raise _err(DTScheduleError, f"'{f}' reads '{g}' inside its reduction over '{dim}': compute_with "
                                f"accepts a sum of exponentials shifted by '{g}' only when '{g}' is a max, "
                                f"{g} = rmax(e, {dim}), and '{g}' is not written so", funcs[g].loc,
