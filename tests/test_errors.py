@@ -344,8 +344,8 @@ def test_compute_with_reading_a_max_must_be_the_exponentials_shifted_by_it():
     err = error_of(SAFE_SOFTMAX.replace("rsum(exp(A[x, y] - m[x]), y)", "rsum(exp(A[x, y] - m[x]) * 2, y)"),
                    DTScheduleError)
     assert_at(err, 6, 27, "'s' reads 'm' inside its reduction over 'y', but 'm' is computed in the same loop",
-              "the sum of exponentials shifted by a max, rsum(exp(e - m[x]), y), where e is written as in m's rmax "
-              "and m is indexed by its own dimensions",
+              "the sum or product of exponentials shifted by a max, rsum(exp(e - m[x]), y) or "
+              "rdot(exp(e - m[x]), v, y), where e is written as in m's rmax, m is indexed by its own dimensions",
               "hint: remove s's compute_with (then s walks 'y' again, after that loop), or write it in that form")
     # exponentials of another value than the one m is the max of
     err = error_of(SAFE_SOFTMAX.replace("rsum(exp(A[x, y] - m[x]), y)", "rsum(exp(2 * A[x, y] - m[x]), y)"),
@@ -376,7 +376,17 @@ def test_flash_attentions_product_may_read_only_the_max_of_its_loop():
     err = error_of(source.replace("rdot(e[m, l], C[l, n], l)", "rdot(e[m, l], C[l, n] * dvsr[m], l)"),
                    DTScheduleError)
     assert_at(err, 16, 43, "'num' reads 'dvsr' inside its reduction over 'l', but 'dvsr' is computed in the same loop",
-              "hint: remove dvsr's compute_with (then dvsr walks 'l' in a loop of its own, before num)")
+              "hint: remove the compute_with of dvsr and mx (then they walk 'l' before num)")
+    # the product's other operand reading the max is not the shifted form
+    err = error_of(source.replace("rdot(e[m, l], C[l, n], l)", "rdot(e[m, l], C[l, n] * reshape(mx[m], m, 1), l)"),
+                   DTScheduleError)
+    assert_at(err, 26, 1, "'num' uses 'mx', but 'mx' is accumulated in 'num''s loop over 'l'",
+              "rdot(exp(e - mx[m]), v, l)")
+    # the owner of the loop may hold only its shifted reduction
+    err = error_of(source.replace("rdot(e[m, l], C[l, n], l)", "rdot(e[m, l], C[l, n], l) + rsum(C[l, n], l)"),
+                   DTScheduleError)
+    assert_at(err, 16, 47, "'num' has 2 reductions over 'l', one of them shifted by a max computed in its loop",
+              "compute the other reductions in Funcs of their own")
 
 
 def test_an_exponential_written_through_another_func_is_told_to_inline_it():

@@ -219,8 +219,9 @@ KERNELS: dict[str, Kernel] = {k.name: k for k in [
            {"A": ("m", "k"), "B": ("k", "l"), "C": ("l", "n")}, ("m", "n"), {}, ("m", "l", "k", "n"),
            ((1024, 1024, 64, 64), (4096, 4096, 64, 64)), ((4096, 4096, 64, 64),), ((64, 64, 16, 16),), MATMUL_DTYPES,
            _attention, gemms=_two_gemms, sdpa=True,
-           notes="attention with the row max subtracted, as every baseline does: its max and its sum in the first "
-                 "pass over the keys (compute_with, the online softmax), the product in the second."),
+           notes="attention with the row max subtracted, as every baseline does: in one pass over the keys as flash "
+                 "attention (the max, the sums and the product in one loop, rescaled as the max grows: compute_with) "
+                 "or in two (max and sum, then the product)."),
 ]}
 
 

@@ -678,17 +678,32 @@ def _check_shared_loop(owner, dim, members, funcs, schedules):
     product of exponentials shifted by a max of the loop (the online softmax, flash attention's
     rescaled accumulators), which the owner's reductions may also be."""
     loop = {owner, *members}
-    shifted = [r for r in top_reductions(funcs[owner].expr, dim)
-               if any(loop_statistic(r, m, funcs[m]) == "exp_sum" for m in members)]
+    owned = top_reductions(funcs[owner].expr, dim)
+    shifted = [r for r in owned if any(loop_statistic(r, m, funcs[m]) == "exp_sum" for m in members)]
+    if shifted and len(owned) > 1:
+        raise _err(DTScheduleError, f"'{owner}' has {len(owned)} reductions over '{dim}', one of them shifted by a max "
+                   f"computed in its loop; the Func that owns a shared loop may have only that one", owned[1].loc,
+                   f"compute the other reductions in Funcs of their own, computed with '{owner}' over '{dim}'")
+    for r in shifted:
+        nested = [x for a in r.args for x in A.walk(a) if isinstance(x, A.Reduce) and x.dim == dim]
+        if nested:
+            raise _err(DTScheduleError, f"'{owner}' reduces over '{dim}' inside its reduction over '{dim}', which "
+                       f"walks the whole of '{dim}' again in every step of the loop", nested[0].loc,
+                       "compute the inner reduction in a Func of its own, computed with the max")
     used = _dependency_path(funcs, funcs[owner].expr, members, skip=shifted)
     if used:
         m = used[-1]
         through = _through(used)
         fix = f"remove {m}'s compute_with (then {m} walks '{dim}' in a loop of its own, before {owner})"
-        reads_m = [loop_statistic(r, m, funcs[m]) for r in top_reductions(funcs[owner].expr, dim)]
+        reads_m = [loop_statistic(r, m, funcs[m]) for r in owned]
         if not through and "variance" in reads_m:
             fix = (f"compute the variance with its mean instead: {owner}.compute_with({m}, {dim}) (and remove "
                    f"{m}'s), so that {owner} accumulates its deviations in {m}'s loop")
+        elif max_reduction(funcs[m].expr, dim) is not None:
+            own = f"{m}[{', '.join(funcs[m].dims)}]"
+            hint = next((h for r in owned if (h := _inline_hint(r, used[:-1], m, funcs, schedules))), None)
+            fix = hint or (f"write the reduction that reads it as rsum(exp(e - {own}), {dim}) or "
+                           f"rdot(exp(e - {own}), v, {dim}), with e written as in {m}'s rmax; or {fix}")
         raise _err(DTScheduleError, f"'{owner}' uses '{m}'{through}, but '{m}' is accumulated in '{owner}''s loop "
                    f"over '{dim}' and is complete only after it", schedules[m].locs.get("compute_with"), fix)
     for f in [owner, *members]:
@@ -697,10 +712,13 @@ def _check_shared_loop(owner, dim, members, funcs, schedules):
         for r in (shifted if f == owner else top_reductions(funcs[f].expr, dim)):
             for read in _uses(r):
                 g = read.name
-                # the owner's loop cannot be moved: the Func it reads is what leaves it
-                fix = (f"remove {g}'s compute_with (then {g} walks '{dim}' in a loop of its own, before {owner})"
-                       if f == owner and g in loop else
-                       f"remove {f}'s compute_with (then {f} walks '{dim}' again, after that loop)")
+                fix = f"remove {f}'s compute_with (then {f} walks '{dim}' again, after that loop)"
+                if f == owner:  # the owner's loop cannot move: what it reads must leave the loop
+                    leaving = [g] if g in loop else (_dependency_path(funcs, funcs[g].expr, loop) or [g])[-1:]
+                    leaving += sorted(n for n in loop - {owner, *leaving}
+                                      if _dependency_path(funcs, funcs[leaving[0]].expr, {n}))
+                    fix = (f"remove the compute_with of {' and '.join(leaving)} (then "
+                           f"{'they walk' if len(leaving) > 1 else 'it walks'} '{dim}' before {owner})")
                 if g not in loop:
                     used = _dependency_path(funcs, funcs[g].expr, loop)
                     if used:
@@ -730,9 +748,9 @@ def _check_shared_loop(owner, dim, members, funcs, schedules):
                 accepted = (f"; the one such read compute_with accepts is the sum of squared deviations from a "
                             f"mean, rsum((e - {own}) * (e - {own}), {dim}) or rsum(pow(e - {own}, 2), {dim}), where "
                             f"e is written as in {g}'s rsum and {g} is indexed by its own dimensions") if is_mean else \
-                    (f"; the one such read compute_with accepts is the sum of exponentials shifted by a max, "
-                     f"rsum(exp(e - {own}), {dim}), where e is written as in {g}'s rmax and {g} is indexed by its "
-                     f"own dimensions") if is_max else ""
+                    (f"; the one such read compute_with accepts is the sum or product of exponentials shifted by "
+                     f"a max, rsum(exp(e - {own}), {dim}) or rdot(exp(e - {own}), v, {dim}), where e is written as "
+                     f"in {g}'s rmax, {g} is indexed by its own dimensions and v does not read it") if is_max else ""
                 raise _err(DTScheduleError, f"'{f}' reads '{g}' inside its reduction over '{dim}', but '{g}' is "
                            f"computed in the same loop over '{dim}' (compute_with) and is complete only after that "
                            f"loop{accepted}", read.loc,
@@ -843,7 +861,8 @@ def shifted_exp_value(r: A.Reduce, maximum: str, max_def: A.FuncDef) -> A.Expr |
     if m is None or shifted is None:
         return None
     value, access = shifted
-    if access.name == maximum and access.indices == max_def.dims and A.same(value, m.args[0]):
+    if access.name == maximum and access.indices == max_def.dims and A.same(value, m.args[0]) \
+            and sum(u.name == maximum for u in _uses(r)) == 1:  # the other operand of a product does not read it
         return value
     return None
 
