@@ -526,6 +526,10 @@ class _KernelLowering:
                 r_max = self.cp.funcs[maximum].expr  # rmax(e, dim) itself (check.max_reduction)
                 max_acc = accumulators[id(r_max)]
                 values = self.fit(self.number(r_max.args[0], maximum, env2), self.canonical(max_acc.dims + (ax,)))
+                if not isinstance(values, S.Ref):  # computed once, for the max and the exponentials
+                    arg = r_max.args[0]
+                    name = arg.name if isinstance(arg, A.Access) else ""
+                    values = self.assign(name or f"{e.dim}_max_input", values, name or "rmax", r_max.loc)
                 new_maxima[id(r_max)] = self.rescale_exp_sums(maximum, max_acc, sums, values, ax, env2, r_max.loc,
                                                               tile != 0)
             for f, r, r_acc in updates:
