@@ -317,6 +317,25 @@ def test_flash_attention_rescales_its_product_in_one_pass_over_the_keys(backend)
     assert not np.isnan(got).any() and np.abs(got - ref).max() < 1e-4 * np.abs(ref).max(), np.abs(got - ref).max()
 
 
+@pytest.mark.parametrize("backend", ("interp", "numba", "triton"))
+def test_a_shifted_product_of_one_dimensional_tiles_is_a_sum_of_products(backend):
+    """rdot(exp(A - mx), c, l) with a vector c has no 2-D Dot: the tile's product is summed
+    lane by lane, rescaled like the sum."""
+    import numpy as np
+    prog = dt.loads("Func out, mx, num, dvsr;\nIn A, c;\nVar m;\nRVar l;\nmx[m] = rmax(A[m, l], l);\n"
+                    "dvsr[m] = rsum(exp(A[m, l] - mx[m]), l);\nnum[m] = rdot(exp(A[m, l] - mx[m]), c[l], l);\n"
+                    "out[m] = num[m] / dvsr[m];\nout.block(m:4);\nout.tensorize(m:0, l:16);\nnum.fuse_at(out, m);\n"
+                    "mx.fuse_at(out, m);\ndvsr.fuse_at(out, m);\nmx.compute_with(num, l);\ndvsr.compute_with(num, l);\n"
+                    "out.compile_to_kernel();")
+    assert not any(isinstance(n, S.Dot) for s in S.walk_statements(prog.pipeline("f32").kernels[0].body)
+                   if isinstance(s, S.Assign) for n in S.walk_texpr(s.value))
+    rng = np.random.default_rng(13)
+    a, c = (30 * rng.standard_normal((10, 45))).astype(np.float32), rng.standard_normal(45).astype(np.float32)
+    got = prog(A=a, c=c, backend=backend)
+    got = got.numpy() if hasattr(got, "numpy") else got
+    assert np.abs(got - prog.reference(A=a, c=c)).max() < 1e-5
+
+
 LAYERNORM_CHAIN = """Func layernorm, s, mean, variance;
 In A, W, Bias;
 SIn eps;

@@ -81,8 +81,8 @@ def main(argv=None) -> int:
 
 def markdown(run: dict, records: list[dict]) -> str:
     lines = ["# A flat walk for element-wise kernels: a measurement", "",
-             f"{run['device']}, torch {run['torch']}, triton {run['triton']}, {run['started']}. Produced by "
-             "`benchmarks/gpu/flat_elementwise.py`. `add` (alpha * (A + B)): dt's tuned schedule and hand-written "
+             measure.provenance(run, "flat_elementwise.py")
+             + ". `add` (alpha * (A + B)): dt's tuned schedule and hand-written "
              "flat Triton kernels, timed in alternation; times are medians over the rounds of "
              "`triton.testing.do_bench` medians; % of same-size copy compares with a device-to-device copy moving "
              "the kernel's bytes. Every flat kernel's output equals dt's bit for bit.", ""]

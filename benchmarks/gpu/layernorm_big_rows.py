@@ -73,8 +73,8 @@ def main(argv=None) -> int:
 
 def markdown(run: dict, records: list[dict]) -> str:
     lines = ["# Layernorm on rows too big for L2: three passes or one-pass statistics", "",
-             f"{run['device']}, torch {run['torch']}, triton {run['triton']}, {run['started']}. Produced by "
-             "`benchmarks/gpu/layernorm_big_rows.py`. Times are the middle of three `triton.testing.do_bench` "
+             measure.provenance(run, "layernorm_big_rows.py")
+             + ". Times are the middle of three `triton.testing.do_bench` "
              "medians; % of same-size copy compares with a device-to-device copy moving the kernel's bytes.", "",
              "| shape | dtype | tile | warps | three passes ms | one pass ms | one pass speed-up | "
              "% of same-size copy (three / one) |", "|---|---|---|---|---|---|---|---|"]

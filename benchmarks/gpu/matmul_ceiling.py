@@ -128,8 +128,8 @@ def main(argv=None) -> int:
 
 def markdown(run: dict, records: list[dict]) -> str:
     lines = ["# Triton's own ceiling on a 4096^3 matmul: a measurement", "",
-             f"{run['device']}, torch {run['torch']}, triton {run['triton']}, {run['started']}. Produced by "
-             "`benchmarks/gpu/matmul_ceiling.py` (its docstring describes the variants). Times are "
+             measure.provenance(run, "matmul_ceiling.py")
+             + " (its docstring describes the variants). Times are "
              "`triton.testing.do_bench` medians; % of cuBLAS is torch.matmul's time over the variant's, timed in "
              "the same run.", ""]
     for dtype_name in ("f16", "bf16"):

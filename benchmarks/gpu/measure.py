@@ -78,6 +78,12 @@ def write_study(out_dir, name: str, device: torch.device, records: list[dict], m
     (out / f"{name}.md").write_text(markdown(run, records))
 
 
+def provenance(run: dict, script: str) -> str:
+    """The opening of a study's report: where and when it ran, and the script that produced it."""
+    return (f"{run['device']}, torch {run['torch']}, triton {run['triton']}, {run['started']}. Produced by "
+            f"`benchmarks/gpu/{script}`")
+
+
 def _driver_version() -> str:
     try:
         import pynvml

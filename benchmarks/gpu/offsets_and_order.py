@@ -114,8 +114,8 @@ def main(argv=None) -> int:
 def markdown(run: dict, records: list[dict]) -> str:
     variants = (INT32, ROW_MAJOR, BOTH)
     lines = ["# 32-bit offsets and row-major program order on the memory-bound rows: a measurement", "",
-             f"{run['device']}, torch {run['torch']}, triton {run['triton']}, {run['started']}. Produced by "
-             "`benchmarks/gpu/offsets_and_order.py` (its docstring describes the variants). Each row's tuned "
+             measure.provenance(run, "offsets_and_order.py")
+             + " (its docstring describes the variants). Each row's tuned "
              "schedule, as generated and as each variant, timed in alternation; times are medians over the "
              "rounds of `triton.testing.do_bench` medians; speed-up = generated time / variant time, the median "
              "over the rounds and its range; — where the schedule has one block per row.", "",

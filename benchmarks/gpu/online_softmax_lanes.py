@@ -117,8 +117,8 @@ def main(argv=None) -> int:
 
 def markdown(run: dict, records: list[dict]) -> str:
     lines = ["# The online softmax per tile or per lane at 128x65536: a measurement", "",
-             f"{run['device']}, torch {run['torch']}, triton {run['triton']}, {run['started']}. Produced by "
-             "`benchmarks/gpu/online_softmax_lanes.py` (its docstring describes the variants). Times are the middle "
+             measure.provenance(run, "online_softmax_lanes.py")
+             + " (its docstring describes the variants). Times are the middle "
              "of three `triton.testing.do_bench` medians; % of same-size copy compares with a device-to-device copy "
              "moving the kernel's bytes; rel. error is against a float64 softmax of logits 8 times standard normal.",
              ""]

@@ -140,61 +140,52 @@ def _two_mm(case: Case):
                            "_2mm.compile_to_kernel();\n")
 
 
+def _attention_blocks(stages):
+    """(rows per block, key tile, warps, stages) of the attention schedules: a few to 64 score
+    elements per thread."""
+    for bm in (16, 32, 64, 128):
+        for lt in (32, 64, 128):
+            for warps in (4, 8):
+                for stage in stages:
+                    if 2 <= bm * lt // (warps * 32) <= 64:
+                        yield bm, lt, warps, stage
+
+
 def _attention(case: Case):
-    for bm in (16, 32, 64, 128):
-        for lt in (32, 64, 128):
-            for warps in (4, 8):
-                for stages in (1, 2):
-                    if bm * lt // (warps * 32) > 64 or bm * lt // (warps * 32) < 2:
-                        continue
-                    yield (f"m{bm}_l{lt}_w{warps}_s{stages}",
-                           f"attention.block(m:{bm});\nattention.tensorize(m:{bm}, n:0, k:0, l:{lt});\n"
-                           "mm.inline();\ne.inline();\ndvsr.fuse_at(attention, m);\nsm.fuse_at(attention, l);\n"
-                           f"attention.num_warps({warps});\nattention.num_stages({stages});\n"
-                           "attention.compile_to_kernel();\n")
+    for bm, lt, warps, stages in _attention_blocks((1, 2)):
+        yield (f"m{bm}_l{lt}_w{warps}_s{stages}",
+               f"attention.block(m:{bm});\nattention.tensorize(m:{bm}, n:0, k:0, l:{lt});\n"
+               "mm.inline();\ne.inline();\ndvsr.fuse_at(attention, m);\nsm.fuse_at(attention, l);\n"
+               f"attention.num_warps({warps});\nattention.num_stages({stages});\n"
+               "attention.compile_to_kernel();\n")
     # One pass over l: normalised after the product, the row sums accumulate beside it.
-    for bm in (16, 32, 64, 128):
-        for lt in (32, 64, 128):
-            for warps in (4, 8):
-                for stages in (1, 2, 3):
-                    if bm * lt // (warps * 32) > 64 or bm * lt // (warps * 32) < 2:
-                        continue
-                    yield (f"onepass_m{bm}_l{lt}_w{warps}_s{stages}",
-                           f"attention.block(m:{bm});\nattention.tensorize(m:{bm}, n:0, k:0, l:{lt});\n"
-                           "mm.inline();\ne.fuse_at(num, l);\nnum.fuse_at(attention, m);\n"
-                           "dvsr.fuse_at(attention, m);\ndvsr.compute_with(num, l);\n"
-                           f"attention.num_warps({warps});\nattention.num_stages({stages});\n"
-                           "attention.compile_to_kernel();\n", EXAMPLES / "attention_onepass.dt")
+    for bm, lt, warps, stages in _attention_blocks((1, 2, 3)):
+        yield (f"onepass_m{bm}_l{lt}_w{warps}_s{stages}",
+               f"attention.block(m:{bm});\nattention.tensorize(m:{bm}, n:0, k:0, l:{lt});\n"
+               "mm.inline();\ne.fuse_at(num, l);\nnum.fuse_at(attention, m);\n"
+               "dvsr.fuse_at(attention, m);\ndvsr.compute_with(num, l);\n"
+               f"attention.num_warps({warps});\nattention.num_stages({stages});\n"
+               "attention.compile_to_kernel();\n", EXAMPLES / "attention_onepass.dt")
 
 
 def _attention_safe(case: Case):
     """examples/attention_safe.dt's two passes (max and shifted sum, then the product) and
     examples/attention_safe_onepass.dt's one (flash attention)."""
-    for bm in (16, 32, 64, 128):
-        for lt in (32, 64, 128):
-            for warps in (4, 8):
-                for stages in (1, 2):
-                    if bm * lt // (warps * 32) > 64 or bm * lt // (warps * 32) < 2:
-                        continue
-                    yield (f"m{bm}_l{lt}_w{warps}_s{stages}",
-                           f"attention.block(m:{bm});\nattention.tensorize(m:{bm}, n:0, k:0, l:{lt});\n"
-                           "mm.inline();\ne.inline();\nmx.fuse_at(attention, m);\ndvsr.fuse_at(attention, m);\n"
-                           "dvsr.compute_with(mx, l);\nsm.fuse_at(attention, l);\n"
-                           f"attention.num_warps({warps});\nattention.num_stages({stages});\n"
-                           "attention.compile_to_kernel();\n")
+    for bm, lt, warps, stages in _attention_blocks((1, 2)):
+        yield (f"m{bm}_l{lt}_w{warps}_s{stages}",
+               f"attention.block(m:{bm});\nattention.tensorize(m:{bm}, n:0, k:0, l:{lt});\n"
+               "mm.inline();\ne.inline();\nmx.fuse_at(attention, m);\ndvsr.fuse_at(attention, m);\n"
+               "dvsr.compute_with(mx, l);\nsm.fuse_at(attention, l);\n"
+               f"attention.num_warps({warps});\nattention.num_stages({stages});\n"
+               "attention.compile_to_kernel();\n")
     # One pass over l, as flash attention: the max, the row sums and the product share num's loop.
-    for bm in (16, 32, 64, 128):
-        for lt in (32, 64, 128):
-            for warps in (4, 8):
-                for stages in (1, 2, 3):
-                    if bm * lt // (warps * 32) > 64 or bm * lt // (warps * 32) < 2:
-                        continue
-                    yield (f"onepass_m{bm}_l{lt}_w{warps}_s{stages}",
-                           f"attention.block(m:{bm});\nattention.tensorize(m:{bm}, n:0, k:0, l:{lt});\n"
-                           "mm.inline();\ne.inline();\nnum.fuse_at(attention, m);\nmx.fuse_at(attention, m);\n"
-                           "dvsr.fuse_at(attention, m);\nmx.compute_with(num, l);\ndvsr.compute_with(num, l);\n"
-                           f"attention.num_warps({warps});\nattention.num_stages({stages});\n"
-                           "attention.compile_to_kernel();\n", EXAMPLES / "attention_safe_onepass.dt")
+    for bm, lt, warps, stages in _attention_blocks((1, 2, 3)):
+        yield (f"onepass_m{bm}_l{lt}_w{warps}_s{stages}",
+               f"attention.block(m:{bm});\nattention.tensorize(m:{bm}, n:0, k:0, l:{lt});\n"
+               "mm.inline();\ne.inline();\nnum.fuse_at(attention, m);\nmx.fuse_at(attention, m);\n"
+               "dvsr.fuse_at(attention, m);\nmx.compute_with(num, l);\ndvsr.compute_with(num, l);\n"
+               f"attention.num_warps({warps});\nattention.num_stages({stages});\n"
+               "attention.compile_to_kernel();\n", EXAMPLES / "attention_safe_onepass.dt")
 
 
 GENERATORS = {**{k: _rowwise for k in ROWWISE}, **{k: _elementwise for k in ELEMENTWISE},

@@ -194,8 +194,8 @@ def main(argv=None) -> int:
 
 def markdown(run: dict, records: list[dict]) -> str:
     lines = ["# Split reductions across programs at 128x65536: a measurement", "",
-             f"{run['device']}, torch {run['torch']}, triton {run['triton']}, {run['started']}. Produced by "
-             "`benchmarks/gpu/split_reduction.py` (its docstring describes the variants). Times are "
+             measure.provenance(run, "split_reduction.py")
+             + " (its docstring describes the variants). Times are "
              "`triton.testing.do_bench` medians (L2 flushed before each run); % of same-size copy compares with "
              "a device-to-device copy moving the kernel's bytes, timed in the same run.", ""]
     for kernel in ("softmax", "layernorm"):

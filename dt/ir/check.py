@@ -712,13 +712,6 @@ def _check_shared_loop(owner, dim, members, funcs, schedules):
         for r in (shifted if f == owner else top_reductions(funcs[f].expr, dim)):
             for read in _uses(r):
                 g = read.name
-                fix = f"remove {f}'s compute_with (then {f} walks '{dim}' again, after that loop)"
-                if f == owner:  # the owner's loop cannot move: what it reads must leave the loop
-                    leaving = [g] if g in loop else (_dependency_path(funcs, funcs[g].expr, loop) or [g])[-1:]
-                    leaving += sorted(n for n in loop - {owner, *leaving}
-                                      if _dependency_path(funcs, funcs[leaving[0]].expr, {n}))
-                    fix = (f"remove the compute_with of {' and '.join(leaving)} (then "
-                           f"{'they walk' if len(leaving) > 1 else 'it walks'} '{dim}' before {owner})")
                 if g not in loop:
                     used = _dependency_path(funcs, funcs[g].expr, loop)
                     if used:
@@ -726,13 +719,15 @@ def _check_shared_loop(owner, dim, members, funcs, schedules):
                         raise _err(DTScheduleError, f"'{f}' reads '{g}' inside its reduction over '{dim}'{through}, "
                                    f"but '{used[-1]}' is computed in the same loop over '{dim}' (compute_with) and "
                                    f"is complete only after that loop", read.loc,
-                                   _inline_hint(r, [g, *used[:-1]], used[-1], funcs, schedules) or fix, notes)
+                                   _inline_hint(r, [g, *used[:-1]], used[-1], funcs, schedules)
+                                   or _leave_loop(f, used[-1], owner, loop, dim, funcs), notes)
                     continue
                 if loop_statistic(r, g, funcs[g]) is not None:
                     continue  # a variance around a mean of the loop, or an exp-sum shifted by its max
                 is_mean = _mean_value(funcs[g].expr, dim) is not None
                 is_max = max_reduction(funcs[g].expr, dim) is not None
                 deviation = _squared_deviation(r)
+                fix = _leave_loop(f, g, owner, loop, dim, funcs)
                 if not is_mean and deviation is not None and deviation[1].name == g:
                     raise _err(DTScheduleError, f"'{f}' reads '{g}' inside its reduction over '{dim}', which "
                                f"compute_with allows only for a mean, {g} = rsum(e, {dim}) / len({dim}), and "
@@ -755,6 +750,17 @@ def _check_shared_loop(owner, dim, members, funcs, schedules):
                            f"computed in the same loop over '{dim}' (compute_with) and is complete only after that "
                            f"loop{accepted}", read.loc,
                            fix + (", or write it in that form" if is_mean or is_max else ""), notes)
+
+
+def _leave_loop(f, g, owner, loop, dim, funcs) -> str:
+    """How to fix f's reduction in owner's loop reading g, of the loop (or through g, a Func of
+    it): f leaves the loop; the owner's loop cannot move, so then g leaves it, with the Funcs of
+    the loop it uses."""
+    if f != owner:
+        return f"remove {f}'s compute_with (then {f} walks '{dim}' again, after that loop)"
+    leaving = [g] + sorted(n for n in loop - {owner, g} if _dependency_path(funcs, funcs[g].expr, {n}))
+    return (f"remove the compute_with of {' and '.join(leaving)} (then "
+            f"{'they walk' if len(leaving) > 1 else 'it walks'} '{dim}' before {owner})")
 
 
 def _through(path: list[str]) -> str:
@@ -837,18 +843,20 @@ def _inline_hint(r: A.Reduce, between: list[str], sibling: str, funcs, schedules
             f"compute_with accumulates in its loop")
 
 
-def _shifted_exp(r: A.Reduce) -> tuple[A.Expr, A.Access] | None:
-    """(e, f[...]) when reduction r is rsum(exp(e - f[...])), or rdot with exp(e - f[...]) as
-    one operand."""
+def shifted_exp_operand(r: A.Reduce) -> int | None:
+    """The index of r's operand that is exp(e - f[...]) when r is rsum(exp(e - f[...])), or rdot
+    with such an operand (the first, if both are)."""
     if r.op not in ("sum", "dot"):
         return None
-    for body in r.args:
-        if isinstance(body, A.Unary) and body.op == "exp":
-            shifted = body.x
-            if isinstance(shifted, A.Binary) and shifted.op == "-" and isinstance(shifted.b, A.Access) \
-                    and shifted.b.kind == "func":
-                return shifted.a, shifted.b
-    return None
+    return next((k for k, body in enumerate(r.args) if isinstance(body, A.Unary) and body.op == "exp"
+                 and isinstance(body.x, A.Binary) and body.x.op == "-" and isinstance(body.x.b, A.Access)
+                 and body.x.b.kind == "func"), None)
+
+
+def _shifted_exp(r: A.Reduce) -> tuple[A.Expr, A.Access] | None:
+    """(e, f[...]) for r's operand exp(e - f[...]) (shifted_exp_operand)."""
+    k = shifted_exp_operand(r)
+    return None if k is None else (r.args[k].x.a, r.args[k].x.b)
 
 
 def shifted_exp_value(r: A.Reduce, maximum: str, max_def: A.FuncDef) -> A.Expr | None:

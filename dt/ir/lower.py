@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from dt.errors import DTScheduleError
 from dt.ir import algorithm as A
 from dt.ir import scheduled as S
-from dt.ir.check import (CheckedProgram, MapEntry, loop_statistic, mean_reduction, reachable, runs_after, tile_of,
-                         top_reductions)
+from dt.ir.check import (CheckedProgram, MapEntry, loop_statistic, mean_reduction, reachable, runs_after,
+                         shifted_exp_operand, tile_of, top_reductions)
 
 IDENTITY = {**S.REDUCE_IDENTITY, "dot": 0.0}
 COMBINE = {**S.REDUCE_COMBINE, "dot": "+"}
@@ -527,9 +527,7 @@ class _KernelLowering:
                 max_acc = accumulators[id(r_max)]
                 values = self.fit(self.number(r_max.args[0], maximum, env2), self.canonical(max_acc.dims + (ax,)))
                 if not isinstance(values, S.Ref):  # computed once, for the max and the exponentials
-                    arg = r_max.args[0]
-                    name = arg.name if isinstance(arg, A.Access) else ""
-                    values = self.assign(name or f"{e.dim}_max_input", values, name or "rmax", r_max.loc)
+                    values = self.assign(f"{e.dim}_max_input", values, "rmax", r_max.loc)
                 new_maxima[id(r_max)] = self.rescale_exp_sums(maximum, max_acc, sums, values, ax, env2, r_max.loc,
                                                               tile != 0)
             for f, r, r_acc in updates:
@@ -625,36 +623,13 @@ class _KernelLowering:
         for g, r, r_acc in sums:
             # a sum may span dimensions its max does not (s[x, z] shifted by m[x, z] = rmax(A[x, y], y))
             so_far = S.Binary("*", r_acc, self.fit(scale, r_acc.dims)) if rescale else r_acc
-            if r.op == "dot":
-                update = self.shifted_product(maximum, g, r, so_far, exps, ax, env)
+            if r.op == "dot":  # the tile's exponentials stand for their operand
+                update = self.update(r, g, env, ax, so_far, {shifted_exp_operand(r): exps})
             else:
                 term = self.fit(tile_sum, r_acc.dims)
                 update = S.Binary("+", so_far, term) if rescale else term
             self.emit(S.Assign(r_acc.name, update, f"r{r.op}", r.loc))
         return new_max
-
-    def shifted_product(self, maximum: str, func: str, r: A.Reduce, so_far: S.TExpr, exps: S.Ref, ax: str, env):
-        """`so_far` plus the tile's product for r = rdot(exp(e - maximum), v) (either operand):
-        a hardware-style Dot when both operands are 2-D tiles, else a sum of products."""
-        k = next(i for i, x in enumerate(r.args) if isinstance(x, A.Unary) and x.op == "exp"
-                 and isinstance(x.x, A.Binary) and x.x.op == "-" and isinstance(x.x.b, A.Access)
-                 and x.x.b.name == maximum)
-        other = r.args[1 - k]
-        free = [set(A.free_dims(x)) - {r.dim} for x in r.args]
-        if len(so_far.dims) == 2 and all(len(f) == 1 for f in free) and r.dim in A.free_dims(other):
-            exp_axis, other_axis = env[next(iter(free[k]))], env[next(iter(free[1 - k]))]
-            first = exp_axis == so_far.dims[0]
-            shifted = self.fit(exps, (exp_axis, ax) if first else (ax, exp_axis))
-            if self.dot_dtype != self.compute:
-                shifted = S.Cast(shifted, self.dot_dtype)
-            operand = self.dot_operand(other, func, env, (ax, other_axis) if first else (other_axis, ax), ax)
-            if operand is not None:
-                a, b = (shifted, operand) if first else (operand, shifted)
-                return S.Dot(a, b, ax, so_far, self.compute)
-        full = self.canonical(so_far.dims + (ax,))
-        values = self.masked(self.fit(self.number(other, func, env), full), ax, 0.0)
-        term = self.fit(S.Reduce("sum", S.Binary("*", self.fit(exps, full), values), ax), so_far.dims)
-        return S.Binary("+", so_far, term)
 
     def accumulator(self, e: A.Reduce, env) -> S.Ref:
         """A new accumulator of reduction e, set to its identity over e's free dims."""
@@ -670,13 +645,16 @@ class _KernelLowering:
                     if id(r) not in self.shared_reductions]  # else accumulated in an earlier reduction of func
         return out
 
-    def update(self, e: A.Reduce, func: str, env, ax: str, acc: S.Ref) -> S.TExpr:
-        """The accumulator after one step of reduction e over the current tile `ax`."""
+    def update(self, e: A.Reduce, func: str, env, ax: str, acc: S.TExpr, given=None) -> S.TExpr:
+        """The accumulator after one step of reduction e over the current tile `ax`; `given`:
+        operands already computed as tiles, by index (the shifted exponentials of a product)."""
         op, identity = e.op, IDENTITY[e.op]
-        update = self.dot_update(e, func, env, ax, acc) if op == "dot" else None
+        given = given or {}
+        update = self.dot_update(e, func, env, ax, acc, given) if op == "dot" else None
         if update is None:
             if op == "dot":
-                a, b = self.align(self.number(e.args[0], func, env), self.number(e.args[1], func, env))
+                a, b = self.align(*(given[k] if k in given else self.number(x, func, env)
+                                    for k, x in enumerate(e.args)))
                 value = S.Binary("*", a, b)
             else:
                 value = self.number(e.args[0], func, env)
@@ -687,7 +665,7 @@ class _KernelLowering:
             update = S.Binary(COMBINE[op], acc, self.fit(reduced, acc.dims))
         return update
 
-    def dot_update(self, e: A.Reduce, func, env, ax, acc: S.Ref):
+    def dot_update(self, e: A.Reduce, func, env, ax, acc: S.TExpr, given):
         """acc + a @ b as a hardware-style Dot, when both operands are 2-D tiles (i, k) and (k, j)."""
         free = [set(A.free_dims(x)) - {e.dim} for x in e.args]
         if len(acc.dims) != 2 or any(len(f) != 1 for f in free) or free[0] == free[1] \
@@ -695,9 +673,13 @@ class _KernelLowering:
             return None
         i_axis, j_axis = acc.dims
         first = 0 if env[next(iter(free[0]))] == i_axis else 1
-        lhs, rhs = e.args[first], e.args[1 - first]
-        a = self.dot_operand(lhs, func, env, (i_axis, ax), ax)
-        b = self.dot_operand(rhs, func, env, (ax, j_axis), ax)
+
+        def operand(k, layout):
+            if k not in given:
+                return self.dot_operand(e.args[k], func, env, layout, ax)
+            tile = self.fit(given[k], layout)  # already zero past the end of ax
+            return S.Cast(tile, self.dot_dtype) if self.dot_dtype != self.compute else tile
+        a, b = operand(first, (i_axis, ax)), operand(1 - first, (ax, j_axis))
         if a is None or b is None:
             return None
         return S.Dot(a, b, ax, acc, self.compute)
