@@ -310,6 +310,28 @@ CATALOGUE: tuple[Case, ...] = (
          lambda A, B: A * 2 + B,
          ({"x": 1, "y": 1}, {"x": 13, "y": 9}, {"x": 14, "y": 30}),
          ({"x": 1, "y": 1}, {"x": 13, "y": 9}, {"x": 1031, "y": 4099})),
+    # Launch hints: persistent programs walking several blocks each, tiles moved through TMA
+    # descriptors. Sizes give rows that are 16-byte aligned (TMA) and rows that are not (pointers).
+    Case("persistent.matmul", MATMUL.format("rdot(A[x, k], B[k, y], k)"),
+         {"three_programs": "out.block(x:16, y:16);\nout.tensorize(x:16, y:16, k:16);\nout.map(x:x1/2, y, x1);\n"
+                            "out.persistent(3);\nout.compile();",
+          "tma": "out.block(x:16, y:16);\nout.tensorize(x:16, y:16, k:16);\nout.map(x:x1/2, y, x1);\n"
+                 "out.persistent(3);\nout.tma();\nout.compile();",
+          "tma_per_multiprocessor": "out.block(x:16, y:32);\nout.tensorize(x:16, y:32, k:32);\nout.persistent();\n"
+                                    "out.tma();\nout.compile();"},
+         lambda A, B: A @ B,
+         ({"x": 1, "y": 1, "k": 1}, {"x": 13, "y": 7, "k": 19}, {"x": 40, "y": 24, "k": 72}),
+         ({"x": 1, "y": 1, "k": 1}, {"x": 127, "y": 255, "k": 129}, {"x": 1031, "y": 1024, "k": 1000})),
+    Case("persistent.rows", "Func out;\nIn A;\nVar x;\nRVar y;\nout[x] = rsum(exp(A[x, y]), y);",
+         {"tma": "out.block(x:2);\nout.tensorize(x:2, y:16);\nout.persistent(2);\nout.tma();\nout.compile();",
+          "per_multiprocessor": "out.block(x:1);\nout.tensorize(y:0);\nout.persistent();\nout.compile();"},
+         lambda A: np.exp(A).sum(axis=1),
+         ({"x": 1, "y": 1}, {"x": 5, "y": 13}, {"x": 17, "y": 64}), FR),
+    Case("tma.elementwise", TWO_INPUTS.format("A[x, y] * B[x, y] + A[x, y]"),
+         {"tiles": "out.block(x:4, y:32);\nout.tensorize(x:4, y:32);\nout.tma();\nout.compile();",
+          "persistent_tiles": "out.block(x:8, y:64);\nout.tensorize(x:4, y:16);\nout.persistent(4);\nout.tma();\n"
+                              "out.compile();"},
+         lambda A, B: A * B + A, ({"x": 1, "y": 1}, {"x": 7, "y": 13}, {"x": 33, "y": 80}), F2),
     Case("fuse_at.blocked_dim", "Func out, m;\nIn A;\nVar x;\nRVar y;\nm[x] = rmax(A[x, y], y);\n"
          "out[x, y] = exp(A[x, y] - m[x]);",
          {"block": "out.block(x:4);\nout.tensorize(x:0, y:8);\nm.fuse_at(out, x);\nout.compile_to_kernel();",

@@ -133,6 +133,23 @@ f.block(x:8); f.tensorize(x:8);
 mm.block(x:16, y:16); mm.tensorize(x:16, y:16, k:16);
 f.compile(); mm.compile();
 """, {"x": 20, "y": 17, "k": 33}),
+    # Persistent programs and TMA descriptors: a grouped matmul walked by 3 programs into a
+    # temporary, then rows of it tiled inside blocks by one program per multiprocessor. Every
+    # row is 16-byte aligned, so the tiles move through TMA (tma_unaligned: through pointers).
+    "persistent_tma": ("""
+Func mm, out; In A, B; SIn alpha; Var x, y; RVar k;
+mm[x, y] = rdot(A[x, k], B[k, y], k);
+out[x, y] = sigmoid(mm[x, y]) * alpha;
+mm.block(x:16, y:32); mm.tensorize(x:16, y:32, k:16); mm.map(x:x1/2, y, x1); mm.persistent(3); mm.tma();
+out.block(x:8, y:32); out.tensorize(x:4, y:16); out.persistent(); out.tma();
+out.compile();
+""", {"x": 37, "y": 48, "k": 40}),
+    "tma_unaligned": ("""
+Func out; In A; Var x, y;
+out[x, y] = A[x, y] * 2.0;
+out.block(x:4, y:16); out.tensorize(x:4, y:16); out.persistent(2); out.tma();
+out.compile();
+""", {"x": 9, "y": 13}),
     # DT names that are Python keywords, builtins, Triton's module name or look generated.
     "names": ("""
 Func tl, float, lambda; In A_ptr, device; SIn x_SIZE2; Var x;
@@ -439,7 +456,7 @@ def test_unavailable_without_gpu_or_interpreter(monkeypatch):
 SM90_CASES = [(name, "f16") for name in EXAMPLES] + [
     ("functions", "bf16"), ("where", "f32"), ("reductions", "f32"), ("small_dot", "bf16"), ("whole_dot", "f32"),
     ("rank0", "f32"), ("rank0_input", "f16"), ("no_inputs", "f32"), ("temporary", "f32"), ("constants", "f32"),
-    ("names", "f32")]
+    ("names", "f32"), ("persistent_tma", "f16"), ("persistent_tma", "bf16"), ("tma_unaligned", "f32")]
 
 
 def compile_for_sm90(cases) -> dict:
@@ -449,6 +466,8 @@ def compile_for_sm90(cases) -> dict:
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
+
+    from triton.tools.tensor_descriptor import TensorDescriptor
 
     from dt.backends.pysource import load_module
     pointer = {torch.float32: "*fp32", torch.float16: "*fp16", torch.bfloat16: "*bf16"}
@@ -483,6 +502,10 @@ def compile_for_sm90(cases) -> dict:
                     elif isinstance(value, torch.Tensor):
                         signature[param.name] = pointer[value.dtype]
                         attrs[(i,)] = [["tt.divisibility", 16]]  # as Triton specialises aligned pointers
+                    elif isinstance(value, TensorDescriptor):
+                        signature[param.name] = f"tensordesc<{pointer[value.base.dtype][1:]}{list(value.block_shape)}>"
+                    elif value is None:
+                        signature[param.name], constants[(i,)] = "constexpr", None
                     else:
                         signature[param.name] = "fp32"
                 triton.compile(ASTSource(fn, signature, constants, attrs), target=GPUTarget("cuda", 90, 32),

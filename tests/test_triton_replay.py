@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 from triton import knobs
+from triton.tools.tensor_descriptor import TensorDescriptor
 
 from dt.backends.pysource import load_module
 from dt.backends.triton import replay
@@ -42,7 +43,10 @@ class FakeJit:
         return launch
 
 
-def _scale(A, a0, a1, alpha, out, o0, o1, rows):
+def _scale(A, a0, a1, alpha, out, o0, o1, rows, A_desc=None, out_desc=None, use_tma=False):
+    if use_tma:  # the replay must pass descriptors of this call's tensors
+        assert A_desc.base is A and out_desc.base is out and A_desc.block_shape == [4, 8]
+        A, out = A_desc.base, out_desc.base
     out.copy_(A * alpha)
 
 
@@ -65,6 +69,15 @@ def scale_shift(A, alpha, beta):
     return {"tmp": tmp, "out": out}
 
 
+def scale_through_descriptors(A, alpha):
+    out = torch.empty(A.shape, dtype=A.dtype, device=A.device)
+    A_desc = TensorDescriptor(A, A.shape, A.stride(), [4, 8])
+    out_desc = TensorDescriptor(out, out.shape, out.stride(), [4, 8])
+    scale_kernel[(2,)](A, *A.stride(), float(alpha), out, *out.stride(), A.shape[0], A_desc, out_desc, True,
+                       num_warps=4)
+    return out
+
+
 def scale_given_rows(A, alpha, rows):
     rows = int(rows)  # an extent no input binds: passed to the launcher, part of the call's key
     out = torch.empty((rows, A.shape[1]), dtype=A.dtype, device=A.device)
@@ -77,7 +90,8 @@ def scale_given_rows(A, alpha, rows):
 def module(monkeypatch):
     monkeypatch.setattr(replay, "_stream", lambda index: 0)
     monkeypatch.setattr(replay, "_current_device", lambda: -1)  # CPU tensors' get_device()
-    namespace = {"torch": torch, "scale_kernel": FakeJit(_scale), "shift_kernel": FakeJit(_shift)}
+    namespace = {"torch": torch, "TensorDescriptor": TensorDescriptor, "scale_kernel": FakeJit(_scale),
+                 "shift_kernel": FakeJit(_shift)}
     return load_module(LAUNCHERS, "test launchers", namespace)
 
 
@@ -114,6 +128,15 @@ def test_temporaries_outputs_and_equal_scalars(module):
     assert torch.equal(later["tmp"], A * 2.0) and torch.equal(later["out"], A * 2.0 - 1.0)
     assert later["tmp"].data_ptr() != first["tmp"].data_ptr()
     assert module["shift_kernel"].compiled.replayed == 1
+
+
+def test_tma_descriptors_are_made_afresh_for_each_replay(module):
+    replays = _replays(module, "scale_through_descriptors")
+    A = torch.ones(4, 8)
+    _call(replays, [A], [2.0])
+    B = torch.full((4, 8), 3.0)
+    assert torch.equal(_call(replays, [B], [0.5]), B * 0.5)
+    assert module["scale_kernel"].compiled.replayed == 1
 
 
 def test_extents_given_as_arguments_are_not_replay_parameters(module):

@@ -109,16 +109,27 @@ SKINNY_CONFIGS = [(16, n, k, w, s) for n in (32, 64, 128) for k in (128, 256, 51
                   if n * k <= 32768]
 
 
+# Launch hints tried on the largest tiles: persistent programs with TMA (what expert Hopper
+# matmuls do; 3-4% over pointer loads in benchmarks/gpu/matmul_ceiling.py), and each alone.
+HINTS = {"": "", "_persistent_tma": "{out}.persistent();\n{out}.tma();\n", "_tma": "{out}.tma();\n",
+         "_persistent": "{out}.persistent();\n"}
+HINTED_CONFIGS = [(128, 256, 64, 8, 3), (256, 128, 64, 8, 3), (128, 128, 64, 4, 5), (128, 128, 64, 8, 4)]
+
+
 def _matmul(case: Case):
     skinny = case.extents["x"] <= 64
     out, fused = ("mm", "") if case.kernel.name == "matmul" else ("out", "mm.fuse_at(out, y);\n")
     for bx, by, bk, warps, stages in (SKINNY_CONFIGS if skinny else MATMUL_CONFIGS):
         for group in ((1,) if skinny else (8, 16)):
-            order = f"{out}.map(x:x1/{group}, y, x1);\n" if group > 1 else ""
-            yield (f"{bx}x{by}x{bk}_w{warps}_s{stages}_g{group}",
-                   f"{out}.block(x:{bx}, y:{by});\n{out}.tensorize(x:{bx}, y:{by}, k:{bk});\n{order}{fused}"
-                   f"{out}.num_warps({warps});\n{out}.num_stages({stages});\n{out}.compile"
-                   f"{'_to_kernel' if fused else ''}();\n")
+            for suffix, hints in HINTS.items():
+                if suffix and (skinny or (bx, by, bk, warps, stages) not in HINTED_CONFIGS
+                               or (group == 16 and suffix != "_persistent_tma")):
+                    continue
+                order = f"{out}.map(x:x1/{group}, y, x1);\n" if group > 1 else ""
+                yield (f"{bx}x{by}x{bk}_w{warps}_s{stages}_g{group}{suffix}",
+                       f"{out}.block(x:{bx}, y:{by});\n{out}.tensorize(x:{bx}, y:{by}, k:{bk});\n{order}{fused}"
+                       f"{out}.num_warps({warps});\n{out}.num_stages({stages});\n{hints.format(out=out)}{out}.compile"
+                       f"{'_to_kernel' if fused else ''}();\n")
 
 
 def _two_mm(case: Case):

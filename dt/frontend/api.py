@@ -150,6 +150,14 @@ class Func(_Named):
     def num_stages(self, n: int, *, loc: Loc | None = None, arg_locs=()):
         return self._call("num_stages", (n,), loc, arg_locs)
 
+    def persistent(self, programs: int | None = None, *, loc: Loc | None = None, arg_locs=()):
+        """Launch at most `programs` programs (default: one per multiprocessor), each walking blocks."""
+        return self._call("persistent", () if programs is None else (programs,), loc, arg_locs)
+
+    def tma(self, *, loc: Loc | None = None, arg_locs=()):
+        """Load and store the kernel's tiles through TMA tensor descriptors where the GPU has them."""
+        return self._call("tma", (), loc, arg_locs)
+
     def fuse_at(self, consumer: "Func", dim, *, loc: Loc | None = None, arg_locs=()):
         if isinstance(consumer, Func):
             self.fuse_targets.append(consumer)

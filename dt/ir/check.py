@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from dt.errors import DTDimensionError, DTNameError, DTScheduleError, Loc
 from dt.ir import algorithm as A
 
-PRIMITIVES = ("block", "tensorize", "map", "num_warps", "num_stages", "fuse_at", "compute_with", "inline",
-              "compile", "compile_to_kernel")
+PRIMITIVES = ("block", "tensorize", "map", "num_warps", "num_stages", "persistent", "tma", "fuse_at", "compute_with",
+              "inline", "compile", "compile_to_kernel")
 
 
 @dataclass(frozen=True)
@@ -31,6 +31,9 @@ class FuncSchedule:
     map: tuple[MapEntry, ...] | None = None
     num_warps: int | None = None
     num_stages: int | None = None
+    persistent: bool = False  # programs walk the blocks (one program per multiprocessor, or persistent_programs)
+    persistent_programs: int | None = None
+    tma: bool = False  # load and store tiles through tensor descriptors where the hardware has them
     fuse_at: tuple[str, str] | None = None
     compute_with: tuple[str, str] | None = None  # (sibling Func, reduction dim): share its loop
     inline: bool = False
@@ -139,6 +142,7 @@ def check(program: A.Program) -> CheckedProgram:
     for n, (consumer, dim) in fused.items():
         _check_fuse(n, consumer, dim, funcs, schedules, fused, dim_kinds)
     kernel_roots = tuple(n for n in funcs if n not in fused)
+    _check_launch_primitives(schedules, fused)
     computed_with = _shared_loops(funcs, schedules, fused, dim_kinds)
     checked = CheckedProgram(program, funcs, program.names_of("In"), program.names_of("SIn"), dim_kinds,
                              schedules, outputs, kernel_roots, fused,
@@ -327,6 +331,17 @@ def _resolve_schedule(program, defs, kinds) -> dict[str, FuncSchedule]:
                 raise _err(DTScheduleError, f"num_warps must be a power of two, got {n}", arg_loc(0),
                            "use 1, 2, 4, 8, 16 or 32")
             setattr(s, prim, n)
+        elif prim == "persistent":
+            if len(call.args) > 1 or (call.args and (not isinstance(call.args[0], int) or call.args[0] < 1)):
+                raise _err(DTScheduleError, "persistent takes no argument (one program per multiprocessor) or "
+                           "one positive integer (the number of programs)", call.loc,
+                           f"e.g. {call.func}.persistent() or {call.func}.persistent(132)")
+            s.persistent = True
+            s.persistent_programs = call.args[0] if call.args else None
+        elif prim == "tma":
+            if call.args:
+                raise _err(DTScheduleError, "tma takes no arguments", call.loc, f"write {call.func}.tma()")
+            s.tma = True
         elif prim == "fuse_at":
             consumer, dim = _func_and_dim(call, defs, kinds, arg_loc, "a consumer Func and one of its loop dimensions",
                                           "consumer, x", "fuse into a Func that uses this one", "fused into")
@@ -362,6 +377,25 @@ def _resolve_schedule(program, defs, kinds) -> dict[str, FuncSchedule]:
                        s.locs.get(conflicts[1]) or s.locs.get("compile_to_kernel"),
                        "an output is computed at root; a fused or inlined Func is computed inside its consumer")
     return schedules
+
+
+def _check_launch_primitives(schedules, fused):
+    """persistent and tma say how a kernel runs, so they belong on its root Func: on a Func
+    computed inside another kernel they would silently do nothing."""
+    for name, s in schedules.items():
+        if not (name in fused or s.inline):
+            continue
+        for prim in ("persistent", "tma"):
+            if getattr(s, prim):
+                if s.inline:
+                    raise _err(DTScheduleError, f"{prim} applies to the Func a kernel computes, but '{name}' is "
+                               "inlined into its consumers", s.locs.get(prim), f"remove {name}.{prim}()")
+                root = name
+                while root in fused:
+                    root = fused[root][0]
+                raise _err(DTScheduleError, f"{prim} applies to the Func a kernel computes, but '{name}' is fused "
+                           f"into '{fused[name][0]}'", s.locs.get(prim), f"call it on the kernel's root Func: "
+                           f"{root}.{prim}()")
 
 
 def _func_and_dim(call, defs, kinds, arg_loc, takes: str, example: str, hint: str, relation: str):

@@ -231,7 +231,8 @@ class _KernelLowering:
         self.block_ranges = ranges
         self.emit_func(self.root, {}, ranges)
         return S.Kernel(f"{self.root}_kernel", self.root, program_count, S.prune_lets(tuple(self.out)), sched.num_warps,
-                        sched.num_stages, tuple(self.reads), (self.root,), root.loc)
+                        sched.num_stages, tuple(self.reads), (self.root,), root.loc, persistent=sched.persistent,
+                        persistent_programs=sched.persistent_programs, tma=sched.tma)
 
     def grid(self, root: A.FuncDef, sched) -> tuple[S.IExpr, dict[str, _Range]]:
         counts: dict[str, S.IExpr] = {}

@@ -448,6 +448,11 @@ class TensorSpec:
 
 @dataclass(frozen=True)
 class Kernel:
+    """`program_count` programs, program `pid` running `body`. The launch hints say how a
+    backend may run them; none changes what a program computes, so a backend may ignore them:
+    `persistent` launches at most `persistent_programs` programs (None: one per multiprocessor),
+    each running the body for pid = its program id, plus the number launched, plus twice that, ...
+    below `program_count`; `tma` loads and stores tiles through tensor descriptors."""
     name: str  # e.g. 'mm_kernel'
     func: str  # the root Func computed (and stored) by this kernel
     program_count: IExpr
@@ -457,6 +462,9 @@ class Kernel:
     reads: tuple[str, ...] = ()
     writes: tuple[str, ...] = ()
     loc: Loc | None = field(default=None, compare=False)
+    persistent: bool = False
+    persistent_programs: int | None = None
+    tma: bool = False
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,8 @@ shuffles), and a second tile-sized accumulator would take registers the product 
 """
 from __future__ import annotations
 
+import dataclasses
+
 from dt.ir import scheduled as S
 
 
@@ -26,8 +28,7 @@ def with_lane_accumulators(kernel: S.Kernel) -> S.Kernel:
     body = _rewrite(kernel.body, taken, from_dot)
     if body == kernel.body:
         return kernel
-    return S.Kernel(kernel.name, kernel.func, kernel.program_count, body, kernel.num_warps, kernel.num_stages,
-                    kernel.reads, kernel.writes, kernel.loc)
+    return dataclasses.replace(kernel, body=body)
 
 
 def _names(kernel: S.Kernel) -> set[str]:

@@ -19,6 +19,7 @@ import types
 
 import torch
 from triton import knobs
+from triton.tools.tensor_descriptor import TensorDescriptor
 
 from dt.backends.pysource import Writer, load_module
 
@@ -79,7 +80,8 @@ class Replays:
         argument is of a kind this does not know how to replay."""
         sources = {id(t): f"input{i}" for i, t in enumerate(tensors)}
         sources.update({id(s): f"scalar{i}" for i, s in enumerate(scalars)})
-        names: dict[str, object] = {"torch": torch, "empty_strided": torch.empty_strided, "get_stream": _stream}
+        names: dict[str, object] = {"torch": torch, "empty_strided": torch.empty_strided, "get_stream": _stream,
+                                    "TensorDescriptor": TensorDescriptor}
         outputs = result if isinstance(result, dict) else {None: result}
         allocations = {id(t): t for t in outputs.values()}
         for _, _, args in log:
@@ -104,6 +106,10 @@ class Replays:
                         values.append(sources[id(a)])
                     elif type(a) in (int, bool) or a is None:
                         values.append(repr(a))  # a constexpr: a size, a stride or a tile
+                    elif isinstance(a, TensorDescriptor) and id(a.base) in sources:
+                        # A TMA descriptor: its tensor's shape and strides are part of the key.
+                        values.append(f"TensorDescriptor({sources[id(a.base)]}, {list(a.shape)}, {list(a.strides)}, "
+                                      f"{list(a.block_shape)})")
                     else:
                         return None
                 grid = tuple(grid) + (1,) * (3 - len(grid))

@@ -1,0 +1,167 @@
+"""The launch hints `persistent` and `tma`: where they may be written, what the Triton backend
+makes of them (programs walking blocks; tiles moved through TMA descriptors where the tensors
+allow it, through pointers elsewhere), and that every backend computes the same values with
+them (the conformance cases persistent.* and tma.* run them on every backend)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import dt
+from dt.errors import DTScheduleError
+
+MATMUL = """Func mm;
+In A, B;
+Var x, y;
+RVar k;
+mm[x, y] = rdot(A[x, k], B[k, y], k);
+mm.block(x:16, y:32);
+mm.tensorize(x:16, y:32, k:16);
+mm.map(x:x1/2, y, x1);
+{hints}
+mm.compile();
+"""
+
+
+def error_of(source: str) -> DTScheduleError:
+    with pytest.raises(DTScheduleError) as info:
+        dt.loads(source, file="bad.dt")
+    return info.value
+
+
+@pytest.mark.parametrize("call", ["mm.persistent(0);", "mm.persistent(x:2);", "mm.persistent(2, 3);"])
+def test_persistent_takes_no_argument_or_a_program_count(call):
+    err = error_of(MATMUL.format(hints=call))
+    assert "persistent takes no argument" in err.message and err.loc.line == 9
+    assert "mm.persistent()" in err.hint
+
+
+def test_tma_takes_no_arguments():
+    err = error_of(MATMUL.format(hints="mm.tma(2);"))
+    assert err.message == "tma takes no arguments" and err.hint == "write mm.tma()"
+
+
+@pytest.mark.parametrize("hint", ["persistent", "tma"])
+def test_hints_belong_on_the_kernel_root(hint):
+    source = f"""Func out, m;
+In A;
+Var x;
+RVar y;
+m[x] = rmax(A[x, y], y);
+out[x, y] = exp(A[x, y] - m[x]);
+out.block(x:4);
+m.fuse_at(out, x);
+m.{hint}();
+out.compile_to_kernel();
+"""
+    err = error_of(source)
+    assert err.loc.line == 9
+    assert err.message == f"{hint} applies to the Func a kernel computes, but 'm' is fused into 'out'"
+    assert err.hint == f"call it on the kernel's root Func: out.{hint}()"
+    inlined = error_of(source.replace("m.fuse_at(out, x);", "m.inline();"))
+    assert inlined.message.endswith("'m' is inlined into its consumers")
+
+
+def test_cpu_backends_compute_the_same_with_hints():
+    """The hints change how a kernel is launched, never what it computes."""
+    plain = dt.loads(MATMUL.format(hints=""))
+    hinted = dt.loads(MATMUL.format(hints="mm.persistent(3);\nmm.tma();"))
+    rng = np.random.default_rng(0)
+    A, B = rng.standard_normal((37, 20)).astype(np.float32), rng.standard_normal((20, 50)).astype(np.float32)
+    for backend in ("interp", "numba"):
+        assert np.array_equal(hinted(backend=backend, A=A, B=B), plain(backend=backend, A=A, B=B))
+
+
+# ---------------------------------------------------------------- the Triton backend
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("triton")
+
+from dt import backends  # noqa: E402
+from dt.backends.triton import codegen  # noqa: E402
+
+
+def triton_run(source: str, dtype: str = "f16"):
+    return backends.get("triton").compile(dt.loads(source).pipeline(dtype))
+
+
+def test_generated_code_walks_blocks_and_moves_boxes():
+    source = codegen.render(dt.loads(MATMUL.format(hints="mm.persistent();\nmm.tma();")).pipeline("f16"),
+                            width=None).source
+    assert ("for pid in tl.range(tl.program_id(0).to(tl.int64), (x_SIZE + 15) // 16 * ((y_SIZE + 31) // 32), "
+            "program_count, flatten=USE_TMA):") in source
+    assert "x_BLOCK_COUNT = (x_SIZE + 15) // 16\n" in source  # before the walk: it does not depend on pid
+    assert "A = A_desc.load([tl.cast(x_block_start, tl.int32), k_iter])" in source
+    assert "B = B_desc.load([k_iter, tl.cast(y_block_start, tl.int32)])" in source
+    assert "mm_desc.store([tl.cast(x_block_start, tl.int32), tl.cast(y_block_start, tl.int32)], mm.to(tl.float16))" in source
+    assert "A_desc = TensorDescriptor(A, A.shape, A.stride(), [16, 16]) if mm_tma else None" in source
+    assert "mm_programs = min((x_SIZE + 15) // 16 * ((y_SIZE + 31) // 32), _multiprocessors(device))" in source
+    plain = codegen.render(dt.loads(MATMUL.format(hints="")).pipeline("f16")).source
+    assert "TensorDescriptor" not in plain and "tl.range" not in plain and "_multiprocessors" not in plain
+
+
+class Launches:
+    """Stands in for a generated kernel: records each launch's grid and TMA flag, then runs it."""
+
+    def __init__(self, kernel):
+        self.kernel, self.grids, self.tma = kernel, [], []
+
+    def __getitem__(self, grid):
+        def launch(*args, **options):
+            self.grids.append(grid)
+            self.tma.append(args[-1])
+            return self.kernel[grid](*args, **options)
+        return launch
+
+
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+def test_tma_where_rows_are_aligned_pointers_elsewhere(dtype):
+    prog = dt.loads(MATMUL.format(hints="mm.persistent(3);\nmm.tma();"))
+    run = backends.get("triton").compile(prog.pipeline(dtype))
+    launches = run.namespace["mm_kernel"] = Launches(run.namespace["mm_kernel"])
+    torch_dtype = {"f32": torch.float32, "bf16": torch.bfloat16}[dtype]
+    for (x, k, y), tma in (((37, 40, 48), True), ((37, 40, 13), False)):
+        A = torch.randn(x, k, dtype=torch_dtype)
+        B = torch.randn(k, y, dtype=torch_dtype)
+        out = run({"A": A, "B": B}, {}, {"x": x, "y": y, "k": k})["mm"]
+        ref = A.double() @ B.double()
+        assert float((out.double() - ref).norm() / ref.norm()) < (1e-5 if dtype == "f32" else 1e-2)
+        assert launches.tma[-1] is tma
+        assert launches.grids[-1] == (3,)  # 3 of the 6 (or 3) blocks' programs: each walks two
+
+
+def test_a_misaligned_view_goes_through_pointers():
+    prog = dt.loads(MATMUL.format(hints="mm.tma();"))
+    run = backends.get("triton").compile(prog.pipeline("f32"))
+    launches = run.namespace["mm_kernel"] = Launches(run.namespace["mm_kernel"])
+    A = torch.randn(20, 41)[:, 1:]  # rows of 40 floats that start 4 bytes past 16-byte boundaries
+    B = torch.randn(40, 32)
+    out = run({"A": A, "B": B}, {}, {"x": 20, "y": 32, "k": 40})["mm"]
+    assert torch.allclose(out, A @ B, atol=1e-4) and launches.tma == [False]
+
+
+def test_fewer_blocks_than_programs_launch_one_program_per_block():
+    prog = dt.loads(MATMUL.format(hints="mm.persistent(64);"))
+    run = backends.get("triton").compile(prog.pipeline("f32"))
+    launches = run.namespace["mm_kernel"] = Launches(run.namespace["mm_kernel"])
+    A, B = torch.randn(20, 16), torch.randn(16, 40)
+    assert torch.allclose(run({"A": A, "B": B}, {}, {"x": 20, "y": 40, "k": 16})["mm"], A @ B, atol=1e-4)
+    assert launches.grids == [(4,)]
+
+
+def test_tma_without_a_box_to_move_is_an_error():
+    source = """Func out;
+In A;
+Var x;
+RVar y;
+out[x] = rsum(A[x, y], y);
+out.block(x:1);
+out.tensorize(y:0);
+out.tma();
+out.compile();
+"""
+    with pytest.raises(DTScheduleError) as info:
+        codegen.render(dt.loads(source, file="rows.dt").pipeline("f32"))
+    err = info.value
+    assert err.message == "out.tma() finds no tile to move through a tensor descriptor in kernel 'out_kernel'"
+    assert "at most 256 lanes" in err.hint and "remove out.tma()" in err.hint and err.loc.line == 5
