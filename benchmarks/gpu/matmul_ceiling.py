@@ -1,30 +1,29 @@
 """How close can Triton itself get to cuBLAS on a 4096^3 matmul on this GPU?
 
-A measurement, not a DT feature: dt's matmul reaches 93-95% of cuBLAS at 4096^3. This times
-hand-written Triton matmuls of the same tile shapes four ways: pointer loads (what dt
-generates), TMA tensor descriptors, persistent programs over TMA, and persistent programs
-with Triton's warp specialization. If none beats the pointer version, the gap to cuBLAS is
-Triton's, not a schedule primitive DT lacks.
+A measurement behind DT's launch hints: with pointer loads dt's matmul reached 93-95% of
+cuBLAS at 4096^3. This times hand-written Triton matmuls of the same tile shapes several ways:
+pointer loads (what dt generates without hints), TMA tensor descriptors, persistent programs
+over pointers (the loop over a program's tiles flattened into the k loop or not), persistent
+programs over TMA (the same two ways; with descriptors made on the host and flattened, what
+`persistent()` and `tma()` generate), and persistent TMA with Triton's warp specialization.
 
-    python benchmarks/gpu/matmul_ceiling.py --out DIR
+    python benchmarks/gpu/matmul_ceiling.py --out DIR [--rounds N]
 
 writes DIR/matmul_ceiling.json and DIR/matmul_ceiling.md (committed in benchmarks/results/).
 """
 import argparse
+import statistics
 import sys
+from functools import partial
 from pathlib import Path
 
 import torch
 import triton
 import triton.language as tl
+from triton.tools.tensor_descriptor import TensorDescriptor
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import measure  # noqa: E402
-
-
-def _allocate(size: int, alignment: int, stream):
-    """Scratch memory for the tensor descriptors the kernels create on the device."""
-    return torch.empty(size, device="cuda", dtype=torch.int8)
 
 
 @triton.jit
@@ -36,9 +35,9 @@ def _tile(pid, nm, nn, G: tl.constexpr):
 
 
 @triton.jit
-def matmul_pointers(A, B, C, M: tl.constexpr, N: tl.constexpr, K: tl.constexpr, BM: tl.constexpr,
-                    BN: tl.constexpr, BK: tl.constexpr, G: tl.constexpr):
-    pm, pn = _tile(tl.program_id(0), tl.cdiv(M, BM), tl.cdiv(N, BN), G)
+def _pointer_tile(A, B, C, pm, pn, M: tl.constexpr, N: tl.constexpr, K: tl.constexpr, BM: tl.constexpr,
+                  BN: tl.constexpr, BK: tl.constexpr):
+    """C's (pm, pn) tile through masked pointer loads and stores."""
     rm = pm * BM + tl.arange(0, BM)
     rn = pn * BN + tl.arange(0, BN)
     acc = tl.zeros([BM, BN], tl.float32)
@@ -51,32 +50,46 @@ def matmul_pointers(A, B, C, M: tl.constexpr, N: tl.constexpr, K: tl.constexpr, 
 
 
 @triton.jit
-def _tma_tile(A, B, C, pm, pn, M: tl.constexpr, N: tl.constexpr, K: tl.constexpr, BM: tl.constexpr,
-              BN: tl.constexpr, BK: tl.constexpr):
+def matmul_pointers(A, B, C, M: tl.constexpr, N: tl.constexpr, K: tl.constexpr, BM: tl.constexpr,
+                    BN: tl.constexpr, BK: tl.constexpr, G: tl.constexpr):
+    pm, pn = _tile(tl.program_id(0), tl.cdiv(M, BM), tl.cdiv(N, BN), G)
+    _pointer_tile(A, B, C, pm, pn, M, N, K, BM, BN, BK)
+
+
+@triton.jit
+def matmul_pointers_persistent(A, B, C, M: tl.constexpr, N: tl.constexpr, K: tl.constexpr, BM: tl.constexpr,
+                               BN: tl.constexpr, BK: tl.constexpr, G: tl.constexpr, SMS: tl.constexpr,
+                               FLAT: tl.constexpr):
+    nm, nn = tl.cdiv(M, BM), tl.cdiv(N, BN)
+    for tile in tl.range(tl.program_id(0), nm * nn, SMS, flatten=FLAT):
+        pm, pn = _tile(tile, nm, nn, G)
+        _pointer_tile(A, B, C, pm, pn, M, N, K, BM, BN, BK)
+
+
+@triton.jit
+def _tma_tile(a_desc, b_desc, c_desc, pm, pn, K: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
     """C's (pm, pn) tile, its operands loaded and the result stored through TMA descriptors."""
-    a_desc = tl.make_tensor_descriptor(A, shape=[M, K], strides=[K, 1], block_shape=[BM, BK])
-    b_desc = tl.make_tensor_descriptor(B, shape=[K, N], strides=[N, 1], block_shape=[BK, BN])
-    c_desc = tl.make_tensor_descriptor(C, shape=[M, N], strides=[N, 1], block_shape=[BM, BN])
     acc = tl.zeros([BM, BN], tl.float32)
     for k in range(0, K, BK):
         acc = tl.dot(a_desc.load([pm * BM, k]), b_desc.load([k, pn * BN]), acc)
-    c_desc.store([pm * BM, pn * BN], acc.to(C.dtype.element_ty))
+    c_desc.store([pm * BM, pn * BN], acc.to(c_desc.dtype))
 
 
 @triton.jit
-def matmul_tma(A, B, C, M: tl.constexpr, N: tl.constexpr, K: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
-               BK: tl.constexpr, G: tl.constexpr):
+def matmul_tma(a_desc, b_desc, c_desc, M: tl.constexpr, N: tl.constexpr, K: tl.constexpr, BM: tl.constexpr,
+               BN: tl.constexpr, BK: tl.constexpr, G: tl.constexpr):
     pm, pn = _tile(tl.program_id(0), tl.cdiv(M, BM), tl.cdiv(N, BN), G)
-    _tma_tile(A, B, C, pm, pn, M, N, K, BM, BN, BK)
+    _tma_tile(a_desc, b_desc, c_desc, pm, pn, K, BM, BN, BK)
 
 
 @triton.jit
-def matmul_tma_persistent(A, B, C, M: tl.constexpr, N: tl.constexpr, K: tl.constexpr, BM: tl.constexpr,
-                          BN: tl.constexpr, BK: tl.constexpr, G: tl.constexpr, SMS: tl.constexpr, WS: tl.constexpr):
+def matmul_tma_persistent(a_desc, b_desc, c_desc, M: tl.constexpr, N: tl.constexpr, K: tl.constexpr,
+                          BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, G: tl.constexpr, SMS: tl.constexpr,
+                          FLAT: tl.constexpr, WS: tl.constexpr):
     nm, nn = tl.cdiv(M, BM), tl.cdiv(N, BN)
-    for tile in tl.range(tl.program_id(0), nm * nn, SMS, flatten=True, warp_specialize=WS):
+    for tile in tl.range(tl.program_id(0), nm * nn, SMS, flatten=FLAT, warp_specialize=WS):
         pm, pn = _tile(tile, nm, nn, G)
-        _tma_tile(A, B, C, pm, pn, M, N, K, BM, BN, BK)
+        _tma_tile(a_desc, b_desc, c_desc, pm, pn, K, BM, BN, BK)
 
 
 CONFIGS = [(128, 256, 64, 8, 3), (128, 256, 64, 8, 4), (128, 128, 64, 8, 4), (128, 128, 64, 4, 4), (256, 128, 64, 8, 3)]
@@ -85,8 +98,8 @@ CONFIGS = [(128, 256, 64, 8, 3), (128, 256, 64, 8, 4), (128, 128, 64, 8, 4), (12
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", required=True)
+    parser.add_argument("--rounds", type=int, default=3, help="each times every variant once (default 3)")
     args = parser.parse_args(argv)
-    triton.set_allocator(_allocate)
     device = torch.device("cuda")
     timer = measure.Timer("do_bench")
     sms = torch.cuda.get_device_properties(device).multi_processor_count
@@ -98,30 +111,46 @@ def main(argv=None) -> int:
         b = measure.random_tensor((K, N), dtype, device, generator)
         c = torch.empty(M, N, device=device, dtype=dtype)
         ref = a.double() @ b.double()
-        cublas = timer(lambda: torch.matmul(a, b))
-        records.append(dict(dtype=dtype_name, variant="cuBLAS (torch.matmul)", ms=cublas, pct_cublas=100.0))
+        calls = {"cuBLAS (torch.matmul)": lambda: torch.matmul(a, b)}
         for BM, BN, BK, warps, stages in CONFIGS:
             grid = (triton.cdiv(M, BM) * triton.cdiv(N, BN),)
             options = dict(num_warps=warps, num_stages=stages)
-            variants = (
-                ("pointers", lambda: matmul_pointers[grid](a, b, c, M, N, K, BM, BN, BK, 8, **options)),
-                ("TMA", lambda: matmul_tma[grid](a, b, c, M, N, K, BM, BN, BK, 8, **options)),
-                ("persistent TMA", lambda: matmul_tma_persistent[(sms,)](a, b, c, M, N, K, BM, BN, BK, 8, sms, False,
-                                                                        **options)),
-                ("persistent TMA, warp-specialized", lambda: matmul_tma_persistent[(sms,)](
-                    a, b, c, M, N, K, BM, BN, BK, 8, sms, True, **options)))
-            for name, call in variants:
-                record = dict(dtype=dtype_name, variant=f"{name}, {BM}x{BN}x{BK}, {warps} warps, {stages} stages")
-                try:
-                    call()
-                    measure.synchronize(device)
-                    record["rel_err"] = measure.relative_error(c, ref)
-                    record["ms"] = timer(call)
-                    record["pct_cublas"] = 100 * cublas / record["ms"]
-                except Exception as e:  # e.g. a tile that needs more shared memory than the GPU has
-                    record["error"] = measure.short_error(e)
-                records.append(record)
-                print(record, flush=True)
+            # Host-made descriptors, as dt's launchers make them.
+            boxes = [TensorDescriptor.from_tensor(t, box) for t, box in ((a, [BM, BK]), (b, [BK, BN]), (c, [BM, BN]))]
+            tag = f"{BM}x{BN}x{BK}, {warps} warps, {stages} stages"
+            calls.update({
+                f"pointers, {tag}": partial(matmul_pointers[grid], a, b, c, M, N, K, BM, BN, BK, 8, **options),
+                f"TMA, {tag}": partial(matmul_tma[grid], *boxes, M, N, K, BM, BN, BK, 8, **options),
+                f"persistent pointers, {tag}": partial(matmul_pointers_persistent[(sms,)], a, b, c, M, N, K, BM, BN,
+                                                       BK, 8, sms, False, **options),
+                f"persistent pointers, flattened, {tag}": partial(matmul_pointers_persistent[(sms,)], a, b, c, M, N,
+                                                                  K, BM, BN, BK, 8, sms, True, **options),
+                f"persistent TMA, {tag}": partial(matmul_tma_persistent[(sms,)], *boxes, M, N, K, BM, BN, BK, 8, sms,
+                                                  False, False, **options),
+                f"persistent TMA, flattened, {tag}": partial(matmul_tma_persistent[(sms,)], *boxes, M, N, K, BM, BN,
+                                                             BK, 8, sms, True, False, **options),
+                f"persistent TMA, flattened, warp-specialized, {tag}": partial(
+                    matmul_tma_persistent[(sms,)], *boxes, M, N, K, BM, BN, BK, 8, sms, True, True, **options)})
+        found, times = {}, {}
+        for name, call in calls.items():
+            record = found[name] = dict(dtype=dtype_name, variant=name)
+            try:
+                out = call()
+                measure.synchronize(device)
+                record["rel_err"] = measure.relative_error(out if name.startswith("cuBLAS") else c, ref)
+                times[name] = []
+            except Exception as e:  # e.g. a tile that needs more shared memory than the GPU has
+                record["error"] = measure.short_error(e)
+        for _ in range(args.rounds):  # round-robin: every variant once per round
+            for name in times:
+                times[name].append(timer(calls[name]))
+        cublas = statistics.median(times["cuBLAS (torch.matmul)"])
+        for name, record in found.items():
+            if name in times:
+                record.update(ms=statistics.median(times[name]), rounds=times[name])
+                record["pct_cublas"] = 100 * cublas / record["ms"]
+            records.append(record)
+            print(record, flush=True)
     measure.write_study(args.out, "matmul_ceiling", device, records, markdown)
     return 0
 
@@ -130,8 +159,9 @@ def markdown(run: dict, records: list[dict]) -> str:
     lines = ["# Triton's own ceiling on a 4096^3 matmul: a measurement", "",
              measure.provenance(run, "matmul_ceiling.py")
              + " (its docstring describes the variants). Times are "
-             "`triton.testing.do_bench` medians; % of cuBLAS is torch.matmul's time over the variant's, timed in "
-             "the same run.", ""]
+             f"`triton.testing.do_bench` medians, then the median of {len(records[0]['rounds'])} round-robin rounds "
+             "(each timing every variant once); % of cuBLAS is torch.matmul's time over the variant's, timed in the "
+             "same rounds.", ""]
     for dtype_name in ("f16", "bf16"):
         lines += [f"## {dtype_name}", "", "| variant | ms | % of cuBLAS | rel. error |", "|---|---|---|---|"]
         for r in records:
