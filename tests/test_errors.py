@@ -251,6 +251,9 @@ def test_compute_with_needs_both_fused_at_one_loop():
     err = error_of(ONEPASS.replace("dvsr.fuse_at(attention, m);\n", ""), DTScheduleError)
     assert_at(err, 15, 1, "'dvsr' is computed with 'num', so both must be fused at the same loop",
               "'dvsr' is computed at root", "dvsr.compute_with(num, l)")
+    both = error_of(ONEPASS.replace("dvsr.fuse_at(attention, m);\n", "").replace("num.fuse_at(attention, m);\n", "")
+                    .replace("attention.compile_to_kernel", "attention.compile"), DTScheduleError)
+    assert "both are computed at root, each in a kernel of its own" in both.message, both.render()
 
 
 def test_compute_with_names_a_shared_rvar():

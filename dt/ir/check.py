@@ -686,8 +686,10 @@ def _check_compute_with(func, sibling, dim, funcs, schedules, fused, dim_kinds):
                    "compute the inner reduction in a Func of its own")
     if func not in fused or fused.get(func) != fused.get(sibling):
         where = lambda n: f"fused at '{fused[n][0]}''s loop over '{fused[n][1]}'" if n in fused else "computed at root"
+        places = ("both are computed at root, each in a kernel of its own" if func not in fused and sibling not in fused
+                  else f"'{func}' is {where(func)} and '{sibling}' is {where(sibling)}")
         raise _err(DTScheduleError, f"'{func}' is computed with '{sibling}', so both must be fused at the same loop; "
-                   f"'{func}' is {where(func)} and '{sibling}' is {where(sibling)}", loc, hint)
+                   f"{places}", loc, hint)
 
 
 def _check_shared_dims(func, owner, funcs, schedules):
