@@ -164,4 +164,88 @@ out.compile();
         codegen.render(dt.loads(source, file="rows.dt").pipeline("f32"))
     err = info.value
     assert err.message == "out.tma() finds no tile to move through a tensor descriptor in kernel 'out_kernel'"
-    assert "at most 256 lanes" in err.hint and "remove out.tma()" in err.hint and err.loc.line == 5
+    assert "of at most 256 that is the block or divides it" in err.hint and "16 bytes" in err.hint
+    assert "remove out.tma()" in err.hint and err.loc.line == 5
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f16"])
+def test_rank0_tiles_keep_pointers_beside_boxes(dtype):
+    """A scalar input (s[]) and a scalar output have no box; the other tiles still move by TMA."""
+    prog = dt.loads("""Func f, t; In A, s; Var x; RVar r;
+f[x] = A[x] * s[];
+t[] = rsum(A[r], r);
+f.block(x:8); f.tensorize(x:8); f.tma(); f.persistent(2);
+t.tensorize(r:16); t.tma();
+f.compile(); t.compile();
+""")
+    A, s = torch.randn(40), torch.tensor(1.5)
+    torch_dtype = {"f32": torch.float32, "f16": torch.float16}[dtype]
+    out = prog(backend="triton", A=A.to(torch_dtype), s=s.to(torch_dtype))
+    ref = prog.reference(A=A.to(torch_dtype).numpy(), s=s.to(torch_dtype).numpy())
+    for name in ("f", "t"):
+        assert np.allclose(out[name].float().numpy(), ref[name], rtol=1e-2, atol=1e-2)
+
+
+def test_programs_without_inputs_take_hints():
+    prog = dt.loads("""Func f; Var x, y;
+f[x, y] = x * 2.0 + len(y) - y;
+f.block(x:16, y:16); f.tensorize(x:16, y:16); f.persistent(); f.tma(); f.compile();
+""")
+    sizes = {"x": 40, "y": 24}
+    assert np.array_equal(np.asarray(prog(backend="triton", sizes=sizes)), prog.reference(sizes=sizes))
+
+
+def test_narrow_rows_keep_pointers_in_that_dtype_only():
+    """A 4-wide tile is a 16-byte box in f32, 8 bytes in f16: TMA there, pointers here."""
+    source = MATMUL.format(hints="mm.tma();").replace("mm.block(x:16, y:32);\nmm.tensorize(x:16, y:32, k:16);",
+                                                       "mm.block(x:16, y:4);\nmm.tensorize(x:16, y:4, k:4);")
+    f32 = codegen.render(dt.loads(source).pipeline("f32"), width=None).source
+    f16 = codegen.render(dt.loads(source).pipeline("f16"), width=None).source
+    assert "mm_desc.store(" in f32 and "B_desc.load(" in f32 and "A_desc.load(" in f32
+    assert "TensorDescriptor" not in f16
+
+
+def test_more_than_five_dimensions_have_no_box():
+    source = """Func out; In A; Var a, b, c, d, x, y;
+out[a, b, c, d, x, y] = A[a, b, c, d, x, y] * 2.0;
+out.block(x:16, y:16); out.tensorize(x:16, y:16); out.tma(); out.compile();
+"""
+    with pytest.raises(DTScheduleError, match="finds no tile") as info:
+        codegen.render(dt.loads(source).pipeline("f32"))
+    assert "of 1 to 5 dimensions" in info.value.hint
+
+
+def test_a_func_named_like_the_descriptor_class():
+    prog = dt.loads("""Func TensorDescriptor; In A; Var x, y;
+TensorDescriptor[x, y] = A[x, y] * 2.0;
+TensorDescriptor.block(x:16, y:16); TensorDescriptor.tensorize(x:16, y:16);
+TensorDescriptor.tma(); TensorDescriptor.compile();
+""")
+    A = torch.randn(40, 24)
+    assert torch.equal(prog(backend="triton", A=A), A * 2.0)
+
+
+def test_out_of_shared_memory_with_tma_suggests_removing_it():
+    from triton.runtime.errors import OutOfResources
+
+    class NeedsSharedMemory:
+        def __getitem__(self, grid):
+            def launch(*args, **kwargs):
+                raise OutOfResources(262152, 232448, "shared memory")
+            return launch
+
+    prog = dt.loads(MATMUL.format(hints="mm.tma();"))
+    run = backends.get("triton").compile(prog.pipeline("f32"))
+    run.namespace["mm_kernel"] = NeedsSharedMemory()
+    with pytest.raises(dt.errors.DTBackendError, match="needs more shared memory") as e:
+        run({"A": torch.zeros(32, 16), "B": torch.zeros(16, 32)}, {}, {"x": 32, "y": 32, "k": 16})
+    assert "remove mm.tma(): TMA moves every box through shared memory" in e.value.hint
+
+
+def test_persistent_takes_a_count_not_a_flag():
+    x, y, k = dt.Var("x"), dt.Var("y"), dt.RVar("k")
+    A, B, mm = dt.In("A"), dt.In("B"), dt.Func("mm")
+    mm[x, y] = dt.rdot(A[x, k], B[k, y], k)
+    mm.persistent(True).compile()
+    with pytest.raises(DTScheduleError, match="persistent takes no argument"):
+        dt.program(mm)

@@ -332,7 +332,7 @@ def _resolve_schedule(program, defs, kinds) -> dict[str, FuncSchedule]:
                            "use 1, 2, 4, 8, 16 or 32")
             setattr(s, prim, n)
         elif prim == "persistent":
-            if len(call.args) > 1 or (call.args and (not isinstance(call.args[0], int) or call.args[0] < 1)):
+            if len(call.args) > 1 or (call.args and (type(call.args[0]) is not int or call.args[0] < 1)):
                 raise _err(DTScheduleError, "persistent takes no argument (one program per multiprocessor) or "
                            "one positive integer (the number of programs)", call.loc,
                            f"e.g. {call.func}.persistent() or {call.func}.persistent(132)")

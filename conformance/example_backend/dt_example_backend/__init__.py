@@ -40,7 +40,12 @@ class ExampleBackend:
         """There is no generated code: the IR itself is what runs, so show that."""
         lines = []
         for k in pipeline.kernels:
-            lines.append(f"kernel {k.name}: for pid in range({show(k.program_count)})")
+            hints = [f"num_warps={k.num_warps}"] if k.num_warps else []
+            hints += [f"num_stages={k.num_stages}"] if k.num_stages else []
+            hints += [f"persistent({k.persistent_programs or ''})"] if k.persistent else []
+            hints += ["tma()"] if k.tma else []
+            ignored = f"  # launch hints, ignored here: {', '.join(hints)}" if hints else ""
+            lines.append(f"kernel {k.name}: for pid in range({show(k.program_count)}){ignored}")
             lines += statements(k.body, 1)
         return "\n".join(lines) + "\n"
 

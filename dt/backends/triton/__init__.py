@@ -126,6 +126,8 @@ def _raise_resource_error(e: Exception, module: Module, filename: str):
                       f"smaller blocks")
     else:
         advice.append("use smaller tiles (tensorize / block sizes)" + ("" if advice else " or fewer pipeline stages"))
+    if kernel is not None and kernel.tma and e.name == "shared memory":
+        advice.append(f"remove {kernel.func}.tma(): TMA moves every box through shared memory")
     hint = "; or ".join(advice)
     raise DTBackendError(f"{what} needs more {e.name} than the GPU has ({e.required} > {e.limit})",
                          kernel.loc if kernel else None, hint) from e

@@ -26,6 +26,7 @@ from dt.ir import scheduled as S
 MAX_NUMEL = 2 ** 20  # Triton's limit on the elements of one tensor (TRITON_MAX_TENSOR_NUMEL)
 TMA_MAX_BOX = 256  # a TMA box spans at most 256 elements along each dimension
 TMA_MIN_ROW_BYTES = 16  # and at least 16 bytes along the contiguous one
+TMA_MAX_RANK = 5
 ITEM_BYTES = {"f32": 4, "f16": 2, "bf16": 2}
 F32_DOT_PRECISIONS = ("ieee", "tf32", "tf32x3")
 DTYPES = ("f32", "f16", "bf16")
@@ -33,7 +34,8 @@ TL_DTYPE = {"f32": "tl.float32", "f16": "tl.float16", "bf16": "tl.bfloat16", "bo
 TORCH_DTYPE = {"f32": "torch.float32", "f16": "torch.float16", "bf16": "torch.bfloat16"}
 LINE_WIDTH = 100
 # Modules and builtins the generated code refers to; no generated local may shadow them.
-GLOBALS_USED = ("tl", "libdevice", "triton", "torch", "float", "int", "min", "max", "range", "tuple", "ValueError")
+GLOBALS_USED = ("tl", "libdevice", "triton", "torch", "float", "int", "min", "max", "range", "tuple", "ValueError",
+                "TensorDescriptor")
 
 UNARY = {"exp": "tl.exp", "exp2": "tl.exp2", "log": "tl.log", "log2": "tl.log2", "sqrt": "tl.sqrt",
          "rsqrt": "tl.rsqrt", "sigmoid": "tl.sigmoid", "tanh": "_tanh", "abs": "tl.abs", "erf": "tl.erf",
@@ -183,8 +185,11 @@ def render(pipeline: S.Pipeline, f32_dot: str = "ieee", width: int | None = LINE
     dot_dims = frozenset().union(*(kr.dot_dims for kr in kernels))
     launcher = _Launcher(pipeline, kernels, function, in_launcher, helpers, dot_dims)
     sources = HELPERS if interpret else {**HELPERS, **COMPILED_HELPERS}
-    launch_helpers = [name for name, used in (("_multiprocessors", any(kr.program_count for kr in kernels)),
-                                              ("_tma_ready", any(kr.use_tma for kr in kernels))) if used]
+    launch_helpers = []
+    if any(kr.program_count for kr in kernels):
+        launch_helpers.append("_multiprocessors")
+    if any(kr.use_tma for kr in kernels):
+        launch_helpers.append("_tma_ready")
     _header(w, pipeline, f32_dot, function, launcher.args,
             libdevice=not interpret and bool(used_helpers & COMPILED_HELPERS.keys()),
             descriptors="_tma_ready" in launch_helpers)
@@ -298,6 +303,7 @@ class _KernelRenderer:
         self._plan_dots()
         self.descriptors: dict[tuple[str, tuple[int, ...]], str] = {}  # (tensor, box) -> descriptor
         self.tma_boxes: dict[S.Load | S.Store, tuple[int, ...]] = {}
+        self.loops_around: dict[str, list[S.For]] = {}  # axis -> the tile loops enclosing it
         self._plan_tma()
         self.use_tma = self.names.new("USE_TMA") if self.descriptors else None
         self.program_count = self.names.new("program_count") if kernel.persistent else None
@@ -346,7 +352,6 @@ class _KernelRenderer:
         reads zeros and drops writes outside it, which is then what the masks did)."""
         if not self.kernel.tma:
             return
-        self.loops_around: dict[str, list[S.For]] = {}
 
         def visit(body, loops):
             for s in body:
@@ -355,47 +360,58 @@ class _KernelRenderer:
                 elif isinstance(s, S.For):
                     visit(s.body, loops + [s])
         visit(self.kernel.body, [])
+        boxes = 0  # tiles that are boxes, whatever their dtype
         for s in S.walk_statements(self.kernel.body):
             if isinstance(s, S.Store) and s.value.dims == s.indices:
-                self._tma_candidate(s, s.tensor, s.indices)
+                boxes += self._tma_candidate(s, s.tensor, s.indices)
             if isinstance(s, (S.Assign, S.Store)):
                 for node in S.walk_texpr(s.value):
                     if isinstance(node, S.Load) and node.order == node.indices:
-                        self._tma_candidate(node, node.tensor, node.indices)
-        if not self.descriptors:
+                        boxes += self._tma_candidate(node, node.tensor, node.indices)
+        if not boxes:
             raise DTScheduleError(
                 f"{self.kernel.func}.tma() finds no tile to move through a tensor descriptor in kernel "
                 f"'{self.kernel.name}'", self.kernel.loc,
-                f"TMA moves a tile that is a box of its tensor: tensorize each dimension of the load or store "
-                f"with a power of two of at most {TMA_MAX_BOX} lanes (and at least {TMA_MIN_ROW_BYTES} bytes "
-                f"along the last), or remove {self.kernel.func}.tma()")
+                f"TMA moves a tile that is a box of its tensor: indexed by its dimensions in the tensor's order, "
+                f"of 1 to {TMA_MAX_RANK} dimensions, each tiled with a power of two of at most {TMA_MAX_BOX} that is "
+                f"the block or divides it (a whole extent, tensorize(v:0), does not qualify), and {TMA_MIN_ROW_BYTES} "
+                f"bytes or more along the last; or remove {self.kernel.func}.tma()")
 
-    def _tma_candidate(self, node, tensor: str, indices: tuple[str, ...]):
+    def _tma_candidate(self, node, tensor: str, indices: tuple[str, ...]) -> bool:
+        """Whether the tile is a box of its tensor; if so and its rows are wide enough in this
+        dtype for TMA, it moves through a descriptor."""
         spec = self.pipeline.tensor(tensor)
+        if not 1 <= len(indices) <= TMA_MAX_RANK:
+            return False
         box = []
         for i, a in enumerate(indices):
             lay = self.layout.axes[a]
             ax = lay.axis
-            if ax.dim != spec.dims[i] or not isinstance(lay.tile, int) or lay.tile > TMA_MAX_BOX \
-                    or ax.size != S.IConst(lay.tile) or not self._valid_inside_tensor(ax):
-                return
+            if not isinstance(lay.tile, int) or lay.tile > TMA_MAX_BOX or ax.size != S.IConst(lay.tile) \
+                    or not self._valid_inside_tensor(ax):
+                return False
             box.append(lay.tile)
-        if box[-1] * ITEM_BYTES[spec.dtype] < TMA_MIN_ROW_BYTES:
-            return
-        key = (tensor, tuple(box))
-        if key not in self.descriptors:
-            self.descriptors[key] = self.names.new(f"{tensor}_desc")
-        self.tma_boxes[node] = key[1]
+        if box[-1] * max(ITEM_BYTES.values()) < TMA_MIN_ROW_BYTES:
+            return False  # too narrow in every dtype
+        if box[-1] * ITEM_BYTES[spec.dtype] >= TMA_MIN_ROW_BYTES:  # else this dtype keeps pointers
+            key = (tensor, tuple(box))
+            if key not in self.descriptors:
+                self.descriptors[key] = self.names.new(f"{tensor}_desc")
+            self.tma_boxes[node] = key[1]
+        return True
 
     def _valid_inside_tensor(self, ax: S.Axis) -> bool:
-        """Whether the axis's lanes are valid exactly where its index is below its extent: the
-        tile ends where the block does, or a tile loop's steps divide the block."""
+        """Whether the axis's lanes are valid exactly where its index is below its extent (the
+        launcher checks that the extent is the tensor's along that axis): the tile ends where
+        the block does, or a tile loop's steps divide the block."""
         extent = S.IVar(S.size_name(ax.dim))
         limit = ax.limit
         if isinstance(limit, S.IVar) and limit.name in self.layout.lets:
             limit = self.layout.lets[limit.name]
         if limit is None or limit == extent or limit == S.imin(S.iadd(ax.start, ax.size), extent):
             return True
+        # A tile loop inside a block: lowering walks range(0, block length, tile), so with the
+        # tile dividing the block, every tile ends inside the block.
         if not (isinstance(limit, S.IBin) and limit.op == "min" and limit.b == extent and isinstance(limit.a, S.IBin)
                 and limit.a.op == "+" and isinstance(limit.a.b, S.IConst)):
             return False
@@ -810,7 +826,7 @@ class _Launcher:
                 with w.indent():
                     w.line(f"return {self.function}({', '.join(self.args)})")
         else:
-            w.line(f'{self.device} = {self.device} or ("cuda" if torch.cuda.is_available() else "cpu")')
+            w.line(f'{self.device} = torch.device({self.device} or ("cuda" if torch.cuda.is_available() else "cpu"))')
         for t in p.inputs:
             w.line(f'{self.check}("{t.name}", {self.names.ir(t.name)}, {len(t.dims)}, {TORCH_DTYPE[t.dtype]}, '
                    f'{self.device})')
