@@ -94,7 +94,8 @@ def test_generated_code_walks_blocks_and_moves_boxes():
     assert "A = A_desc.load([tl.cast(x_block_start, tl.int32), k_iter])" in source
     assert "B = B_desc.load([k_iter, tl.cast(y_block_start, tl.int32)])" in source
     assert "mm_desc.store([tl.cast(x_block_start, tl.int32), tl.cast(y_block_start, tl.int32)], mm.to(tl.float16))" in source
-    assert "A_desc = TensorDescriptor(A, A.shape, A.stride(), [16, 16]) if mm_tma else None" in source
+    assert "mm_tma = _tma_ready(device, (A, [16, 16]), (B, [16, 32]), (mm, [16, 32]))" in source
+    assert "if mm_tma:\n        A_desc = TensorDescriptor(A, A.shape, A.stride(), [16, 16])\n" in source
     assert "mm_programs = min((x_SIZE + 15) // 16 * ((y_SIZE + 31) // 32), _multiprocessors(device))" in source
     plain = codegen.render(dt.loads(MATMUL.format(hints="")).pipeline("f16")).source
     assert "TensorDescriptor" not in plain and "tl.range" not in plain and "_multiprocessors" not in plain
@@ -123,7 +124,7 @@ def test_tma_where_rows_are_aligned_pointers_elsewhere(dtype):
     for (x, k, y), tma in (((37, 40, 48), True), ((37, 40, 13), False)):
         A = torch.randn(x, k, dtype=torch_dtype)
         B = torch.randn(k, y, dtype=torch_dtype)
-        out = run({"A": A, "B": B}, {}, {"x": x, "y": y, "k": k})["mm"]
+        out = run({"A": A, "B": B}, {}, {"x_SIZE": x, "y_SIZE": y, "k_SIZE": k})["mm"]
         ref = A.double() @ B.double()
         assert float((out.double() - ref).norm() / ref.norm()) < (1e-5 if dtype == "f32" else 1e-2)
         assert launches.tma[-1] is tma
@@ -136,7 +137,7 @@ def test_a_misaligned_view_goes_through_pointers():
     launches = run.namespace["mm_kernel"] = Launches(run.namespace["mm_kernel"])
     A = torch.randn(20, 41)[:, 1:]  # rows of 40 floats that start 4 bytes past 16-byte boundaries
     B = torch.randn(40, 32)
-    out = run({"A": A, "B": B}, {}, {"x": 20, "y": 32, "k": 40})["mm"]
+    out = run({"A": A, "B": B}, {}, {"x_SIZE": 20, "y_SIZE": 32, "k_SIZE": 40})["mm"]
     assert torch.allclose(out, A @ B, atol=1e-4) and launches.tma == [False]
 
 
@@ -145,18 +146,20 @@ def test_fewer_blocks_than_programs_launch_one_program_per_block():
     run = backends.get("triton").compile(prog.pipeline("f32"))
     launches = run.namespace["mm_kernel"] = Launches(run.namespace["mm_kernel"])
     A, B = torch.randn(20, 16), torch.randn(16, 40)
-    assert torch.allclose(run({"A": A, "B": B}, {}, {"x": 20, "y": 40, "k": 16})["mm"], A @ B, atol=1e-4)
+    assert torch.allclose(run({"A": A, "B": B}, {}, {"x_SIZE": 20, "y_SIZE": 40, "k_SIZE": 16})["mm"], A @ B, atol=1e-4)
     assert launches.grids == [(4,)]
 
 
 def test_tma_without_a_box_to_move_is_an_error():
+    """Tiles of 2 in blocks of 3 are not boxes (TMA would read the next block's rows), and a
+    2-wide result row is under 16 bytes in every dtype."""
     source = """Func out;
 In A;
 Var x;
 RVar y;
 out[x] = rsum(A[x, y], y);
-out.block(x:1);
-out.tensorize(y:0);
+out.block(x:3);
+out.tensorize(x:2, y:16);
 out.tma();
 out.compile();
 """
@@ -165,6 +168,7 @@ out.compile();
     err = info.value
     assert err.message == "out.tma() finds no tile to move through a tensor descriptor in kernel 'out_kernel'"
     assert "of at most 256 that is the block or divides it" in err.hint and "16 bytes" in err.hint
+    assert "the whole of an unblocked extent" in err.hint
     assert "remove out.tma()" in err.hint and err.loc.line == 5
 
 
@@ -238,7 +242,7 @@ def test_out_of_shared_memory_with_tma_suggests_removing_it():
     run = backends.get("triton").compile(prog.pipeline("f32"))
     run.namespace["mm_kernel"] = NeedsSharedMemory()
     with pytest.raises(dt.errors.DTBackendError, match="needs more shared memory") as e:
-        run({"A": torch.zeros(32, 16), "B": torch.zeros(16, 32)}, {}, {"x": 32, "y": 32, "k": 16})
+        run({"A": torch.zeros(32, 16), "B": torch.zeros(16, 32)}, {}, {"x_SIZE": 32, "y_SIZE": 32, "k_SIZE": 16})
     assert "remove mm.tma(): TMA moves every box through shared memory" in e.value.hint
 
 
@@ -249,3 +253,20 @@ def test_persistent_takes_a_count_not_a_flag():
     mm.persistent(True).compile()
     with pytest.raises(DTScheduleError, match="persistent takes no argument"):
         dt.program(mm)
+
+
+def test_whole_extent_tiles_are_boxes_the_launcher_checks():
+    """tensorize(y:0) pads y to y_TILE at launch: the box is [2, y_TILE] if 256 or less, else pointers."""
+    source = """Func out; In A; Var x; RVar y;
+out[x] = rsum(exp(A[x, y]), y);
+out.block(x:2); out.tensorize(x:2, y:0); out.tma(); out.compile();
+"""
+    prog = dt.loads(source)
+    code = codegen.render(prog.pipeline("f32"), width=None).source
+    assert "y_TILE = triton.next_power_of_2(y_SIZE)\n    out_tma = _tma_ready(device, (A, [2, y_TILE]))" in code
+    run = backends.get("triton").compile(prog.pipeline("f32"))
+    launches = run.namespace["out_kernel"] = Launches(run.namespace["out_kernel"])
+    for y, tma in ((200, True), (300, False)):  # tiles of 256 and 512 lanes
+        A = torch.randn(7, y)
+        out = run({"A": A}, {}, {"x_SIZE": 7, "y_SIZE": y})["out"]
+        assert torch.allclose(out, A.exp().sum(axis=1), rtol=1e-5) and launches.tma[-1] is tma

@@ -144,6 +144,20 @@ mm.block(x:16, y:32); mm.tensorize(x:16, y:32, k:16); mm.map(x:x1/2, y, x1); mm.
 out.block(x:8, y:32); out.tensorize(x:4, y:16); out.persistent(); out.tma();
 out.compile();
 """, {"x": 37, "y": 48, "k": 40}),
+    # Flash attention (compute_with) with TMA: whole-extent tiles of k and n are boxes sized at launch.
+    "flash_tma": ("""
+Func attention, mm, mx, e, dvsr, num; In A, B, C; Var m, n; RVar k, l;
+mm[m, l] = rdot(A[m, k], B[k, l], k) / sqrt(len(k));
+mx[m] = rmax(mm[m, l], l);
+e[m, l] = exp(mm[m, l] - mx[m]);
+dvsr[m] = rsum(e[m, l], l);
+num[m, n] = rdot(e[m, l], C[l, n], l);
+attention[m, n] = num[m, n] / reshape(dvsr[m], m, 1);
+attention.block(m:16); attention.tensorize(m:16, n:0, k:0, l:16);
+mm.inline(); e.inline(); num.fuse_at(attention, m); mx.fuse_at(attention, m); dvsr.fuse_at(attention, m);
+mx.compute_with(num, l); dvsr.compute_with(num, l); attention.tma();
+attention.compile_to_kernel();
+""", {"m": 40, "l": 56, "k": 16, "n": 24}),
     "tma_unaligned": ("""
 Func out; In A; Var x, y;
 out[x, y] = A[x, y] * 2.0;
@@ -456,7 +470,7 @@ def test_unavailable_without_gpu_or_interpreter(monkeypatch):
 SM90_CASES = [(name, "f16") for name in EXAMPLES] + [
     ("functions", "bf16"), ("where", "f32"), ("reductions", "f32"), ("small_dot", "bf16"), ("whole_dot", "f32"),
     ("rank0", "f32"), ("rank0_input", "f16"), ("no_inputs", "f32"), ("temporary", "f32"), ("constants", "f32"),
-    ("names", "f32"), ("persistent_tma", "f16"), ("persistent_tma", "bf16"), ("tma_unaligned", "f32")]
+    ("names", "f32"), ("persistent_tma", "f16"), ("persistent_tma", "bf16"), ("tma_unaligned", "f32"), ("flash_tma", "f16")]
 
 
 def compile_for_sm90(cases) -> dict:

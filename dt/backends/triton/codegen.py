@@ -101,13 +101,15 @@ def _multiprocessors(device):
     return torch.get_num_threads()
 ''',
     "_tma_ready": '''\
-def _tma_ready(device, *tensors):
-    # TMA (Hopper and later) moves boxes of tensors whose rows start 16-byte aligned and whose
-    # last dimension is contiguous; elsewhere the kernel loads and stores through pointers.
+def _tma_ready(device, *boxes):
+    # TMA (Hopper and later) moves boxes of at most 256 a side and 16 bytes or more along the
+    # last, of tensors whose rows start 16-byte aligned and whose last dimension is contiguous;
+    # elsewhere the kernel loads and stores through pointers.
     if device.type == "cuda" and torch.cuda.get_device_capability(device) < (9, 0):
         return False
     return all(t.numel() > 0 and t.data_ptr() % 16 == 0 and t.stride(-1) == 1
-               and all(stride * t.element_size() % 16 == 0 for stride in t.stride()[:-1]) for t in tensors)
+               and all(stride * t.element_size() % 16 == 0 for stride in t.stride()[:-1])
+               and max(box) <= 256 and box[-1] * t.element_size() >= 16 for t, box in boxes)
 ''',
 }
 
@@ -374,8 +376,8 @@ class _KernelRenderer:
                 f"'{self.kernel.name}'", self.kernel.loc,
                 f"TMA moves a tile that is a box of its tensor: indexed by its dimensions in the tensor's order, "
                 f"of 1 to {TMA_MAX_RANK} dimensions, each tiled with a power of two of at most {TMA_MAX_BOX} that is "
-                f"the block or divides it (a whole extent, tensorize(v:0), does not qualify), and {TMA_MIN_ROW_BYTES} "
-                f"bytes or more along the last; or remove {self.kernel.func}.tma()")
+                f"the block or divides it, or with the whole of an unblocked extent (tensorize(v:0)), and "
+                f"{TMA_MIN_ROW_BYTES} bytes or more along the last; or remove {self.kernel.func}.tma()")
 
     def _tma_candidate(self, node, tensor: str, indices: tuple[str, ...]) -> bool:
         """Whether the tile is a box of its tensor; if so and its rows are wide enough in this
@@ -384,16 +386,19 @@ class _KernelRenderer:
         if not 1 <= len(indices) <= TMA_MAX_RANK:
             return False
         box = []
-        for i, a in enumerate(indices):
+        for a in indices:
             lay = self.layout.axes[a]
             ax = lay.axis
-            if not isinstance(lay.tile, int) or lay.tile > TMA_MAX_BOX or ax.size != S.IConst(lay.tile) \
-                    or not self._valid_inside_tensor(ax):
+            fixed = isinstance(lay.tile, int) and lay.tile <= TMA_MAX_BOX and ax.size == S.IConst(lay.tile)
+            # A whole extent padded at launch (`{dim}_TILE`): the launcher checks its box fits.
+            whole = isinstance(lay.tile, str) and ax.size == S.IVar(lay.tile) and ax.start == S.IConst(0)
+            if not (fixed or whole) or not self._valid_inside_tensor(ax):
                 return False
             box.append(lay.tile)
-        if box[-1] * max(ITEM_BYTES.values()) < TMA_MIN_ROW_BYTES:
+        last = box[-1]
+        if isinstance(last, int) and last * max(ITEM_BYTES.values()) < TMA_MIN_ROW_BYTES:
             return False  # too narrow in every dtype
-        if box[-1] * ITEM_BYTES[spec.dtype] >= TMA_MIN_ROW_BYTES:  # else this dtype keeps pointers
+        if isinstance(last, str) or last * ITEM_BYTES[spec.dtype] >= TMA_MIN_ROW_BYTES:  # else pointers here
             key = (tensor, tuple(box))
             if key not in self.descriptors:
                 self.descriptors[key] = self.names.new(f"{tensor}_desc")
@@ -859,20 +864,30 @@ class _Launcher:
             args += [name, f"*{name}.stride()"]
         args += [f"float({self.names.ir(s)})" for s in kr.params.scalars]
         args += [self.sizes[s[:-len('_SIZE')]] for s in kr.params.sizes]
+        tiles = {}
         for size in kr.tiles:
             tile = f"triton.next_power_of_2({self.sizes[size[:-len('_SIZE')]]})"
-            args.append(f"max({MIN_DOT}, {tile})" if size in self.dot_dims else tile)
+            tiles[size] = f"max({MIN_DOT}, {tile})" if size in self.dot_dims else tile
+            if kr.use_tma:  # named: the TMA boxes use it too
+                name = self.names.new(kr.tiles[size])
+                w.line(f"{name} = {tiles[size]}")
+                tiles[size] = name
+        args += list(tiles.values())
         if kr.use_tma:
             tma = self.names.new(f"{k.func}_tma")
-            tensors = sorted({t for t, _ in kr.descriptors}, key=list(kr.params.tensors).index)
+            boxes = {key: "[" + ", ".join(str(b) if isinstance(b, int) else tiles[b] for b in key[1]) + "]"
+                     for key in kr.descriptors}
             w.line(f"{tma} = {self.helpers['_tma_ready']}({self.device}, "
-                   f"{', '.join(self.names.ir(t) for t in tensors)})")
-            for (t, box), name in kr.descriptors.items():
-                tensor = self.names.ir(t)
-                descriptor = self.names.new(name)
-                w.line(f"{descriptor} = TensorDescriptor({tensor}, {tensor}.shape, {tensor}.stride(), {list(box)}) "
-                       f"if {tma} else None")
-                args.append(descriptor)
+                   f"{', '.join(f'({self.names.ir(t)}, {box})' for (t, _), box in boxes.items())})")
+            descriptors = {key: self.names.new(name) for key, name in kr.descriptors.items()}
+            w.line(f"{' = '.join(descriptors.values())} = None")
+            w.line(f"if {tma}:")
+            with w.indent():
+                for (t, box), descriptor in descriptors.items():
+                    tensor = self.names.ir(t)
+                    w.line(f"{descriptor} = TensorDescriptor({tensor}, {tensor}.shape, {tensor}.stride(), "
+                           f"{boxes[(t, box)]})")
+            args += descriptors.values()
         options = [f"num_warps={k.num_warps}"] if k.num_warps else []
         options += [f"num_stages={k.num_stages}"] if k.num_stages else []
         grid = self.names.new(f"{k.func}_grid")
