@@ -94,7 +94,8 @@ def test_generated_code_walks_blocks_and_moves_boxes():
     assert "A = A_desc.load([tl.cast(x_block_start, tl.int32), k_iter])" in source
     assert "B = B_desc.load([k_iter, tl.cast(y_block_start, tl.int32)])" in source
     assert "mm_desc.store([tl.cast(x_block_start, tl.int32), tl.cast(y_block_start, tl.int32)], mm.to(tl.float16))" in source
-    assert "mm_tma = _tma_ready(device, (A, [16, 16]), (B, [16, 32]), (mm, [16, 32]))" in source
+    assert ("mm_tma = _tma_ready(device, (A, [16, 16], (x_SIZE, k_SIZE)), (B, [16, 32], (k_SIZE, y_SIZE)), "
+            "(mm, [16, 32], (x_SIZE, y_SIZE)))") in source
     assert "if mm_tma:\n        A_desc = TensorDescriptor(A, A.shape, A.stride(), [16, 16])\n" in source
     assert "mm_programs = min((x_SIZE + 15) // 16 * ((y_SIZE + 31) // 32), _multiprocessors(device))" in source
     plain = codegen.render(dt.loads(MATMUL.format(hints="")).pipeline("f16")).source
@@ -263,10 +264,29 @@ out.block(x:2); out.tensorize(x:2, y:0); out.tma(); out.compile();
 """
     prog = dt.loads(source)
     code = codegen.render(prog.pipeline("f32"), width=None).source
-    assert "y_TILE = triton.next_power_of_2(y_SIZE)\n    out_tma = _tma_ready(device, (A, [2, y_TILE]))" in code
+    assert "y_TILE = triton.next_power_of_2(y_SIZE)\n    out_tma = _tma_ready(device, (A, [2, y_TILE], (x_SIZE, y_SIZE)))" in code
     run = backends.get("triton").compile(prog.pipeline("f32"))
     launches = run.namespace["out_kernel"] = Launches(run.namespace["out_kernel"])
     for y, tma in ((200, True), (300, False)):  # tiles of 256 and 512 lanes
         A = torch.randn(7, y)
         out = run({"A": A}, {}, {"x_SIZE": 7, "y_SIZE": y})["out"]
         assert torch.allclose(out, A.exp().sum(axis=1), rtol=1e-5) and launches.tma[-1] is tma
+
+
+def test_a_temporary_read_over_smaller_extents_keeps_pointers():
+    """t is 40 x 40 but read as t[m, k] with k of 24: TMA would read t's real rows past k where
+    the masks read zeros, and the dot would sum them. The launcher sees that t does not end
+    where the extents do and takes the pointer branches."""
+    source = """Func out, t; In A; Var i, j, m, n; RVar k;
+t[i, j] = A[i, j] * 1.0;
+out[m, n] = rdot(t[m, k], t[k, n], k);
+t.block(i:16); t.tensorize(i:16, j:0);
+out.block(m:16); out.tensorize(m:16, n:16, k:16); out.tma(); out.compile();
+"""
+    prog = dt.loads(source)
+    A = np.random.default_rng(0).standard_normal((40, 40)).astype(np.float32)
+    for sizes in ({"m": 16, "n": 16, "k": 24}, {"m": 40, "n": 40, "k": 40}):
+        got = prog(backend="triton", A=A, sizes=sizes)
+        assert np.allclose(got, prog(backend="interp", A=A, sizes=sizes), rtol=1e-4, atol=1e-4)
+    code = codegen.render(prog.pipeline("f32"), width=None).source
+    assert "(t, [16, 16], (m_SIZE, k_SIZE)), (t, [16, 16], (k_SIZE, n_SIZE))" in code

@@ -103,13 +103,14 @@ def _multiprocessors(device):
     "_tma_ready": '''\
 def _tma_ready(device, *boxes):
     # TMA (Hopper and later) moves boxes of at most 256 a side and 16 bytes or more along the
-    # last, of tensors whose rows start 16-byte aligned and whose last dimension is contiguous;
-    # elsewhere the kernel loads and stores through pointers.
+    # last, of tensors whose rows start 16-byte aligned and whose last dimension is contiguous,
+    # zero-filling where a box leaves the tensor: the tensor must end where the kernel's
+    # extents do. Elsewhere the kernel loads and stores through pointers.
     if device.type == "cuda" and torch.cuda.get_device_capability(device) < (9, 0):
         return False
-    return all(t.numel() > 0 and t.data_ptr() % 16 == 0 and t.stride(-1) == 1
+    return all(tuple(t.shape) == extents and t.data_ptr() % 16 == 0 and t.stride(-1) == 1
                and all(stride * t.element_size() % 16 == 0 for stride in t.stride()[:-1])
-               and max(box) <= 256 and box[-1] * t.element_size() >= 16 for t, box in boxes)
+               and max(box) <= 256 and box[-1] * t.element_size() >= 16 for t, box, extents in boxes)
 ''',
 }
 
@@ -304,6 +305,7 @@ class _KernelRenderer:
         self._plan_axes()
         self._plan_dots()
         self.descriptors: dict[tuple[str, tuple[int, ...]], str] = {}  # (tensor, box) -> descriptor
+        self.box_dims: dict[tuple[str, tuple[int, ...]], list[tuple[str, ...]]] = {}  # the dims indexing each box
         self.tma_boxes: dict[S.Load | S.Store, tuple[int, ...]] = {}
         self.loops_around: dict[str, list[S.For]] = {}  # axis -> the tile loops enclosing it
         self._plan_tma()
@@ -400,6 +402,9 @@ class _KernelRenderer:
             return False  # too narrow in every dtype
         if isinstance(last, str) or last * ITEM_BYTES[spec.dtype] >= TMA_MIN_ROW_BYTES:  # else pointers here
             key = (tensor, tuple(box))
+            dims = tuple(self.layout.axes[a].axis.dim for a in indices)
+            if dims not in self.box_dims.setdefault(key, []):
+                self.box_dims[key].append(dims)
             if key not in self.descriptors:
                 self.descriptors[key] = self.names.new(f"{tensor}_desc")
             self.tma_boxes[node] = key[1]
@@ -407,8 +412,8 @@ class _KernelRenderer:
 
     def _valid_inside_tensor(self, ax: S.Axis) -> bool:
         """Whether the axis's lanes are valid exactly where its index is below its extent (the
-        launcher checks that the extent is the tensor's along that axis): the tile ends where
-        the block does, or a tile loop's steps divide the block."""
+        launcher's _tma_ready checks that the tensor ends there too): the tile ends where the
+        block does, or a tile loop's steps divide the block."""
         extent = S.IVar(S.size_name(ax.dim))
         limit = ax.limit
         if isinstance(limit, S.IVar) and limit.name in self.layout.lets:
@@ -877,8 +882,12 @@ class _Launcher:
             tma = self.names.new(f"{k.func}_tma")
             boxes = {key: "[" + ", ".join(str(b) if isinstance(b, int) else tiles[b] for b in key[1]) + "]"
                      for key in kr.descriptors}
-            w.line(f"{tma} = {self.helpers['_tma_ready']}({self.device}, "
-                   f"{', '.join(f'({self.names.ir(t)}, {box})' for (t, _), box in boxes.items())})")
+            ready = []
+            for (t, box), text in boxes.items():
+                for dims in kr.box_dims[(t, box)]:
+                    extents = ", ".join(self.sizes[d] for d in dims) + ("," if len(dims) == 1 else "")
+                    ready.append(f"({self.names.ir(t)}, {text}, ({extents}))")
+            w.line(f"{tma} = {self.helpers['_tma_ready']}({self.device}, {', '.join(ready)})")
             descriptors = {key: self.names.new(name) for key, name in kr.descriptors.items()}
             w.line(f"{' = '.join(descriptors.values())} = None")
             w.line(f"if {tma}:")
