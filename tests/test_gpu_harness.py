@@ -154,6 +154,15 @@ def test_a_study_record_compares_with_the_same_size_copy():
     assert fields == {"ms": 0.5, "gbps": 4.0, "pct_copy_same": 50.0}
 
 
+def test_studies_time_their_calls_in_round_robin_rounds(monkeypatch):
+    import measure
+    order = []
+    monkeypatch.setattr(measure.Timer, "__call__", lambda self, fn: fn())
+    calls = {name: (lambda name=name: order.append(name) or float(len(order))) for name in ("a", "b")}
+    assert measure.Timer("do_bench").rounds(calls, 2) == {"a": [1.0, 3.0], "b": [2.0, 4.0]}
+    assert order == ["a", "b", "a", "b"]
+
+
 def test_report_merges_runs(tmp_path):
     def rec(provider, ms, status="ok", run="a"):
         return {"run": run, "kernel": "softmax", "kind": cases.MEMORY, "shape": "x=8, y=256", "dtype": "f32",

@@ -66,10 +66,7 @@ def main(argv=None) -> int:
             calls[f"flat, {block} lanes, {warps} warps"]()
             if not torch.equal(out, expected):
                 raise AssertionError(f"{case.title}: the flat kernel ({block}, {warps}) differs from dt's")
-        times: dict[str, list[float]] = {name: [] for name in calls}
-        for _ in range(args.rounds):
-            for name, call in calls.items():
-                times[name].append(timer(call))
+        times = timer.rounds(calls, args.rounds)
         copy = measure.copy_bandwidth(timer, device, case.bytes)
         for name, ms in times.items():
             records.append(dict(shape=case.shape_text, dtype=case.dtype, variant=name, rounds_ms=ms,

@@ -131,19 +131,17 @@ def main(argv=None) -> int:
                                                              BK, 8, sms, True, False, **options),
                 f"persistent TMA, flattened, warp-specialized, {tag}": partial(
                     matmul_tma_persistent[(sms,)], *boxes, M, N, K, BM, BN, BK, 8, sms, True, True, **options)})
-        found, times = {}, {}
+        found, runs = {}, {}
         for name, call in calls.items():
             record = found[name] = dict(dtype=dtype_name, variant=name)
             try:
                 out = call()
                 measure.synchronize(device)
                 record["rel_err"] = measure.relative_error(out if name.startswith("cuBLAS") else c, ref)
-                times[name] = []
+                runs[name] = call
             except Exception as e:  # e.g. a tile that needs more shared memory than the GPU has
                 record["error"] = measure.short_error(e)
-        for _ in range(args.rounds):  # round-robin: every variant once per round
-            for name in times:
-                times[name].append(timer(calls[name]))
+        times = timer.rounds(runs, args.rounds)
         cublas = statistics.median(times["cuBLAS (torch.matmul)"])
         for name, record in found.items():
             if name in times:

@@ -49,6 +49,15 @@ class Timer:
             times.append((time.perf_counter() - t) * 1e3)
         return statistics.median(times)
 
+    def rounds(self, calls: dict, rounds: int) -> dict[str, list[float]]:
+        """Each call's time in each of `rounds` round-robin rounds (every call timed once per
+        round), so that drift between rounds reaches every call alike."""
+        times: dict[str, list[float]] = {name: [] for name in calls}
+        for _ in range(rounds):
+            for name, call in calls.items():
+                times[name].append(self(call))
+        return times
+
 
 def device_description(device: torch.device) -> dict:
     """The device's name and driver (or the CPU in a dry run), and the software versions."""

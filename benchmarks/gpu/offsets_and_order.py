@@ -95,10 +95,7 @@ def main(argv=None) -> int:
         for name, out in outputs.items():
             if not torch.equal(out, outputs[BASE]):
                 raise AssertionError(f"{case.title}: {name} differs from the generated code's output")
-        times: dict[str, list[float]] = {name: [] for name in calls}
-        for _ in range(args.rounds):
-            for name, call in calls.items():
-                times[name].append(timer(call))
+        times = timer.rounds(calls, args.rounds)
         same_size = copies(case.bytes)
         for name, ms in times.items():
             ratios = [base / t for base, t in zip(times[BASE], ms)]

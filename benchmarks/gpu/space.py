@@ -162,41 +162,35 @@ def _attention_blocks(stages):
                         yield bm, lt, warps, stage
 
 
+def _attention_schedules(prefix: str, stages, fused: str, program=None):
+    """The attention algorithm's schedules over `_attention_blocks`: `fused` places its Funcs."""
+    for bm, lt, warps, stage in _attention_blocks(stages):
+        yield (f"{prefix}m{bm}_l{lt}_w{warps}_s{stage}",
+               f"attention.block(m:{bm});\nattention.tensorize(m:{bm}, n:0, k:0, l:{lt});\n{fused}"
+               f"attention.num_warps({warps});\nattention.num_stages({stage});\n"
+               "attention.compile_to_kernel();\n", program)
+
+
 def _attention(case: Case):
-    for bm, lt, warps, stages in _attention_blocks((1, 2)):
-        yield (f"m{bm}_l{lt}_w{warps}_s{stages}",
-               f"attention.block(m:{bm});\nattention.tensorize(m:{bm}, n:0, k:0, l:{lt});\n"
-               "mm.inline();\ne.inline();\ndvsr.fuse_at(attention, m);\nsm.fuse_at(attention, l);\n"
-               f"attention.num_warps({warps});\nattention.num_stages({stages});\n"
-               "attention.compile_to_kernel();\n")
+    yield from _attention_schedules("", (1, 2), "mm.inline();\ne.inline();\ndvsr.fuse_at(attention, m);\n"
+                                    "sm.fuse_at(attention, l);\n")
     # One pass over l: normalised after the product, the row sums accumulate beside it.
-    for bm, lt, warps, stages in _attention_blocks((1, 2, 3)):
-        yield (f"onepass_m{bm}_l{lt}_w{warps}_s{stages}",
-               f"attention.block(m:{bm});\nattention.tensorize(m:{bm}, n:0, k:0, l:{lt});\n"
-               "mm.inline();\ne.fuse_at(num, l);\nnum.fuse_at(attention, m);\n"
-               "dvsr.fuse_at(attention, m);\ndvsr.compute_with(num, l);\n"
-               f"attention.num_warps({warps});\nattention.num_stages({stages});\n"
-               "attention.compile_to_kernel();\n", EXAMPLES / "attention_onepass.dt")
+    yield from _attention_schedules("onepass_", (1, 2, 3), "mm.inline();\ne.fuse_at(num, l);\n"
+                                    "num.fuse_at(attention, m);\ndvsr.fuse_at(attention, m);\n"
+                                    "dvsr.compute_with(num, l);\n", EXAMPLES / "attention_onepass.dt")
 
 
 def _attention_safe(case: Case):
     """examples/attention_safe.dt's two passes (max and shifted sum, then the product) and
     examples/attention_safe_onepass.dt's one (flash attention)."""
-    for bm, lt, warps, stages in _attention_blocks((1, 2)):
-        yield (f"m{bm}_l{lt}_w{warps}_s{stages}",
-               f"attention.block(m:{bm});\nattention.tensorize(m:{bm}, n:0, k:0, l:{lt});\n"
-               "mm.inline();\ne.inline();\nmx.fuse_at(attention, m);\ndvsr.fuse_at(attention, m);\n"
-               "dvsr.compute_with(mx, l);\nsm.fuse_at(attention, l);\n"
-               f"attention.num_warps({warps});\nattention.num_stages({stages});\n"
-               "attention.compile_to_kernel();\n")
+    yield from _attention_schedules("", (1, 2), "mm.inline();\ne.inline();\nmx.fuse_at(attention, m);\n"
+                                    "dvsr.fuse_at(attention, m);\ndvsr.compute_with(mx, l);\n"
+                                    "sm.fuse_at(attention, l);\n")
     # One pass over l, as flash attention: the max, the row sums and the product share num's loop.
-    for bm, lt, warps, stages in _attention_blocks((1, 2, 3)):
-        yield (f"onepass_m{bm}_l{lt}_w{warps}_s{stages}",
-               f"attention.block(m:{bm});\nattention.tensorize(m:{bm}, n:0, k:0, l:{lt});\n"
-               "mm.inline();\ne.inline();\nnum.fuse_at(attention, m);\nmx.fuse_at(attention, m);\n"
-               "dvsr.fuse_at(attention, m);\nmx.compute_with(num, l);\ndvsr.compute_with(num, l);\n"
-               f"attention.num_warps({warps});\nattention.num_stages({stages});\n"
-               "attention.compile_to_kernel();\n", EXAMPLES / "attention_safe_onepass.dt")
+    yield from _attention_schedules("onepass_", (1, 2, 3), "mm.inline();\ne.inline();\nnum.fuse_at(attention, m);\n"
+                                    "mx.fuse_at(attention, m);\ndvsr.fuse_at(attention, m);\n"
+                                    "mx.compute_with(num, l);\ndvsr.compute_with(num, l);\n",
+                                    EXAMPLES / "attention_safe_onepass.dt")
 
 
 GENERATORS = {**{k: _rowwise for k in ROWWISE}, **{k: _elementwise for k in ELEMENTWISE},

@@ -11,6 +11,7 @@ triton.language only.
 from __future__ import annotations
 
 import ast
+import contextlib
 import keyword
 import math
 from dataclasses import dataclass
@@ -196,20 +197,12 @@ def render(pipeline: S.Pipeline, f32_dot: str = "ieee", width: int | None = LINE
     _header(w, pipeline, f32_dot, function, launcher.args,
             libdevice=not interpret and bool(used_helpers & COMPILED_HELPERS.keys()),
             descriptors="_tma_ready" in launch_helpers)
-    for name in HELPERS:
-        if name in used_helpers:
-            w.line("")
-            w.line("")
-            for line in sources[name].replace(name, helpers[name]).splitlines():
-                w.line(line)
-    w.line("")
-    w.line("")
-    for line in CHECK_HELPER.replace("_check", helpers["_check"]).splitlines():
-        w.line(line)
-    for name in launch_helpers:
+    emitted = [(name, sources[name]) for name in HELPERS if name in used_helpers] + [("_check", CHECK_HELPER)] \
+        + [(name, LAUNCH_HELPERS[name]) for name in launch_helpers]
+    for name, helper in emitted:
         w.line("")
         w.line("")
-        for line in LAUNCH_HELPERS[name].replace(name, helpers[name]).splitlines():
+        for line in helper.replace(name, helpers[name]).splitlines():
             w.line(line)
     for body in bodies:
         w.line("")
@@ -306,7 +299,7 @@ class _KernelRenderer:
         self._plan_dots()
         self.descriptors: dict[tuple[str, tuple[int, ...]], str] = {}  # (tensor, box) -> descriptor
         self.box_dims: dict[tuple[str, tuple[int, ...]], list[tuple[str, ...]]] = {}  # the dims indexing each box
-        self.tma_boxes: dict[S.Load | S.Store, tuple[int, ...]] = {}
+        self.box_descriptor: dict[S.Load | S.Store, str] = {}  # what moves by TMA, and through which
         self.loops_around: dict[str, list[S.For]] = {}  # axis -> the tile loops enclosing it
         self._plan_tma()
         self.use_tma = self.names.new("USE_TMA") if self.descriptors else None
@@ -350,10 +343,9 @@ class _KernelRenderer:
                                 self.dot_dims.add(tile)
 
     def _plan_tma(self):
-        """With `tma`, every load and store whose tile is a box of its tensor goes through a
-        tensor descriptor: the tile's axes in the tensor's order, each a power of two of at
-        most TMA_MAX_BOX lanes that are valid exactly where they lie inside the tensor (TMA
-        reads zeros and drops writes outside it, which is then what the masks did)."""
+        """With `tma`, every load and store whose tile is a box of its tensor (`_tma_candidate`)
+        goes through a tensor descriptor: TMA reads zeros and drops writes outside the tensor,
+        which is then what the masks did."""
         if not self.kernel.tma:
             return
 
@@ -367,11 +359,11 @@ class _KernelRenderer:
         boxes = 0  # tiles that are boxes, whatever their dtype
         for s in S.walk_statements(self.kernel.body):
             if isinstance(s, S.Store) and s.value.dims == s.indices:
-                boxes += self._tma_candidate(s, s.tensor, s.indices)
+                boxes += self._tma_candidate(s)
             if isinstance(s, (S.Assign, S.Store)):
                 for node in S.walk_texpr(s.value):
                     if isinstance(node, S.Load) and node.order == node.indices:
-                        boxes += self._tma_candidate(node, node.tensor, node.indices)
+                        boxes += self._tma_candidate(node)
         if not boxes:
             raise DTScheduleError(
                 f"{self.kernel.func}.tma() finds no tile to move through a tensor descriptor in kernel "
@@ -381,9 +373,10 @@ class _KernelRenderer:
                 f"the block or divides it, or with the whole of an unblocked extent (tensorize(v:0)), and "
                 f"{TMA_MIN_ROW_BYTES} bytes or more along the last; or remove {self.kernel.func}.tma()")
 
-    def _tma_candidate(self, node, tensor: str, indices: tuple[str, ...]) -> bool:
+    def _tma_candidate(self, node: S.Load | S.Store) -> bool:
         """Whether the tile is a box of its tensor; if so and its rows are wide enough in this
         dtype for TMA, it moves through a descriptor."""
+        tensor, indices = node.tensor, node.indices
         spec = self.pipeline.tensor(tensor)
         if not 1 <= len(indices) <= TMA_MAX_RANK:
             return False
@@ -407,7 +400,7 @@ class _KernelRenderer:
                 self.box_dims[key].append(dims)
             if key not in self.descriptors:
                 self.descriptors[key] = self.names.new(f"{tensor}_desc")
-            self.tma_boxes[node] = key[1]
+            self.box_descriptor[node] = self.descriptors[key]
         return True
 
     def _valid_inside_tensor(self, ax: S.Axis) -> bool:
@@ -493,41 +486,30 @@ class _KernelRenderer:
             lead = 0
             while lead < len(body) and isinstance(body[lead], S.Let):
                 lead += 1
-            if not self.program_count:
-                if self.layout.uses_pid:
-                    w.line(f"{self.names.ir('pid')} = tl.program_id(0).to(tl.int64)")
-                for s in body[:lead]:
-                    self.stmt(w, s)
-                self.aranges_lines(w)
-                for s in body[lead:]:
-                    self.stmt(w, s)
-                return w.lines
-            # Statements that do not depend on the block run once, before the walk over blocks.
-            per_block = {"pid"}
+            # The program-id decomposition comes first; a persistent kernel runs, before its walk
+            # over blocks, only the Lets that do not depend on the block.
+            per_block = {"pid"} if self.program_count else set()
             for s in body[:lead]:
                 if S.index_names(s.value) & per_block:
                     per_block.add(s.name)
+            if not self.program_count and self.layout.uses_pid:
+                w.line(f"{self.names.ir('pid')} = tl.program_id(0).to(tl.int64)")
             for s in body[:lead]:
                 if s.name not in per_block:
                     self.stmt(w, s)
-            self.aranges_lines(w)
-            flatten = f", flatten={self.use_tma}" if self.use_tma else ""
-            w.line(f"# persistent: program tl.program_id(0) computes blocks pid, pid + {self.program_count}, ...")
-            w.line(f"for {self.names.ir('pid')} in tl.range(tl.program_id(0).to(tl.int64), "
-                   f"{self.index(self.kernel.program_count)}, {self.program_count}{flatten}):")
-            with w.indent():
-                for s in body[:lead]:
-                    if s.name in per_block:
-                        self.stmt(w, s)
-                for s in body[lead:]:
+            for (dim, tile), name in self.aranges.items():
+                size = str(tile) if isinstance(tile, int) else self.tiles[tile]
+                to64 = ".to(tl.int64)" if self.arange_int64[name] else ""
+                w.line(f"{name} = tl.arange(0, {size}){to64}")
+            if self.program_count:
+                flatten = f", flatten={self.use_tma}" if self.use_tma else ""
+                w.line(f"# persistent: program tl.program_id(0) computes blocks pid, pid + {self.program_count}, ...")
+                w.line(f"for {self.names.ir('pid')} in tl.range(tl.program_id(0).to(tl.int64), "
+                       f"{self.index(self.kernel.program_count)}, {self.program_count}{flatten}):")
+            with w.indent() if self.program_count else contextlib.nullcontext():
+                for s in [s for s in body[:lead] if s.name in per_block] + body[lead:]:
                     self.stmt(w, s)
         return w.lines
-
-    def aranges_lines(self, w: Writer):
-        for (dim, tile), name in self.aranges.items():
-            size = str(tile) if isinstance(tile, int) else self.tiles[tile]
-            to64 = ".to(tl.int64)" if self.arange_int64[name] else ""
-            w.line(f"{name} = tl.arange(0, {size}){to64}")
 
     def index(self, e: S.IExpr) -> str:
         return index(_rename(e, self.names.ir))
@@ -540,8 +522,9 @@ class _KernelRenderer:
         elif isinstance(s, S.Assign):
             self.ref_dtypes[s.name] = self.dtype(s.value)
             self.check_tiles(s.value, s.loc, s.dt_name or s.name)
-            if s.value in self.tma_boxes:
-                self.tma_assign(w, s)
+            if s.value in self.box_descriptor:
+                name = self.names.ir(s.name)
+                self.tma_or_pointers(w, f"{name} = {self.box_load(s.value)}", f"{name} = {self.pointer_load(s.value)}")
             else:
                 w.line(f"{self.names.ir(s.name)} = {self.texpr(s.value, s.loc)}")
         elif isinstance(s, S.For):
@@ -591,7 +574,7 @@ class _KernelRenderer:
         return " & ".join(parts) if parts else None
 
     def load(self, e: S.Load) -> str:
-        if e not in self.tma_boxes:
+        if e not in self.box_descriptor:
             return self.pointer_load(e)
         return f"({self.box_load(e)} if {self.use_tma} else {self.pointer_load(e)})"
 
@@ -605,22 +588,17 @@ class _KernelRenderer:
         return self.cast_load(e, f"tl.load({args})")
 
     def box_load(self, e: S.Load) -> str:
-        return self.cast_load(e, f"{self.descriptor(e.tensor, e)}.load([{self.box_start(e.indices)}])")
+        return self.cast_load(e, f"{self.box_descriptor[e]}.load([{self.box_start(e.indices)}])")
 
     def cast_load(self, e: S.Load, text: str) -> str:
         return text if self.pipeline.tensor(e.tensor).dtype == e.dtype else f"{text}.to({TL_DTYPE[e.dtype]})"
 
-    def tma_assign(self, w: Writer, s: S.Assign):
-        """A tile loaded through its descriptor, or (no TMA) through pointers."""
-        w.line(f"if {self.use_tma}:")
-        with w.indent():
-            w.line(f"{self.names.ir(s.name)} = {self.box_load(s.value)}")
-        w.line("else:")
-        with w.indent():
-            w.line(f"{self.names.ir(s.name)} = {self.pointer_load(s.value)}")
-
-    def descriptor(self, tensor: str, node) -> str:
-        return self.descriptors[(tensor, self.tma_boxes[node])]
+    def tma_or_pointers(self, w: Writer, through_box: str, through_pointers: str):
+        """A statement moving a tile through its descriptor, or (no TMA) through pointers."""
+        for branch, line in ((f"if {self.use_tma}:", through_box), ("else:", through_pointers)):
+            w.line(branch)
+            with w.indent():
+                w.line(line)
 
     def box_start(self, indices) -> str:
         """A box's first index along each axis; TMA takes int32 coordinates."""
@@ -638,13 +616,9 @@ class _KernelRenderer:
         args = f"{self.pointer(s.tensor, s.indices, s.indices)}, {value}"
         if mask:
             args += f", mask={mask}"
-        if s in self.tma_boxes:
-            w.line(f"if {self.use_tma}:")
-            with w.indent():
-                w.line(f"{self.descriptor(s.tensor, s)}.store([{self.box_start(s.indices)}], {value})")
-            w.line("else:")
-            with w.indent():
-                w.line(f"tl.store({args})")
+        if s in self.box_descriptor:
+            self.tma_or_pointers(w, f"{self.box_descriptor[s]}.store([{self.box_start(s.indices)}], {value})",
+                                 f"tl.store({args})")
         else:
             w.line(f"tl.store({args})")
 
