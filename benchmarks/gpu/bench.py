@@ -194,12 +194,17 @@ def run_case(case: Case, providers: list[Provider], ctx: Context, timer: measure
             except Exception as e:  # any failure of one provider is a row of the results, not the end of the run
                 _failed(rec, e, case, p.name, device, log)
         # Round-robin: every provider is timed once per round, so a drift of the GPU's clocks
-        # during the row reaches them all alike rather than whichever was timed last.
-        for _ in range(repeats):
-            for rec, fn in timed:
+        # during the row reaches them all alike rather than whichever was timed last. The first
+        # provider is timed once before, and that time discarded: after the compilations the GPU
+        # has idled, and that first timing (dt's) ran up to 17% slower than its later rounds
+        # (docs/performance.md, "GPU clocks after idle").
+        for round_ in range(repeats + 1):
+            for rec, fn in timed[:1] if round_ == 0 else timed:
                 if rec["status"] in ("ok", "wrong"):
                     try:
-                        rec["ms_runs"].append(timer(fn))
+                        ms = timer(fn)
+                        if round_:
+                            rec["ms_runs"].append(ms)
                     except Exception as e:
                         _failed(rec, e, case, rec["provider"], device, log)
     finally:  # also when the CUDA context is lost: no record is left checked but untimed
@@ -297,7 +302,8 @@ def parse_args(argv):
                    help="run this .dt file for the dt provider instead of the table's (repeatable)")
     p.add_argument("--timer", choices=("do_bench", "cudagraph"), default="do_bench")
     p.add_argument("--repeats", type=_positive_int, default=1,
-                   help="rounds of timings, each timing every provider once; the median is reported")
+                   help="rounds of timings, each timing every provider once (after one discarded timing "
+                        "of the first); the median is reported")
     p.add_argument("--budget", type=float, default=0, help="seconds; start no new row after this (0: none)")
     p.add_argument("--tag", default="run", help="names the output files gpu-TAG.*")
     p.add_argument("--dt-backend", help="dt backend (default: triton on a GPU, interp in a dry run)")
