@@ -342,3 +342,20 @@ def test_the_cache_hint_study_adds_a_hint_only_where_the_call_lacks_it():
     assert hinted == source.replace('other=0.0)', 'other=0.0, eviction_policy="evict_first")')
     stores = memory_hints.add_keyword("tl.store(p + f(o), v, mask=m)\n", *memory_hints.HINTS["store .cs"])
     assert stores == 'tl.store(p + f(o), v, mask=m, cache_modifier=".cs")\n'
+
+
+def test_tune_takes_at_most_six_finalists_and_drops_one_that_fails(monkeypatch):
+    def time(fn):
+        if fn == "v1":
+            raise RuntimeError("launch failed")
+        return {"v0": 2.0, "v2": 1.5}.get(fn, 3.0)
+    monkeypatch.setattr(tune, "_time", time)
+    variants = [{"name": f"v{i}", "ms": 1.0 + i / 1000} for i in range(8)]
+    best = tune._final(variants, {v["name"]: v["name"] for v in variants}, rounds=2)
+    assert best["name"] == "v2" and variants[1]["final_error"] == "RuntimeError: launch failed"
+    assert [v["name"] for v in variants if "final_ms" in v] == ["v0", "v2", "v3", "v4", "v5"]  # v6, v7: beyond six
+
+
+def test_tune_rounds_must_be_positive():
+    with pytest.raises(SystemExit):
+        tune.main(["--out", "x", "--rounds", "0"])

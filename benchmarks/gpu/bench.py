@@ -270,7 +270,7 @@ def _schedule_arg(text: str) -> tuple[str, str]:
     return key, str(p.resolve() if p.exists() else ROOT / p)  # relative to here, else to the repository
 
 
-def _positive_int(text: str) -> int:
+def positive_int(text: str) -> int:
     value = int(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected 1 or more, not {value}")
@@ -301,7 +301,7 @@ def parse_args(argv):
     p.add_argument("--schedule", action="append", type=_schedule_arg, metavar="KERNEL[:SHAPE]=PATH",
                    help="run this .dt file for the dt provider instead of the table's (repeatable)")
     p.add_argument("--timer", choices=("do_bench", "cudagraph"), default="do_bench")
-    p.add_argument("--repeats", type=_positive_int, default=1,
+    p.add_argument("--repeats", type=positive_int, default=1,
                    help="rounds of timings, each timing every provider once (after one discarded timing "
                         "of the first); the median is reported")
     p.add_argument("--budget", type=float, default=0, help="seconds; start no new row after this (0: none)")

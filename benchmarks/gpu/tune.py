@@ -38,6 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import torch  # noqa: E402
 
 import measure  # noqa: E402
+from bench import positive_int  # noqa: E402
 import space  # noqa: E402
 from cases import KERNELS, ROOT, TUNED_DIR, cases, tuned_name  # noqa: E402
 
@@ -89,19 +90,28 @@ def _check_and_time(case, ident: str, text: str, check: dict, ref, timed: dict):
 
 def _final(variants: list[dict], calls: dict, rounds: int) -> dict:
     """The winner among the variants timed within FINALISTS_WITHIN of the fastest (at most
-    FINALISTS): each is timed again in `rounds` round-robin rounds, after one discarded timing
-    of the first, and the lowest median wins. Timed one after another, a row's schedules ranked
-    wrongly by up to 13% (docs/performance.md, "GPU clocks after idle")."""
+    FINALISTS, by their first timing): each is timed again in `rounds` round-robin rounds,
+    after one discarded timing of the first, and the lowest median wins. Timed one after
+    another, a row's schedules ranked wrongly by up to 13% (docs/performance.md, "GPU clocks
+    after idle"). A finalist that fails now drops out with its error recorded."""
     best = min(v["ms"] for v in variants if "ms" in v)
     finalists = sorted((v for v in variants if "ms" in v and v["ms"] <= best * FINALISTS_WITHIN),
                        key=lambda v: v["ms"])[:FINALISTS]
-    _time(calls[finalists[0]["name"]])
-    for _ in range(rounds):
-        for v in finalists:
-            v.setdefault("final_ms_runs", []).append(_time(calls[v["name"]]))
-    for v in finalists:
+    for round_ in range(rounds + 1):
+        for v in finalists[:1] if round_ == 0 else finalists:
+            if "final_error" in v:
+                continue
+            try:
+                ms = _time(calls[v["name"]])
+            except Exception as e:  # a finalist that fails now is out; the row goes on
+                v["final_error"] = measure.short_error(e)
+                continue
+            if round_:
+                v.setdefault("final_ms_runs", []).append(ms)
+    timed = [v for v in finalists if v.get("final_ms_runs")]
+    for v in timed:
         v["final_ms"] = statistics.median(v["final_ms_runs"])
-    return min(finalists, key=lambda v: v["final_ms"])
+    return min(timed, key=lambda v: v["final_ms"]) if timed else min(finalists, key=lambda v: v["ms"])
 
 
 def main(argv=None) -> int:
@@ -114,7 +124,7 @@ def main(argv=None) -> int:
     p.add_argument("--match")
     p.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 2) - 2))
     p.add_argument("--budget", type=float, default=0, help="seconds; start no new row after this (0: none)")
-    p.add_argument("--rounds", type=int, default=3, help="round-robin rounds timing each row's finalists")
+    p.add_argument("--rounds", type=positive_int, default=3, help="round-robin rounds timing each row's finalists")
     args = p.parse_args(argv)
     if args.write:
         return write(args.write)
@@ -161,7 +171,7 @@ def main(argv=None) -> int:
             best = _final(row["variants"], calls, args.rounds)
             row["best"] = best["name"]
             row["best_source"] = dict(found)[best["name"]]
-            print(f"{case.title}: best {best['name']} {best['final_ms']:.4f} ms of {len(timed_ok)} "
+            print(f"{case.title}: best {best['name']} {best.get('final_ms', best['ms']):.4f} ms of {len(timed_ok)} "
                   f"({len(row['variants']) - len(timed_ok)} failed)", flush=True)
         else:
             print(f"{case.title}: no variant ran", flush=True)
