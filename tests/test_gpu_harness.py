@@ -164,6 +164,17 @@ def test_studies_time_their_calls_in_round_robin_rounds(monkeypatch):
     assert order == ["a", "b", "a", "b"]
 
 
+def test_a_studys_variants_are_timed_in_rounds_and_compared_with_a_same_size_copy(monkeypatch):
+    import measure
+    case = next(c for c in cases.cases(["add"], ["f32"]) if c.shape == (4096, 1000))
+    monkeypatch.setattr(measure.Timer, "__call__", lambda self, fn: fn())
+    monkeypatch.setattr(measure, "copy_bandwidth", lambda timer, device, moved: {"gbps": moved / 1e6})  # 1 ms
+    records = measure.timed_variants(measure.Timer("do_bench"), torch.device("cpu"), case,
+                                     {"dt": lambda: 2.0, "flat": lambda: 1.0}, 3, kernel="add")
+    assert [(r["variant"], r["rounds_ms"], r["pct_copy_same"], r["kernel"], r["shape"]) for r in records] == [
+        ("dt", [2.0] * 3, 50.0, "add", case.shape_text), ("flat", [1.0] * 3, 100.0, "add", case.shape_text)]
+
+
 def test_report_merges_runs(tmp_path):
     def rec(provider, ms, status="ok", run="a"):
         return {"run": run, "kernel": "softmax", "kind": cases.MEMORY, "shape": "x=8, y=256", "dtype": "f32",

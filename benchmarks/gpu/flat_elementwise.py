@@ -14,7 +14,6 @@ writes DIR/flat_elementwise.json and .md (committed in benchmarks/results/).
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 from pathlib import Path
 
@@ -66,12 +65,7 @@ def main(argv=None) -> int:
             calls[f"flat, {block} lanes, {warps} warps"]()
             if not torch.equal(out, expected):
                 raise AssertionError(f"{case.title}: the flat kernel ({block}, {warps}) differs from dt's")
-        times = timer.rounds(calls, args.rounds)
-        copy = measure.copy_bandwidth(timer, device, case.bytes)
-        for name, ms in times.items():
-            records.append(dict(shape=case.shape_text, dtype=case.dtype, variant=name, rounds_ms=ms,
-                                **measure.against_copy(case.bytes, statistics.median(ms), copy)))
-            print(records[-1], flush=True)
+        records += measure.timed_variants(timer, device, case, calls, args.rounds)
     measure.write_study(args.out, "flat_elementwise", device, records, markdown)
     return 0
 

@@ -151,6 +151,18 @@ def against_copy(moved: int, ms: float, copy: dict) -> dict:
     return {"ms": ms, "gbps": gbps, "pct_copy_same": 100 * gbps / copy["gbps"]}
 
 
+def timed_variants(timer: Timer, device: torch.device, case, calls: dict, rounds: int, **fields) -> list[dict]:
+    """A study's records for one row: each call timed in `rounds` round-robin rounds, its median
+    against a same-size copy timed after them, with `fields` and the row's shape and dtype."""
+    times = timer.rounds(calls, rounds)
+    copy = copy_bandwidth(timer, device, case.bytes)
+    records = [dict(shape=case.shape_text, dtype=case.dtype, **fields, variant=name, rounds_ms=ms,
+                    **against_copy(case.bytes, statistics.median(ms), copy)) for name, ms in times.items()]
+    for record in records:
+        print(record, flush=True)
+    return records
+
+
 class SizedCopies:
     """The same-size copy ceiling of each memory-bound row, timed once per size per run."""
 

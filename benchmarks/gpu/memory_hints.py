@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import re
-import statistics
 import sys
 from pathlib import Path
 
@@ -159,13 +158,8 @@ def main(argv=None) -> int:
                     src, dst, src.numel(), 2048, store, num_warps=4))
         for name, call in calls.items():
             call()
-        times = timer.rounds(calls, args.rounds)
-        copy = measure.copy_bandwidth(timer, device, case.bytes)
-        for name, ms in times.items():
-            records.append(dict(kernel=kernel, shape=case.shape_text, dtype=dtype, variant=name, rounds_ms=ms,
-                                schedule=tuned_variant(schedule_for(case)),
-                                **measure.against_copy(case.bytes, statistics.median(ms), copy)))
-            print(records[-1], flush=True)
+        records += measure.timed_variants(timer, device, case, calls, args.rounds, kernel=kernel,
+                                          schedule=tuned_variant(schedule_for(case)))
     measure.write_study(args.out, "memory_hints", device, records, markdown)
     return 0
 
