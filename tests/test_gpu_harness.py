@@ -160,8 +160,30 @@ def test_studies_time_their_calls_in_round_robin_rounds(monkeypatch):
     order = []
     monkeypatch.setattr(measure.Timer, "__call__", lambda self, fn: fn())
     calls = {name: (lambda name=name: order.append(name) or float(len(order))) for name in ("a", "b")}
-    assert measure.Timer("do_bench").rounds(calls, 2) == {"a": [1.0, 3.0], "b": [2.0, 4.0]}
-    assert order == ["a", "b", "a", "b"]
+    assert measure.Timer("do_bench").rounds(calls, 2) == {"a": [2.0, 4.0], "b": [3.0, 5.0]}
+    assert order == ["a", "a", "b", "a", "b"]  # the first timing (1.0) is discarded
+
+
+def test_round_robin_drops_a_call_that_fails_and_says_so():
+    import measure
+    errors = []
+
+    def time(call):
+        if call == "broken":
+            raise RuntimeError("launch failed")
+        return len(call)
+
+    calls = {"ok": "ok", "broken": "broken", "last": "last"}
+    kept = list(measure.round_robin(time, calls, 2, on_error=lambda name, e: errors.append((name, str(e)))))
+    assert kept == [("ok", 2), ("last", 4), ("ok", 2), ("last", 4)] and errors == [("broken", "launch failed")]
+    with pytest.raises(RuntimeError, match="launch failed"):
+        list(measure.round_robin(time, {"broken": "broken"}, 1))
+    errors.clear()  # the first call failing: the next one takes the discarded timing
+    kept = list(measure.round_robin(time, {"broken": "broken", "ok": "ok"}, 1, on_error=lambda n, e: errors.append(n)))
+    assert kept == [("ok", 2)] and errors == ["broken"]
+    errors.clear()  # every call failing: nothing timed, each failure told once
+    assert list(measure.round_robin(time, {"broken": "broken"}, 3, on_error=lambda n, e: errors.append(n))) == []
+    assert errors == ["broken"]
 
 
 def test_a_studys_variants_are_timed_in_rounds_and_compared_with_a_same_size_copy(monkeypatch):
@@ -309,6 +331,37 @@ def test_tune_finalists_are_timed_again_alternating_and_the_lowest_median_wins(m
     assert timed == ["a", "a", "b", "a", "b", "a", "b"] and "final_ms" not in variants[2]
 
 
+def test_tune_screening_checks_every_variant_then_keeps_the_fastest_of_two_rounds(monkeypatch):
+    """Every variant is checked first; then the correct ones are timed back to back in two
+    round-robin rounds after a discarded timing, each keeping its fastest; one that fails
+    while timed is out."""
+    case = next(c for c in cases.cases(["softmax"], ["f32"]) if c.shape == (4096, 1000))
+    events, times = [], {"ta": iter([9.0, 1.0, 0.8]), "tc": iter([2.0, 2.5]), "te": iter([3.0, None])}
+
+    def check(case, ident, text, check, ref, timed):
+        events.append(("check", text))
+        return ({"rel_err": 1.0, "error": "relative error 1"}, None) if text == "wrong" else ({"rel_err": 0.0}, text)
+
+    def time(call):
+        events.append(("time", call))
+        ms = next(times[call])
+        if ms is None:
+            raise RuntimeError("launch failed")  # te's second timing
+        return ms
+
+    monkeypatch.setattr(tune, "_check", check)
+    monkeypatch.setattr(tune, "_time", time)
+    found = [("a", "ta"), ("b", "wrong"), ("c", "tc"), ("d", "td"), ("e", "te")]
+    records, calls = tune._screen(case, found, {tune._ident(case, "d"): "compile error"}, {}, None, {})
+    assert events == [("check", "ta"), ("check", "wrong"), ("check", "tc"), ("check", "te")] + [
+        ("time", t) for t in ("ta", "ta", "tc", "te", "ta", "tc", "te")]
+    assert records == [{"name": "a", "rel_err": 0.0, "ms_runs": [1.0, 0.8], "ms": 0.8},
+                       {"name": "b", "rel_err": 1.0, "error": "relative error 1"},
+                       {"name": "c", "rel_err": 0.0, "ms_runs": [2.0, 2.5], "ms": 2.0},
+                       {"name": "d", "error": "compile error"}, {"name": "e", "rel_err": 0.0, "error": "RuntimeError: launch failed"}]
+    assert calls == {"a": "ta", "c": "tc"}
+
+
 def test_tune_writes_the_finalists_winner(tmp_path, monkeypatch):
     monkeypatch.setattr(tune, "TUNED_DIR", tmp_path / "tuned")
     monkeypatch.setattr(tune, "RESULTS", tmp_path / "results")
@@ -367,6 +420,48 @@ def test_tune_takes_at_most_six_finalists_and_drops_one_that_fails(monkeypatch):
     assert [v["name"] for v in variants if "final_ms" in v] == ["v0", "v2", "v3", "v4", "v5"]  # v6, v7: beyond six
 
 
+def test_tune_falls_back_to_a_schedule_that_has_not_failed_when_every_finalist_fails(monkeypatch):
+    def time(fn):
+        raise RuntimeError("launch failed")
+    monkeypatch.setattr(tune, "_time", time)
+    variants = [{"name": "a", "ms": 1.0}, {"name": "b", "ms": 1.02}, {"name": "c", "ms": 1.5}, {"name": "d", "error": "E"}]
+    best = tune._final(variants, {v["name"]: v["name"] for v in variants}, rounds=2)
+    assert best["name"] == "c" and variants[0]["final_error"] == variants[1]["final_error"] == "RuntimeError: launch failed"
+    assert tune._final(variants[:2], {"a": "a", "b": "b"}, rounds=2) is None  # no schedule left
+
+
 def test_tune_rounds_must_be_positive():
     with pytest.raises(SystemExit):
         tune.main(["--out", "x", "--rounds", "0"])
+
+
+def test_the_walk_direction_study_reverses_every_second_walk_and_keeps_the_result(monkeypatch):
+    """The edited kernel walks its second pass from the last (partial) tile to the first and
+    computes the same layer norm, on Triton's interpreter."""
+    pytest.importorskip("triton")
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    import walk_direction
+    from dt.backends.pysource import load_module
+    from dt.runtime import resolve_backend
+    case = next(c for c in cases.cases(["layernorm"], ["f32"]) if c.shape == (128, 65536))
+    program = dt.loads(dict(space.variants(case))["tiled1024_w4"], "layernorm_walks")
+    forward = program.source(resolve_backend("triton"), "f32")
+    backward = walk_direction.alternate_walks(forward)
+    assert backward.count("_back in range(0, y_SIZE, 1024):") == 1  # mean forward, variance back, output forward
+    assert "y_iter_2 = (y_SIZE - 1) // 1024 * 1024 - y_iter_2_back" in backward
+    g = torch.Generator().manual_seed(0)
+    inputs = {"A": torch.randn(3, 2500, generator=g) * 2 + 5, "W": torch.randn(2500, generator=g),
+              "Bias": torch.randn(2500, generator=g)}
+    outs = [load_module(text, f"walks_{i}")[program.name](**inputs, eps=1e-5) for i, text in enumerate((forward, backward))]
+    torch.testing.assert_close(outs[1], outs[0], rtol=1e-5, atol=1e-5)
+    assert not torch.equal(outs[0], torch.zeros_like(outs[0]))
+
+
+def test_the_clock_ramp_report_reads_each_mark_from_the_batch_that_started_there():
+    import clock_ramp
+    batches = [{"t_s": t, "us": us, "sm_mhz": 1980} for t, us in ((0.0, 20.0), (0.06, 11.0), (0.5, 10.0), (2.5, 10.0))]
+    assert clock_ramp._at(batches, 0.05) is batches[1] and clock_ramp._at(batches, 3.0) is batches[-1]
+    record = dict(variant="copy", idle_s=2.0, steady_us=10.0, batches=batches)
+    run = {"device": "GPU", "torch": "x", "triton": "y", "started": "now"}
+    row = clock_ramp.markdown(run, [record]).splitlines()[-1]
+    assert row.startswith("| copy | 2 s | 10.00 | 2.00x, 1980 MHz | 1.10x, 1980 MHz | 1.00x, 1980 MHz |")

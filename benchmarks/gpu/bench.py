@@ -193,20 +193,15 @@ def run_case(case: Case, providers: list[Provider], ctx: Context, timer: measure
                 rec.update(status="skipped", error=str(e))
             except Exception as e:  # any failure of one provider is a row of the results, not the end of the run
                 _failed(rec, e, case, p.name, device, log)
-        # Round-robin: every provider is timed once per round, so a drift of the GPU's clocks
-        # during the row reaches them all alike rather than whichever was timed last. The first
-        # provider is timed once before, and that time discarded: after the compilations the GPU
-        # has idled, and that first timing (dt's) ran up to 17% slower than its later rounds
-        # (docs/performance.md, "GPU clocks after idle").
-        for round_ in range(repeats + 1):
-            for rec, fn in timed[:1] if round_ == 0 else timed:
-                if rec["status"] in ("ok", "wrong"):
-                    try:
-                        ms = timer(fn)
-                        if round_:
-                            rec["ms_runs"].append(ms)
-                    except Exception as e:
-                        _failed(rec, e, case, rec["provider"], device, log)
+        # Round-robin rounds after one discarded timing (measure.round_robin): a drift reaches
+        # every provider alike.
+        checked = {i: fn for i, (rec, fn) in enumerate(timed) if rec["status"] in ("ok", "wrong")}
+
+        def failed(i, e):
+            _failed(timed[i][0], e, case, timed[i][0]["provider"], device, log)
+
+        for i, ms in measure.round_robin(timer, checked, repeats, on_error=failed):
+            timed[i][0]["ms_runs"].append(ms)
     finally:  # also when the CUDA context is lost: no record is left checked but untimed
         for rec, _ in timed:
             if rec["status"] not in ("ok", "wrong"):

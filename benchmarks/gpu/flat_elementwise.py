@@ -77,10 +77,7 @@ def markdown(run: dict, records: list[dict]) -> str:
              "flat Triton kernels, timed in alternation; times are medians over the rounds of "
              "`triton.testing.do_bench` medians; % of same-size copy compares with a device-to-device copy moving "
              "the kernel's bytes. Every flat kernel's output equals dt's bit for bit.", ""]
-    groups: dict[tuple, list[dict]] = {}
-    for r in records:
-        groups.setdefault((r["shape"], r["dtype"]), []).append(r)
-    for (shape, dtype), rows in groups.items():
+    for (shape, dtype), rows in measure.by_row(records, "shape", "dtype").items():
         dt_ms = rows[0]["ms"]
         lines += [f"## {shape}, {dtype}", "", "| variant | ms | % of same-size copy | speed-up over dt |",
                   "|---|---|---|---|"]

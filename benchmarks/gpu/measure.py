@@ -50,13 +50,44 @@ class Timer:
         return statistics.median(times)
 
     def rounds(self, calls: dict, rounds: int) -> dict[str, list[float]]:
-        """Each call's time in each of `rounds` round-robin rounds (every call timed once per
-        round), so that drift between rounds reaches every call alike."""
+        """Each call's times over `rounds` round-robin rounds (round_robin)."""
         times: dict[str, list[float]] = {name: [] for name in calls}
-        for _ in range(rounds):
-            for name, call in calls.items():
-                times[name].append(self(call))
+        for name, ms in round_robin(self, calls, rounds):
+            times[name].append(ms)
         return times
+
+
+def round_robin(timer, calls: dict, rounds: int, on_error=None):
+    """Yields (name, timer(call)) over `rounds` round-robin rounds (every call timed once per
+    round, so that drift reaches every call alike), after one discarded timing of the first
+    call: timed first after compilations, kernels ran up to 17% slow (docs/performance.md,
+    "Timing order"). A call that raises drops out of the later rounds and
+    `on_error(name, exception)` is told (it may raise to stop everything); without on_error
+    the exception propagates."""
+    failed = set()
+
+    def timed(name):
+        try:
+            return timer(calls[name])
+        except Exception as e:
+            if on_error is None:
+                raise
+            failed.add(name)
+            on_error(name, e)
+            return _FAILED
+
+    for name in calls:  # the discarded timing: the first call that does not fail
+        if timed(name) is not _FAILED:
+            break
+    for _ in range(rounds):
+        for name in calls:
+            if name not in failed:
+                ms = timed(name)
+                if ms is not _FAILED:
+                    yield name, ms
+
+
+_FAILED = object()  # round_robin's mark of a timing that raised
 
 
 def device_description(device: torch.device) -> dict:
@@ -161,6 +192,14 @@ def timed_variants(timer: Timer, device: torch.device, case, calls: dict, rounds
     for record in records:
         print(record, flush=True)
     return records
+
+
+def by_row(records: list[dict], *fields: str) -> dict[tuple, list[dict]]:
+    """A study's records grouped by the values of `fields` (its rows), in first-seen order."""
+    groups: dict[tuple, list[dict]] = {}
+    for r in records:
+        groups.setdefault(tuple(r[f] for f in fields), []).append(r)
+    return groups
 
 
 class SizedCopies:

@@ -1,7 +1,7 @@
 """Which cache hints close dt's last memory-bound gaps?
 
 A measurement, not a DT feature. When it was written, four memory-bound rows were slower than
-their best baseline in every round (docs/performance.md, "GPU clocks after idle"):
+their best baseline in every round (docs/performance.md, "Timing order"):
 softmax_safe bf16 at 4096x4096 and 4096x8192 against Liger, add bf16 4096x1000 and add f32
 4096x8192 against torch.compile max-autotune; layernorm f32 128x65536 sat at 84% of the
 same-size copy. Liger's single-block softmax has the
@@ -172,10 +172,7 @@ def markdown(run: dict, records: list[dict]) -> str:
              "medians over the rounds of `triton.testing.do_bench` medians (L2 flushed before each run); "
              "the range is the fastest and slowest round; % of same-size copy compares with a `copy_` "
              "timed apart moving the row's bytes.", ""]
-    groups: dict[tuple, list[dict]] = {}
-    for r in records:
-        groups.setdefault((r["kernel"], r["shape"], r["dtype"]), []).append(r)
-    for (kernel, shape, dtype), rows in groups.items():
+    for (kernel, shape, dtype), rows in measure.by_row(records, "kernel", "shape", "dtype").items():
         dt_ms = next(r["ms"] for r in rows if r["variant"] == "dt")
         lines += [f"## {kernel} {shape}, {dtype} (`{rows[0]['schedule']}`)", "",
                   "| variant | ms | range | % of same-size copy | speed-up over dt |", "|---|---|---|---|---|"]

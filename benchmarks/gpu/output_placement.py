@@ -110,10 +110,7 @@ def markdown(run: dict, records: list[dict]) -> str:
              + ". softmax_safe's kernels with the output placed at each offset (MB) into one pool, the input "
              "fixed; times are medians over rounds of `triton.testing.do_bench` medians (L2 flushed before "
              "each run), in µs.", ""]
-    groups: dict[tuple, list[dict]] = {}
-    for r in records:
-        groups.setdefault((r["shape"], r["dtype"]), []).append(r)
-    for (shape, dtype), rows in groups.items():
+    for (shape, dtype), rows in measure.by_row(records, "shape", "dtype").items():
         timed = [r for r in rows if "ms" in r]
         labels = list(dict.fromkeys(r["kernel"] for r in timed))
         offsets = list(dict.fromkeys(r["offset_mb"] for r in timed))

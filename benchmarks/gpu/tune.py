@@ -1,7 +1,7 @@
 """Schedule search on the GPU: for each row of the benchmark, generate DT schedules over a
 space of blockings, tiles, program orders, warps and stages (`space.py`), compile them all
-in parallel worker processes, check each against the float64 reference, time the correct
-ones, and report the fastest per row.
+in parallel worker processes, check each against the float64 reference, screen the correct
+ones in two round-robin rounds, time the finalists again, and report the fastest per row.
 
     python3 benchmarks/gpu/tune.py --out DIR [--kernels K,...] [--dtypes D,...] [--match TEXT]
         [--workers N] [--budget SECONDS]
@@ -9,14 +9,15 @@ ones, and report the fastest per row.
 Writes DIR/tune-TAG.json: per row, every variant's time or error and, for the fastest, its
 DT source. Then, on any machine,
 
-    python benchmarks/gpu/tune.py --write DIR1/tune-mem.json DIR2/tune-mm.json ...
+    python benchmarks/gpu/tune.py --write DIR1/tune-elementwise.json DIR2/tune-mm.json ...
 
 writes each row's winner to benchmarks/gpu/schedules/tuned/KERNEL_SHAPE_DTYPE.dt (the file
 the benchmark's `dt` provider runs for that row, see cases.schedule_for), merges the runs
 into benchmarks/results/tune.json and summarises them in benchmarks/results/tune.md. Times are
 triton.testing.do_bench medians with a shorter repetition (10 ms warm-up, 40 ms) than the
-benchmark's, enough to screen schedules; the finalists (within 5% of the fastest) are timed
-again in alternating rounds, and bench.py then measures the chosen ones the benchmark's way.
+benchmark's, enough to screen schedules (each keeps the faster of its two screening timings);
+the finalists (within 5% of the fastest) are timed again in alternating rounds, and bench.py
+then measures the chosen ones the benchmark's way.
 """
 from __future__ import annotations
 
@@ -43,6 +44,7 @@ import space  # noqa: E402
 from cases import KERNELS, ROOT, TUNED_DIR, cases, tuned_name  # noqa: E402
 
 FINALISTS, FINALISTS_WITHIN = 6, 1.05
+SCREENING_ROUNDS = 2
 
 RESULTS = ROOT / "benchmarks" / "results"
 
@@ -73,45 +75,69 @@ def _time(fn) -> float:
     return float(triton.testing.do_bench(fn, warmup=10, rep=40, return_mode="median"))
 
 
-def _check_and_time(case, ident: str, text: str, check: dict, ref, timed: dict):
-    """One variant's record (its relative error and time, or why it has none) and, when it
-    was timed, the call that was."""
+def _check(case, ident: str, text: str, check: dict, ref, timed: dict):
+    """One variant's record (its relative error, or why it failed) and, when it is correct, the
+    call to time on the timing inputs."""
     import dt
     try:
         prog = dt.loads(text, name=ident.replace("/", "_"))
         err = measure.relative_error(prog(backend="triton", **check, **case.kernel.scalars), ref)
         if not err <= measure.TOLERANCE[case.dtype]:
             return {"rel_err": err, "error": f"relative error {err:.3g}"}, None
-        fn = lambda: prog(backend="triton", **timed, **case.kernel.scalars)  # noqa: E731
-        return {"rel_err": err, "ms": _time(fn)}, fn
+        return {"rel_err": err}, lambda: prog(backend="triton", **timed, **case.kernel.scalars)
     except Exception as e:
         return {"error": measure.short_error(e)}, None
 
 
 def _final(variants: list[dict], calls: dict, rounds: int) -> dict:
     """The winner among the variants timed within FINALISTS_WITHIN of the fastest (at most
-    FINALISTS, by their first timing): each is timed again in `rounds` round-robin rounds,
-    after one discarded timing of the first, and the lowest median wins. Timed one after
-    another, a row's schedules ranked wrongly by up to 13% (docs/performance.md, "GPU clocks
-    after idle"). A finalist that fails now drops out with its error recorded."""
+    FINALISTS, by their screening timing): each is timed again in `rounds` round-robin rounds
+    (measure.round_robin), and the lowest median wins: the screening's timings can still rank
+    schedules a few percent apart wrongly (docs/performance.md, "Timing order"). A finalist
+    that fails now drops out with its error recorded."""
     best = min(v["ms"] for v in variants if "ms" in v)
-    finalists = sorted((v for v in variants if "ms" in v and v["ms"] <= best * FINALISTS_WITHIN),
-                       key=lambda v: v["ms"])[:FINALISTS]
-    for round_ in range(rounds + 1):
-        for v in finalists[:1] if round_ == 0 else finalists:
-            if "final_error" in v:
-                continue
-            try:
-                ms = _time(calls[v["name"]])
-            except Exception as e:  # a finalist that fails now is out; the row goes on
-                v["final_error"] = measure.short_error(e)
-                continue
-            if round_:
-                v.setdefault("final_ms_runs", []).append(ms)
-    timed = [v for v in finalists if v.get("final_ms_runs")]
+    finalists = {v["name"]: v for v in sorted((v for v in variants if "ms" in v and v["ms"] <= best * FINALISTS_WITHIN),
+                                              key=lambda v: v["ms"])[:FINALISTS]}
+
+    def failed(name, e):
+        finalists[name]["final_error"] = measure.short_error(e)
+
+    for name, ms in measure.round_robin(_time, {name: calls[name] for name in finalists}, rounds, on_error=failed):
+        finalists[name].setdefault("final_ms_runs", []).append(ms)
+    timed = [v for v in finalists.values() if "final_ms_runs" in v]
     for v in timed:
         v["final_ms"] = statistics.median(v["final_ms_runs"])
-    return min(timed, key=lambda v: v["final_ms"]) if timed else min(finalists, key=lambda v: v["ms"])
+    if timed:
+        return min(timed, key=lambda v: v["final_ms"])
+    # every finalist failed when timed again: the fastest schedule that has not failed, if any
+    return min((v for v in variants if "ms" in v and "final_error" not in v), key=lambda v: v["ms"], default=None)
+
+
+def _screen(case, found, errors: dict, check: dict, ref, timed: dict) -> tuple[list[dict], dict]:
+    """Every variant's record and the calls of those that passed the check: all are loaded and
+    checked first, then timed back to back in SCREENING_ROUNDS round-robin rounds
+    (measure.round_robin), and each keeps its fastest timing. Timed once, whole-row schedules
+    ran 10-17% slow where they came first in a row (docs/performance.md, "Timing order")."""
+    records, calls = [], {}
+    for name, text in found:
+        ident = _ident(case, name)
+        record, call = ({"error": errors[ident]}, None) if ident in errors else _check(case, ident, text, check, ref,
+                                                                                        timed)
+        records.append({"name": name, **record})
+        if call is not None:
+            calls[name] = call
+    by_name = {r["name"]: r for r in records}
+
+    def failed(name, e):
+        by_name[name].pop("ms_runs", None)
+        by_name[name]["error"] = measure.short_error(e)
+
+    for name, ms in measure.round_robin(_time, calls, SCREENING_ROUNDS, on_error=failed):
+        by_name[name].setdefault("ms_runs", []).append(ms)
+    for record in records:
+        if "ms_runs" in record:
+            record["ms"] = min(record["ms_runs"])
+    return records, {name: call for name, call in calls.items() if "ms" in by_name[name]}
 
 
 def main(argv=None) -> int:
@@ -158,17 +184,12 @@ def main(argv=None) -> int:
         check = measure.case_inputs(case, "cuda", seed)
         ref = case.kernel.torch_fn(**{n: t.double() for n, t in check.items()}, **case.kernel.scalars)
         timed = measure.case_inputs(case, "cuda", seed + 1)
+        screened, calls = _screen(case, found, errors, check, ref, timed)
         row = {"kernel": case.kernel.name, "shape": case.shape_text, "dtype": case.dtype, "bytes": case.bytes,
-               "flops": case.flops, "variants": []}
-        calls = {}
-        for name, text in found:
-            ident = _ident(case, name)
-            rec, calls[name] = ({"error": errors[ident]}, None) if ident in errors else \
-                _check_and_time(case, ident, text, check, ref, timed)
-            row["variants"].append({"name": name, **rec})
+               "flops": case.flops, "variants": screened}
         timed_ok = [v for v in row["variants"] if "ms" in v]
-        if timed_ok:
-            best = _final(row["variants"], calls, args.rounds)
+        best = _final(row["variants"], calls, args.rounds) if timed_ok else None
+        if best:
             row["best"] = best["name"]
             row["best_source"] = dict(found)[best["name"]]
             print(f"{case.title}: best {best['name']} {best.get('final_ms', best['ms']):.4f} ms of {len(timed_ok)} "
@@ -193,31 +214,33 @@ def write(paths) -> int:
         old.unlink()
     lines = ["# Schedule search results", "",
              "Produced by `benchmarks/gpu/tune.py` (method in `docs/performance.md`): every schedule of "
-             "`benchmarks/gpu/space.py` for each row, checked against the float64 reference and timed with "
-             "`triton.testing.do_bench` (10 ms warm-up, 40 ms repetition, median); the schedules within 5% of the "
+             "`benchmarks/gpu/space.py` for each row, checked against the float64 reference and screened with "
+             "`triton.testing.do_bench` (10 ms warm-up, 40 ms repetition, median) in two round-robin rounds, each "
+             "keeping its faster timing (one timing in runs before that); the schedules within 5% of the "
              "fastest (at most six, the finalists) are timed again in alternating rounds, and the lowest median "
              "wins (rows without finalists are from runs before that). The winner of each row is "
              "`benchmarks/gpu/schedules/tuned/<file>`; the benchmark (`bench.py`) measures it again the "
-             "benchmark's way. The others' median is of their first timings.", "",
+             "benchmark's way. The others' median is of their screening times.", "",
              "| kernel | shape | dtype | device | tried | failed | best | ms | finalists | file | median of the others ms |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for (kernel, shape, dtype), r in sorted(rows.items()):
         # finalists (timed again, alternating) by their medians first, then the others
         timed = sorted((v for v in r["variants"] if "ms" in v), key=lambda v: (v.get("final_ms", math.inf), v["ms"]))
         failed = len(r["variants"]) - len(timed)
-        if not timed:
+        best = next((v for v in timed if v["name"] == r.get("best")), None)
+        if best is None:  # no schedule ran, or every one that did failed when timed again
             lines.append(f"| {kernel} | {shape} | {dtype} | {r['device']} | {len(r['variants'])} | {failed} | — | | | | |")
             continue
-        best = timed[0]
         path = TUNED_DIR / tuned_name(kernel, shape, dtype)
         finalists = sum("final_ms" in v for v in timed)
-        how = (f"the median of {len(best['final_ms_runs'])} rounds alternating {finalists} finalists"
-               if finalists else "one timing")
+        screenings = len(best.get("ms_runs", [best["ms"]]))
+        how = (f"the median of {len(best['final_ms_runs'])} rounds alternating {finalists} finalists" if finalists
+               else "one timing" if screenings == 1 else f"the fastest of {screenings} timings")
         header = (f"# {kernel} [{shape}] {dtype}: the fastest of {len(timed)} schedules that ran "
                   f"(benchmarks/gpu/tune.py),\n# variant {best['name']}, {best.get('final_ms', best['ms']):.4f} ms "
                   f"({how}) on {r['device']}.\n")
         path.write_text(header + r["best_source"])
-        others = [v["ms"] for v in timed[1:]]
+        others = [v["ms"] for v in timed if v is not best]
         median = sorted(others)[len(others) // 2] if others else None
         lines.append(f"| {kernel} | {shape} | {dtype} | {r['device']} | {len(r['variants'])} | {failed} | "
                      f"{best['name']} | {best.get('final_ms', best['ms']):.4f} | {finalists or ''} | {path.name} | "
