@@ -54,10 +54,16 @@ HINTS = {"store .cs": ("tl.store(", 'cache_modifier=".cs"', ""),
 VARIANTS = (("store .cs",), ("store evict_first",), ("loads evict_first",), ("store .cs", "loads evict_first"))
 
 
-def tuned_variant(path: Path) -> str:
-    """The file and, from its header, the search's variant name of a tuned schedule."""
+def variant_name(path: Path) -> str | None:
+    """The search's variant name of a tuned schedule, from its header (None for other files)."""
     found = re.search(r"variant (\w+)", path.read_text())
-    return f"{path.name}, {found.group(1)}" if found else path.name
+    return found.group(1) if found else None
+
+
+def tuned_variant(path: Path) -> str:
+    """The file and, if it is a tuned schedule, its variant name."""
+    name = variant_name(path)
+    return f"{path.name}, {name}" if name else path.name
 
 
 def liger_single_block(A, out=None):

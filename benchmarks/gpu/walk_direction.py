@@ -30,7 +30,7 @@ import measure  # noqa: E402
 import space  # noqa: E402
 from cases import cases, schedule_for  # noqa: E402
 from bench import positive_int  # noqa: E402
-from memory_hints import tuned_variant  # noqa: E402
+from memory_hints import tuned_variant, variant_name  # noqa: E402
 
 import dt  # noqa: E402
 from dt.backends.pysource import load_module  # noqa: E402
@@ -75,10 +75,10 @@ def main(argv=None) -> int:
             t = measure.case_inputs(case, device, seed=1)
             scalars = case.kernel.scalars
             searched = dict(space.variants(case))
-            tuned = tuned_variant(schedule_for(case))
-            programs = {f"tuned ({tuned})": dt.load(schedule_for(case))}
+            tuned = schedule_for(case)
+            programs = {f"tuned ({tuned_variant(tuned)})": dt.load(tuned)}
             programs.update((name, dt.loads(searched[name], f"{kernel}_{name}"))  # the tuned one is timed once
-                            for name in TILINGS if name in searched and not tuned.endswith(f", {name}"))
+                            for name in TILINGS if name in searched and name != variant_name(tuned))
             calls = {}
             for label, program in programs.items():
                 forward = program.source(backend, dtype)
