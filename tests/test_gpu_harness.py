@@ -6,6 +6,7 @@ import math
 import os
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import numpy as np
@@ -162,6 +163,60 @@ def test_studies_time_their_calls_in_round_robin_rounds(monkeypatch):
     calls = {name: (lambda name=name: order.append(name) or float(len(order))) for name in ("a", "b")}
     assert measure.Timer("do_bench").rounds(calls, 2) == {"a": [2.0, 4.0], "b": [3.0, 5.0]}
     assert order == ["a", "a", "b", "a", "b"]  # the first timing (1.0) is discarded
+
+
+def test_the_cold_timer_demotes_kept_lines_and_flushes_before_every_timed_run(monkeypatch):
+    import measure
+    import triton
+    log = []
+
+    class Event:
+        def __init__(self, enable_timing):
+            self.at = None
+
+        def record(self):
+            self.at = len(log)
+            log.append("start" if log[-1] == "flush" else "end")
+
+        def elapsed_time(self, end):
+            return float(end.at - self.at) + 0.1 * self.at  # each run later and slower than the one before
+
+    driver = types.SimpleNamespace(get_empty_cache_for_benchmark=lambda: "cache",
+                                   clear_cache=lambda cache: log.append("flush" if cache == "cache" else "?"))
+    monkeypatch.setattr(triton.runtime, "driver", types.SimpleNamespace(active=driver))
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: log.append("sync"))
+    monkeypatch.setattr(torch.cuda, "Event", Event)
+    monkeypatch.setattr(torch.cuda, "_sleep", lambda cycles: log.append(("sleep", cycles)))
+    monkeypatch.setattr(measure, "reset_persisting_l2", lambda: log.append("reset"))
+    ms = measure.cold_bench(lambda: log.append("fn"), warmup=0, rep=0)
+    assert log[:2] == ["fn", "sync"]  # compiled and idle before the flush buffer is made
+    run = ["sync", "reset", ("sleep", measure.HEAD_START_CYCLES), "flush", "start", "fn", "end"]
+    assert log[2:] == run * 10 + ["sync"]  # at least ten runs, each on a cold L2, the host given a head start
+    assert ms == pytest.approx(2.6 + 0.7 * 4.5)  # the median of the ten runs' times, 2.6 + 0.7 k for run k
+
+
+def test_the_cold_timer_says_what_to_do_without_the_cuda_driver(monkeypatch):
+    import ctypes
+
+    import measure
+
+    def missing(name):
+        raise OSError(f"{name}: cannot open shared object file")
+
+    monkeypatch.setattr(ctypes, "CDLL", missing)
+    with pytest.raises(RuntimeError, match="--timer do_bench"):
+        measure.reset_persisting_l2()
+    monkeypatch.setattr(ctypes, "CDLL", lambda name: types.SimpleNamespace(cuCtxResetPersistingL2Cache=lambda: 201))
+    with pytest.raises(RuntimeError, match="CUDA error 201"):
+        measure.reset_persisting_l2()
+
+
+def test_the_benchmark_times_on_a_cold_l2_by_default(monkeypatch):
+    import measure
+    seen = []
+    monkeypatch.setattr(measure, "cold_bench", lambda fn, warmup, rep: seen.append((warmup, rep)) or 1.0)
+    assert measure.Timer("cold")(lambda: None) == 1.0 and seen == [(25, 100)]
+    assert bench.parse_args(["--out", "x"]).timer == "cold"
 
 
 def test_round_robin_drops_a_call_that_fails_and_says_so():

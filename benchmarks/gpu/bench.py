@@ -2,8 +2,8 @@
 max-autotune-no-cudagraphs), Liger Kernel and SDPA, for the kernels and shapes of issue 7.
 
 For every row (kernel, shape, dtype) and provider: check the output against a float64
-PyTorch reference first, then time with triton.testing.do_bench (25 ms warm-up, 100 ms
-repetition, median). Writes DIR/gpu-TAG.json (after every row), DIR/gpu-TAG.md,
+PyTorch reference first, then time with do_bench's method (25 ms warm-up, 100 ms repetition,
+median) on a cold L2 for every run (measure.cold_bench; --timer). Writes DIR/gpu-TAG.json (after every row), DIR/gpu-TAG.md,
 DIR/gpu-TAG-memory.png, DIR/gpu-TAG-matmul.png and DIR/gpu-TAG.log (tracebacks).
 
     python benchmarks/gpu/bench.py --out DIR [--kernels softmax,dyt] [--providers dt,eager]
@@ -295,7 +295,9 @@ def parse_args(argv):
                    help="time every DT schedule of each kernel (provider dt@<file>) instead of the table's")
     p.add_argument("--schedule", action="append", type=_schedule_arg, metavar="KERNEL[:SHAPE]=PATH",
                    help="run this .dt file for the dt provider instead of the table's (repeatable)")
-    p.add_argument("--timer", choices=("do_bench", "cudagraph"), default="do_bench")
+    p.add_argument("--timer", choices=("cold", "do_bench", "cudagraph"), default="cold",
+                   help="cold: do_bench's method with every run on a cold L2 (default); do_bench: "
+                        "triton.testing.do_bench as is; cudagraph: do_bench_cudagraph, no L2 flush")
     p.add_argument("--repeats", type=positive_int, default=1,
                    help="rounds of timings, each timing every provider once (after one discarded timing "
                         "of the first); the median is reported")

@@ -2,7 +2,7 @@
 
 A measurement of the harness's ground, not a DT feature. The schedule search and the
 benchmark ranked whole-row softmax kernels 10-17% slow when they were timed first, while tiled
-kernels timed later were not (docs/performance.md, "Timing order"); a clock ramping up after
+kernels timed later were not (docs/performance.md, "Lines kept in L2 through the flush"); a clock ramping up after
 idle was the first explanation. This idles the GPU for a while, then launches one kernel back
 to back for a few seconds, timing each batch of launches with CUDA events and reading the SM
 clock (NVML) after each batch: whole-row and tiled dt schedules of softmax_safe bf16 at

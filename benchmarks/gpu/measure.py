@@ -27,14 +27,18 @@ PEAK_GEMM_CPU = 256
 
 
 class Timer:
-    """On the GPU, triton.testing.do_bench (25 ms warm-up, 100 ms repetition, median; it
-    flushes the L2 cache before every run) or do_bench_cudagraph (launch gaps removed; no L2
-    flush); on the CPU (dry run), the median of time.perf_counter over a few runs."""
+    """On the GPU, "cold" (cold_bench: do_bench's method with every run on a cold L2, the
+    default), triton.testing.do_bench itself (25 ms warm-up, 100 ms repetition, median; it
+    flushes the L2 cache before every run, but leaves the lines a kernel read with evict_last)
+    or do_bench_cudagraph (launch gaps removed; no L2 flush); on the CPU (dry run), the median
+    of time.perf_counter over a few runs."""
 
     def __init__(self, mode: str):
         self.mode = mode
 
     def __call__(self, fn) -> float:
+        if self.mode == "cold":
+            return cold_bench(fn, warmup=25, rep=100)
         if self.mode == "do_bench":
             import triton.testing
             return float(triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median"))
@@ -57,11 +61,65 @@ class Timer:
         return times
 
 
+def reset_persisting_l2() -> None:
+    """Demote every L2 line marked evict_last (or persisting) to normal priority, at once
+    (cuCtxResetPersistingL2Cache; call it with the GPU idle). A flush by memset does not evict
+    such lines: a kernel that read a tensor with evict_last leaves part of it in L2, through
+    every later flush, for any kernel that reads it again (docs/performance.md, "Lines kept in
+    L2 through the flush")."""
+    import ctypes
+    try:
+        libcuda = ctypes.CDLL("libcuda.so.1")
+    except OSError as e:
+        raise RuntimeError(f"the cold timer needs the CUDA driver library (libcuda.so.1): {e}; "
+                           "use --timer do_bench where it is missing") from None
+    status = libcuda.cuCtxResetPersistingL2Cache()
+    if status != 0:
+        raise RuntimeError(f"cuCtxResetPersistingL2Cache failed with CUDA error {status}")
+
+
+# GPU cycles of a spin kernel queued before each cold run (about 0.5 ms at 2 GHz): the host
+# queues the run behind it, so a provider's host work (torch.compile's guards and wrapper took
+# over the flush's 90 µs) is not counted, as do_bench's deep queue does not count it.
+HEAD_START_CYCLES = 1_000_000
+
+
+def cold_bench(fn, warmup: float = 25, rep: float = 100) -> float:
+    """The median time of `fn` in milliseconds, every run on a cold L2: do_bench's method (a
+    warm-up of `warmup` ms, then runs for `rep` ms, each timed with CUDA events after a 256 MB
+    write that flushes the L2), with the GPU idle and the evict_last lines demoted
+    (reset_persisting_l2) before each run's flush, then a spin kernel (HEAD_START_CYCLES) that
+    gives the host time to queue the run."""
+    import triton
+    driver = triton.runtime.driver.active
+    fn()
+    torch.cuda.synchronize()
+    cache = driver.get_empty_cache_for_benchmark()
+    begin = time.perf_counter()
+    while time.perf_counter() - begin < warmup / 1e3:
+        fn()
+    runs = []
+    begin = time.perf_counter()
+    while len(runs) < 10 or time.perf_counter() - begin < rep / 1e3:
+        torch.cuda.synchronize()
+        reset_persisting_l2()
+        torch.cuda._sleep(HEAD_START_CYCLES)
+        driver.clear_cache(cache)
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        runs.append((start, end))
+    torch.cuda.synchronize()
+    return statistics.median(start.elapsed_time(end) for start, end in runs)
+
+
 def round_robin(timer, calls: dict, rounds: int, on_error=None):
     """Yields (name, timer(call)) over `rounds` round-robin rounds (every call timed once per
     round, so that drift reaches every call alike), after one discarded timing of the first
-    call: timed first after compilations, kernels ran up to 17% slow (docs/performance.md,
-    "Timing order"). A call that raises drops out of the later rounds and
+    call, a warm-up (with do_bench, which leaves evict_last lines in L2, later rounds ran faster
+    than the first; docs/performance.md, "Lines kept in L2 through the flush"). A call that
+    raises drops out of the later rounds and
     `on_error(name, exception)` is told (it may raise to stop everything); without on_error
     the exception propagates."""
     failed = set()

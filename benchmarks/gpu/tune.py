@@ -14,8 +14,9 @@ DT source. Then, on any machine,
 writes each row's winner to benchmarks/gpu/schedules/tuned/KERNEL_SHAPE_DTYPE.dt (the file
 the benchmark's `dt` provider runs for that row, see cases.schedule_for), merges the runs
 into benchmarks/results/tune.json and summarises them in benchmarks/results/tune.md. Times are
-triton.testing.do_bench medians with a shorter repetition (10 ms warm-up, 40 ms) than the
-benchmark's, enough to screen schedules (each keeps the faster of its two screening timings);
+medians of the benchmark's cold timer (measure.cold_bench: every run on a cold L2) with a
+shorter repetition (10 ms warm-up, 40 ms), enough to screen schedules (each keeps the faster of
+its two screening timings);
 the finalists (within 5% of the fastest) are timed again in alternating rounds, and bench.py
 then measures the chosen ones the benchmark's way.
 """
@@ -71,8 +72,7 @@ def _compile(job):
 
 
 def _time(fn) -> float:
-    import triton.testing
-    return float(triton.testing.do_bench(fn, warmup=10, rep=40, return_mode="median"))
+    return measure.cold_bench(fn, warmup=10, rep=40)
 
 
 def _check(case, ident: str, text: str, check: dict, ref, timed: dict):
@@ -92,8 +92,8 @@ def _check(case, ident: str, text: str, check: dict, ref, timed: dict):
 def _final(variants: list[dict], calls: dict, rounds: int) -> dict:
     """The winner among the variants timed within FINALISTS_WITHIN of the fastest (at most
     FINALISTS, by their screening timing): each is timed again in `rounds` round-robin rounds
-    (measure.round_robin), and the lowest median wins: the screening's timings can still rank
-    schedules a few percent apart wrongly (docs/performance.md, "Timing order"). A finalist
+    (measure.round_robin), and the lowest median wins: one screening timing can rank schedules
+    a few percent apart wrongly. A finalist
     that fails now drops out with its error recorded."""
     best = min(v["ms"] for v in variants if "ms" in v)
     finalists = {v["name"]: v for v in sorted((v for v in variants if "ms" in v and v["ms"] <= best * FINALISTS_WITHIN),
@@ -116,8 +116,7 @@ def _final(variants: list[dict], calls: dict, rounds: int) -> dict:
 def _screen(case, found, errors: dict, check: dict, ref, timed: dict) -> tuple[list[dict], dict]:
     """Every variant's record and the calls of those that passed the check: all are loaded and
     checked first, then timed back to back in SCREENING_ROUNDS round-robin rounds
-    (measure.round_robin), and each keeps its fastest timing. Timed once, whole-row schedules
-    ran 10-17% slow where they came first in a row (docs/performance.md, "Timing order")."""
+    (measure.round_robin), and each keeps its fastest timing."""
     records, calls = [], {}
     for name, text in found:
         ident = _ident(case, name)
@@ -186,7 +185,7 @@ def main(argv=None) -> int:
         timed = measure.case_inputs(case, "cuda", seed + 1)
         screened, calls = _screen(case, found, errors, check, ref, timed)
         row = {"kernel": case.kernel.name, "shape": case.shape_text, "dtype": case.dtype, "bytes": case.bytes,
-               "flops": case.flops, "variants": screened}
+               "flops": case.flops, "timer": "cold", "variants": screened}
         timed_ok = [v for v in row["variants"] if "ms" in v]
         best = _final(row["variants"], calls, args.rounds) if timed_ok else None
         if best:
@@ -215,21 +214,25 @@ def write(paths) -> int:
     lines = ["# Schedule search results", "",
              "Produced by `benchmarks/gpu/tune.py` (method in `docs/performance.md`): every schedule of "
              "`benchmarks/gpu/space.py` for each row, checked against the float64 reference and screened with "
-             "`triton.testing.do_bench` (10 ms warm-up, 40 ms repetition, median) in two round-robin rounds, each "
-             "keeping its faster timing (one timing in runs before that); the schedules within 5% of the "
+             "the benchmark's cold timer (every run on a cold L2; 10 ms warm-up, 40 ms repetition, median) in two "
+             "round-robin rounds, each keeping its faster timing (rows of timer `do_bench` were searched before "
+             "that with `triton.testing.do_bench`, whose flush leaves the lines a kernel read with evict_last: "
+             "docs/performance.md, \"Lines kept in L2 through the flush\"); the schedules within 5% of the "
              "fastest (at most six, the finalists) are timed again in alternating rounds, and the lowest median "
              "wins (rows without finalists are from runs before that). The winner of each row is "
              "`benchmarks/gpu/schedules/tuned/<file>`; the benchmark (`bench.py`) measures it again the "
              "benchmark's way. The others' median is of their screening times.", "",
-             "| kernel | shape | dtype | device | tried | failed | best | ms | finalists | file | median of the others ms |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| kernel | shape | dtype | device | timer | tried | failed | best | ms | finalists | file | median of the others ms |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for (kernel, shape, dtype), r in sorted(rows.items()):
         # finalists (timed again, alternating) by their medians first, then the others
         timed = sorted((v for v in r["variants"] if "ms" in v), key=lambda v: (v.get("final_ms", math.inf), v["ms"]))
         failed = len(r["variants"]) - len(timed)
+        timer = r.get("timer", "do_bench")  # searches before the cold timer carry no timer
         best = next((v for v in timed if v["name"] == r.get("best")), None)
         if best is None:  # no schedule ran, or every one that did failed when timed again
-            lines.append(f"| {kernel} | {shape} | {dtype} | {r['device']} | {len(r['variants'])} | {failed} | — | | | | |")
+            lines.append(f"| {kernel} | {shape} | {dtype} | {r['device']} | {timer} | {len(r['variants'])} | {failed} | — "
+                         "| | | | |")
             continue
         path = TUNED_DIR / tuned_name(kernel, shape, dtype)
         finalists = sum("final_ms" in v for v in timed)
@@ -242,7 +245,7 @@ def write(paths) -> int:
         path.write_text(header + r["best_source"])
         others = [v["ms"] for v in timed if v is not best]
         median = sorted(others)[len(others) // 2] if others else None
-        lines.append(f"| {kernel} | {shape} | {dtype} | {r['device']} | {len(r['variants'])} | {failed} | "
+        lines.append(f"| {kernel} | {shape} | {dtype} | {r['device']} | {timer} | {len(r['variants'])} | {failed} | "
                      f"{best['name']} | {best.get('final_ms', best['ms']):.4f} | {finalists or ''} | {path.name} | "
                      f"{'' if median is None else f'{median:.4f}'} |")
     RESULTS.mkdir(parents=True, exist_ok=True)
