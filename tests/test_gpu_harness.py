@@ -358,7 +358,7 @@ def test_tune_writes_each_rows_winner(tmp_path, monkeypatch):
     case = next(c for c in cases.cases(["softmax"], ["f32"]) if c.shape == (4096, 1000))
     (fast, fast_text), (slow, slow_text) = space.variants(case)[:2]
     run = {"device": "GPU", "torch": "x", "rows": [{
-        "kernel": "softmax", "shape": case.shape_text, "dtype": "f32", "bytes": 1, "flops": None,
+        "kernel": "softmax", "shape": case.shape_text, "dtype": "f32", "bytes": 1, "flops": None, "timer": "cold",
         "variants": [{"name": slow, "ms": 0.02}, {"name": fast, "ms": 0.01}, {"name": "broken", "error": "E"}],
         "best": fast, "best_source": fast_text}]}
     path = tmp_path / "tune-x.json"
@@ -368,8 +368,12 @@ def test_tune_writes_each_rows_winner(tmp_path, monkeypatch):
     assert written.read_text().endswith(fast_text) and f"variant {fast}, 0.0100 ms (one timing) on GPU" in \
         written.read_text()
     table = (tmp_path / "results" / "tune.md").read_text()
-    assert f"| softmax | x=4096, y=1000 | f32 | GPU | 3 | 1 | {fast} | 0.0100 |  | softmax_4096x1000_f32.dt | 0.0200 |" \
-        in table
+    assert f"| softmax | x=4096, y=1000 | f32 | GPU | cold | 3 | 1 | {fast} | 0.0100 |  | softmax_4096x1000_f32.dt | " \
+        "0.0200 |" in table
+    del run["rows"][0]["timer"]  # a search from before the cold timer
+    path.write_text(json.dumps(run))
+    assert tune.main(["--write", str(path)]) == 0
+    assert "| f32 | GPU | do_bench | 3 |" in (tmp_path / "results" / "tune.md").read_text()
     assert dt.load(written).outputs == ("_softmax",)
 
 

@@ -2,12 +2,13 @@
 
 A measurement of the harness's ground, not a DT feature. The schedule search and the
 benchmark ranked whole-row softmax kernels 10-17% slow when they were timed first, while tiled
-kernels timed later were not (docs/performance.md, "Lines kept in L2 through the flush"); a clock ramping up after
-idle was the first explanation. This idles the GPU for a while, then launches one kernel back
-to back for a few seconds, timing each batch of launches with CUDA events and reading the SM
-clock (NVML) after each batch: whole-row and tiled dt schedules of softmax_safe bf16 at
-4096x4096, and a copy of the same bytes. The launches come from Python, without a filled queue
-or an L2 flush, so the clock readings are the result; the batch times are only indicative.
+kernels timed later were not (docs/performance.md, "Lines kept in L2 through the flush"); a
+clock ramping up after idle was the first explanation. This idles the GPU for a while, then
+launches one kernel back to back for a few seconds, timing each batch of launches with CUDA
+events and reading the SM clock (NVML) after each batch: whole-row and tiled dt schedules of
+softmax_safe bf16 at 4096x4096, and a copy of twice the row's bytes (its source is as large as
+the bytes the row moves). The launches come from Python, without a filled queue or an L2
+flush, so the clock readings are the result; the batch times are only indicative.
 
     python benchmarks/gpu/clock_ramp.py --out DIR
 
@@ -75,7 +76,7 @@ def main(argv=None) -> int:
         calls[f"dt {name}"] = lambda program=program: program(backend="triton", **t)
     src = torch.empty(case.bytes // 4, dtype=torch.float32, device=device)
     dst = torch.empty_like(src)
-    calls["copy_ (same bytes)"] = lambda: dst.copy_(src)
+    calls["copy_ (twice the row's bytes)"] = lambda: dst.copy_(src)
     for call in calls.values():
         call()
     records = []
