@@ -166,20 +166,27 @@ def test_studies_time_their_calls_in_round_robin_rounds(monkeypatch):
 
 
 def test_the_cold_timer_demotes_kept_lines_and_flushes_before_every_timed_run(monkeypatch):
+    pytest.importorskip("triton")
     import measure
     import triton
-    log = []
+    log, events = [], []
+    # run k takes 1 + k ms, but run 3 takes 100 ms (so the median, not the mean, is asked), and
+    # the host queues run 5 too late (its start event has passed): that run is not kept
+    stalled_run, slow_run = 5, 3
 
     class Event:
         def __init__(self, enable_timing):
-            self.at = None
+            self.run = len(events) // 2
+            events.append(self)
 
         def record(self):
-            self.at = len(log)
-            log.append("start" if log[-1] == "flush" else "end")
+            log.append("start" if self is events[2 * self.run] else "end")
+
+        def query(self):
+            return self.run == stalled_run
 
         def elapsed_time(self, end):
-            return float(end.at - self.at) + 0.1 * self.at  # each run later and slower than the one before
+            return 100.0 if self.run == slow_run else 1.0 + self.run
 
     driver = types.SimpleNamespace(get_empty_cache_for_benchmark=lambda: "cache",
                                    clear_cache=lambda cache: log.append("flush" if cache == "cache" else "?"))
@@ -190,15 +197,24 @@ def test_the_cold_timer_demotes_kept_lines_and_flushes_before_every_timed_run(mo
     monkeypatch.setattr(measure, "reset_persisting_l2", lambda: log.append("reset"))
     ms = measure.cold_bench(lambda: log.append("fn"), warmup=0, rep=0)
     assert log[:2] == ["fn", "sync"]  # compiled and idle before the flush buffer is made
-    run = ["sync", "reset", ("sleep", measure.HEAD_START_CYCLES), "flush", "start", "fn", "end"]
-    assert log[2:] == run * 10 + ["sync"]  # at least ten runs, each on a cold L2, the host given a head start
-    assert ms == pytest.approx(2.6 + 0.7 * 4.5)  # the median of the ten runs' times, 2.6 + 0.7 k for run k
+    head_start = measure.HEAD_START_CYCLES
+
+    def run(cycles):
+        return ["sync", "reset", ("sleep", cycles), "flush", "start", "fn", "end"]
+
+    # every run on a cold L2 behind a spin kernel; after the stalled run the spin is doubled
+    assert log[2:] == (run(head_start) * (stalled_run + 1) + run(2 * head_start) * 5 + ["sync"])
+    kept = [1.0 + k for k in range(11) if k != stalled_run]
+    kept[slow_run] = 100.0
+    assert ms == pytest.approx(sorted(kept)[4] / 2 + sorted(kept)[5] / 2)  # the median of the ten kept runs
 
 
-def test_the_cold_timer_says_what_to_do_without_the_cuda_driver(monkeypatch):
+def test_the_cold_timer_says_what_to_do_without_the_cuda_driver(monkeypatch, request):
     import ctypes
 
     import measure
+    measure.libcuda.cache_clear()  # loaded once per process: forget it before and after the fakes
+    request.addfinalizer(measure.libcuda.cache_clear)
 
     def missing(name):
         raise OSError(f"{name}: cannot open shared object file")
@@ -217,6 +233,7 @@ def test_the_benchmark_times_on_a_cold_l2_by_default(monkeypatch):
     monkeypatch.setattr(measure, "cold_bench", lambda fn, warmup, rep: seen.append((warmup, rep)) or 1.0)
     assert measure.Timer("cold")(lambda: None) == 1.0 and seen == [(25, 100)]
     assert bench.parse_args(["--out", "x"]).timer == "cold"
+    assert tune._time(lambda: None) == 1.0 and seen[-1] == (10, 40)  # the search screens cold too
 
 
 def test_round_robin_drops_a_call_that_fails_and_says_so():

@@ -3,8 +3,9 @@ max-autotune-no-cudagraphs), Liger Kernel and SDPA, for the kernels and shapes o
 
 For every row (kernel, shape, dtype) and provider: check the output against a float64
 PyTorch reference first, then time with do_bench's method (25 ms warm-up, 100 ms repetition,
-median) on a cold L2 for every run (measure.cold_bench; --timer). Writes DIR/gpu-TAG.json (after every row), DIR/gpu-TAG.md,
-DIR/gpu-TAG-memory.png, DIR/gpu-TAG-matmul.png and DIR/gpu-TAG.log (tracebacks).
+median) on a cold L2 for every run (measure.cold_bench; --timer). Writes DIR/gpu-TAG.json
+(after every row), DIR/gpu-TAG.md, DIR/gpu-TAG-memory.png, DIR/gpu-TAG-matmul.png and
+DIR/gpu-TAG.log (tracebacks).
 
     python benchmarks/gpu/bench.py --out DIR [--kernels softmax,dyt] [--providers dt,eager]
         [--dtypes bf16] [--quick] [--tune] [--budget 480] [--tag NAME] [--list] [--no-plots]

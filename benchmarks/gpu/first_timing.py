@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import statistics
 import subprocess
@@ -39,13 +38,14 @@ import triton.language as tl
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import measure  # noqa: E402
+from bench import positive_int  # noqa: E402
 import space  # noqa: E402
 from cases import cases  # noqa: E402
 
 from dt.backends.pysource import load_module  # noqa: E402
 
 WHOLE_ROW, TILED = "rows2_w4", "tiled2048_w8"
-TIMINGS = 5  # do_bench calls per step
+TIMINGS = 5  # timings per timed step
 
 # scenario: (whether the search's check runs first, the steps: what each times or does)
 SCENARIOS = {
@@ -89,7 +89,6 @@ def _clocks(nvml, handle) -> dict:
 def scenario(name: str) -> list[dict]:
     """Runs one scenario in this process; returns one record per timing or step."""
     import triton.testing
-    from triton import runtime
 
     import dt
     check_first, steps = SCENARIOS[name]
@@ -114,7 +113,7 @@ def scenario(name: str) -> list[dict]:
     torch.cuda.synchronize()
 
     places = {}
-    driver = runtime.driver.active
+    driver = triton.runtime.driver.active
     empty_cache_for_benchmark = driver.get_empty_cache_for_benchmark
 
     def flush_buffer():
@@ -135,10 +134,10 @@ def scenario(name: str) -> list[dict]:
     calls = {"whole": call("whole"), "tiled": call("tiled"), "copy": lambda: dst.copy_(src)}
     records = []
     for position, step in enumerate(steps):
-        label, _, reset = step.partition(" ")
-        if label in calls and reset in ("", "reset"):
+        label, _, rest = step.partition(" ")
+        if label in calls and rest in ("", "reset"):  # a timed step ("whole", or "whole reset": cold)
             for i in range(TIMINGS):
-                ms = (measure.cold_bench(calls[label], warmup=10, rep=40) if reset else
+                ms = (measure.cold_bench(calls[label], warmup=10, rep=40) if rest else
                       float(triton.testing.do_bench(calls[label], warmup=10, rep=40, return_mode="median")))
                 records.append(dict(scenario=name, position=position, step=step, timing=i, ms=ms,
                                     out_ptr=places.get("out"), flush_ptr=places.get("flush"),
@@ -207,16 +206,16 @@ def _set_carveout(kernel, percent: int):
     """cuFuncSetAttribute(PREFERRED_SHARED_MEMORY_CARVEOUT): the share of the SM's L1/shared
     memory the kernel prefers as shared memory (a hint the driver follows at its launches)."""
     import ctypes
-    libcuda = ctypes.CDLL("libcuda.so.1")
-    status = libcuda.cuFuncSetAttribute(ctypes.c_void_p(kernel.function),
-                                        CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT, ctypes.c_int(percent))
+    status = measure.libcuda().cuFuncSetAttribute(ctypes.c_void_p(kernel.function),
+                                                   CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT,
+                                                   ctypes.c_int(percent))
     assert status == 0, f"cuFuncSetAttribute returned {status}"
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out")
-    parser.add_argument("--repeats", type=int, default=2, help="fresh processes per scenario")
+    parser.add_argument("--repeats", type=positive_int, default=2, help="fresh processes per scenario")
     parser.add_argument("--scenario", choices=sorted(SCENARIOS), help=argparse.SUPPRESS)
     parser.add_argument("--json", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -230,8 +229,7 @@ def main(argv=None) -> int:
         for repeat in range(args.repeats):
             for name in SCENARIOS:
                 path = Path(tmp) / "scenario.json"
-                subprocess.run([sys.executable, __file__, "--scenario", name, "--json", str(path)], check=True,
-                               env=dict(os.environ))
+                subprocess.run([sys.executable, __file__, "--scenario", name, "--json", str(path)], check=True)
                 found = json.loads(path.read_text())
                 for r in found:
                     r["repeat"] = repeat

@@ -2,6 +2,7 @@
 and cuBLAS), random inputs, and the correctness check against a float64 reference."""
 from __future__ import annotations
 
+import functools
 import json
 import math
 import platform
@@ -61,27 +62,36 @@ class Timer:
         return times
 
 
-def reset_persisting_l2() -> None:
-    """Demote every L2 line marked evict_last (or persisting) to normal priority, at once
-    (cuCtxResetPersistingL2Cache; call it with the GPU idle). A flush by memset does not evict
-    such lines: a kernel that read a tensor with evict_last leaves part of it in L2, through
-    every later flush, for any kernel that reads it again (docs/performance.md, "Lines kept in
-    L2 through the flush")."""
+@functools.cache
+def libcuda():
+    """The CUDA driver library, loaded once (ctypes)."""
     import ctypes
     try:
-        libcuda = ctypes.CDLL("libcuda.so.1")
+        return ctypes.CDLL("libcuda.so.1")
     except OSError as e:
         raise RuntimeError(f"the cold timer needs the CUDA driver library (libcuda.so.1): {e}; "
                            "use --timer do_bench where it is missing") from None
-    status = libcuda.cuCtxResetPersistingL2Cache()
+
+
+def reset_persisting_l2() -> None:
+    """Demote every L2 line marked evict_last (or persisting) to normal priority
+    (cuCtxResetPersistingL2Cache). It acts when called, not in stream order, so queued kernels
+    could mark lines after it: call it with the GPU idle. A flush by memset does not evict such
+    lines: a kernel that read a tensor with evict_last leaves part of it in L2, through every
+    later flush, for any kernel that reads it again (docs/performance.md, "Lines kept in L2
+    through the flush")."""
+    status = libcuda().cuCtxResetPersistingL2Cache()
     if status != 0:
         raise RuntimeError(f"cuCtxResetPersistingL2Cache failed with CUDA error {status}")
 
 
 # GPU cycles of a spin kernel queued before each cold run (about 0.5 ms at 2 GHz): the host
 # queues the run behind it, so a provider's host work (torch.compile's guards and wrapper took
-# over the flush's 90 µs) is not counted, as do_bench's deep queue does not count it.
+# over the flush's 90 µs) is not counted, as do_bench's deep queue does not count it. A run
+# whose host work outlasts it (a garbage collection, say) is discarded and the spin doubled,
+# up to MAX_HEAD_START_CYCLES.
 HEAD_START_CYCLES = 1_000_000
+MAX_HEAD_START_CYCLES = 64_000_000
 
 
 def cold_bench(fn, warmup: float = 25, rep: float = 100) -> float:
@@ -89,7 +99,8 @@ def cold_bench(fn, warmup: float = 25, rep: float = 100) -> float:
     warm-up of `warmup` ms, then runs for `rep` ms, each timed with CUDA events after a 256 MB
     write that flushes the L2), with the GPU idle and the evict_last lines demoted
     (reset_persisting_l2) before each run's flush, then a spin kernel (HEAD_START_CYCLES) that
-    gives the host time to queue the run."""
+    gives the host time to queue the run. A run whose start event had passed by the time the
+    host finished queuing it (the GPU waited for the host) is not kept."""
     import triton
     driver = triton.runtime.driver.active
     fn()
@@ -98,17 +109,20 @@ def cold_bench(fn, warmup: float = 25, rep: float = 100) -> float:
     begin = time.perf_counter()
     while time.perf_counter() - begin < warmup / 1e3:
         fn()
-    runs = []
+    runs, head_start = [], HEAD_START_CYCLES
     begin = time.perf_counter()
     while len(runs) < 10 or time.perf_counter() - begin < rep / 1e3:
         torch.cuda.synchronize()
         reset_persisting_l2()
-        torch.cuda._sleep(HEAD_START_CYCLES)
+        torch.cuda._sleep(head_start)
         driver.clear_cache(cache)
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
         fn()
         end.record()
+        if start.query():  # the GPU reached the run before the host had queued it
+            head_start = min(2 * head_start, MAX_HEAD_START_CYCLES)
+            continue
         runs.append((start, end))
     torch.cuda.synchronize()
     return statistics.median(start.elapsed_time(end) for start, end in runs)
@@ -117,9 +131,8 @@ def cold_bench(fn, warmup: float = 25, rep: float = 100) -> float:
 def round_robin(timer, calls: dict, rounds: int, on_error=None):
     """Yields (name, timer(call)) over `rounds` round-robin rounds (every call timed once per
     round, so that drift reaches every call alike), after one discarded timing of the first
-    call, a warm-up (with do_bench, which leaves evict_last lines in L2, later rounds ran faster
-    than the first; docs/performance.md, "Lines kept in L2 through the flush"). A call that
-    raises drops out of the later rounds and
+    call (a warm-up, so that no kept timing is the first after the row's compilations and
+    checks). A call that raises drops out of the later rounds and
     `on_error(name, exception)` is told (it may raise to stop everything); without on_error
     the exception propagates."""
     failed = set()

@@ -1,7 +1,8 @@
 """Which cache hints close dt's last memory-bound gaps?
 
 A measurement, not a DT feature. When it was written, four memory-bound rows were slower than
-their best baseline in every round (docs/performance.md, "Lines kept in L2 through the flush"):
+their best baseline in every round (timed with do_bench, before the cold timer: docs/performance.md,
+"Lines kept in L2 through the flush"):
 softmax_safe bf16 at 4096x4096 and 4096x8192 against Liger, add bf16 4096x1000 and add f32
 4096x8192 against torch.compile max-autotune; layernorm f32 128x65536 sat at 84% of the
 same-size copy. Liger's single-block softmax has the

@@ -16,9 +16,8 @@ the benchmark's `dt` provider runs for that row, see cases.schedule_for), merges
 into benchmarks/results/tune.json and summarises them in benchmarks/results/tune.md. Times are
 medians of the benchmark's cold timer (measure.cold_bench: every run on a cold L2) with a
 shorter repetition (10 ms warm-up, 40 ms), enough to screen schedules (each keeps the faster of
-its two screening timings);
-the finalists (within 5% of the fastest) are timed again in alternating rounds, and bench.py
-then measures the chosen ones the benchmark's way.
+its two screening timings); the finalists (within 5% of the fastest) are timed again in
+alternating rounds, and bench.py then measures the chosen ones the benchmark's way.
 """
 from __future__ import annotations
 
