@@ -26,6 +26,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import measure  # noqa: E402
+import render  # noqa: E402
 import space  # noqa: E402
 from cases import cases  # noqa: E402
 
@@ -104,14 +105,13 @@ def markdown(run: dict, records: list[dict]) -> str:
              f"the batch ({BATCH} launches, CUDA events) that started at that many seconds: its time per "
              "launch relative to the steady time (the median of the last second), and the SM clock read "
              "through NVML after it.", ""]
-    head = " | ".join(f"{m:g} s" for m in MARKS_S)
-    lines += [f"| kernel | idle | steady µs | first batch | {head} |", "|---" * (4 + len(MARKS_S)) + "|"]
-    for r in records:
-        first = r["batches"][0]
-        cells = [f"{_at(r['batches'], m)['us'] / r['steady_us']:.2f}x, {_at(r['batches'], m)['sm_mhz']} MHz"
-                 for m in MARKS_S]
-        lines.append(f"| {r['variant']} | {r['idle_s']:g} s | {r['steady_us']:.2f} | "
-                     f"{first['us'] / r['steady_us']:.2f}x, {first['sm_mhz']} MHz | " + " | ".join(cells) + " |")
+    def batch(b: dict, steady_us: float) -> str:
+        return f"{b['us'] / steady_us:.2f}x, {b['sm_mhz']} MHz"
+
+    lines += render.markdown_table(
+        ["kernel", "idle", "steady µs", "first batch"] + [f"{m:g} s" for m in MARKS_S],
+        ([r["variant"], f"{r['idle_s']:g} s", f"{r['steady_us']:.2f}", batch(r["batches"][0], r["steady_us"])]
+         + [batch(_at(r["batches"], m), r["steady_us"]) for m in MARKS_S] for r in records))
     return "\n".join(lines) + "\n"
 
 

@@ -38,6 +38,7 @@ import triton.language as tl
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import measure  # noqa: E402
+import render  # noqa: E402
 from bench import positive_int  # noqa: E402
 import space  # noqa: E402
 from cases import cases  # noqa: E402
@@ -255,16 +256,18 @@ def markdown(run: dict, records: list[dict]) -> str:
     lines.append("")
     for (name,), found in measure.by_row([r for r in records if "position" in r], "scenario").items():
         steps = SCENARIOS[name][1]
-        lines += [f"## {name}", "", "| process | " + " | ".join(f"{i + 1}. {s}" for i, s in enumerate(steps)) + " |",
-                  "|---" * (len(steps) + 1) + "|"]
-        for (repeat,), mine in measure.by_row(found, "repeat").items():
-            cells = []
+        processes = measure.by_row(found, "repeat")
+        table = []
+        for (repeat,), mine in processes.items():
+            cells = [str(repeat + 1)]
             for position in range(len(steps)):
                 timed = [r for r in mine if r["position"] == position]
                 cells.append(", ".join(f"{r['ms'] * 1e3:.1f}" for r in timed if "ms" in r)
                              or "; ".join(f"{r['seconds']:.2f} s" for r in timed))
-            lines.append(f"| {repeat + 1} | " + " | ".join(cells) + " |")
-        processes = measure.by_row(found, "repeat").values()
+            table.append(cells)
+        lines += [f"## {name}", ""]
+        lines += render.markdown_table(["process"] + [f"{i + 1}. {s}" for i, s in enumerate(steps)], table)
+        processes = processes.values()
         outs = max(len({r["out_ptr"] for r in mine if r.get("step") == "whole"}) for mine in processes)
         flushes = max(len({r["flush_ptr"] for r in mine if "flush_ptr" in r}) for mine in processes)
         clocks = {(r.get("sm_mhz"), r.get("mem_mhz"), r.get("pstate")) for r in found if "ms" in r}

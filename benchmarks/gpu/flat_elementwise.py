@@ -23,6 +23,7 @@ import triton.language as tl
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import measure  # noqa: E402
+import render  # noqa: E402
 from cases import cases, schedule_for  # noqa: E402
 
 import dt  # noqa: E402
@@ -79,10 +80,10 @@ def markdown(run: dict, records: list[dict]) -> str:
              "the kernel's bytes. Every flat kernel's output equals dt's bit for bit.", ""]
     for (shape, dtype), rows in measure.by_row(records, "shape", "dtype").items():
         dt_ms = rows[0]["ms"]
-        lines += [f"## {shape}, {dtype}", "", "| variant | ms | % of same-size copy | speed-up over dt |",
-                  "|---|---|---|---|"]
-        lines += [f"| {r['variant']} | {r['ms']:.5f} | {r['pct_copy_same']:.0f}% | {dt_ms / r['ms']:.3f}x |"
-                  for r in sorted(rows, key=lambda r: r["ms"])]
+        lines += [f"## {shape}, {dtype}", ""]
+        lines += render.markdown_table(["variant", "ms", "% of same-size copy", "speed-up over dt"],
+                                       ([r["variant"], f"{r['ms']:.5f}", f"{r['pct_copy_same']:.0f}%",
+                                         f"{dt_ms / r['ms']:.3f}x"] for r in sorted(rows, key=lambda r: r["ms"])))
         lines.append("")
     return "\n".join(lines)
 

@@ -20,6 +20,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import measure  # noqa: E402
+import render  # noqa: E402
 from cases import EXAMPLES  # noqa: E402
 
 import dt  # noqa: E402
@@ -75,16 +76,16 @@ def markdown(run: dict, records: list[dict]) -> str:
     lines = ["# Layernorm on rows too big for L2: three passes or one-pass statistics", "",
              measure.provenance(run, "layernorm_big_rows.py")
              + ". Times are the middle of three `triton.testing.do_bench` "
-             "medians; % of same-size copy compares with a device-to-device copy moving the kernel's bytes.", "",
-             "| shape | dtype | tile | warps | three passes ms | one pass ms | one pass speed-up | "
-             "% of same-size copy (three / one) |", "|---|---|---|---|---|---|---|---|"]
+             "medians; % of same-size copy compares with a device-to-device copy moving the kernel's bytes.", ""]
     pairs: dict[tuple, dict] = {}
     for r in records:
         pairs.setdefault((r["shape"], r["dtype"], r["tile"], r["warps"]), {})[r["one_pass"]] = r
-    for (shape, dtype, tile, warps), p in pairs.items():
-        three, one = p[False], p[True]
-        lines.append(f"| {shape} | {dtype} | {tile} | {warps} | {three['ms']:.4f} | {one['ms']:.4f} | "
-                     f"{three['ms'] / one['ms']:.2f}x | {three['pct_copy_same']:.0f}% / {one['pct_copy_same']:.0f}% |")
+    lines += render.markdown_table(
+        ["shape", "dtype", "tile", "warps", "three passes ms", "one pass ms", "one pass speed-up",
+         "% of same-size copy (three / one)"],
+        ([shape, dtype, str(tile), str(warps), f"{p[False]['ms']:.4f}", f"{p[True]['ms']:.4f}",
+          f"{p[False]['ms'] / p[True]['ms']:.2f}x", f"{p[False]['pct_copy_same']:.0f}% / {p[True]['pct_copy_same']:.0f}%"]
+         for (shape, dtype, tile, warps), p in pairs.items()))
     return "\n".join(lines) + "\n"
 
 

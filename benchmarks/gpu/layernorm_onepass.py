@@ -31,6 +31,7 @@ import triton.language as tl
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import measure  # noqa: E402
+import render  # noqa: E402
 from cases import ROOT  # noqa: E402
 
 import dt  # noqa: E402
@@ -167,12 +168,14 @@ def markdown(run: dict, records: list[dict]) -> str:
             family = r["variant"].split(",")[0] if r["variant"].startswith("dt") else r["variant"].rsplit(", tile", 1)[0]
             if family not in best or r["ms"] < best[family]["ms"]:
                 best[family] = r
-        lines += [f"## {dtype}", "", f"Same-size copy: {rows[0]['copy_same_ms']:.4f} ms.", "",
-                  "Best of each:", "", "| variant | ms | % of same-size copy | rel. error |", "|---|---|---|---|"]
-        lines += [f"| {r['variant']} | {r['ms']:.4f} | {r['pct_copy_same']:.0f}% | {r['rel_err']:.1e} |"
-                  for r in sorted(best.values(), key=lambda r: r["ms"])]
-        lines += ["", "Every variant:", "", "| variant | ms | % of same-size copy | rel. error |", "|---|---|---|---|"]
-        lines += [f"| {r['variant']} | {r['ms']:.4f} | {r['pct_copy_same']:.0f}% | {r['rel_err']:.1e} |" for r in rows]
+        head = ["variant", "ms", "% of same-size copy", "rel. error"]
+
+        def cells(r):
+            return [r["variant"], f"{r['ms']:.4f}", f"{r['pct_copy_same']:.0f}%", f"{r['rel_err']:.1e}"]
+
+        lines += [f"## {dtype}", "", f"Same-size copy: {rows[0]['copy_same_ms']:.4f} ms.", "", "Best of each:", ""]
+        lines += render.markdown_table(head, map(cells, sorted(best.values(), key=lambda r: r["ms"])))
+        lines += ["", "Every variant:", ""] + render.markdown_table(head, map(cells, rows))
         lines.append("")
     return "\n".join(lines)
 

@@ -35,6 +35,7 @@ import triton.language as tl
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import measure  # noqa: E402
+import render  # noqa: E402
 import space  # noqa: E402
 from cases import DTYPES, cases, schedule_for  # noqa: E402
 
@@ -181,11 +182,11 @@ def markdown(run: dict, records: list[dict]) -> str:
              "timed apart moving the row's bytes.", ""]
     for (kernel, shape, dtype), rows in measure.by_row(records, "kernel", "shape", "dtype").items():
         dt_ms = next(r["ms"] for r in rows if r["variant"] == "dt")
-        lines += [f"## {kernel} {shape}, {dtype} (`{rows[0]['schedule']}`)", "",
-                  "| variant | ms | range | % of same-size copy | speed-up over dt |", "|---|---|---|---|---|"]
-        lines += [f"| {r['variant']} | {r['ms']:.5f} | {min(r['rounds_ms']):.5f}-{max(r['rounds_ms']):.5f} "
-                  f"| {r['pct_copy_same']:.0f}% | {dt_ms / r['ms']:.3f}x |"
-                  for r in sorted(rows, key=lambda r: r["ms"])]
+        lines += [f"## {kernel} {shape}, {dtype} (`{rows[0]['schedule']}`)", ""]
+        lines += render.markdown_table(
+            ["variant", "ms", "range", "% of same-size copy", "speed-up over dt"],
+            ([r["variant"], f"{r['ms']:.5f}", f"{min(r['rounds_ms']):.5f}-{max(r['rounds_ms']):.5f}",
+              f"{r['pct_copy_same']:.0f}%", f"{dt_ms / r['ms']:.3f}x"] for r in sorted(rows, key=lambda r: r["ms"])))
         lines.append("")
     return "\n".join(lines)
 

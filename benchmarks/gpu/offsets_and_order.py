@@ -34,6 +34,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import measure  # noqa: E402
+import render  # noqa: E402
 from cases import MEMORY, cases, schedule_for  # noqa: E402
 from space import ELEMENTWISE, SCHEDULE_LINE  # noqa: E402
 
@@ -115,19 +116,18 @@ def markdown(run: dict, records: list[dict]) -> str:
              + " (its docstring describes the variants). Each row's tuned "
              "schedule, as generated and as each variant, timed in alternation; times are medians over the "
              "rounds of `triton.testing.do_bench` medians; speed-up = generated time / variant time, the median "
-             "over the rounds and its range; — where the schedule has one block per row.", "",
-             "| kernel | shape | dtype | generated ms | % of same-size copy | "
-             + " | ".join(f"{v} speed-up" for v in variants) + " |",
-             "|---|---|---|---|---|" + "---|" * len(variants)]
+             "over the rounds and its range; — where the schedule has one block per row.", ""]
     rows: dict[tuple, dict] = {}
     for r in records:
         rows.setdefault((r["kernel"], r["shape"], r["dtype"]), {})[r["variant"]] = r
+    table = []
     for (kernel, shape, dtype), by_variant in rows.items():
         base = by_variant[BASE]
-        cells = [f"{by_variant[v]['speedup']:.3f}x ({by_variant[v]['speedup_min']:.2f}-{by_variant[v]['speedup_max']:.2f})"
-                 if v in by_variant else "—" for v in variants]
-        lines.append(f"| {kernel} | {shape} | {dtype} | {base['ms']:.5f} | {base['pct_copy_same']:.0f}% | "
-                     + " | ".join(cells) + " |")
+        table.append([kernel, shape, dtype, f"{base['ms']:.5f}", f"{base['pct_copy_same']:.0f}%"] + [
+            f"{by_variant[v]['speedup']:.3f}x ({by_variant[v]['speedup_min']:.2f}-{by_variant[v]['speedup_max']:.2f})"
+            if v in by_variant else "—" for v in variants])
+    lines += render.markdown_table(["kernel", "shape", "dtype", "generated ms", "% of same-size copy"]
+                                   + [f"{v} speed-up" for v in variants], table)
     return "\n".join(lines) + "\n"
 
 

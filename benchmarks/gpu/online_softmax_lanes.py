@@ -29,6 +29,7 @@ import triton.language as tl
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import measure  # noqa: E402
+import render  # noqa: E402
 from cases import cases, schedule_for  # noqa: E402
 
 import dt  # noqa: E402
@@ -123,9 +124,10 @@ def markdown(run: dict, records: list[dict]) -> str:
              "moving the kernel's bytes; rel. error is against a float64 softmax of logits 8 times standard normal.",
              ""]
     for dtype in dict.fromkeys(r["dtype"] for r in records):
-        lines += [f"## {dtype}", "", "| variant | ms | % of same-size copy | rel. error |", "|---|---|---|---|"]
-        lines += [f"| {r['variant']} | {r['ms']:.4f} | {r['pct_copy_same']:.0f}% | {r['rel_err']:.1e} |"
-                  for r in sorted((r for r in records if r["dtype"] == dtype), key=lambda r: r["ms"])]
+        lines += [f"## {dtype}", ""]
+        lines += render.markdown_table(["variant", "ms", "% of same-size copy", "rel. error"],
+                                       ([r["variant"], f"{r['ms']:.4f}", f"{r['pct_copy_same']:.0f}%", f"{r['rel_err']:.1e}"]
+                                        for r in sorted((r for r in records if r["dtype"] == dtype), key=lambda r: r["ms"])))
         lines.append("")
     return "\n".join(lines)
 

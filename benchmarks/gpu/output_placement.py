@@ -24,6 +24,7 @@ import triton
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import measure  # noqa: E402
+import render  # noqa: E402
 import space  # noqa: E402
 from cases import cases  # noqa: E402
 from memory_hints import copy_kernel, liger_single_block  # noqa: E402
@@ -115,11 +116,11 @@ def markdown(run: dict, records: list[dict]) -> str:
         labels = list(dict.fromkeys(r["kernel"] for r in timed))
         offsets = list(dict.fromkeys(r["offset_mb"] for r in timed))
         ms = {(r["kernel"], r["offset_mb"]): r["ms"] for r in timed}
-        lines += [f"## {shape}, {dtype}", "", "| offset MB | " + " | ".join(labels) + " |",
-                  "|---|" + "---|" * len(labels)]
-        lines += [f"| {o:g} | " + " | ".join(f"{1000 * ms[label, o]:.2f}" for label in labels) + " |" for o in offsets]
         spread = [max(ms[label, o] for o in offsets) / min(ms[label, o] for o in offsets) for label in labels]
-        lines.append("| slowest / fastest | " + " | ".join(f"{s:.3f}" for s in spread) + " |")
+        lines += [f"## {shape}, {dtype}", ""]
+        lines += render.markdown_table(["offset MB"] + labels,
+                                       [[f"{o:g}"] + [f"{1000 * ms[label, o]:.2f}" for label in labels] for o in offsets]
+                                       + [["slowest / fastest"] + [f"{s:.3f}" for s in spread]])
         lines += ["", "Registers and spills: " + "; ".join(
             f"{r['kernel']} {r['registers']} ({r['spills']} spilled)" for r in rows if "registers" in r), ""]
     return "\n".join(lines)

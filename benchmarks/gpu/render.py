@@ -93,6 +93,11 @@ def write_json(path: Path, runs: list[dict], records: list[dict]):
 
 
 # ----------------------------------------------------------------------- markdown
+def markdown_table(head: list[str], rows) -> list[str]:
+    """A markdown table's lines: the header, its rule, and a line per row of cells."""
+    return ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)] + ["| " + " | ".join(row) + " |" for row in rows]
+
+
 def _num(x, fmt="{:.4g}") -> str:
     return "" if x is None or (isinstance(x, float) and math.isnan(x)) else fmt.format(x)
 
@@ -137,7 +142,7 @@ def _summary(records: list[dict], kind: str) -> list[str]:
         head = ["kernel", "shape", "dtype", "GFLOP", "dt ms", "dt TFLOP/s", "dt % of cuBLAS", "dt GB/s"]
     head += ["dt schedule"] + [f"{PROVIDERS.get(p, (p,))[0]} ms" for p in baselines]
     head += (["cuBLAS ms"] if kind == MATMUL else []) + ["best baseline", "dt speed-up"]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    table = []
     for (kernel, shape, dtype), rows in cases:
         dt = _best_dt(rows)
         by_provider = {r["provider"]: r for r in rows}
@@ -158,35 +163,35 @@ def _summary(records: list[dict], kind: str) -> list[str]:
         if ok.get("speedup_range"):
             speedup += " ({:.2f}-{:.2f})".format(*ok["speedup_range"])
         cells += [PROVIDERS.get(best, (best,))[0] if best else "", speedup]
-        lines.append("| " + " | ".join(cells) + " |")
-    return lines
+        table.append(cells)
+    return markdown_table(head, table)
 
 
 def _detail(records: list[dict]) -> list[str]:
     head = ["kernel", "shape", "dtype", "provider", "status", "ms", "GB/s", "% of copy", "TFLOP/s", "% of cuBLAS",
             "rel. error", "schedule / error"]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    table = []
     for _, rows in _cases(records, MEMORY) + _cases(records, MATMUL):
         for r in sorted(rows, key=lambda r: provider_order(r["provider"])):
             note = r.get("error") or (str(r["schedule"]) if r.get("schedule") else "")
-            lines.append("| " + " | ".join([
+            table.append([
                 r["kernel"], r["shape"], r["dtype"], r["provider"], r["status"], _num(r.get("ms")),
                 _num(r.get("gbps"), "{:.0f}"), _num(r.get("pct_copy"), "{:.0f}%"), _num(r.get("tflops"), "{:.1f}"),
                 _num(r.get("pct_cublas"), "{:.0f}%"), _num(r.get("rel_err"), "{:.1e}"),
-                note.replace("|", "\\|").replace("\n", " ")]) + " |")
-    return lines
+                note.replace("|", "\\|").replace("\n", " ")])
+    return markdown_table(head, table)
 
 
 def _runs_table(runs: list[dict]) -> list[str]:
-    lines = ["| run | device | torch | triton | liger | timer | copy GB/s | cuBLAS peak TFLOP/s |",
-             "|---|---|---|---|---|---|---|---|"]
+    table = []
     for run in runs:
         peaks = ", ".join(f"{d} {_num(p['tflops'], '{:.0f}')} ({p['shape']})"
                           for d, p in sorted(run.get("cublas_peak", {}).items()))
         copy = run.get("copy") or {}
-        lines.append(f"| {run['id']} | {run['device']} | {run.get('torch', '')} | {run.get('triton') or ''} | "
-                     f"{run.get('liger') or ''} | {run['timer']} | {_num(copy.get('gbps'), '{:.0f}')} | {peaks} |")
-    return lines
+        table.append([run["id"], run["device"], run.get("torch", ""), run.get("triton") or "", run.get("liger") or "",
+                      run["timer"], _num(copy.get("gbps"), "{:.0f}"), peaks])
+    return markdown_table(["run", "device", "torch", "triton", "liger", "timer", "copy GB/s", "cuBLAS peak TFLOP/s"],
+                          table)
 
 
 def markdown(runs: list[dict], records: list[dict]) -> str:

@@ -31,6 +31,7 @@ import triton.language as tl
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import measure  # noqa: E402
+import render  # noqa: E402
 from cases import ROOT  # noqa: E402
 
 import dt  # noqa: E402
@@ -203,11 +204,11 @@ def markdown(run: dict, records: list[dict]) -> str:
             rows = [r for r in records if r["kernel"] == kernel and r["dtype"] == dtype]
             if not rows:
                 continue
-            lines += [f"## {kernel} {dtype}", "", f"Same-size copy: {rows[0]['copy_same_ms']:.4f} ms.", "",
-                      "| variant | ms | % of same-size copy | rel. error | same bits on a second call |",
-                      "|---|---|---|---|---|"]
-            lines += [f"| {r['variant']} | {r['ms']:.4f} | {r['pct_copy_same']:.0f}% | {r['rel_err']:.1e} | "
-                      f"{'yes' if r['same_bits_again'] else 'no'} |" for r in rows]
+            lines += [f"## {kernel} {dtype}", "", f"Same-size copy: {rows[0]['copy_same_ms']:.4f} ms.", ""]
+            lines += render.markdown_table(
+                ["variant", "ms", "% of same-size copy", "rel. error", "same bits on a second call"],
+                ([r["variant"], f"{r['ms']:.4f}", f"{r['pct_copy_same']:.0f}%", f"{r['rel_err']:.1e}",
+                  "yes" if r["same_bits_again"] else "no"] for r in rows))
             lines.append("")
     return "\n".join(lines)
 

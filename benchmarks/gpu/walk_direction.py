@@ -27,6 +27,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import measure  # noqa: E402
+import render  # noqa: E402
 import space  # noqa: E402
 from cases import cases, schedule_for  # noqa: E402
 from bench import positive_int  # noqa: E402
@@ -110,16 +111,17 @@ def markdown(run: dict, records: list[dict]) -> str:
              "compares with a copy moving the row's bytes, timed after the rounds.", ""]
     for (kernel, shape, dtype), rows in measure.by_row(records, "kernel", "shape", "dtype").items():
         by_name = {r["variant"]: r for r in rows}
-        lines += [f"## {kernel} {shape}, {dtype}", "",
-                  "| schedule | forward ms | alternating ms | % of same-size copy (forward / alternating) "
-                  "| alternating speed-up |", "|---|---|---|---|---|"]
+        table = []
         for name in by_name:
             if not name.endswith(", forward"):
                 continue
             label = name[:-len(", forward")]
             fwd, alt = by_name[name], by_name[f"{label}, alternating"]
-            lines.append(f"| {label} | {fwd['ms']:.5f} | {alt['ms']:.5f} | {fwd['pct_copy_same']:.0f}% / "
-                         f"{alt['pct_copy_same']:.0f}% | {fwd['ms'] / alt['ms']:.3f}x |")
+            table.append([label, f"{fwd['ms']:.5f}", f"{alt['ms']:.5f}",
+                          f"{fwd['pct_copy_same']:.0f}% / {alt['pct_copy_same']:.0f}%", f"{fwd['ms'] / alt['ms']:.3f}x"])
+        lines += [f"## {kernel} {shape}, {dtype}", ""]
+        lines += render.markdown_table(["schedule", "forward ms", "alternating ms",
+                                        "% of same-size copy (forward / alternating)", "alternating speed-up"], table)
         lines.append("")
     return "\n".join(lines)
 
