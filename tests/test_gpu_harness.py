@@ -227,13 +227,41 @@ def test_the_cold_timer_says_what_to_do_without_the_cuda_driver(monkeypatch, req
         measure.reset_persisting_l2()
 
 
-def test_the_benchmark_times_on_a_cold_l2_by_default(monkeypatch):
+def test_memory_bound_rows_are_timed_cold_and_compute_bound_rows_steady_by_default(monkeypatch):
+    pytest.importorskip("triton")
     import measure
+    import triton.testing
     seen = []
-    monkeypatch.setattr(measure, "cold_bench", lambda fn, warmup, rep: seen.append((warmup, rep)) or 1.0)
-    assert measure.Timer("cold")(lambda: None) == 1.0 and seen == [(25, 100)]
-    assert bench.parse_args(["--out", "x"]).timer == "cold"
-    assert tune._time(lambda: None) == 1.0 and seen[-1] == (10, 40)  # the search screens cold too
+    monkeypatch.setattr(measure, "cold_bench", lambda fn, warmup, rep: seen.append(("cold", warmup, rep)) or 1.0)
+    monkeypatch.setattr(triton.testing, "do_bench",
+                        lambda fn, warmup, rep, return_mode: seen.append(("do_bench", warmup, rep, return_mode)) or 2.0)
+    assert measure.Timer("cold")(lambda: None) == 1.0 and seen == [("cold", 25, 100)]
+    assert bench.parse_args(["--out", "x"]).timer == "auto"
+    rows = {c.title: c for c in cases.cases(["softmax", "matmul", "attention"], ["f16", "f32"])}
+    auto = {title: measure.row_timer("auto", c.flops, c.bytes).mode for title, c in rows.items()}
+    assert auto["softmax [x=128, y=65536] f32"] == "cold"  # no FLOPs counted: memory-bound
+    assert auto["matmul [x=16, y=4096, k=4096] f16"] == "cold"  # 16 FLOP/B: it streams the 32 MB operand
+    assert auto["matmul [x=4096, y=4096, k=4096] f16"] == "do_bench"  # 1365 FLOP/B
+    assert auto["attention [m=1024, l=1024, k=64, n=64] f16"] == "do_bench"  # 512 FLOP/B
+    assert measure.row_timer("cold", 1e12, 1).mode == "cold"  # --timer other than auto: every row
+    timer = measure.row_timer("auto", 1e12, 1)
+    assert timer(lambda: None) == 2.0 and seen[-1] == ("do_bench", 25, 100, "median")
+    # the search times each row the benchmark's way, with a shorter repetition
+    assert tune._time(lambda: None, "cold") == 1.0 and seen[-1] == ("cold", 10, 40)
+    assert tune._time(lambda: None, "do_bench") == 2.0 and seen[-1] == ("do_bench", 10, 40, "median")
+
+
+def test_cublas_reference_times_each_product_with_the_timer_its_rows_get():
+    import measure
+    asked = []
+
+    def timer_for(flops, nbytes):
+        asked.append((flops, nbytes))
+        return lambda fn: fn() is not None and 3.0
+
+    cublas = measure.Cublas(timer_for, torch.device("cpu"))
+    assert cublas.ms(16, 24, 8, torch.float32) == 3.0 and cublas.ms(16, 24, 8, torch.float32) == 3.0
+    assert asked == [(2 * 16 * 24 * 8, (16 * 8 + 8 * 24 + 16 * 24) * 4)]  # timed once per run
 
 
 def test_round_robin_drops_a_call_that_fails_and_says_so():
@@ -399,9 +427,9 @@ def test_tune_finalists_are_timed_again_alternating_and_the_lowest_median_wins(m
     lower; variants more than 5% slower than the fastest are not finalists."""
     times = {"a": iter([9.0, 1.00, 1.00, 1.00]), "b": iter([0.90, 0.95, 0.90]), "c": iter([])}
     timed = []
-    monkeypatch.setattr(tune, "_time", lambda fn: timed.append(fn) or next(times[fn]))
+    monkeypatch.setattr(tune, "_time", lambda fn, mode: timed.append(fn) or next(times[fn]))
     variants = [{"name": "a", "ms": 0.99}, {"name": "b", "ms": 1.02}, {"name": "c", "ms": 1.2}, {"name": "d", "error": "E"}]
-    best = tune._final(variants, {"a": "a", "b": "b", "c": "c", "d": None}, rounds=3)
+    best = tune._final(variants, {"a": "a", "b": "b", "c": "c", "d": None}, rounds=3, mode="cold")
     assert best["name"] == "b" and best["final_ms"] == 0.90 and best["final_ms_runs"] == [0.90, 0.95, 0.90]
     assert variants[0]["final_ms_runs"] == [1.0, 1.0, 1.0]  # its first timing (9.0) was the discarded warm-up
     assert timed == ["a", "a", "b", "a", "b", "a", "b"] and "final_ms" not in variants[2]
@@ -418,7 +446,8 @@ def test_tune_screening_checks_every_variant_then_keeps_the_fastest_of_two_round
         events.append(("check", text))
         return ({"rel_err": 1.0, "error": "relative error 1"}, None) if text == "wrong" else ({"rel_err": 0.0}, text)
 
-    def time(call):
+    def time(call, mode):
+        assert mode == "cold"
         events.append(("time", call))
         ms = next(times[call])
         if ms is None:
@@ -428,7 +457,7 @@ def test_tune_screening_checks_every_variant_then_keeps_the_fastest_of_two_round
     monkeypatch.setattr(tune, "_check", check)
     monkeypatch.setattr(tune, "_time", time)
     found = [("a", "ta"), ("b", "wrong"), ("c", "tc"), ("d", "td"), ("e", "te")]
-    records, calls = tune._screen(case, found, {tune._ident(case, "d"): "compile error"}, {}, None, {})
+    records, calls = tune._screen(case, found, {tune._ident(case, "d"): "compile error"}, {}, None, {}, "cold")
     assert events == [("check", "ta"), ("check", "wrong"), ("check", "tc"), ("check", "te")] + [
         ("time", t) for t in ("ta", "ta", "tc", "te", "ta", "tc", "te")]
     assert records == [{"name": "a", "rel_err": 0.0, "ms_runs": [1.0, 0.8], "ms": 0.8},
@@ -485,25 +514,25 @@ def test_the_cache_hint_study_adds_a_hint_only_where_the_call_lacks_it():
 
 
 def test_tune_takes_at_most_six_finalists_and_drops_one_that_fails(monkeypatch):
-    def time(fn):
+    def time(fn, mode):
         if fn == "v1":
             raise RuntimeError("launch failed")
         return {"v0": 2.0, "v2": 1.5}.get(fn, 3.0)
     monkeypatch.setattr(tune, "_time", time)
     variants = [{"name": f"v{i}", "ms": 1.0 + i / 1000} for i in range(8)]
-    best = tune._final(variants, {v["name"]: v["name"] for v in variants}, rounds=2)
+    best = tune._final(variants, {v["name"]: v["name"] for v in variants}, rounds=2, mode="do_bench")
     assert best["name"] == "v2" and variants[1]["final_error"] == "RuntimeError: launch failed"
     assert [v["name"] for v in variants if "final_ms" in v] == ["v0", "v2", "v3", "v4", "v5"]  # v6, v7: beyond six
 
 
 def test_tune_falls_back_to_a_schedule_that_has_not_failed_when_every_finalist_fails(monkeypatch):
-    def time(fn):
+    def time(fn, mode):
         raise RuntimeError("launch failed")
     monkeypatch.setattr(tune, "_time", time)
     variants = [{"name": "a", "ms": 1.0}, {"name": "b", "ms": 1.02}, {"name": "c", "ms": 1.5}, {"name": "d", "error": "E"}]
-    best = tune._final(variants, {v["name"]: v["name"] for v in variants}, rounds=2)
+    best = tune._final(variants, {v["name"]: v["name"] for v in variants}, rounds=2, mode="cold")
     assert best["name"] == "c" and variants[0]["final_error"] == variants[1]["final_error"] == "RuntimeError: launch failed"
-    assert tune._final(variants[:2], {"a": "a", "b": "b"}, rounds=2) is None  # no schedule left
+    assert tune._final(variants[:2], {"a": "a", "b": "b"}, rounds=2, mode="cold") is None  # no schedule left
 
 
 def test_tune_rounds_must_be_positive():
@@ -541,3 +570,50 @@ def test_the_clock_ramp_report_reads_each_mark_from_the_batch_that_started_there
     run = {"device": "GPU", "torch": "x", "triton": "y", "started": "now"}
     row = clock_ramp.markdown(run, [record]).splitlines()[-1]
     assert row.startswith("| copy | 2 s | 10.00 | 2.00x, 1980 MHz | 1.10x, 1980 MHz | 1.00x, 1980 MHz |")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_layernorm_studies_hand_written_kernels_compute_layer_norm(dtype):
+    """pass_prefetch's kernels (loads in order, next tile in flight, across walks) and
+    layernorm_two_kernels' pair, on Triton's interpreter, against PyTorch's layer norm."""
+    pytest.importorskip("triton")
+    import layernorm_two_kernels
+    import pass_prefetch
+    g = torch.Generator().manual_seed(3)
+    rows, width = 8, 512
+    x = (torch.randn(rows, width, generator=g) * 2 + 3).to(dtype)
+    w, b = torch.randn(width, generator=g).to(dtype), torch.randn(width, generator=g).to(dtype)
+    ref = torch.nn.functional.layer_norm(x.double(), (width,), w.double(), b.double(), 1e-5)
+    tolerance = 1e-5 if dtype == torch.float32 else 1e-2
+    outs = []
+    for _, kernel, constants in pass_prefetch.STRUCTURES:
+        for tile in (64, 512):  # several tiles per walk, and one
+            out = torch.empty_like(x)
+            kernel[(rows,)](x, w, b, out, 1e-5, width, tile, **constants)
+            outs.append(out)
+    for splits, tile, output_rows, columns in ((1, 128, 1, 128), (4, 64, 4, 64), (8, 32, 8, 256)):
+        out, partial = torch.empty_like(x), torch.empty((rows, splits, 2))
+        outs.append(layernorm_two_kernels.two_kernels(x, w, b, out, partial, splits, tile, 4, "evict_last",
+                                                       output_rows, columns))
+    for out in outs:
+        assert (out.double() - ref).norm() / ref.norm() < tolerance
+
+
+def test_the_timer_rounds_report_groups_each_rows_runs_with_the_timer_they_used(tmp_path):
+    import timer_rounds
+    base = {"device": "GPU", "kernel": "matmul", "dtype": "f16"}
+    big = dict(base, shape="x=4096", flops=137e9, bytes=100e6)
+    skinny = dict(base, shape="x=16", flops=5e8, bytes=33e6)
+    records = [dict(big, run="a@1", timer="do_bench", provider="dt", ms=1.0, ms_runs=[1.0, 1.1], speedup_vs_best=1.2),
+               dict(big, run="b@2", timer="cold", provider="dt", ms=1.1, ms_runs=[1.0, 1.2], speedup_vs_best=1.0),
+               dict(skinny, run="a@1", timer="cold", provider="dt", ms=0.5, ms_runs=[0.5, 0.5], speedup_vs_best=None)]
+    runs = [tmp_path / "a.json", tmp_path / "b.json"]
+    runs[0].write_text(json.dumps({"records": [records[0], records[2]]}))
+    runs[1].write_text(json.dumps({"records": [records[1], dict(records[1], provider="eager", ms_runs=[])]}))
+    assert timer_rounds.main(["--out", str(tmp_path / "out"), *map(str, runs)]) == 0
+    report = (tmp_path / "out" / "timer_rounds.md").read_text()
+    assert "## matmul x=4096, f16 (compute-bound)" in report and "## matmul x=16, f16 (memory-bound)" in report
+    assert "| a@1 (do_bench) | 1.0000 (1.100) | 1.20x |" in report and "| b@2 (cold) | 1.1000 (1.200) | 1.00x |" in report
+    assert "| a@1 (cold) | 0.5000 (1.000) |  |" in report  # the same run timed the skinny row cold
+    assert "| compute-bound | cold | 1 | 1.200 | 1.200 |" in report
+    assert len(json.loads((tmp_path / "out" / "timer_rounds.json").read_text())["records"]) == 3  # untimed dropped

@@ -3,7 +3,8 @@ max-autotune-no-cudagraphs), Liger Kernel and SDPA, for the kernels and shapes o
 
 For every row (kernel, shape, dtype) and provider: check the output against a float64
 PyTorch reference first, then time with do_bench's method (25 ms warm-up, 100 ms repetition,
-median) on a cold L2 for every run (measure.cold_bench; --timer). Writes DIR/gpu-TAG.json
+median): memory-bound rows on a cold L2 for every run (measure.cold_bench), compute-bound rows
+with do_bench as is (measure.row_timer; --timer). Writes DIR/gpu-TAG.json
 (after every row), DIR/gpu-TAG.md, DIR/gpu-TAG-memory.png, DIR/gpu-TAG-matmul.png and
 DIR/gpu-TAG.log (tracebacks).
 
@@ -296,9 +297,10 @@ def parse_args(argv):
                    help="time every DT schedule of each kernel (provider dt@<file>) instead of the table's")
     p.add_argument("--schedule", action="append", type=_schedule_arg, metavar="KERNEL[:SHAPE]=PATH",
                    help="run this .dt file for the dt provider instead of the table's (repeatable)")
-    p.add_argument("--timer", choices=("cold", "do_bench", "cudagraph"), default="cold",
-                   help="cold: do_bench's method with every run on a cold L2 (default); do_bench: "
-                        "triton.testing.do_bench as is; cudagraph: do_bench_cudagraph, no L2 flush")
+    p.add_argument("--timer", choices=("auto", "cold", "do_bench", "cudagraph"), default="auto",
+                   help="auto: cold for memory-bound rows, do_bench for compute-bound ones (default); cold: "
+                        "do_bench's method with every run on a cold L2; do_bench: triton.testing.do_bench "
+                        "as is; cudagraph: do_bench_cudagraph, no L2 flush")
     p.add_argument("--repeats", type=positive_int, default=1,
                    help="rounds of timings, each timing every provider once (after one discarded timing "
                         "of the first); the median is reported")
@@ -342,21 +344,25 @@ def _main(args, dry: bool) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     json_path, md_path = out / f"gpu-{args.tag}.json", out / f"gpu-{args.tag}.md"
-    timer = measure.Timer("cpu" if dry else args.timer)
+    def timer_for(flops, nbytes) -> measure.Timer:
+        return measure.Timer("cpu") if dry else measure.row_timer(args.timer, flops, nbytes)
+
+    timer_text = "cold (memory-bound rows), do_bench (compute-bound)" if args.timer == "auto" and not dry else \
+        timer_for(None, 0).mode
     started = datetime.now(timezone.utc)
     run = dict(measure.device_description(device), id=f"{args.tag}@{started:%Y-%m-%dT%H:%M:%SZ}",
                started=started.isoformat(timespec="seconds"), command=" ".join(sys.argv), dry_run=dry,
-               timer=timer.mode, dt_backend=ctx.dt_backend, liger=_liger_version(ctx, provider_names))
-    print(f"{run['device']} | torch {run['torch']} | triton {run['triton']} | timer {timer.mode} | "
+               timer=timer_text, dt_backend=ctx.dt_backend, liger=_liger_version(ctx, provider_names))
+    print(f"{run['device']} | torch {run['torch']} | triton {run['triton']} | timer {timer_text} | "
           f"{len(rows)} rows x {provider_names}", flush=True)
     try:
-        run["copy"] = measure.copy_bandwidth(timer, device)
+        run["copy"] = measure.copy_bandwidth(timer_for(None, measure.COPY_BYTES_GPU), device)
         print(f"copy bandwidth: {run['copy']['gbps']:.0f} GB/s (read + write)", flush=True)
     except Exception as e:  # the rows still run, without % of copy
         run["copy"] = {"error": measure.short_error(e)}
         print(f"copy bandwidth not measured: {measure.short_error(e)}", flush=True)
-    cublas = measure.Cublas(timer, device)
-    sized_copies = measure.SizedCopies(timer, device)
+    cublas = measure.Cublas(timer_for, device)
+    sized_copies = measure.SizedCopies(timer_for(None, 0), device)
     run["cublas_peak"] = {}
     for d in sorted({c.dtype for c in rows if c.kernel.kind == MATMUL}):
         try:
@@ -365,13 +371,15 @@ def _main(args, dry: bool) -> int:
         except Exception as e:  # a context only: the per-row cuBLAS times are what % of cuBLAS uses
             print(f"cuBLAS {d} peak not measured: {measure.short_error(e)}", flush=True)
 
-    base = {"run": run["id"], "device": run["device"], "timer": timer.mode}
+    run_fields = {"run": run["id"], "device": run["device"]}
     records: list[dict] = []
     lost = None
     t0 = time.monotonic()
     with open(out / f"gpu-{args.tag}.log", "a") as log:
         for i, case in enumerate(rows):
             providers = providers_for(case, provider_names, args.tune)
+            timer = timer_for(case.flops, case.bytes)
+            base = dict(run_fields, timer=timer.mode)
             reason = None
             if lost:
                 reason = f"not run: the CUDA context was lost ({lost})"

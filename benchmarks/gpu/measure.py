@@ -28,24 +28,24 @@ PEAK_GEMM_CPU = 256
 
 
 class Timer:
-    """On the GPU, "cold" (cold_bench: do_bench's method with every run on a cold L2, the
-    default), triton.testing.do_bench itself (25 ms warm-up, 100 ms repetition, median; it
+    """On the GPU, "cold" (cold_bench: do_bench's method with every run on a cold L2),
+    triton.testing.do_bench itself (by default 25 ms warm-up, 100 ms repetition, median; it
     flushes the L2 cache before every run, but leaves the lines a kernel read with evict_last)
     or do_bench_cudagraph (launch gaps removed; no L2 flush); on the CPU (dry run), the median
-    of time.perf_counter over a few runs."""
+    of time.perf_counter over a few runs. row_timer says which a row gets by default."""
 
-    def __init__(self, mode: str):
-        self.mode = mode
+    def __init__(self, mode: str, warmup: float = 25, rep: float = 100):
+        self.mode, self.warmup, self.rep = mode, warmup, rep
 
     def __call__(self, fn) -> float:
         if self.mode == "cold":
-            return cold_bench(fn, warmup=25, rep=100)
+            return cold_bench(fn, warmup=self.warmup, rep=self.rep)
         if self.mode == "do_bench":
             import triton.testing
-            return float(triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median"))
+            return float(triton.testing.do_bench(fn, warmup=self.warmup, rep=self.rep, return_mode="median"))
         if self.mode == "cudagraph":
             import triton.testing
-            return float(triton.testing.do_bench_cudagraph(fn, rep=100, return_mode="median"))
+            return float(triton.testing.do_bench_cudagraph(fn, rep=self.rep, return_mode="median"))
         fn()
         times, start = [], time.perf_counter()
         while len(times) < 3 or (len(times) < 20 and time.perf_counter() - start < 0.2):
@@ -60,6 +60,23 @@ class Timer:
         for name, ms in round_robin(self, calls, rounds):
             times[name].append(ms)
         return times
+
+
+# A row is compute-bound when it does more FLOPs per byte than this (the H100's ridge point: cuBLAS's
+# ~620 TFLOP/s over a copy's ~3,000 GB/s, ~200); bench.py and tune.py then time it with do_bench as is.
+RIDGE_FLOP_PER_BYTE = 200
+
+
+def row_timer(mode: str, flops: float | None, nbytes: int, warmup: float = 25, rep: float = 100) -> Timer:
+    """The Timer for a row (or a reference timing) doing `flops` and moving `nbytes`: `mode`'s,
+    or for "auto" (the default of bench.py and tune.py) do_bench if it is compute-bound and cold
+    otherwise. Cold, because lines an earlier kernel kept in L2 would serve part of the bytes a
+    memory-bound row is measured for (first_timing.py); do_bench, because L2 cannot change a
+    compute-bound row's time, and after the cold timer's idle GPU 4096^3 products ran 6-12%
+    slower, every provider alike, with rounds 8% apart (median) against 3.5% (timer_rounds.py)."""
+    if mode == "auto":
+        mode = "do_bench" if flops and flops >= RIDGE_FLOP_PER_BYTE * nbytes else "cold"
+    return Timer(mode, warmup, rep)
 
 
 @functools.cache
@@ -287,10 +304,11 @@ class SizedCopies:
 
 
 class Cublas:
-    """torch.matmul (cuBLAS on the GPU) at given shapes and dtypes, each timed once per run."""
+    """torch.matmul (cuBLAS on the GPU) at given shapes and dtypes, each timed once per run, with
+    the Timer that timer_for(flops, bytes) gives the product (as its rows are timed)."""
 
-    def __init__(self, timer: Timer, device: torch.device):
-        self.timer, self.device = timer, device
+    def __init__(self, timer_for, device: torch.device):
+        self.timer_for, self.device = timer_for, device
         self.times: dict[tuple, float] = {}
 
     def ms(self, m: int, n: int, k: int, dtype: torch.dtype) -> float:
@@ -299,7 +317,8 @@ class Cublas:
             g = generator(self.device, m * 31 + n * 17 + k)
             a = random_tensor((m, k), dtype, self.device, g)
             b = random_tensor((k, n), dtype, self.device, g)
-            self.times[key] = self.timer(lambda: torch.matmul(a, b))
+            timer = self.timer_for(2 * m * n * k, (m * k + k * n + m * n) * a.element_size())
+            self.times[key] = timer(lambda: torch.matmul(a, b))
             del a, b
         return self.times[key]
 

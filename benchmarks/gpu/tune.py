@@ -14,14 +14,16 @@ DT source. Then, on any machine,
 writes each row's winner to benchmarks/gpu/schedules/tuned/KERNEL_SHAPE_DTYPE.dt (the file
 the benchmark's `dt` provider runs for that row, see cases.schedule_for), merges the runs
 into benchmarks/results/tune.json and summarises them in benchmarks/results/tune.md. Times are
-medians of the benchmark's cold timer (measure.cold_bench: every run on a cold L2) with a
-shorter repetition (10 ms warm-up, 40 ms), enough to screen schedules (each keeps the faster of
+medians of the benchmark's timer for the row (measure.row_timer: memory-bound rows on a cold L2
+for every run, compute-bound ones with do_bench as is) with a shorter repetition (10 ms
+warm-up, 40 ms), enough to screen schedules (each keeps the faster of
 its two screening timings); the finalists (within 5% of the fastest) are timed again in
 alternating rounds, and bench.py then measures the chosen ones the benchmark's way.
 """
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import os
@@ -70,8 +72,9 @@ def _compile(job):
         return ident, measure.short_error(e)
 
 
-def _time(fn) -> float:
-    return measure.cold_bench(fn, warmup=10, rep=40)
+def _time(fn, mode: str) -> float:
+    """Timer `mode`'s time of fn, with a shorter repetition than the benchmark's."""
+    return measure.Timer(mode, warmup=10, rep=40)(fn)
 
 
 def _check(case, ident: str, text: str, check: dict, ref, timed: dict):
@@ -88,7 +91,7 @@ def _check(case, ident: str, text: str, check: dict, ref, timed: dict):
         return {"error": measure.short_error(e)}, None
 
 
-def _final(variants: list[dict], calls: dict, rounds: int) -> dict:
+def _final(variants: list[dict], calls: dict, rounds: int, mode: str) -> dict:
     """The winner among the variants timed within FINALISTS_WITHIN of the fastest (at most
     FINALISTS, by their screening timing): each is timed again in `rounds` round-robin rounds
     (measure.round_robin), and the lowest median wins: one screening timing can rank schedules
@@ -101,7 +104,8 @@ def _final(variants: list[dict], calls: dict, rounds: int) -> dict:
     def failed(name, e):
         finalists[name]["final_error"] = measure.short_error(e)
 
-    for name, ms in measure.round_robin(_time, {name: calls[name] for name in finalists}, rounds, on_error=failed):
+    timer = functools.partial(_time, mode=mode)
+    for name, ms in measure.round_robin(timer, {name: calls[name] for name in finalists}, rounds, on_error=failed):
         finalists[name].setdefault("final_ms_runs", []).append(ms)
     timed = [v for v in finalists.values() if "final_ms_runs" in v]
     for v in timed:
@@ -112,7 +116,7 @@ def _final(variants: list[dict], calls: dict, rounds: int) -> dict:
     return min((v for v in variants if "ms" in v and "final_error" not in v), key=lambda v: v["ms"], default=None)
 
 
-def _screen(case, found, errors: dict, check: dict, ref, timed: dict) -> tuple[list[dict], dict]:
+def _screen(case, found, errors: dict, check: dict, ref, timed: dict, mode: str) -> tuple[list[dict], dict]:
     """Every variant's record and the calls of those that passed the check: all are loaded and
     checked first, then timed back to back in SCREENING_ROUNDS round-robin rounds
     (measure.round_robin), and each keeps its fastest timing."""
@@ -130,7 +134,8 @@ def _screen(case, found, errors: dict, check: dict, ref, timed: dict) -> tuple[l
         by_name[name].pop("ms_runs", None)
         by_name[name]["error"] = measure.short_error(e)
 
-    for name, ms in measure.round_robin(_time, calls, SCREENING_ROUNDS, on_error=failed):
+    timer = functools.partial(_time, mode=mode)
+    for name, ms in measure.round_robin(timer, calls, SCREENING_ROUNDS, on_error=failed):
         by_name[name].setdefault("ms_runs", []).append(ms)
     for record in records:
         if "ms_runs" in record:
@@ -182,11 +187,12 @@ def main(argv=None) -> int:
         check = measure.case_inputs(case, "cuda", seed)
         ref = case.kernel.torch_fn(**{n: t.double() for n, t in check.items()}, **case.kernel.scalars)
         timed = measure.case_inputs(case, "cuda", seed + 1)
-        screened, calls = _screen(case, found, errors, check, ref, timed)
+        mode = measure.row_timer("auto", case.flops, case.bytes).mode  # the benchmark's for this row
+        screened, calls = _screen(case, found, errors, check, ref, timed, mode)
         row = {"kernel": case.kernel.name, "shape": case.shape_text, "dtype": case.dtype, "bytes": case.bytes,
-               "flops": case.flops, "timer": "cold", "variants": screened}
+               "flops": case.flops, "timer": mode, "variants": screened}
         timed_ok = [v for v in row["variants"] if "ms" in v]
-        best = _final(row["variants"], calls, args.rounds) if timed_ok else None
+        best = _final(row["variants"], calls, args.rounds, mode) if timed_ok else None
         if best:
             row["best"] = best["name"]
             row["best_source"] = dict(found)[best["name"]]
@@ -213,10 +219,11 @@ def write(paths) -> int:
     lines = ["# Schedule search results", "",
              "Produced by `benchmarks/gpu/tune.py` (method in `docs/performance.md`): every schedule of "
              "`benchmarks/gpu/space.py` for each row, checked against the float64 reference and screened with "
-             "the benchmark's cold timer (every run on a cold L2; 10 ms warm-up, 40 ms repetition, median) in two "
-             "round-robin rounds, each keeping its faster timing (rows of timer `do_bench` were searched before "
-             "that with `triton.testing.do_bench`, whose flush leaves the lines a kernel read with evict_last: "
-             "docs/performance.md, \"Lines kept in L2 through the flush\"); the schedules within 5% of the "
+             "the benchmark's timer for the row (10 ms warm-up, 40 ms repetition, median) in two "
+             "round-robin rounds, each keeping its faster timing: `cold` (every run on a cold L2) for memory-bound "
+             "rows, `do_bench` (`triton.testing.do_bench` as is) for compute-bound ones (docs/performance.md, "
+             "\"A timer for each row\"; memory-bound rows of timer `do_bench` were searched before the cold "
+             "timer, with a flush that leaves the lines a kernel read with evict_last); the schedules within 5% of the "
              "fastest (at most six, the finalists) are timed again in alternating rounds, and the lowest median "
              "wins (rows without finalists are from runs before that). The winner of each row is "
              "`benchmarks/gpu/schedules/tuned/<file>`; the benchmark (`bench.py`) measures it again the "

@@ -1,0 +1,150 @@
+"""Would statistics in a kernel of their own bring layernorm 128x65536 to 85% of the copy?
+
+A measurement, not a DT feature. In dt's one-kernel layernorm each of the 128 programs owns a
+row and is alone on its SM: its statistics walk reads the row from HBM, its output walk reads
+the row, the weight and the bias from L2 and writes the row. The output walk moves 1 MB
+through each SM's connection to L2 (3 reads and a write of 256 KB in f32), as much as the
+whole kernel's HBM traffic per SM, on 128 of the 132 SMs. Here, by hand:
+
+- a statistics kernel: `splits` programs per row, each with Chan's per-tile statistics of
+  its part of the row (`tile` lanes, `warps` warps), written as partial (mean, M2) pairs;
+  its loads keep their lines in L2 (`evict_last`) or not (`plain`);
+- an output kernel in 2-D blocks (`rows` x `columns`, 8 warps): each program merges the
+  partial statistics of its rows, loads the weight and the bias once for all of them, reads
+  the input (from L2 when it survived) and writes the output;
+
+next to dt's tuned one-kernel schedule and a copy that moves the same bytes, all timed with
+the cold timer in alternation.
+
+    python benchmarks/gpu/layernorm_two_kernels.py --out DIR [--rounds 3]
+
+writes DIR/layernorm_two_kernels.json and .md (committed in benchmarks/results/).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import torch
+import triton
+import triton.language as tl
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import measure  # noqa: E402
+import render  # noqa: E402
+from bench import positive_int  # noqa: E402
+from cases import cases, schedule_for  # noqa: E402
+from memory_hints import tuned_variant  # noqa: E402
+
+import dt  # noqa: E402
+
+SHAPE = (128, 65536)
+EPS = 1e-5
+STATISTICS = ((1, 16384, 32), (4, 4096, 8), (8, 2048, 8), (8, 4096, 16))  # (splits, tile, warps)
+OUTPUT_BLOCKS = ((1, 2048), (2, 2048), (4, 1024), (4, 2048), (8, 1024), (16, 512))  # (rows, columns)
+
+
+@triton.jit
+def statistics_kernel(x_ptr, partial_ptr, WIDTH: tl.constexpr, SPLITS: tl.constexpr, PART: tl.constexpr,
+                      TILE: tl.constexpr, EVICTION: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    split = tl.program_id(1)
+    lanes = tl.arange(0, TILE)
+    mean = 0.0
+    m2 = 0.0
+    count = 0.0
+    for start in range(0, PART, TILE):
+        x = tl.load(x_ptr + row * WIDTH + split * PART + start + lanes, eviction_policy=EVICTION).to(tl.float32)
+        tile_mean = tl.sum(x, 0) / TILE
+        deviation = x - tile_mean
+        total = count + TILE
+        delta = tile_mean - mean
+        mean = mean + delta * (TILE / total)
+        m2 = m2 + tl.sum(deviation * deviation, 0) + delta * delta * (count * TILE / total)
+        count = total
+    tl.store(partial_ptr + (row * SPLITS + split) * 2, mean)
+    tl.store(partial_ptr + (row * SPLITS + split) * 2 + 1, m2)
+
+
+@triton.jit
+def output_kernel(x_ptr, w_ptr, b_ptr, partial_ptr, out_ptr, eps, WIDTH: tl.constexpr, SPLITS: tl.constexpr,
+                  PART: tl.constexpr, ROWS: tl.constexpr, COLUMNS: tl.constexpr):
+    rows = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)
+    columns = tl.program_id(1) * COLUMNS + tl.arange(0, COLUMNS)
+    # equal parts: the row's mean is the parts' mean, its M2 theirs plus the parts' spread
+    part_means = tl.load(partial_ptr + (rows[:, None] * SPLITS + tl.arange(0, SPLITS)[None, :]) * 2)
+    part_m2 = tl.load(partial_ptr + (rows[:, None] * SPLITS + tl.arange(0, SPLITS)[None, :]) * 2 + 1)
+    mean = tl.sum(part_means, 1) / SPLITS
+    spread = part_means - mean[:, None]
+    m2 = tl.sum(part_m2, 1) + tl.sum(spread * spread, 1) * PART
+    rstd = tl.rsqrt(m2 / WIDTH + eps)
+    w = tl.load(w_ptr + columns).to(tl.float32)
+    b = tl.load(b_ptr + columns).to(tl.float32)
+    at = rows[:, None] * WIDTH + columns[None, :]
+    x = tl.load(x_ptr + at, eviction_policy="evict_first").to(tl.float32)
+    y = (x - mean[:, None]) * rstd[:, None] * w[None, :] + b[None, :]
+    tl.store(out_ptr + at, y.to(out_ptr.dtype.element_ty))
+
+
+def two_kernels(x, w, b, out, partial, splits, tile, warps, eviction, rows, columns):
+    height, width = x.shape
+    statistics_kernel[(height, splits)](x, partial, width, splits, width // splits, tile, eviction, num_warps=warps)
+    output_kernel[(height // rows, width // columns)](x, w, b, partial, out, EPS, width, splits, width // splits,
+                                                      rows, columns, num_warps=8)
+    return out
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--rounds", type=positive_int, default=3)
+    parser.add_argument("--dtypes", nargs="+", default=["f32", "bf16"])
+    args = parser.parse_args(argv)
+    device = torch.device("cuda")
+    timer = measure.Timer("cold")
+    records = []
+    for dtype in args.dtypes:
+        case = next(c for c in cases(["layernorm"], dtypes=[dtype]) if c.shape == SHAPE)
+        t = measure.case_inputs(case, device, seed=1)
+        x, w, b = t["A"], t["W"], t["Bias"]
+        ref = torch.nn.functional.layer_norm(x.double(), (SHAPE[1],), w.double(), b.double(), EPS)
+        tuned = schedule_for(case)
+        program = dt.load(tuned)
+        calls = {f"dt, tuned ({tuned_variant(tuned)})": lambda: program(backend="triton", A=x, W=w, Bias=b, eps=EPS)}
+        for splits, tile, warps in STATISTICS:
+            partial = torch.empty((SHAPE[0], splits, 2), dtype=torch.float32, device=device)
+            for eviction, hint in (("evict_last", "evict_last"), ("", "plain")):
+                for rows, columns in OUTPUT_BLOCKS:
+                    out = torch.empty_like(x)
+                    name = (f"statistics {splits} x {tile} lanes, {warps} warps, {hint}; "
+                            f"output {rows} x {columns}")
+                    calls[name] = (lambda partial=partial, out=out, s=(splits, tile, warps, eviction, rows, columns):
+                                   two_kernels(x, w, b, out, partial, *s))
+        for name, call in calls.items():
+            error = measure.relative_error(call(), ref)
+            if not error < measure.TOLERANCE[dtype]:
+                raise AssertionError(f"layernorm {dtype} {name}: relative error {error:.2e}")
+        records += measure.timed_variants(timer, device, case, calls, args.rounds, kernel="layernorm")
+        measure.empty_cache(device)
+    measure.write_study(args.out, "layernorm_two_kernels", device, records, markdown)
+    return 0
+
+
+def markdown(run: dict, records: list[dict]) -> str:
+    lines = ["# Layernorm statistics in a kernel of their own: a measurement", "",
+             measure.provenance(run, "layernorm_two_kernels.py")
+             + " (its docstring describes the kernels). Layernorm at 128x65536, timed in alternation with the "
+             "cold timer (`measure.cold_bench`); times are medians over the rounds; % of same-size copy compares "
+             "with a copy moving the row's bytes, timed after the rounds.", ""]
+    for (shape, dtype), rows in measure.by_row(records, "shape", "dtype").items():
+        table = [[r["variant"], f"{r['ms']:.5f}", " / ".join(f"{ms:.5f}" for ms in r["rounds_ms"]),
+                  f"{r['pct_copy_same']:.1f}%"] for r in sorted(rows, key=lambda r: r["ms"])]
+        lines += [f"## layernorm {shape}, {dtype}", ""]
+        lines += render.markdown_table(["variant", "ms", "rounds (ms)", "% of same-size copy"], table)
+        lines.append("")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
