@@ -227,7 +227,24 @@ def test_the_cold_timer_says_what_to_do_without_the_cuda_driver(monkeypatch, req
         measure.reset_persisting_l2()
 
 
-def test_memory_bound_rows_are_timed_cold_and_compute_bound_rows_steady_by_default(monkeypatch):
+def test_memory_bound_rows_are_timed_cold_and_compute_bound_rows_steady_by_default():
+    import measure
+    assert bench.parse_args(["--out", "x"]).timer == "auto"
+    rows = {c.title: c for c in cases.cases(["softmax", "matmul", "attention"], ["f16", "f32"])}
+    auto = {title: bench.row_timer("auto", False, c.flops, c.bytes).mode for title, c in rows.items()}
+    assert auto["softmax [x=128, y=65536] f32"] == "cold"  # no FLOPs counted: memory-bound
+    assert auto["matmul [x=16, y=4096, k=4096] f16"] == "cold"  # 16 FLOP/B: it streams the 32 MB operand
+    assert auto["matmul [x=4096, y=4096, k=4096] f16"] == "do_bench"  # 1365 FLOP/B
+    assert auto["attention [m=1024, l=1024, k=64, n=64] f16"] == "do_bench"  # 512 FLOP/B
+    edge = measure.RIDGE_FLOP_PER_BYTE
+    assert measure.row_timer("auto", edge * 10, 10).mode == "do_bench" and measure.row_timer("auto", edge * 10 - 1, 10).mode == "cold"
+    assert bench.row_timer("cold", False, 1e12, 1).mode == "cold"  # --timer other than auto: every row
+    assert bench.row_timer("auto", True, 1e12, 1).mode == "cpu"  # a dry run
+    case = next(c for c in rows.values() if c.kernel.name == "matmul" and c.shape[0] == 4096)
+    assert tune._timer(case).mode == "do_bench" and (tune._timer(case).warmup, tune._timer(case).rep) == (10, 40)
+
+
+def test_the_timers_call_cold_bench_and_do_bench_with_their_repetitions(monkeypatch):
     pytest.importorskip("triton")
     import measure
     import triton.testing
@@ -235,33 +252,40 @@ def test_memory_bound_rows_are_timed_cold_and_compute_bound_rows_steady_by_defau
     monkeypatch.setattr(measure, "cold_bench", lambda fn, warmup, rep: seen.append(("cold", warmup, rep)) or 1.0)
     monkeypatch.setattr(triton.testing, "do_bench",
                         lambda fn, warmup, rep, return_mode: seen.append(("do_bench", warmup, rep, return_mode)) or 2.0)
-    assert measure.Timer("cold")(lambda: None) == 1.0 and seen == [("cold", 25, 100)]
-    assert bench.parse_args(["--out", "x"]).timer == "auto"
-    rows = {c.title: c for c in cases.cases(["softmax", "matmul", "attention"], ["f16", "f32"])}
-    auto = {title: measure.row_timer("auto", c.flops, c.bytes).mode for title, c in rows.items()}
-    assert auto["softmax [x=128, y=65536] f32"] == "cold"  # no FLOPs counted: memory-bound
-    assert auto["matmul [x=16, y=4096, k=4096] f16"] == "cold"  # 16 FLOP/B: it streams the 32 MB operand
-    assert auto["matmul [x=4096, y=4096, k=4096] f16"] == "do_bench"  # 1365 FLOP/B
-    assert auto["attention [m=1024, l=1024, k=64, n=64] f16"] == "do_bench"  # 512 FLOP/B
-    assert measure.row_timer("cold", 1e12, 1).mode == "cold"  # --timer other than auto: every row
-    timer = measure.row_timer("auto", 1e12, 1)
-    assert timer(lambda: None) == 2.0 and seen[-1] == ("do_bench", 25, 100, "median")
-    # the search times each row the benchmark's way, with a shorter repetition
-    assert tune._time(lambda: None, "cold") == 1.0 and seen[-1] == ("cold", 10, 40)
-    assert tune._time(lambda: None, "do_bench") == 2.0 and seen[-1] == ("do_bench", 10, 40, "median")
+    assert measure.Timer("cold")(lambda: None) == 1.0 and measure.Timer("do_bench", 10, 40)(lambda: None) == 2.0
+    assert seen == [("cold", 25, 100), ("do_bench", 10, 40, "median")]
 
 
-def test_cublas_reference_times_each_product_with_the_timer_its_rows_get():
+def test_cublas_reference_times_each_product_with_the_timer_of_its_row():
+    """Attention's row is compute-bound but its two products are not: both take the row's timer."""
     import measure
-    asked = []
+    timed = []
 
-    def timer_for(flops, nbytes):
-        asked.append((flops, nbytes))
-        return lambda fn: fn() is not None and 3.0
+    class Timer:
+        def __init__(self, mode):
+            self.mode = mode
 
-    cublas = measure.Cublas(timer_for, torch.device("cpu"))
-    assert cublas.ms(16, 24, 8, torch.float32) == 3.0 and cublas.ms(16, 24, 8, torch.float32) == 3.0
-    assert asked == [(2 * 16 * 24 * 8, (16 * 8 + 8 * 24 + 16 * 24) * 4)]  # timed once per run
+        def __call__(self, fn):
+            fn()
+            timed.append(self.mode)
+            return 3.0
+
+    timer = Timer
+
+    cublas = measure.Cublas(torch.device("cpu"))
+    row = next(c for c in cases.cases(["attention"], ["f16"], tiny=True))
+    row_timer = timer("do_bench")
+    assert sum(cublas.ms(m, n, k, torch.float16, row_timer) for m, n, k in row.gemm_shapes) == 6.0
+    assert cublas.ms(*row.gemm_shapes[0], torch.float16, row_timer) == 3.0  # timed once per run and timer
+    assert timed == ["do_bench", "do_bench"]
+    assert cublas.ms(*row.gemm_shapes[0], torch.float16, timer("cold")) == 3.0 and timed[-1] == "cold"
+
+
+def test_the_benchmark_records_each_rows_timer(tmp_path):
+    assert bench.main(["--dry-run", "--out", str(tmp_path), "--kernels", "relu", "--dtypes", "f32",
+                       "--providers", "dt", "--no-plots", "--tag", "t"]) == 0
+    doc = json.loads((tmp_path / "gpu-t.json").read_text())
+    assert doc["runs"][0]["timer"] == "cpu" and {r["timer"] for r in doc["records"]} == {"cpu"}
 
 
 def test_round_robin_drops_a_call_that_fails_and_says_so():
@@ -422,14 +446,14 @@ def test_tune_writes_each_rows_winner(tmp_path, monkeypatch):
     assert dt.load(written).outputs == ("_softmax",)
 
 
-def test_tune_finalists_are_timed_again_alternating_and_the_lowest_median_wins(monkeypatch):
+def test_tune_finalists_are_timed_again_alternating_and_the_lowest_median_wins():
     """The screening's fastest is not kept when alternating rounds time another finalist
     lower; variants more than 5% slower than the fastest are not finalists."""
     times = {"a": iter([9.0, 1.00, 1.00, 1.00]), "b": iter([0.90, 0.95, 0.90]), "c": iter([])}
     timed = []
-    monkeypatch.setattr(tune, "_time", lambda fn, mode: timed.append(fn) or next(times[fn]))
     variants = [{"name": "a", "ms": 0.99}, {"name": "b", "ms": 1.02}, {"name": "c", "ms": 1.2}, {"name": "d", "error": "E"}]
-    best = tune._final(variants, {"a": "a", "b": "b", "c": "c", "d": None}, rounds=3, mode="cold")
+    best = tune._final(variants, {"a": "a", "b": "b", "c": "c", "d": None}, rounds=3,
+                       timer=lambda fn: timed.append(fn) or next(times[fn]))
     assert best["name"] == "b" and best["final_ms"] == 0.90 and best["final_ms_runs"] == [0.90, 0.95, 0.90]
     assert variants[0]["final_ms_runs"] == [1.0, 1.0, 1.0]  # its first timing (9.0) was the discarded warm-up
     assert timed == ["a", "a", "b", "a", "b", "a", "b"] and "final_ms" not in variants[2]
@@ -446,8 +470,7 @@ def test_tune_screening_checks_every_variant_then_keeps_the_fastest_of_two_round
         events.append(("check", text))
         return ({"rel_err": 1.0, "error": "relative error 1"}, None) if text == "wrong" else ({"rel_err": 0.0}, text)
 
-    def time(call, mode):
-        assert mode == "cold"
+    def time(call):
         events.append(("time", call))
         ms = next(times[call])
         if ms is None:
@@ -455,9 +478,8 @@ def test_tune_screening_checks_every_variant_then_keeps_the_fastest_of_two_round
         return ms
 
     monkeypatch.setattr(tune, "_check", check)
-    monkeypatch.setattr(tune, "_time", time)
     found = [("a", "ta"), ("b", "wrong"), ("c", "tc"), ("d", "td"), ("e", "te")]
-    records, calls = tune._screen(case, found, {tune._ident(case, "d"): "compile error"}, {}, None, {}, "cold")
+    records, calls = tune._screen(case, found, {tune._ident(case, "d"): "compile error"}, {}, None, {}, time)
     assert events == [("check", "ta"), ("check", "wrong"), ("check", "tc"), ("check", "te")] + [
         ("time", t) for t in ("ta", "ta", "tc", "te", "ta", "tc", "te")]
     assert records == [{"name": "a", "rel_err": 0.0, "ms_runs": [1.0, 0.8], "ms": 0.8},
@@ -513,26 +535,24 @@ def test_the_cache_hint_study_adds_a_hint_only_where_the_call_lacks_it():
     assert stores == 'tl.store(p + f(o), v, mask=m, cache_modifier=".cs")\n'
 
 
-def test_tune_takes_at_most_six_finalists_and_drops_one_that_fails(monkeypatch):
-    def time(fn, mode):
+def test_tune_takes_at_most_six_finalists_and_drops_one_that_fails():
+    def time(fn):
         if fn == "v1":
             raise RuntimeError("launch failed")
         return {"v0": 2.0, "v2": 1.5}.get(fn, 3.0)
-    monkeypatch.setattr(tune, "_time", time)
     variants = [{"name": f"v{i}", "ms": 1.0 + i / 1000} for i in range(8)]
-    best = tune._final(variants, {v["name"]: v["name"] for v in variants}, rounds=2, mode="do_bench")
+    best = tune._final(variants, {v["name"]: v["name"] for v in variants}, rounds=2, timer=time)
     assert best["name"] == "v2" and variants[1]["final_error"] == "RuntimeError: launch failed"
     assert [v["name"] for v in variants if "final_ms" in v] == ["v0", "v2", "v3", "v4", "v5"]  # v6, v7: beyond six
 
 
-def test_tune_falls_back_to_a_schedule_that_has_not_failed_when_every_finalist_fails(monkeypatch):
-    def time(fn, mode):
+def test_tune_falls_back_to_a_schedule_that_has_not_failed_when_every_finalist_fails():
+    def time(fn):
         raise RuntimeError("launch failed")
-    monkeypatch.setattr(tune, "_time", time)
     variants = [{"name": "a", "ms": 1.0}, {"name": "b", "ms": 1.02}, {"name": "c", "ms": 1.5}, {"name": "d", "error": "E"}]
-    best = tune._final(variants, {v["name"]: v["name"] for v in variants}, rounds=2, mode="cold")
+    best = tune._final(variants, {v["name"]: v["name"] for v in variants}, rounds=2, timer=time)
     assert best["name"] == "c" and variants[0]["final_error"] == variants[1]["final_error"] == "RuntimeError: launch failed"
-    assert tune._final(variants[:2], {"a": "a", "b": "b"}, rounds=2, mode="cold") is None  # no schedule left
+    assert tune._final(variants[:2], {"a": "a", "b": "b"}, rounds=2, timer=time) is None  # no schedule left
 
 
 def test_tune_rounds_must_be_positive():

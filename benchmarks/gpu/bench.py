@@ -157,7 +157,7 @@ def run_case(case: Case, providers: list[Provider], ctx: Context, timer: measure
     cublas_ms, cublas_error = None, None
     if case.kernel.kind == MATMUL:
         try:
-            cublas_ms = sum(cublas.ms(m, n, k, dtype) for m, n, k in case.gemm_shapes)
+            cublas_ms = sum(cublas.ms(m, n, k, dtype, timer) for m, n, k in case.gemm_shapes)
         except Exception as e:  # the reference is optional: the row goes on without % of cuBLAS
             cublas_error = measure.short_error(e)
     copy_same_gbps, copy_same_error = None, None
@@ -344,11 +344,8 @@ def _main(args, dry: bool) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     json_path, md_path = out / f"gpu-{args.tag}.json", out / f"gpu-{args.tag}.md"
-    def timer_for(flops, nbytes) -> measure.Timer:
-        return measure.Timer("cpu") if dry else measure.row_timer(args.timer, flops, nbytes)
-
-    timer_text = "cold (memory-bound rows), do_bench (compute-bound)" if args.timer == "auto" and not dry else \
-        timer_for(None, 0).mode
+    timer_text = "cpu" if dry else "cold (memory-bound rows), do_bench (compute-bound)" if args.timer == "auto" \
+        else args.timer
     started = datetime.now(timezone.utc)
     run = dict(measure.device_description(device), id=f"{args.tag}@{started:%Y-%m-%dT%H:%M:%SZ}",
                started=started.isoformat(timespec="seconds"), command=" ".join(sys.argv), dry_run=dry,
@@ -356,17 +353,18 @@ def _main(args, dry: bool) -> int:
     print(f"{run['device']} | torch {run['torch']} | triton {run['triton']} | timer {timer_text} | "
           f"{len(rows)} rows x {provider_names}", flush=True)
     try:
-        run["copy"] = measure.copy_bandwidth(timer_for(None, measure.COPY_BYTES_GPU), device)
+        run["copy"] = measure.copy_bandwidth(row_timer(args.timer, dry, None, 0), device)
         print(f"copy bandwidth: {run['copy']['gbps']:.0f} GB/s (read + write)", flush=True)
     except Exception as e:  # the rows still run, without % of copy
         run["copy"] = {"error": measure.short_error(e)}
         print(f"copy bandwidth not measured: {measure.short_error(e)}", flush=True)
-    cublas = measure.Cublas(timer_for, device)
-    sized_copies = measure.SizedCopies(timer_for(None, 0), device)
+    cublas = measure.Cublas(device)
+    sized_copies = measure.SizedCopies(row_timer(args.timer, dry, None, 0), device)
     run["cublas_peak"] = {}
     for d in sorted({c.dtype for c in rows if c.kernel.kind == MATMUL}):
         try:
-            peak = run["cublas_peak"][d] = cublas.peak(DTYPES[d])
+            peak_timer = row_timer(args.timer, dry, 1.0, 0)  # the 8192^3 product is compute-bound
+            peak = run["cublas_peak"][d] = cublas.peak(DTYPES[d], peak_timer)
             print(f"cuBLAS {d} {peak['shape']}: {peak['tflops']:.1f} TFLOP/s", flush=True)
         except Exception as e:  # a context only: the per-row cuBLAS times are what % of cuBLAS uses
             print(f"cuBLAS {d} peak not measured: {measure.short_error(e)}", flush=True)
@@ -378,7 +376,7 @@ def _main(args, dry: bool) -> int:
     with open(out / f"gpu-{args.tag}.log", "a") as log:
         for i, case in enumerate(rows):
             providers = providers_for(case, provider_names, args.tune)
-            timer = timer_for(case.flops, case.bytes)
+            timer = row_timer(args.timer, dry, case.flops, case.bytes)
             base = dict(run_fields, timer=timer.mode)
             reason = None
             if lost:
@@ -424,6 +422,12 @@ def _main(args, dry: bool) -> int:
     print("\n".join(line for line in md.split("## Every measurement")[0].splitlines() if line.startswith("|")))
     print(f"wrote {json_path}, {md_path}", flush=True)
     return 3 if lost else 0
+
+
+def row_timer(mode: str, dry: bool, flops: float | None, nbytes: int) -> measure.Timer:
+    """The Timer of a row doing `flops` and moving `nbytes` under `--timer mode`
+    (measure.row_timer), perf_counter in a dry run."""
+    return measure.Timer("cpu") if dry else measure.row_timer(mode, flops, nbytes)
 
 
 def _liger_version(ctx: Context, names) -> str | None:

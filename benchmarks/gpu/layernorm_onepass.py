@@ -52,6 +52,17 @@ def _output_pass(x_ptr, w_ptr, b_ptr, out_ptr, row, mean, rstd, WIDTH: tl.conste
 
 
 @triton.jit
+def chan_update(mean, m2, count, x, TILE: tl.constexpr):
+    """The running mean, sum of squared deviations and count, merged with one tile's (Chan)."""
+    tile_mean = tl.sum(x, 0) / TILE
+    deviation = x - tile_mean
+    total = count + TILE
+    delta = tile_mean - mean
+    return (mean + delta * (TILE / total), m2 + tl.sum(deviation * deviation, 0) + delta * delta * (count * TILE / total),
+            total)
+
+
+@triton.jit
 def chan_kernel(x_ptr, w_ptr, b_ptr, out_ptr, eps, WIDTH: tl.constexpr, TILE: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     mean = 0.0
@@ -60,13 +71,7 @@ def chan_kernel(x_ptr, w_ptr, b_ptr, out_ptr, eps, WIDTH: tl.constexpr, TILE: tl
     for start in range(0, WIDTH, TILE):
         offsets = start + tl.arange(0, TILE)
         x = tl.load(x_ptr + row * WIDTH + offsets, eviction_policy="evict_last").to(tl.float32)
-        tile_mean = tl.sum(x, 0) / TILE
-        deviation = x - tile_mean
-        total = count + TILE
-        delta = tile_mean - mean
-        mean = mean + delta * (TILE / total)
-        m2 = m2 + tl.sum(deviation * deviation, 0) + delta * delta * (count * TILE / total)
-        count = total
+        mean, m2, count = chan_update(mean, m2, count, x, TILE)
     _output_pass(x_ptr, w_ptr, b_ptr, out_ptr, row, mean, tl.rsqrt(m2 / WIDTH + eps), WIDTH, TILE)
 
 

@@ -62,15 +62,15 @@ class Timer:
         return times
 
 
-# A row is compute-bound when it does more FLOPs per byte than this (the H100's ridge point: cuBLAS's
-# ~620 TFLOP/s over a copy's ~3,000 GB/s, ~200); bench.py and tune.py then time it with do_bench as is.
+# A row is compute-bound when it does this many FLOPs per byte or more (about the H100's ridge point:
+# cuBLAS's 650-760 TFLOP/s over a copy's ~3,000 GB/s is 220-250); bench.py and tune.py then time it
+# with do_bench as is.
 RIDGE_FLOP_PER_BYTE = 200
 
 
 def row_timer(mode: str, flops: float | None, nbytes: int, warmup: float = 25, rep: float = 100) -> Timer:
-    """The Timer for a row (or a reference timing) doing `flops` and moving `nbytes`: `mode`'s,
-    or for "auto" (the default of bench.py and tune.py) do_bench if it is compute-bound and cold
-    otherwise. Cold, because lines an earlier kernel kept in L2 would serve part of the bytes a
+    """The Timer for a row doing `flops` and moving `nbytes`: `mode`'s, or for "auto" (bench.py's
+    default, and what tune.py always uses) do_bench if it is compute-bound and cold otherwise. Cold, because lines an earlier kernel kept in L2 would serve part of the bytes a
     memory-bound row is measured for (first_timing.py); do_bench, because L2 cannot change a
     compute-bound row's time, and after the cold timer's idle GPU 4096^3 products ran 6-12%
     slower, every provider alike, with rounds 8% apart (median) against 3.5% (timer_rounds.py)."""
@@ -304,27 +304,26 @@ class SizedCopies:
 
 
 class Cublas:
-    """torch.matmul (cuBLAS on the GPU) at given shapes and dtypes, each timed once per run, with
-    the Timer that timer_for(flops, bytes) gives the product (as its rows are timed)."""
+    """torch.matmul (cuBLAS on the GPU) at given shapes and dtypes, each timed once per run and
+    timer (a row's products are timed with the row's timer)."""
 
-    def __init__(self, timer_for, device: torch.device):
-        self.timer_for, self.device = timer_for, device
+    def __init__(self, device: torch.device):
+        self.device = device
         self.times: dict[tuple, float] = {}
 
-    def ms(self, m: int, n: int, k: int, dtype: torch.dtype) -> float:
-        key = (m, n, k, dtype)
+    def ms(self, m: int, n: int, k: int, dtype: torch.dtype, timer: Timer) -> float:
+        key = (m, n, k, dtype, timer.mode)
         if key not in self.times:
             g = generator(self.device, m * 31 + n * 17 + k)
             a = random_tensor((m, k), dtype, self.device, g)
             b = random_tensor((k, n), dtype, self.device, g)
-            timer = self.timer_for(2 * m * n * k, (m * k + k * n + m * n) * a.element_size())
             self.times[key] = timer(lambda: torch.matmul(a, b))
             del a, b
         return self.times[key]
 
-    def peak(self, dtype: torch.dtype) -> dict:
+    def peak(self, dtype: torch.dtype, timer: Timer) -> dict:
         n = PEAK_GEMM_GPU if self.device.type == "cuda" else PEAK_GEMM_CPU
-        ms = self.ms(n, n, n, dtype)
+        ms = self.ms(n, n, n, dtype, timer)
         return {"shape": f"{n}x{n}x{n}", "ms": ms, "tflops": 2 * n**3 / ms / 1e9}
 
 

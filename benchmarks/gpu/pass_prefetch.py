@@ -36,7 +36,7 @@ import measure  # noqa: E402
 import render  # noqa: E402
 from bench import positive_int  # noqa: E402
 from cases import cases, schedule_for  # noqa: E402
-from layernorm_onepass import chan_kernel  # noqa: E402
+from layernorm_onepass import chan_kernel, chan_update  # noqa: E402
 from memory_hints import tuned_variant  # noqa: E402
 
 import dt  # noqa: E402
@@ -44,17 +44,6 @@ import dt  # noqa: E402
 SHAPE = (128, 65536)
 EPS = 1e-5
 TILINGS = ((4096, 8), (4096, 16), (8192, 16), (8192, 32), (16384, 32))  # (tile, warps)
-
-
-@triton.jit
-def _chan_update(mean, m2, count, x, TILE: tl.constexpr):
-    """The row's running mean and sum of squared deviations, merged with one tile's."""
-    tile_mean = tl.sum(x, 0) / TILE
-    deviation = x - tile_mean
-    total = count + TILE
-    delta = tile_mean - mean
-    return (mean + delta * (TILE / total), m2 + tl.sum(deviation * deviation, 0) + delta * delta * (count * TILE / total),
-            total)
 
 
 @triton.jit
@@ -75,15 +64,15 @@ def in_flight_kernel(x_ptr, w_ptr, b_ptr, out_ptr, eps, WIDTH: tl.constexpr, TIL
     for start in range(TILE, WIDTH, TILE):
         x = x_next
         x_next = tl.load(x_ptr + row_start + start + lanes, eviction_policy="evict_last")
-        mean, m2, count = _chan_update(mean, m2, count, x.to(tl.float32), TILE)
+        mean, m2, count = chan_update(mean, m2, count, x.to(tl.float32), TILE)
     x = x_next
     if ACROSS:
         x_next = tl.load(x_ptr + row_start + lanes, eviction_policy="evict_first")
         w_next = tl.load(w_ptr + lanes)
         b_next = tl.load(b_ptr + lanes)
-        mean, m2, count = _chan_update(mean, m2, count, x.to(tl.float32), TILE)
+        mean, m2, count = chan_update(mean, m2, count, x.to(tl.float32), TILE)
     else:
-        mean, m2, count = _chan_update(mean, m2, count, x.to(tl.float32), TILE)
+        mean, m2, count = chan_update(mean, m2, count, x.to(tl.float32), TILE)
         x_next = tl.load(x_ptr + row_start + lanes, eviction_policy="evict_first")
         w_next = tl.load(w_ptr + lanes)
         b_next = tl.load(b_ptr + lanes)
@@ -132,6 +121,7 @@ def main(argv=None) -> int:
                 async_copies[name] = "cp.async" in call().asm["ptx"]
                 calls[name] = call
         for name, call in calls.items():
+            out.fill_(float("nan"))  # what a kernel leaves unwritten fails the check
             result = call()
             measure.synchronize(device)
             error = measure.relative_error(result if isinstance(result, torch.Tensor) else out, ref)
@@ -145,20 +135,14 @@ def main(argv=None) -> int:
 
 
 def markdown(run: dict, records: list[dict]) -> str:
-    lines = ["# The next tile in flight while the current one is reduced: a measurement", "",
-             measure.provenance(run, "pass_prefetch.py")
-             + " (its docstring describes the structures). Layernorm at 128x65536, one program per row, "
-             "timed in alternation with the cold timer (`measure.cold_bench`); times are medians over the "
-             "rounds; % of same-size copy compares with a copy moving the row's bytes, timed after the rounds. "
-             "`cp.async` says whether Triton turned the kernel's loads into asynchronous copies.", ""]
-    for (shape, dtype), rows in measure.by_row(records, "shape", "dtype").items():
-        table = [[r["variant"], f"{r['ms']:.5f}", " / ".join(f"{ms:.5f}" for ms in r["rounds_ms"]),
-                  f"{r['pct_copy_same']:.1f}%", {True: "yes", False: "no", None: ""}[r["cp_async"]]]
-                 for r in sorted(rows, key=lambda r: r["ms"])]
-        lines += [f"## layernorm {shape}, {dtype}", ""]
-        lines += render.markdown_table(["variant", "ms", "rounds (ms)", "% of same-size copy", "cp.async"], table)
-        lines.append("")
-    return "\n".join(lines)
+    return "\n".join(["# The next tile in flight while the current one is reduced: a measurement", "",
+                      measure.provenance(run, "pass_prefetch.py")
+                      + " (its docstring describes the structures). Layernorm at 128x65536, one program per row, "
+                      "timed in alternation with the cold timer (`measure.cold_bench`); times are medians over the "
+                      "rounds; % of same-size copy compares with a copy moving the row's bytes, timed after the "
+                      "rounds. `cp.async` says whether Triton turned the kernel's loads into asynchronous copies.",
+                      "", *render.variant_tables(records, "layernorm", {"cp.async": lambda r: {
+                          True: "yes", False: "no", None: ""}[r["cp_async"]]})])
 
 
 if __name__ == "__main__":

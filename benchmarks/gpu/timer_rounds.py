@@ -7,13 +7,14 @@ reads `bench.py` runs of the same rows made with different timers on one machine
 reports, per row, provider and run, the rounds' median and their spread (slowest round over
 fastest), and dt's speed-up over the best baseline.
 
-    # on the GPU machine, alternating the timers
-    for t in cold do_bench cold do_bench; do
-        python3 benchmarks/gpu/bench.py --out $OUT/$t-$RANDOM --timer $t --kernels matmul,mmsigmoid \\
-            --match "x=4096, y=4096" --providers dt,eager,compile,max-autotune --repeats 3 --no-plots
+    # on the GPU machine, alternating the timers (the committed report: six runs, about 3 minutes)
+    i=0; for t in auto cold do_bench auto cold do_bench; do i=$((i+1))
+        python3 benchmarks/gpu/bench.py --out /tmp/runs/$i-$t --tag mm --timer $t --kernels matmul,mmsigmoid \\
+            --providers dt,eager,compile,max-autotune --repeats 3 --no-plots
+        cp /tmp/runs/$i-$t/gpu-mm.json $OUT/$i-$t.json
     done
     # anywhere
-    python benchmarks/gpu/timer_rounds.py --out benchmarks/results RUN1/gpu-run.json RUN2/gpu-run.json ...
+    python benchmarks/gpu/timer_rounds.py --out benchmarks/results OUT/1-auto.json OUT/2-cold.json ...
 
 writes OUT/timer_rounds.json (the runs' records, trimmed) and OUT/timer_rounds.md.
 """

@@ -23,7 +23,6 @@ alternating rounds, and bench.py then measures the chosen ones the benchmark's w
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import math
 import os
@@ -72,9 +71,6 @@ def _compile(job):
         return ident, measure.short_error(e)
 
 
-def _time(fn, mode: str) -> float:
-    """Timer `mode`'s time of fn, with a shorter repetition than the benchmark's."""
-    return measure.Timer(mode, warmup=10, rep=40)(fn)
 
 
 def _check(case, ident: str, text: str, check: dict, ref, timed: dict):
@@ -91,7 +87,13 @@ def _check(case, ident: str, text: str, check: dict, ref, timed: dict):
         return {"error": measure.short_error(e)}, None
 
 
-def _final(variants: list[dict], calls: dict, rounds: int, mode: str) -> dict:
+def _timer(case) -> measure.Timer:
+    """The benchmark's timer for the row (bench.py's default, measure.row_timer), with a shorter
+    repetition."""
+    return measure.row_timer("auto", case.flops, case.bytes, warmup=10, rep=40)
+
+
+def _final(variants: list[dict], calls: dict, rounds: int, timer) -> dict:
     """The winner among the variants timed within FINALISTS_WITHIN of the fastest (at most
     FINALISTS, by their screening timing): each is timed again in `rounds` round-robin rounds
     (measure.round_robin), and the lowest median wins: one screening timing can rank schedules
@@ -104,7 +106,6 @@ def _final(variants: list[dict], calls: dict, rounds: int, mode: str) -> dict:
     def failed(name, e):
         finalists[name]["final_error"] = measure.short_error(e)
 
-    timer = functools.partial(_time, mode=mode)
     for name, ms in measure.round_robin(timer, {name: calls[name] for name in finalists}, rounds, on_error=failed):
         finalists[name].setdefault("final_ms_runs", []).append(ms)
     timed = [v for v in finalists.values() if "final_ms_runs" in v]
@@ -116,7 +117,7 @@ def _final(variants: list[dict], calls: dict, rounds: int, mode: str) -> dict:
     return min((v for v in variants if "ms" in v and "final_error" not in v), key=lambda v: v["ms"], default=None)
 
 
-def _screen(case, found, errors: dict, check: dict, ref, timed: dict, mode: str) -> tuple[list[dict], dict]:
+def _screen(case, found, errors: dict, check: dict, ref, timed: dict, timer) -> tuple[list[dict], dict]:
     """Every variant's record and the calls of those that passed the check: all are loaded and
     checked first, then timed back to back in SCREENING_ROUNDS round-robin rounds
     (measure.round_robin), and each keeps its fastest timing."""
@@ -134,7 +135,6 @@ def _screen(case, found, errors: dict, check: dict, ref, timed: dict, mode: str)
         by_name[name].pop("ms_runs", None)
         by_name[name]["error"] = measure.short_error(e)
 
-    timer = functools.partial(_time, mode=mode)
     for name, ms in measure.round_robin(timer, calls, SCREENING_ROUNDS, on_error=failed):
         by_name[name].setdefault("ms_runs", []).append(ms)
     for record in records:
@@ -187,12 +187,12 @@ def main(argv=None) -> int:
         check = measure.case_inputs(case, "cuda", seed)
         ref = case.kernel.torch_fn(**{n: t.double() for n, t in check.items()}, **case.kernel.scalars)
         timed = measure.case_inputs(case, "cuda", seed + 1)
-        mode = measure.row_timer("auto", case.flops, case.bytes).mode  # the benchmark's for this row
-        screened, calls = _screen(case, found, errors, check, ref, timed, mode)
+        timer = _timer(case)
+        screened, calls = _screen(case, found, errors, check, ref, timed, timer)
         row = {"kernel": case.kernel.name, "shape": case.shape_text, "dtype": case.dtype, "bytes": case.bytes,
-               "flops": case.flops, "timer": mode, "variants": screened}
+               "flops": case.flops, "timer": timer.mode, "variants": screened}
         timed_ok = [v for v in row["variants"] if "ms" in v]
-        best = _final(row["variants"], calls, args.rounds, mode) if timed_ok else None
+        best = _final(row["variants"], calls, args.rounds, timer) if timed_ok else None
         if best:
             row["best"] = best["name"]
             row["best_source"] = dict(found)[best["name"]]
