@@ -388,7 +388,7 @@ def test_a_one_pass_update_shows_its_values_as_the_reductions_they_belong_to():
         prog(A=a)
     f = frames[0]  # in the loop over y, at the sum's first statement of its second tile
     assert f.meaning("y_max") == "rmax update value (softmax_safe.dt:11:18)"
-    assert f.meaning("y_accumulator") == "rmax accumulator (softmax_safe.dt:11:18)"
+    assert f.meaning("y_max_accumulator") == "rmax accumulator (softmax_safe.dt:11:18)"
     np.testing.assert_allclose(f.tiles["y_max"].compressed(), a[:4, :1024].max(1))
     assert {r.name for r in t.records} == {"_max", "_sum", "_softmax"}
     np.testing.assert_allclose(t.tensor("_max"), a.max(1))

@@ -152,7 +152,7 @@ def test_two_variances_around_one_mean_share_its_running_values(backend):
     prog = dt.loads(TWO_VARIANCES)
     kernel = prog.pipeline("f32").kernels[0]
     assert _reduction_loops(prog) == 1
-    assert _running_values(kernel) == {"y_accumulator": 1, "y_m2": 1, "y_mean": 1}
+    assert _running_values(kernel) == {"y_mean_accumulator": 1, "y_m2": 1, "y_mean": 1}  # named after its Func
     names = [s.name for s in S.walk_statements(kernel.body) if isinstance(s, S.Assign)]
     assert names.count("y_tile_count") == names.count("y_tile_mean") == names.count("y_tile_sum") == 1
     # the lanes seen before the tile are the loop variable itself, not a reduction over a one-lane axis
@@ -230,7 +230,7 @@ def test_a_sum_shifted_by_its_max_walks_the_row_once_and_never_overflows(backend
     one = dt.loads(schedule + "s.compute_with(m, y);\nout.compile_to_kernel();")
     assert _reduction_loops(two) == (2 if tile else 0) and _reduction_loops(one) == (1 if tile else 0)
     if tile:
-        assert _running_values(one.pipeline("f32").kernels[0]) == {"y_accumulator": 1, "y_accumulator_2": 1}
+        assert _running_values(one.pipeline("f32").kernels[0]) == {"y_m_accumulator": 1, "y_s_accumulator": 1}
     rng = np.random.default_rng(7)
     a = (100 + 10 * rng.standard_normal((3, 300))).astype(np.float32)
     a[1, :200] = -np.inf  # three whole tiles of -inf, then values
@@ -366,7 +366,7 @@ def test_a_chain_of_compute_with_shares_the_loop_at_its_end(backend):
     kernel = chain.pipeline("f32").kernels[0]
     assert _reduction_loops(chain) == 1
     assert kernel.body == both.pipeline("f32").kernels[0].body
-    assert set(_running_values(kernel)) == {"y_accumulator", "y_accumulator_2", "y_m2", "y_mean"}
+    assert set(_running_values(kernel)) == {"y_s_accumulator", "y_mean_accumulator", "y_m2", "y_mean"}
     rng = np.random.default_rng(7)
     a = (50 + rng.standard_normal((4, 1000))).astype(np.float32)
     w, bias = rng.standard_normal(1000).astype(np.float32), rng.standard_normal(1000).astype(np.float32)

@@ -467,7 +467,9 @@ class _KernelLowering:
         shared = self.shared_reductions.get(id(e))
         if shared is not None:
             return shared
-        acc = self.accumulator(e, env)
+        siblings = self.siblings(e, func)
+        # a loop that accumulates several Funcs' reductions names each accumulator after its Func
+        acc = self.accumulator(e, env, func if siblings else None)
         tile = self.tile_of(func, e.dim)
         tile = 1 if tile is None else tile
         rng = self.whole(e.dim)
@@ -476,7 +478,6 @@ class _KernelLowering:
         variances: dict[str, list[A.Reduce]] = {}  # a mean of this loop -> the variances around it
         # a max of this loop -> the sums and products of exponentials it shifts: (Func, reduction, accumulator)
         exp_sums: dict[str, list[tuple[str, A.Reduce, S.Ref]]] = {}
-        siblings = self.siblings(e, func)
         # the Funcs whose producers this loop computes: func's, and those of Funcs accumulated here
         # (func's first loop over the dim accumulates them all; a later one, such as rsum's in
         # rmax(..) + rsum(..), only func's own)
@@ -489,9 +490,9 @@ class _KernelLowering:
             if kind == "variance":
                 variances.setdefault(statistic, []).append(r)
             elif kind == "exp_sum":
-                exp_sums.setdefault(statistic, []).append((g, r, r_acc or self.accumulator(r, env)))
+                exp_sums.setdefault(statistic, []).append((g, r, r_acc or self.accumulator(r, env, g)))
             else:
-                updates.append((g, r, r_acc or self.accumulator(r, env)))
+                updates.append((g, r, r_acc or self.accumulator(r, env, g)))
         accumulators = {id(r): r_acc for _, r, r_acc in updates}
         mean_sums = {mean: mean_reduction(self.cp.funcs[mean].expr, e.dim) for mean in variances}
         # one sum of squared deviations per mean (over the mean's axes), however many Funcs read it
@@ -632,10 +633,12 @@ class _KernelLowering:
             self.emit(S.Assign(r_acc.name, update, f"r{r.op}", r.loc))
         return new_max
 
-    def accumulator(self, e: A.Reduce, env) -> S.Ref:
-        """A new accumulator of reduction e, set to its identity over e's free dims."""
+    def accumulator(self, e: A.Reduce, env, func: str | None = None) -> S.Ref:
+        """A new accumulator of reduction e, set to its identity over e's free dims: `y_accumulator`,
+        or with `func`, `y_sum_accumulator` (Func `_sum`)."""
         axes = self.canonical(env[d] for d in A.free_dims(e))
-        return self.assign(f"{e.dim}_accumulator", S.Full(IDENTITY[e.op], axes, self.compute), f"r{e.op}", e.loc)
+        name = f"{e.dim}_{func.strip('_') or func}_accumulator" if func else f"{e.dim}_accumulator"
+        return self.assign(name, S.Full(IDENTITY[e.op], axes, self.compute), f"r{e.op}", e.loc)
 
     def siblings(self, e: A.Reduce, func: str) -> list[tuple[str, A.Reduce]]:
         """The reductions of Funcs computed with `func` over e's dim (compute_with): they are
