@@ -637,3 +637,24 @@ def test_the_timer_rounds_report_groups_each_rows_runs_with_the_timer_they_used(
     assert "| a@1 (cold) | 0.5000 (1.000) |  |" in report  # the same run timed the skinny row cold
     assert "| compute-bound | cold | 1 | 1.200 | 1.200 |" in report
     assert len(json.loads((tmp_path / "out" / "timer_rounds.json").read_text())["records"]) == 3  # untimed dropped
+
+
+def test_a_study_checks_each_call_against_the_reference_and_what_it_left_unwritten():
+    import measure
+    ref = torch.ones(4, dtype=torch.float64)
+    out = torch.ones(4)
+    measure.check_calls({"returns": lambda: torch.ones(4), "writes": lambda: out.fill_(1.0).sum().item() and None}, ref, "f32",
+                        "row", out)
+    with pytest.raises(AssertionError, match="row skips: relative error nan"):
+        measure.check_calls({"skips": lambda: out[:2].fill_(1.0).sum().item() and None}, ref, "f32", "row", out)
+    with pytest.raises(AssertionError, match="row wrong: relative error"):
+        measure.check_calls({"wrong": lambda: torch.zeros(4)}, ref, "f32", "row")
+
+
+def test_a_studys_command_line():
+    import measure
+    args = measure.study_parser("Title.\n\nMore.", rounds=3, dtypes=True).parse_args(["--out", "d"])
+    assert (args.out, args.rounds, args.dtypes) == ("d", 3, ["f32", "bf16"])
+    assert not hasattr(measure.study_parser("T.").parse_args(["--out", "d"]), "rounds")
+    with pytest.raises(SystemExit):
+        measure.study_parser("T.", rounds=3).parse_args(["--out", "d", "--rounds", "0"])

@@ -267,13 +267,6 @@ def _schedule_arg(text: str) -> tuple[str, str]:
     return key, str(p.resolve() if p.exists() else ROOT / p)  # relative to here, else to the repository
 
 
-def positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected 1 or more, not {value}")
-    return value
-
-
 def _list_arg(choices):
     def parse(text: str) -> list[str]:
         items = [s.strip() for s in text.split(",") if s.strip()]
@@ -301,7 +294,7 @@ def parse_args(argv):
                    help="auto: cold for memory-bound rows, do_bench for compute-bound ones (default); cold: "
                         "do_bench's method with every run on a cold L2; do_bench: triton.testing.do_bench "
                         "as is; cudagraph: do_bench_cudagraph, no L2 flush")
-    p.add_argument("--repeats", type=positive_int, default=1,
+    p.add_argument("--repeats", type=measure.positive_int, default=1,
                    help="rounds of timings, each timing every provider once (after one discarded timing "
                         "of the first); the median is reported")
     p.add_argument("--budget", type=float, default=0, help="seconds; start no new row after this (0: none)")

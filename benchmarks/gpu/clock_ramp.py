@@ -16,7 +16,6 @@ writes DIR/clock_ramp.json and .md (committed in benchmarks/results/).
 """
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 import time
@@ -64,8 +63,7 @@ def ramp(call, idle_s: float, device: torch.device) -> list[dict]:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", required=True)
+    parser = measure.study_parser(__doc__)
     args = parser.parse_args(argv)
     device = torch.device("cuda")
     case = next(c for c in cases(["softmax_safe"], dtypes=["bf16"]) if c.shape == (4096, 4096))

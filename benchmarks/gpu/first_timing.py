@@ -39,7 +39,6 @@ import triton.language as tl
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import measure  # noqa: E402
 import render  # noqa: E402
-from bench import positive_int  # noqa: E402
 import space  # noqa: E402
 from cases import cases  # noqa: E402
 
@@ -216,7 +215,7 @@ def _set_carveout(kernel, percent: int):
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out")
-    parser.add_argument("--repeats", type=positive_int, default=2, help="fresh processes per scenario")
+    parser.add_argument("--repeats", type=measure.positive_int, default=2, help="fresh processes per scenario")
     parser.add_argument("--scenario", choices=sorted(SCENARIOS), help=argparse.SUPPRESS)
     parser.add_argument("--json", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)

@@ -13,7 +13,6 @@ writes DIR/flat_elementwise.json and .md (committed in benchmarks/results/).
 """
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -42,9 +41,7 @@ def flat_add(a_ptr, b_ptr, out_ptr, alpha, N: tl.constexpr, BLOCK: tl.constexpr)
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", required=True)
-    parser.add_argument("--rounds", type=int, default=5)
+    parser = measure.study_parser(__doc__, rounds=5)
     args = parser.parse_args(argv)
     device = torch.device("cuda")
     timer = measure.Timer("do_bench")

@@ -12,7 +12,6 @@ writes DIR/layernorm_big_rows.json and DIR/layernorm_big_rows.md (committed in b
 """
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -41,8 +40,7 @@ def schedule(tile: int, warps: int, one_pass: bool) -> str:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", required=True)
+    parser = measure.study_parser(__doc__)
     args = parser.parse_args(argv)
     device = torch.device("cuda")
     timer = measure.Timer("do_bench")

@@ -21,7 +21,6 @@ writes DIR/layernorm_onepass.json and DIR/layernorm_onepass.md (committed in ben
 """
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -32,13 +31,27 @@ import triton.language as tl
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import measure  # noqa: E402
 import render  # noqa: E402
-from cases import ROOT  # noqa: E402
+from cases import ROOT, cases, schedule_for  # noqa: E402
+from memory_hints import tuned_variant  # noqa: E402
 
 import dt  # noqa: E402
 
 ROWS, WIDTH = 128, 65536
 EPS = 1e-5
 MEAN = 3.0
+
+
+def tuned_row(dtype: str, device: torch.device) -> tuple:
+    """The benchmark's layernorm row at ROWS x WIDTH in `dtype`: its case, its inputs (A, W,
+    Bias), their float64 layer norm, and the calls to time so far: dt's tuned schedule, by name."""
+    case = next(c for c in cases(["layernorm"], dtypes=[dtype]) if c.shape == (ROWS, WIDTH))
+    t = measure.case_inputs(case, device, seed=1)
+    x, w, b = t["A"], t["W"], t["Bias"]
+    ref = torch.nn.functional.layer_norm(x.double(), (WIDTH,), w.double(), b.double(), EPS)
+    tuned = schedule_for(case)
+    program = dt.load(tuned)
+    calls = {f"dt, tuned ({tuned_variant(tuned)})": lambda: program(backend="triton", A=x, W=w, Bias=b, eps=EPS)}
+    return case, (x, w, b), ref, calls
 
 
 @triton.jit
@@ -120,8 +133,7 @@ VARIANTS = (("two passes, Chan per tile", chan_kernel), ("two passes, per-lane W
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", required=True)
+    parser = measure.study_parser(__doc__)
     args = parser.parse_args(argv)
     device = torch.device("cuda")
     timer = measure.Timer("do_bench")

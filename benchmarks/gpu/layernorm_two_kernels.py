@@ -22,7 +22,6 @@ writes DIR/layernorm_two_kernels.json and .md (committed in benchmarks/results/)
 """
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -33,15 +32,8 @@ import triton.language as tl
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import measure  # noqa: E402
 import render  # noqa: E402
-from bench import positive_int  # noqa: E402
-from cases import cases, schedule_for  # noqa: E402
-from layernorm_onepass import chan_update  # noqa: E402
-from memory_hints import tuned_variant  # noqa: E402
+from layernorm_onepass import EPS, ROWS, chan_update, tuned_row  # noqa: E402
 
-import dt  # noqa: E402
-
-SHAPE = (128, 65536)
-EPS = 1e-5
 STATISTICS = ((1, 16384, 32), (4, 4096, 8), (8, 2048, 8), (8, 4096, 16))  # (splits, tile, warps)
 OUTPUT_BLOCKS = ((1, 2048), (2, 2048), (4, 1024), (4, 2048), (8, 1024), (16, 512))  # (rows, columns)
 
@@ -91,24 +83,15 @@ def two_kernels(x, w, b, out, partial, splits, tile, warps, eviction, rows, colu
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", required=True)
-    parser.add_argument("--rounds", type=positive_int, default=3)
-    parser.add_argument("--dtypes", nargs="+", default=["f32", "bf16"])
+    parser = measure.study_parser(__doc__, rounds=3, dtypes=True)
     args = parser.parse_args(argv)
     device = torch.device("cuda")
     timer = measure.Timer("cold")
     records = []
     for dtype in args.dtypes:
-        case = next(c for c in cases(["layernorm"], dtypes=[dtype]) if c.shape == SHAPE)
-        t = measure.case_inputs(case, device, seed=1)
-        x, w, b = t["A"], t["W"], t["Bias"]
-        ref = torch.nn.functional.layer_norm(x.double(), (SHAPE[1],), w.double(), b.double(), EPS)
-        tuned = schedule_for(case)
-        program = dt.load(tuned)
-        calls = {f"dt, tuned ({tuned_variant(tuned)})": lambda: program(backend="triton", A=x, W=w, Bias=b, eps=EPS)}
+        case, (x, w, b), ref, calls = tuned_row(dtype, device)
         for splits, tile, warps in STATISTICS:
-            partial = torch.empty((SHAPE[0], splits, 2), dtype=torch.float32, device=device)
+            partial = torch.empty((ROWS, splits, 2), dtype=torch.float32, device=device)
             for eviction, hint in (("evict_last", "evict_last"), ("", "plain")):
                 for rows, columns in OUTPUT_BLOCKS:
                     out = torch.full_like(x, float("nan"))  # what a kernel leaves unwritten fails the check
@@ -116,10 +99,7 @@ def main(argv=None) -> int:
                             f"output {rows} x {columns}")
                     calls[name] = (lambda partial=partial, out=out, s=(splits, tile, warps, eviction, rows, columns):
                                    two_kernels(x, w, b, out, partial, *s))
-        for name, call in calls.items():
-            error = measure.relative_error(call(), ref)
-            if not error < measure.TOLERANCE[dtype]:
-                raise AssertionError(f"layernorm {dtype} {name}: relative error {error:.2e}")
+        measure.check_calls(calls, ref, dtype, f"layernorm {dtype}")
         records += measure.timed_variants(timer, device, case, calls, args.rounds, kernel="layernorm")
         measure.empty_cache(device)
     measure.write_study(args.out, "layernorm_two_kernels", device, records, markdown)

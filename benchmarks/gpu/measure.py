@@ -2,6 +2,7 @@
 and cuBLAS), random inputs, and the correctness check against a float64 reference."""
 from __future__ import annotations
 
+import argparse
 import functools
 import json
 import math
@@ -194,6 +195,39 @@ def device_description(device: torch.device) -> dict:
     else:
         info["device"] = f"CPU ({platform.machine()}) - dry run"
     return info
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: an int of 1 or more."""
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected 1 or more, not {value}")
+    return value
+
+
+def study_parser(doc: str, rounds: int | None = None, dtypes: bool = False) -> argparse.ArgumentParser:
+    """A study's command line: --out DIR, with `rounds` --rounds N (that default), with `dtypes`
+    --dtypes (f32 and bf16 by default); described by the first paragraph of `doc`."""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    parser.add_argument("--out", required=True)
+    if rounds:
+        parser.add_argument("--rounds", type=positive_int, default=rounds)
+    if dtypes:
+        parser.add_argument("--dtypes", nargs="+", default=["f32", "bf16"])
+    return parser
+
+
+def check_calls(calls: dict, ref: torch.Tensor, dtype: str, title: str, out: torch.Tensor | None = None) -> None:
+    """Run each call once and compare what it returns, or `out` when it returns no tensor, with
+    `ref` within the dtype's tolerance; `out` is filled with NaN before each call, so that what a
+    kernel leaves unwritten fails."""
+    for name, call in calls.items():
+        if out is not None:
+            out.fill_(float("nan"))
+        result = call()
+        error = relative_error(result if isinstance(result, torch.Tensor) else out, ref)
+        if not error < TOLERANCE[dtype]:
+            raise AssertionError(f"{title} {name}: relative error {error:.2e}")
 
 
 def write_study(out_dir, name: str, device: torch.device, records: list[dict], markdown) -> None:

@@ -24,7 +24,6 @@ writes DIR/memory_hints.json and .md (committed in benchmarks/results/).
 """
 from __future__ import annotations
 
-import argparse
 import re
 import sys
 from pathlib import Path
@@ -105,9 +104,7 @@ def copy_kernel(src_ptr, dst_ptr, N: tl.constexpr, BLOCK: tl.constexpr, STORE: t
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", required=True)
-    parser.add_argument("--rounds", type=int, default=5)
+    parser = measure.study_parser(__doc__, rounds=5)
     args = parser.parse_args(argv)
     device = torch.device("cuda")
     timer = measure.Timer("do_bench")

@@ -24,7 +24,6 @@ runs the tiny rows on Triton's interpreter (`TRITON_INTERPRET=1`) as a dry run.
 """
 from __future__ import annotations
 
-import argparse
 import re
 import statistics
 import sys
@@ -66,9 +65,7 @@ def row_major(text: str, out: str) -> str | None:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", required=True)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser = measure.study_parser(__doc__, rounds=3)
     parser.add_argument("--kernels", nargs="+", default=list(KERNELS), choices=KERNELS)
     args = parser.parse_args(argv)
     gpu = torch.cuda.is_available()

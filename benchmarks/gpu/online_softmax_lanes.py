@@ -19,7 +19,6 @@ writes DIR/online_softmax_lanes.json and .md (committed in benchmarks/results/).
 """
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -83,8 +82,7 @@ VARIANTS = (("per tile (dt's one-walk update)", per_tile_kernel), ("per lane", p
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", required=True)
+    parser = measure.study_parser(__doc__)
     args = parser.parse_args(argv)
     device = torch.device("cuda")
     timer = measure.Timer("do_bench")

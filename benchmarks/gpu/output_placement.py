@@ -14,7 +14,6 @@ writes DIR/output_placement.json and .md (committed in benchmarks/results/).
 """
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 from pathlib import Path
@@ -53,9 +52,7 @@ class PlacedTorch:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", required=True)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser = measure.study_parser(__doc__, rounds=3)
     args = parser.parse_args(argv)
     device = torch.device("cuda")
     timer = measure.Timer("do_bench")

@@ -23,7 +23,6 @@ writes DIR/pass_prefetch.json and .md (committed in benchmarks/results/).
 """
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -34,15 +33,8 @@ import triton.language as tl
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import measure  # noqa: E402
 import render  # noqa: E402
-from bench import positive_int  # noqa: E402
-from cases import cases, schedule_for  # noqa: E402
-from layernorm_onepass import chan_kernel, chan_update  # noqa: E402
-from memory_hints import tuned_variant  # noqa: E402
+from layernorm_onepass import EPS, ROWS, WIDTH, chan_kernel, chan_update, tuned_row  # noqa: E402
 
-import dt  # noqa: E402
-
-SHAPE = (128, 65536)
-EPS = 1e-5
 TILINGS = ((4096, 8), (4096, 16), (8192, 16), (8192, 32), (16384, 32))  # (tile, warps)
 
 
@@ -94,39 +86,23 @@ STRUCTURES = (("loads in order", chan_kernel, {}),
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", required=True)
-    parser.add_argument("--rounds", type=positive_int, default=3)
-    parser.add_argument("--dtypes", nargs="+", default=["f32", "bf16"])
+    parser = measure.study_parser(__doc__, rounds=3, dtypes=True)
     args = parser.parse_args(argv)
     device = torch.device("cuda")
     timer = measure.Timer("cold")
     records = []
     for dtype in args.dtypes:
-        case = next(c for c in cases(["layernorm"], dtypes=[dtype]) if c.shape == SHAPE)
-        t = measure.case_inputs(case, device, seed=1)
-        x, w, b = t["A"], t["W"], t["Bias"]
-        rows, width = SHAPE
-        ref = torch.nn.functional.layer_norm(x.double(), (width,), w.double(), b.double(), EPS)
+        case, (x, w, b), ref, calls = tuned_row(dtype, device)
         out = torch.empty_like(x)
-        tuned = schedule_for(case)
-        program = dt.load(tuned)
-        calls = {f"dt, tuned ({tuned_variant(tuned)})": lambda: program(backend="triton", A=x, W=w, Bias=b, eps=EPS)}
         async_copies = {}
         for structure, kernel, constants in STRUCTURES:
             for tile, warps in TILINGS:
                 def call(kernel=kernel, tile=tile, warps=warps, constants=constants):
-                    return kernel[(rows,)](x, w, b, out, EPS, width, tile, **constants, num_warps=warps, num_stages=1)
+                    return kernel[(ROWS,)](x, w, b, out, EPS, WIDTH, tile, **constants, num_warps=warps, num_stages=1)
                 name = f"{structure}, tile {tile}, {warps} warps"
                 async_copies[name] = "cp.async" in call().asm["ptx"]
                 calls[name] = call
-        for name, call in calls.items():
-            out.fill_(float("nan"))  # what a kernel leaves unwritten fails the check
-            result = call()
-            measure.synchronize(device)
-            error = measure.relative_error(result if isinstance(result, torch.Tensor) else out, ref)
-            if not error < measure.TOLERANCE[dtype]:
-                raise AssertionError(f"layernorm {dtype} {name}: relative error {error:.2e}")
+        measure.check_calls(calls, ref, dtype, f"layernorm {dtype}", out)
         for record in measure.timed_variants(timer, device, case, calls, args.rounds, kernel="layernorm"):
             records.append(dict(record, cp_async=async_copies.get(record["variant"])))
         measure.empty_cache(device)

@@ -21,7 +21,6 @@ writes DIR/split_reduction.json and DIR/split_reduction.md (committed in benchma
 """
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -149,8 +148,7 @@ def variants(kernel: str, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor, out
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", required=True)
+    parser = measure.study_parser(__doc__)
     args = parser.parse_args(argv)
     device = torch.device("cuda")
     timer = measure.Timer("do_bench")

@@ -20,7 +20,6 @@ writes OUT/timer_rounds.json (the runs' records, trimmed) and OUT/timer_rounds.m
 """
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import sys
@@ -40,8 +39,7 @@ def spread(ms_runs: list[float]) -> float:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", required=True)
+    parser = measure.study_parser(__doc__)
     parser.add_argument("runs", nargs="+", help="gpu-TAG.json files written by bench.py")
     args = parser.parse_args(argv)
     records = [{f: r.get(f) for f in FIELDS} for path in args.runs

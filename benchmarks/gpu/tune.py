@@ -40,7 +40,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import torch  # noqa: E402
 
 import measure  # noqa: E402
-from bench import positive_int  # noqa: E402
 import space  # noqa: E402
 from cases import KERNELS, ROOT, TUNED_DIR, cases, tuned_name  # noqa: E402
 
@@ -153,7 +152,7 @@ def main(argv=None) -> int:
     p.add_argument("--match")
     p.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 2) - 2))
     p.add_argument("--budget", type=float, default=0, help="seconds; start no new row after this (0: none)")
-    p.add_argument("--rounds", type=positive_int, default=3, help="round-robin rounds timing each row's finalists")
+    p.add_argument("--rounds", type=measure.positive_int, default=3, help="round-robin rounds timing each row's finalists")
     args = p.parse_args(argv)
     if args.write:
         return write(args.write)

@@ -18,7 +18,6 @@ writes DIR/walk_direction.json and .md (committed in benchmarks/results/).
 """
 from __future__ import annotations
 
-import argparse
 import re
 import sys
 from pathlib import Path
@@ -30,7 +29,6 @@ import measure  # noqa: E402
 import render  # noqa: E402
 import space  # noqa: E402
 from cases import cases, schedule_for  # noqa: E402
-from bench import positive_int  # noqa: E402
 from memory_hints import tuned_variant, variant_name  # noqa: E402
 
 import dt  # noqa: E402
@@ -61,10 +59,7 @@ def alternate_walks(source: str) -> str:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", required=True)
-    parser.add_argument("--rounds", type=positive_int, default=3)
-    parser.add_argument("--dtypes", nargs="+", default=["f32", "bf16"])
+    parser = measure.study_parser(__doc__, rounds=3, dtypes=True)
     args = parser.parse_args(argv)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     timer = measure.Timer("do_bench" if device.type == "cuda" else "cpu")
