@@ -594,11 +594,14 @@ def test_the_clock_ramp_report_reads_each_mark_from_the_batch_that_started_there
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_the_layernorm_studies_hand_written_kernels_compute_layer_norm(dtype):
-    """pass_prefetch's kernels (loads in order, next tile in flight, across walks) and
-    layernorm_two_kernels' pair, on Triton's interpreter, against PyTorch's layer norm."""
+    """pass_prefetch's kernels (loads in order, next tile in flight, across walks),
+    layernorm_two_kernels' pair and layernorm_tma's pipelined walks (through TMA descriptors
+    and through pointers), on Triton's interpreter, against PyTorch's layer norm."""
     pytest.importorskip("triton")
+    import layernorm_tma
     import layernorm_two_kernels
     import pass_prefetch
+    from triton.tools.tensor_descriptor import TensorDescriptor
     g = torch.Generator().manual_seed(3)
     rows, width = 8, 512
     x = (torch.randn(rows, width, generator=g) * 2 + 3).to(dtype)
@@ -610,6 +613,14 @@ def test_the_layernorm_studies_hand_written_kernels_compute_layer_norm(dtype):
         for tile in (64, 512):  # several tiles per walk, and one
             out = torch.empty_like(x)
             kernel[(rows,)](x, w, b, out, 1e-5, width, tile, **constants)
+            outs.append(out)
+    for tma in (True, False):
+        for tile in (64, 512):
+            def box(t, tile=tile, tma=tma):
+                return TensorDescriptor.from_tensor(t, [1, tile]) if tma else None
+            out = torch.empty_like(x)
+            layernorm_tma.pipelined_kernel[(rows,)](box(x), box(w.view(1, width)), box(b.view(1, width)), box(out),
+                                                    x, w, b, out, 1e-5, width, tile, 3, 2, tma)
             outs.append(out)
     for splits, tile, output_rows, columns in ((1, 128, 1, 128), (4, 64, 4, 64), (8, 32, 8, 256)):
         out, partial = torch.empty_like(x), torch.empty((rows, splits, 2))

@@ -164,6 +164,16 @@ out[x, y] = A[x, y] * 2.0;
 out.block(x:4, y:16); out.tensorize(x:4, y:16); out.persistent(2); out.tma();
 out.compile();
 """, {"x": 9, "y": 13}),
+    # Row walks with and without num_stages: Triton pipelines a loop without tl.dot only when
+    # the loop asks (tl.range's num_stages), so dt writes the kernel's stage count on the loop.
+    "staged_walk": ("""
+Func staged, plain; In A; Var x; RVar y;
+staged[x] = rsum(A[x, y] * A[x, y], y);
+plain[x] = rmax(A[x, y], y);
+staged.block(x:1); staged.tensorize(y:64); staged.num_stages(3);
+plain.block(x:1); plain.tensorize(y:64);
+staged.compile(); plain.compile();
+""", {"x": 5, "y": 300}),
     # DT names that are Python keywords, builtins, Triton's module name or look generated.
     "names": ("""
 Func tl, float, lambda; In A_ptr, device; SIn x_SIZE2; Var x;
@@ -470,13 +480,16 @@ def test_unavailable_without_gpu_or_interpreter(monkeypatch):
 SM90_CASES = [(name, "f16") for name in EXAMPLES] + [
     ("functions", "bf16"), ("where", "f32"), ("reductions", "f32"), ("small_dot", "bf16"), ("whole_dot", "f32"),
     ("rank0", "f32"), ("rank0_input", "f16"), ("no_inputs", "f32"), ("temporary", "f32"), ("constants", "f32"),
-    ("names", "f32"), ("persistent_tma", "f16"), ("persistent_tma", "bf16"), ("tma_unaligned", "f32"), ("flash_tma", "f16")]
+    ("names", "f32"), ("persistent_tma", "f16"), ("persistent_tma", "bf16"), ("tma_unaligned", "f32"), ("flash_tma", "f16"),
+    ("staged_walk", "f32")]
 
 
-def compile_for_sm90(cases) -> dict:
+def compile_for_sm90(cases, ptx_marker: str | None = None) -> dict:
     """Compile the kernels of each (program, dtype) to an sm_90 cubin with Triton's NVIDIA
     backend (no GPU needed): launches are recorded instead of run, then compiled with the
-    arguments, constexprs and options they would have had. Runs without TRITON_INTERPRET."""
+    arguments, constexprs and options they would have had. Runs without TRITON_INTERPRET.
+    With `ptx_marker`, also says for each kernel (`{program}-{dtype} {kernel}`) whether its PTX
+    contains that text."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
@@ -522,26 +535,44 @@ def compile_for_sm90(cases) -> dict:
                         signature[param.name], constants[(i,)] = "constexpr", None
                     else:
                         signature[param.name] = "fp32"
-                triton.compile(ASTSource(fn, signature, constants, attrs), target=GPUTarget("cuda", 90, 32),
-                               options=options)
+                compiled = triton.compile(ASTSource(fn, signature, constants, attrs), target=GPUTarget("cuda", 90, 32),
+                                          options=options)
+                if ptx_marker:
+                    results[f"{name}-{dtype} {fn.__name__}"] = ptx_marker in compiled.asm["ptx"]
             results[f"{name}-{dtype}"] = "ok"
         except Exception as e:  # reported to the parent test, which shows every failure
             results[f"{name}-{dtype}"] = f"{type(e).__name__}: {e}"
     return results
 
 
-def test_kernels_compile_for_sm90():
+def sm90_compiled(call: str) -> dict:
+    """The result of `call` (an expression on this module, `t`) in a fresh interpreter without
+    TRITON_INTERPRET, so that Triton's NVIDIA backend compiles."""
     pytest.importorskip("triton.backends.nvidia.compiler")
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     code = (f"import sys, json; sys.path.insert(0, {str(ROOT / 'tests')!r}); "
-            f"import test_triton_backend as t; print(json.dumps(t.compile_for_sm90(t.SM90_CASES)))")
+            f"import test_triton_backend as t; print(json.dumps({call}))")
     proc = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True,
                           timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    results = json.loads(proc.stdout.strip().splitlines()[-1])
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_kernels_compile_for_sm90():
+    results = sm90_compiled("t.compile_for_sm90(t.SM90_CASES)")
     failed = {k: v for k, v in results.items() if v != "ok"}
     assert not failed, failed
     assert len(results) == len(SM90_CASES)
+
+
+def test_num_stages_pipelines_a_walk_without_a_product():
+    src = program("staged_walk").source("triton")
+    assert "for y_iter in tl.range(0, y_SIZE, 64, num_stages=3):" in src  # staged
+    assert "for y_iter in range(0, y_SIZE, 64):" in src  # plain
+    assert "for k_iter in range(0, k_SIZE, 32):" in program("matmul").source("triton")  # Triton stages products
+    copies = sm90_compiled('t.compile_for_sm90([("staged_walk", "f32")], "cp.async")')
+    assert copies == {"staged_walk-f32 staged_kernel": True, "staged_walk-f32 plain_kernel": False,
+                      "staged_walk-f32": "ok"}
 
 
 def test_an_index_value_that_reads_the_program_id_gets_it_defined():

@@ -529,7 +529,11 @@ class _KernelRenderer:
                 w.line(f"{self.names.ir(s.name)} = {self.texpr(s.value, s.loc)}")
         elif isinstance(s, S.For):
             step = f", {s.step}" if s.step != 1 else ""
-            w.line(f"for {self.names.ir(s.var)} in range({self.index(s.start)}, {self.index(s.stop)}{step}):")
+            bounds = f"{self.index(s.start)}, {self.index(s.stop)}{step}"
+            if self.stage_hint(s):
+                w.line(f"for {self.names.ir(s.var)} in tl.range({bounds}, num_stages={self.kernel.num_stages}):")
+            else:
+                w.line(f"for {self.names.ir(s.var)} in range({bounds}):")
             with w.indent():
                 for t in s.body:
                     self.stmt(w, t)
@@ -537,6 +541,17 @@ class _KernelRenderer:
             self.store(w, s)
         else:
             raise AssertionError(s)
+
+    def stage_hint(self, loop: S.For) -> bool:
+        """Whether the loop names the kernel's num_stages itself. Triton pipelines an innermost loop
+        whose loads feed tl.dot at the kernel's num_stages, and any other loop only when the loop
+        asks (tl.range's num_stages); a loop inside a flattened persistent loop is left to the
+        flattening, and an outer loop is not pipelined."""
+        if not self.kernel.num_stages or (self.program_count and self.use_tma):
+            return False
+        inner = list(S.walk_statements(loop.body))
+        return not any(isinstance(s, S.For) or (isinstance(s, (S.Assign, S.Store)) and any(
+            isinstance(node, S.Dot) for node in S.walk_texpr(s.value))) for s in inner)
 
     def axis(self, w: Writer, ax: S.Axis):
         lay: AxisLayout = self.layout.axes[ax.name]
