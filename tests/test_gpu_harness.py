@@ -669,3 +669,15 @@ def test_a_studys_command_line():
     assert not hasattr(measure.study_parser("T.").parse_args(["--out", "d"]), "rounds")
     with pytest.raises(SystemExit):
         measure.study_parser("T.", rounds=3).parse_args(["--out", "d", "--rounds", "0"])
+
+
+def test_the_l2_pinning_report_compares_each_consumer_with_its_time_after_no_producer():
+    import l2_pinning
+    records = [dict(producer="nothing", consumer="sum", rounds_ms=[0.02, 0.025], ms=0.02),
+               dict(producer="kept", consumer="sum", rounds_ms=[0.018, 0.017], ms=0.018),
+               dict(producer="kept", consumer=None, rounds_ms=[0.03], ms=0.03)]
+    run = {"device": "GPU", "torch": "x", "triton": "y", "started": "now"}
+    lines = l2_pinning.markdown(run, records).splitlines()
+    assert "| producer | sum ms | producer ms |" in lines
+    assert "| nothing | 0.0200 (1.00x; 0.0200 / 0.0250) |  |" in lines
+    assert "| kept | 0.0180 (0.90x; 0.0180 / 0.0170) | 0.0300 |" in lines
