@@ -681,3 +681,12 @@ def test_the_l2_pinning_report_compares_each_consumer_with_its_time_after_no_pro
     assert "| producer | sum ms | producer ms |" in lines
     assert "| nothing | 0.0200 (1.00x; 0.0200 / 0.0250) |  |" in lines
     assert "| kept | 0.0180 (0.90x; 0.0180 / 0.0170) | 0.0300 |" in lines
+
+
+def test_eviction_hints_come_off_the_generated_loads():
+    import measure
+    source = ('a = tl.load(p, mask=m, other=0.0, eviction_policy="evict_last")\n'
+              'b = tl.load(q,\n    eviction_policy="evict_first")\n')
+    assert measure.without_eviction_hints(source) == "a = tl.load(p, mask=m, other=0.0)\nb = tl.load(q)\n"
+    with pytest.raises(ValueError):
+        measure.without_eviction_hints("a = tl.load(p)\n")

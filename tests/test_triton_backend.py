@@ -167,13 +167,22 @@ out.compile();
     # Row walks with and without num_stages: Triton pipelines a loop without tl.dot only when
     # the loop asks (tl.range's num_stages), so dt writes the kernel's stage count on the loop.
     "staged_walk": ("""
-Func staged, plain; In A; Var x; RVar y;
+Func staged, plain, by_tma; In A; Var x; RVar y;
 staged[x] = rsum(A[x, y] * A[x, y], y);
 plain[x] = rmax(A[x, y], y);
+by_tma[x] = rsum(A[x, y], y);
 staged.block(x:1); staged.tensorize(y:64); staged.num_stages(3);
 plain.block(x:1); plain.tensorize(y:64);
-staged.compile(); plain.compile();
+by_tma.block(x:1); by_tma.tensorize(y:64); by_tma.persistent(2); by_tma.tma(); by_tma.num_stages(3);
+staged.compile(); plain.compile(); by_tma.compile();
 """, {"x": 5, "y": 300}),
+    # A product of tiles under 16 is a multiply and a sum, not tl.dot: its loop takes the stages.
+    "staged_small_dot": ("""
+Func mm; In A, B; Var x, y; RVar k;
+mm[x, y] = rdot(A[x, k], B[k, y], k);
+mm.block(x:8, y:8); mm.tensorize(x:8, y:8, k:4); mm.num_stages(3);
+mm.compile();
+""", {"x": 13, "y": 10, "k": 9}),
     # DT names that are Python keywords, builtins, Triton's module name or look generated.
     "names": ("""
 Func tl, float, lambda; In A_ptr, device; SIn x_SIZE2; Var x;
@@ -453,7 +462,7 @@ def test_out_of_resources_with_whole_extent_tiles_says_stages_may_not_be_enough(
                "C": torch.zeros(70, 64, dtype=torch.float16)}
     with pytest.raises(DTBackendError, match="needs more shared memory") as e:
         run(tensors, {}, {"m_SIZE": 16, "k_SIZE": 16, "l_SIZE": 70, "n_SIZE": 64})
-    assert e.value.hint.startswith("try attention.num_stages(3); or its tiles span the whole of 'l'")
+    assert e.value.hint.startswith("try attention.num_stages(4); or its tiles span the whole of 'l'")
     assert "walk 'l' in tiles" in e.value.hint
 
 
@@ -481,15 +490,15 @@ SM90_CASES = [(name, "f16") for name in EXAMPLES] + [
     ("functions", "bf16"), ("where", "f32"), ("reductions", "f32"), ("small_dot", "bf16"), ("whole_dot", "f32"),
     ("rank0", "f32"), ("rank0_input", "f16"), ("no_inputs", "f32"), ("temporary", "f32"), ("constants", "f32"),
     ("names", "f32"), ("persistent_tma", "f16"), ("persistent_tma", "bf16"), ("tma_unaligned", "f32"), ("flash_tma", "f16"),
-    ("staged_walk", "f32")]
+    ("staged_walk", "f32"), ("staged_small_dot", "f32")]
 
 
-def compile_for_sm90(cases, ptx_marker: str | None = None) -> dict:
+def compile_for_sm90(cases, inspect=None) -> dict:
     """Compile the kernels of each (program, dtype) to an sm_90 cubin with Triton's NVIDIA
     backend (no GPU needed): launches are recorded instead of run, then compiled with the
     arguments, constexprs and options they would have had. Runs without TRITON_INTERPRET.
-    With `ptx_marker`, also says for each kernel (`{program}-{dtype} {kernel}`) whether its PTX
-    contains that text."""
+    With `inspect`, also gives inspect(compiled kernel) for each kernel, as
+    `{program}-{dtype} {kernel}`."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
@@ -537,8 +546,8 @@ def compile_for_sm90(cases, ptx_marker: str | None = None) -> dict:
                         signature[param.name] = "fp32"
                 compiled = triton.compile(ASTSource(fn, signature, constants, attrs), target=GPUTarget("cuda", 90, 32),
                                           options=options)
-                if ptx_marker:
-                    results[f"{name}-{dtype} {fn.__name__}"] = ptx_marker in compiled.asm["ptx"]
+                if inspect:
+                    results[f"{name}-{dtype} {fn.__name__}"] = inspect(compiled)
             results[f"{name}-{dtype}"] = "ok"
         except Exception as e:  # reported to the parent test, which shows every failure
             results[f"{name}-{dtype}"] = f"{type(e).__name__}: {e}"
@@ -567,12 +576,16 @@ def test_kernels_compile_for_sm90():
 
 def test_num_stages_pipelines_a_walk_without_a_product():
     src = program("staged_walk").source("triton")
-    assert "for y_iter in tl.range(0, y_SIZE, 64, num_stages=3):" in src  # staged
+    assert src.count("for y_iter in tl.range(0, y_SIZE, 64, num_stages=3):") == 2  # staged, by_tma
     assert "for y_iter in range(0, y_SIZE, 64):" in src  # plain
-    assert "for k_iter in range(0, k_SIZE, 32):" in program("matmul").source("triton")  # Triton stages products
-    copies = sm90_compiled('t.compile_for_sm90([("staged_walk", "f32")], "cp.async")')
-    assert copies == {"staged_walk-f32 staged_kernel": True, "staged_walk-f32 plain_kernel": False,
-                      "staged_walk-f32": "ok"}
+    assert "for k_iter in tl.range(0, k_SIZE, 4, num_stages=3):" in program("staged_small_dot").source("triton")
+    assert "for k_iter in range(0, k_SIZE, 32):" in program("matmul").source("triton")  # Triton stages tl.dot
+    # A pipelined loop keeps its loads in multi-buffered shared memory: cp.async, or TMA by_tma's.
+    buffered = sm90_compiled('t.compile_for_sm90([("staged_walk", "f32"), ("staged_small_dot", "f32")], '
+                             'lambda kernel: "memdesc<2x" in kernel.asm["ttgir"])')
+    assert buffered == {"staged_walk-f32 staged_kernel": True, "staged_walk-f32 plain_kernel": False,
+                        "staged_walk-f32 by_tma_kernel": True, "staged_walk-f32": "ok",
+                        "staged_small_dot-f32 mm_kernel": True, "staged_small_dot-f32": "ok"}
 
 
 def test_an_index_value_that_reads_the_program_id_gets_it_defined():

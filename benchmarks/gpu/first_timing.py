@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import statistics
 import subprocess
 import sys
@@ -161,9 +160,7 @@ def scenario(name: str) -> list[dict]:
             _set_carveout(kernels["whole"], int(step.split()[1]))
         elif step == "tiled unhinted launches":
             source = programs["tiled"].source("triton", "bf16")
-            unhinted = re.sub(r',\s*eviction_policy="evict_\w+"', "", source)
-            assert "eviction_policy" in source and "eviction_policy" not in unhinted
-            launcher = load_module(unhinted, "tiled_unhinted")[programs["tiled"].name]
+            launcher = load_module(measure.without_eviction_hints(source), "tiled_unhinted")[programs["tiled"].name]
             for _ in range(2000):
                 launcher(**timed)
             torch.cuda.synchronize()

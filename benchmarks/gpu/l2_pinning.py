@@ -2,27 +2,27 @@
 
 A measurement. dt's cache hints (docs/triton.md, "Cache hints") read a row that a later walk
 reads again with `evict_last`, and its last walk with `evict_first`. The kept lines outlive
-the kernel, even a 256 MB flush (docs/performance.md, "Lines kept in L2 through the
-flush"): until other `evict_last` traffic or `cuCtxResetPersistingL2Cache` replaces them,
-later kernels have that much less L2. Here each producer runs once on the idle GPU after
-every kept line was demoted (measure.reset_persisting_l2), then each consumer is timed
-with `triton.testing.do_bench` (whose flush leaves kept lines alone), on tensors of its own:
+the kernel, its `evict_first` walk and a 256 MB flush (docs/performance.md, "Lines kept in
+L2 through the flush"): until other `evict_last` traffic or `cuCtxResetPersistingL2Cache`
+replaces them, later kernels have that much less L2. Here, for each producer and consumer,
+every kept line is demoted (measure.reset_persisting_l2) on the idle GPU, the producer runs
+once, and the consumer is timed with `triton.testing.do_bench` (whose flush leaves kept
+lines alone). Producers (all but `nothing` read a 128x65536 f32 row set, 32 MB, twice):
 
-producers, each reading a 128x65536 f32 row set (32 MB) twice:
 - `nothing`: no producer (the reference);
 - `dt layernorm, hints` and `dt layernorm, no hints`: dt's tuned layernorm at 128x65536 f32,
   as generated and with its eviction hints removed;
 - `two walks, evict_last then evict_first`: a hand-written kernel, a row sum walk that keeps
-  its lines, then an output walk that releases them, as dt's hints do;
+  its lines, then an output walk with `evict_first` loads, as dt's hints do;
 - `... then applypriority evict_normal`: the same, the output walk also returning each line
   it read to normal priority (PTX `applypriority.global.L2::evict_normal`, once per 128-byte
-  line);
+  line).
 
-consumers: the sum of the producers' own rows (a positive control: faster where their lines
-are still kept, do_bench's flush evicting the others), PyTorch eager layer_norm and softmax
-at 128x65536 f32 (their second read of a row comes from L2), torch.compile's layer_norm at
-the same shape, and a cuBLAS f16 matmul at 4096^3. The producers themselves are timed too
-(cold timer), to price the demotion.
+Consumers: the sum of the producers' own rows (a positive control: faster where their lines
+are still kept, do_bench's flush evicting the others); on tensors of their own, PyTorch
+eager layer_norm and softmax at 128x65536 f32 (their second read of a row comes from L2),
+torch.compile's layer_norm at the same shape, and a cuBLAS f16 matmul at 4096^3. The
+producers themselves are timed too (cold timer), to price the demotion.
 
     python benchmarks/gpu/l2_pinning.py --out DIR [--rounds 3]
 
@@ -41,12 +41,13 @@ import triton.language as tl
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import measure  # noqa: E402
 import render  # noqa: E402
-from cases import cases, schedule_for  # noqa: E402
+from cases import schedule_for  # noqa: E402
+from layernorm_onepass import EPS, ROWS, WIDTH, tuned_row  # noqa: E402
 
 import dt  # noqa: E402
 from dt.backends.pysource import load_module  # noqa: E402
 
-ROWS, WIDTH, TILE = 128, 65536, 8192
+TILE = 8192
 LINE_BYTES = 128
 
 
@@ -70,52 +71,41 @@ def two_walks_kernel(x_ptr, out_ptr, WIDTH: tl.constexpr, TILE: tl.constexpr, LI
         tl.store(out_ptr + row_start + start + lanes, x - mean)
 
 
-def dt_layernorm(hints: bool, x, w, b):
-    """dt's tuned layernorm at ROWS x WIDTH f32 as a call on (x, w, b), its eviction hints
-    removed unless `hints`."""
-    from dt.backends import triton as triton_backend
-    case = next(c for c in cases(["layernorm"], ["f32"]) if c.shape == (ROWS, WIDTH))
-    module = triton_backend.create().module(dt.load(schedule_for(case)).pipeline("f32"))
-    source = module.source
-    if not hints:
-        source = source.replace(', eviction_policy="evict_last"', "").replace(', eviction_policy="evict_first"', "")
-        assert "eviction_policy" not in source
-    launch = load_module(source, f"l2_pinning_{hints}", {"__name__": f"l2_pinning_{hints}"})[module.function]
-    return lambda: launch(x, w, b, 1e-5)
-
-
 def main(argv=None) -> int:
     args = measure.study_parser(__doc__, rounds=3).parse_args(argv)
     device = torch.device("cuda")
+    case, (x, w, b), ref, calls = tuned_row("f32", device)
+    program = dt.load(schedule_for(case))
+    unhinted = load_module(measure.without_eviction_hints(program.source("triton", "f32")),
+                           "layernorm_unhinted")[program.name]
+    out = torch.empty_like(x)
+    line = LINE_BYTES // x.element_size()
+    keep = "two walks, evict_last then evict_first"
+    demote = f"{keep}, then applypriority evict_normal"
+    producers = {
+        "nothing": None,
+        "dt layernorm, hints": next(iter(calls.values())),
+        "dt layernorm, no hints": lambda: unhinted(x, w, b, EPS),
+        keep: lambda: two_walks_kernel[(ROWS,)](x, out, WIDTH, TILE, line, False, num_warps=16),
+        demote: lambda: two_walks_kernel[(ROWS,)](x, out, WIDTH, TILE, line, True, num_warps=16),
+    }
+    measure.check_calls({name: producers[name] for name in ("dt layernorm, hints", "dt layernorm, no hints")},
+                        ref, "f32", "layernorm")
+    measure.check_calls({name: producers[name] for name in (keep, demote)}, x.double() - x.double().mean(1, True),
+                        "f32", "two walks", out)
+
     g = measure.generator(device, 5)
 
     def rand(*shape, dtype=torch.float32):
         return measure.random_tensor(shape, dtype, device, g)
 
-    x, w, b, out = rand(ROWS, WIDTH), rand(WIDTH), rand(WIDTH), torch.empty(ROWS, WIDTH, device=device)
-    line = LINE_BYTES // x.element_size()
-    producers = {
-        "nothing": None,
-        "dt layernorm, hints": dt_layernorm(True, x, w, b),
-        "dt layernorm, no hints": dt_layernorm(False, x, w, b),
-        "two walks, evict_last then evict_first":
-            lambda: two_walks_kernel[(ROWS,)](x, out, WIDTH, TILE, line, False, num_warps=16),
-        "two walks, evict_last then evict_first, then applypriority evict_normal":
-            lambda: two_walks_kernel[(ROWS,)](x, out, WIDTH, TILE, line, True, num_warps=16),
-    }
-    for name in list(producers)[3:]:
-        out.fill_(float("nan"))
-        producers[name]()
-        torch.testing.assert_close(out, x - x.mean(1, keepdim=True), rtol=1e-5, atol=1e-5)
-    ln = torch.nn.functional.layer_norm
-    torch.testing.assert_close(producers["dt layernorm, hints"](), ln(x, (WIDTH,), w, b, 1e-5), rtol=1e-4, atol=1e-4)
-
     y, wy, by = rand(ROWS, WIDTH), rand(WIDTH), rand(WIDTH)
     a16, b16 = rand(4096, 4096, dtype=torch.float16), rand(4096, 4096, dtype=torch.float16)
-    compiled = torch.compile(lambda t: ln(t, (WIDTH,), wy, by, 1e-5))
+    ln = torch.nn.functional.layer_norm
+    compiled = torch.compile(lambda t: ln(t, (WIDTH,), wy, by, EPS))
     consumers = {
         "the producers' rows: eager sum": lambda: x.sum(),
-        "eager layer_norm 128x65536 f32": lambda: ln(y, (WIDTH,), wy, by, 1e-5),
+        "eager layer_norm 128x65536 f32": lambda: ln(y, (WIDTH,), wy, by, EPS),
         "eager softmax 128x65536 f32": lambda: torch.softmax(y, 1),
         "torch.compile layer_norm 128x65536 f32": lambda: compiled(y),
         "cuBLAS matmul 4096^3 f16": lambda: a16 @ b16,
@@ -126,12 +116,12 @@ def main(argv=None) -> int:
     times = {(p, c): [] for p in producers for c in consumers}
     for _ in range(args.rounds):
         for producer, call in producers.items():
-            measure.synchronize(device)
-            measure.reset_persisting_l2()
-            if call is not None:
-                call()
+            for consumer, run in consumers.items():  # each after its own producer run: no consumer's kept lines
                 measure.synchronize(device)
-            for consumer, run in consumers.items():
+                measure.reset_persisting_l2()
+                if call is not None:
+                    call()
+                    measure.synchronize(device)
                 times[producer, consumer].append(do_bench(run))
     measure.synchronize(device)
     measure.reset_persisting_l2()
@@ -160,9 +150,10 @@ def markdown(run: dict, records: list[dict]) -> str:
     return "\n".join(["# What kept L2 lines cost the kernels after them: a measurement", "",
                       measure.provenance(run, "l2_pinning.py")
                       + " (its docstring describes producers and consumers). Each cell: the consumer's "
-                      "`triton.testing.do_bench` median in ms after the producer ran once (the kept lines demoted "
-                      "before it), the ratio to the same consumer after no producer, and each round's time; the "
-                      "last column is the producer's own time (cold timer, median of the rounds).", "",
+                      "`triton.testing.do_bench` median in ms, timed right after the producer ran once (the kept "
+                      "lines demoted before it), the ratio to the same consumer after no producer, and each "
+                      "round's time; the last column is the producer's own time (cold timer, median of the "
+                      "rounds).", "",
                       *render.markdown_table(["producer", *(f"{c} ms" for c in consumers), "producer ms"], rows),
                       ""])
 

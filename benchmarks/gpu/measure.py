@@ -7,6 +7,7 @@ import functools
 import json
 import math
 import platform
+import re
 import statistics
 import subprocess
 import time
@@ -260,6 +261,14 @@ def _driver_version() -> str:
         return out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else "unknown"
     except (OSError, subprocess.TimeoutExpired):
         return "unknown"
+
+
+def without_eviction_hints(source: str) -> str:
+    """Generated Triton source with the eviction hints of its loads (dt's cache hints) removed."""
+    plain = re.sub(r',\s*eviction_policy="evict_\w+"', "", source)
+    if plain == source or "eviction_policy" in plain:
+        raise ValueError("expected loads with eviction hints, and only those")
+    return plain
 
 
 def random_tensor(shape, dtype: torch.dtype, device: torch.device, generator: torch.Generator):

@@ -112,11 +112,11 @@ def _raise_resource_error(e: Exception, module: Module, filename: str):
         tb = tb.tb_next
     what = f"kernel '{kernel.name}'" if kernel else "a kernel"
     advice = []
-    if kernel is not None and kernel.num_stages and e.name == "shared memory" and e.required > 0:
-        # Pipelined loads keep one buffer per stage: shared memory grows about linearly with stages.
-        stages = int(e.limit // (e.required / kernel.num_stages))
-        if stages >= 1:
-            advice.append(f"try {kernel.func}.num_stages({min(stages, kernel.num_stages - 1)})")
+    if kernel is not None and (kernel.num_stages or 0) > 1 and e.name == "shared memory" and e.required > 0:
+        # A loop pipelined n deep keeps n - 1 buffers of each load: shared memory grows by one
+        # such set per stage (what does not grow with stages makes this an upper estimate).
+        stages = int(e.limit // (e.required / (kernel.num_stages - 1))) + 1
+        advice.append(f"try {kernel.func}.num_stages({min(stages, kernel.num_stages - 1)})")
     whole = sorted({a.dim for a in S.walk_statements(kernel.body)
                     if isinstance(a, S.Axis) and isinstance(a.size, S.IVar)}) if kernel is not None else []
     if whole:  # a tile over a whole extent grows with the call's sizes: no stage count bounds it

@@ -330,17 +330,19 @@ class _KernelRenderer:
             if lay.masked:
                 self.masks[name] = self.names.new(f"{name}_mask")
 
+    def _tl_dots(self, body) -> list[S.Dot]:
+        """The dots of `body` that go to tl.dot (_tensor_core), nested loops included."""
+        return [node for s in S.walk_statements(body) if isinstance(s, (S.Assign, S.Store))
+                for node in S.walk_texpr(s.value) if isinstance(node, S.Dot) and self._tensor_core(node)]
+
     def _plan_dots(self):
         """Dots go to tl.dot when every tile dim is at least MIN_DOT; a whole-extent tile in
         such a dot is then padded to at least MIN_DOT lanes, so that holds at every size."""
-        for s in S.walk_statements(self.kernel.body):
-            if isinstance(s, (S.Assign, S.Store)):
-                for node in S.walk_texpr(s.value):
-                    if isinstance(node, S.Dot) and self._tensor_core(node):
-                        for axis in (node.a.dims[0], node.axis, node.b.dims[1]):
-                            tile = self.layout.axes[axis].tile
-                            if isinstance(tile, str):
-                                self.dot_dims.add(tile)
+        for node in self._tl_dots(self.kernel.body):
+            for axis in (node.a.dims[0], node.axis, node.b.dims[1]):
+                tile = self.layout.axes[axis].tile
+                if isinstance(tile, str):
+                    self.dot_dims.add(tile)
 
     def _plan_tma(self):
         """With `tma`, every load and store whose tile is a box of its tensor (`_tma_candidate`)
@@ -543,15 +545,12 @@ class _KernelRenderer:
             raise AssertionError(s)
 
     def stage_hint(self, loop: S.For) -> bool:
-        """Whether the loop names the kernel's num_stages itself. Triton pipelines an innermost loop
-        whose loads feed tl.dot at the kernel's num_stages, and any other loop only when the loop
-        asks (tl.range's num_stages); a loop inside a flattened persistent loop is left to the
-        flattening, and an outer loop is not pipelined."""
-        if not self.kernel.num_stages or (self.program_count and self.use_tma):
+        """Whether the loop names the kernel's num_stages itself: Triton pipelines an innermost
+        loop whose loads feed tl.dot at the kernel's num_stages, and any other loop only when the
+        loop asks (tl.range's num_stages); one stage is no pipelining either way."""
+        if (self.kernel.num_stages or 0) < 2:
             return False
-        inner = list(S.walk_statements(loop.body))
-        return not any(isinstance(s, S.For) or (isinstance(s, (S.Assign, S.Store)) and any(
-            isinstance(node, S.Dot) for node in S.walk_texpr(s.value))) for s in inner)
+        return not any(isinstance(s, S.For) for s in S.walk_statements(loop.body)) and not self._tl_dots(loop.body)
 
     def axis(self, w: Writer, ax: S.Axis):
         lay: AxisLayout = self.layout.axes[ax.name]
