@@ -690,3 +690,21 @@ def test_eviction_hints_come_off_the_generated_loads():
     assert measure.without_eviction_hints(source) == "a = tl.load(p, mask=m, other=0.0)\nb = tl.load(q)\n"
     with pytest.raises(ValueError):
         measure.without_eviction_hints("a = tl.load(p)\n")
+
+
+def test_a_layernorm_row_study_writes_every_dtypes_records(tmp_path, monkeypatch):
+    import layernorm_onepass
+    import measure
+    monkeypatch.setattr(measure, "device_description", lambda device: {"device": str(device)})
+    monkeypatch.setattr(measure, "empty_cache", lambda device: None)
+    seen = []
+
+    def records_for(dtype, device, timer, rounds):
+        seen.append((dtype, device.type, timer.mode, rounds))
+        return [{"dtype": dtype}]
+
+    assert layernorm_onepass.row_study("Title.\n\nMore.", "study", lambda run, records: f"{len(records)} records",
+                                       records_for, ["--out", str(tmp_path), "--dtypes", "f32", "bf16"]) == 0
+    assert seen == [("f32", "cuda", "cold", 3), ("bf16", "cuda", "cold", 3)]
+    assert (tmp_path / "study.md").read_text() == "2 records"
+    assert json.loads((tmp_path / "study.json").read_text())["records"] == [{"dtype": "f32"}, {"dtype": "bf16"}]

@@ -54,6 +54,21 @@ def tuned_row(dtype: str, device: torch.device) -> tuple:
     return case, (x, w, b), ref, calls
 
 
+def row_study(doc: str, name: str, markdown, records_for, argv=None) -> int:
+    """Run a study of the layernorm row at ROWS x WIDTH: its command line from `doc` (--out,
+    --rounds 3, --dtypes), then for each dtype records_for(dtype, device, timer, rounds) with the
+    cold timer, all written as NAME.json and NAME.md (`markdown`)."""
+    args = measure.study_parser(doc, rounds=3, dtypes=True).parse_args(argv)
+    device = torch.device("cuda")
+    timer = measure.Timer("cold")
+    records = []
+    for dtype in args.dtypes:
+        records += records_for(dtype, device, timer, args.rounds)
+        measure.empty_cache(device)
+    measure.write_study(args.out, name, device, records, markdown)
+    return 0
+
+
 @triton.jit
 def _output_pass(x_ptr, w_ptr, b_ptr, out_ptr, row, mean, rstd, WIDTH: tl.constexpr, TILE: tl.constexpr):
     for start in range(0, WIDTH, TILE):

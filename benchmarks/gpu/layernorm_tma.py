@@ -38,7 +38,7 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import measure  # noqa: E402
 import render  # noqa: E402
-from layernorm_onepass import EPS, ROWS, WIDTH, chan_update, tuned_row  # noqa: E402
+from layernorm_onepass import EPS, ROWS, WIDTH, chan_update, row_study, tuned_row  # noqa: E402
 
 FINALISTS = 6
 TILINGS = {"TMA": [(tile, warps) for tile in (4096, 8192, 16384) for warps in (8, 16, 32)],
@@ -91,39 +91,31 @@ def variants(x, w, b, out) -> dict:
 
 
 def main(argv=None) -> int:
-    parser = measure.study_parser(__doc__, rounds=3, dtypes=True)
-    args = parser.parse_args(argv)
-    device = torch.device("cuda")
-    timer = measure.Timer("cold")
-    records = []
-    for dtype in args.dtypes:
-        case, (x, w, b), ref, calls = tuned_row(dtype, device)
-        out = torch.empty_like(x)
-        async_copies = {}
-        for name, call in variants(x, w, b, out).items():
-            try:
-                kernel = call()
-            except Exception as e:  # too much shared memory for the SM, or a box Triton refuses
-                records.append(dict(shape=case.shape_text, dtype=dtype, kernel="layernorm", variant=name,
-                                    error=measure.short_error(e)))
-                print(name, measure.short_error(e), flush=True)
-                continue
-            ptx = kernel.asm["ptx"]
-            async_copies[name] = "TMA" if "cp.async.bulk.tensor" in ptx else "cp.async" if "cp.async" in ptx else "none"
-            calls[name] = call
-        measure.check_calls(calls, ref, dtype, f"layernorm {dtype}", out)
-        tuned = next(iter(calls))
-        screened = {name: times[0] for name, times in timer.rounds(calls, 1).items() if name != tuned}
-        finalists = sorted(screened, key=screened.get)[:FINALISTS]
-        for name in screened:
-            records.append(dict(shape=case.shape_text, dtype=dtype, kernel="layernorm", variant=name,
-                                screen_ms=screened[name], copies=async_copies[name]))
-        final = {name: calls[name] for name in (tuned, *finalists)}
-        for record in measure.timed_variants(timer, device, case, final, args.rounds, kernel="layernorm"):
-            records.append(dict(record, copies=async_copies.get(record["variant"])))
-        measure.empty_cache(device)
-    measure.write_study(args.out, "layernorm_tma", device, records, markdown)
-    return 0
+    return row_study(__doc__, "layernorm_tma", markdown, records, argv)
+
+
+def records(dtype: str, device: torch.device, timer: measure.Timer, rounds: int) -> list[dict]:
+    case, (x, w, b), ref, calls = tuned_row(dtype, device)
+    row = dict(shape=case.shape_text, dtype=dtype, kernel="layernorm")
+    out = torch.empty_like(x)
+    found, copies = [], {}
+    for name, call in variants(x, w, b, out).items():
+        try:
+            ptx = call().asm["ptx"]
+        except Exception as e:  # too much shared memory for the SM, or a box Triton refuses
+            found.append(dict(row, variant=name, error=measure.short_error(e)))
+            print(name, measure.short_error(e), flush=True)
+            continue
+        copies[name] = "TMA" if "cp.async.bulk.tensor" in ptx else "cp.async" if "cp.async" in ptx else "none"
+        calls[name] = call
+    measure.check_calls(calls, ref, dtype, f"layernorm {dtype}", out)
+    tuned = next(iter(calls))
+    screened = {name: times[0] for name, times in timer.rounds(calls, 1).items() if name != tuned}
+    finalists = sorted(screened, key=screened.get)[:FINALISTS]
+    found += [dict(row, variant=name, screen_ms=ms, copies=copies[name]) for name, ms in screened.items()]
+    final = {name: calls[name] for name in (tuned, *finalists)}
+    return found + [dict(record, copies=copies.get(record["variant"]))
+                    for record in measure.timed_variants(timer, device, case, final, rounds, kernel="layernorm")]
 
 
 def markdown(run: dict, records: list[dict]) -> str:
@@ -132,9 +124,10 @@ def markdown(run: dict, records: list[dict]) -> str:
              measure.provenance(run, "layernorm_tma.py")
              + " (its docstring describes the structures). One program per row; every variant timed once "
              f"(screening), then dt's tuned schedule and the {FINALISTS} fastest in alternation, all with the cold "
-             "timer (`measure.cold_bench`); times are medians over the rounds; % of same-size copy compares with a copy "
-             "moving the row's bytes, timed after the rounds. `copies` says how the kernel's PTX moves tiles into "
-             "shared memory: `TMA` (`cp.async.bulk.tensor`), `cp.async`, or `none` (loads straight into registers).",
+             "timer (`measure.cold_bench`); times are medians over the rounds; % of same-size copy compares with a "
+             "copy moving the row's bytes, timed after the rounds. `copies` says how the kernel's PTX moves tiles "
+             "into shared memory: `TMA` (`cp.async.bulk.tensor`), `cp.async`, or `none` (loads straight into "
+             "registers).",
              "", *render.variant_tables(final, "layernorm", {"copies": lambda r: r["copies"] or ""})]
     for (shape, dtype), rows in measure.by_row([r for r in records if "ms" not in r], "shape", "dtype").items():
         rows.sort(key=lambda r: (r.get("screen_ms") is None, r.get("screen_ms")))

@@ -32,7 +32,7 @@ import triton.language as tl
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import measure  # noqa: E402
 import render  # noqa: E402
-from layernorm_onepass import EPS, ROWS, chan_update, tuned_row  # noqa: E402
+from layernorm_onepass import EPS, ROWS, chan_update, row_study, tuned_row  # noqa: E402
 
 STATISTICS = ((1, 16384, 32), (4, 4096, 8), (8, 2048, 8), (8, 4096, 16))  # (splits, tile, warps)
 OUTPUT_BLOCKS = ((1, 2048), (2, 2048), (4, 1024), (4, 2048), (8, 1024), (16, 512))  # (rows, columns)
@@ -83,27 +83,21 @@ def two_kernels(x, w, b, out, partial, splits, tile, warps, eviction, rows, colu
 
 
 def main(argv=None) -> int:
-    parser = measure.study_parser(__doc__, rounds=3, dtypes=True)
-    args = parser.parse_args(argv)
-    device = torch.device("cuda")
-    timer = measure.Timer("cold")
-    records = []
-    for dtype in args.dtypes:
-        case, (x, w, b), ref, calls = tuned_row(dtype, device)
-        for splits, tile, warps in STATISTICS:
-            partial = torch.empty((ROWS, splits, 2), dtype=torch.float32, device=device)
-            for eviction, hint in (("evict_last", "evict_last"), ("", "plain")):
-                for rows, columns in OUTPUT_BLOCKS:
-                    out = torch.full_like(x, float("nan"))  # what a kernel leaves unwritten fails the check
-                    name = (f"statistics {splits} x {tile} lanes, {warps} warps, {hint}; "
-                            f"output {rows} x {columns}")
-                    calls[name] = (lambda partial=partial, out=out, s=(splits, tile, warps, eviction, rows, columns):
-                                   two_kernels(x, w, b, out, partial, *s))
-        measure.check_calls(calls, ref, dtype, f"layernorm {dtype}")
-        records += measure.timed_variants(timer, device, case, calls, args.rounds, kernel="layernorm")
-        measure.empty_cache(device)
-    measure.write_study(args.out, "layernorm_two_kernels", device, records, markdown)
-    return 0
+    return row_study(__doc__, "layernorm_two_kernels", markdown, records, argv)
+
+
+def records(dtype: str, device: torch.device, timer: measure.Timer, rounds: int) -> list[dict]:
+    case, (x, w, b), ref, calls = tuned_row(dtype, device)
+    for splits, tile, warps in STATISTICS:
+        partial = torch.empty((ROWS, splits, 2), dtype=torch.float32, device=device)
+        for eviction, hint in (("evict_last", "evict_last"), ("", "plain")):
+            for rows, columns in OUTPUT_BLOCKS:
+                out = torch.full_like(x, float("nan"))  # what a kernel leaves unwritten fails the check
+                name = f"statistics {splits} x {tile} lanes, {warps} warps, {hint}; output {rows} x {columns}"
+                calls[name] = (lambda partial=partial, out=out, s=(splits, tile, warps, eviction, rows, columns):
+                               two_kernels(x, w, b, out, partial, *s))
+    measure.check_calls(calls, ref, dtype, f"layernorm {dtype}")
+    return measure.timed_variants(timer, device, case, calls, rounds, kernel="layernorm")
 
 
 def markdown(run: dict, records: list[dict]) -> str:

@@ -33,7 +33,7 @@ import triton.language as tl
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import measure  # noqa: E402
 import render  # noqa: E402
-from layernorm_onepass import EPS, ROWS, WIDTH, chan_kernel, chan_update, tuned_row  # noqa: E402
+from layernorm_onepass import EPS, ROWS, WIDTH, chan_kernel, chan_update, row_study, tuned_row  # noqa: E402
 
 TILINGS = ((4096, 8), (4096, 16), (8192, 16), (8192, 32), (16384, 32))  # (tile, warps)
 
@@ -86,28 +86,23 @@ STRUCTURES = (("loads in order", chan_kernel, {}),
 
 
 def main(argv=None) -> int:
-    parser = measure.study_parser(__doc__, rounds=3, dtypes=True)
-    args = parser.parse_args(argv)
-    device = torch.device("cuda")
-    timer = measure.Timer("cold")
-    records = []
-    for dtype in args.dtypes:
-        case, (x, w, b), ref, calls = tuned_row(dtype, device)
-        out = torch.empty_like(x)
-        async_copies = {}
-        for structure, kernel, constants in STRUCTURES:
-            for tile, warps in TILINGS:
-                def call(kernel=kernel, tile=tile, warps=warps, constants=constants):
-                    return kernel[(ROWS,)](x, w, b, out, EPS, WIDTH, tile, **constants, num_warps=warps, num_stages=1)
-                name = f"{structure}, tile {tile}, {warps} warps"
-                async_copies[name] = "cp.async" in call().asm["ptx"]
-                calls[name] = call
-        measure.check_calls(calls, ref, dtype, f"layernorm {dtype}", out)
-        for record in measure.timed_variants(timer, device, case, calls, args.rounds, kernel="layernorm"):
-            records.append(dict(record, cp_async=async_copies.get(record["variant"])))
-        measure.empty_cache(device)
-    measure.write_study(args.out, "pass_prefetch", device, records, markdown)
-    return 0
+    return row_study(__doc__, "pass_prefetch", markdown, records, argv)
+
+
+def records(dtype: str, device: torch.device, timer: measure.Timer, rounds: int) -> list[dict]:
+    case, (x, w, b), ref, calls = tuned_row(dtype, device)
+    out = torch.empty_like(x)
+    async_copies = {}
+    for structure, kernel, constants in STRUCTURES:
+        for tile, warps in TILINGS:
+            def call(kernel=kernel, tile=tile, warps=warps, constants=constants):
+                return kernel[(ROWS,)](x, w, b, out, EPS, WIDTH, tile, **constants, num_warps=warps, num_stages=1)
+            name = f"{structure}, tile {tile}, {warps} warps"
+            async_copies[name] = "cp.async" in call().asm["ptx"]
+            calls[name] = call
+    measure.check_calls(calls, ref, dtype, f"layernorm {dtype}", out)
+    return [dict(record, cp_async=async_copies.get(record["variant"]))
+            for record in measure.timed_variants(timer, device, case, calls, rounds, kernel="layernorm")]
 
 
 def markdown(run: dict, records: list[dict]) -> str:
