@@ -375,7 +375,11 @@ CATALOGUE: tuple[Case, ...] = (
           "wide_tiles": "out.block(x:1);\nout.tensorize(y:1024);\nmean.fuse_at(out, x);\nvariance.fuse_at(out, x);\n"
                         "variance.compute_with(mean, y);\nout.compile_to_kernel();",
           "whole_rows": "out.block(x:1);\nout.tensorize(y:0);\nmean.fuse_at(out, x);\nvariance.fuse_at(out, x);\n"
-                        "variance.compute_with(mean, y);\nout.compile_to_kernel();"},
+                        "variance.compute_with(mean, y);\nout.compile_to_kernel();",
+          # the statistics walk in wider tiles than the output walk (the tuned layernorm at 128x65536)
+          "wide_statistics": "out.block(x:1);\nout.tensorize(y:8);\nmean.fuse_at(out, x);\nvariance.fuse_at(out, x);\n"
+                             "mean.tensorize(y:32);\nvariance.tensorize(y:32);\nvariance.compute_with(mean, y);\n"
+                             "out.compile_to_kernel();"},
          lambda A, eps: (A - A.mean(axis=1, keepdims=True)) / np.sqrt(A.var(axis=1, keepdims=True) + eps),
          SR, FR, domains={"A": "offset", "eps": 1e-5}, op="compute_with"),
     # The online softmax: a sum of exponentials shifted by a max of the same loop, rescaled as the

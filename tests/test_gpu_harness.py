@@ -4,6 +4,7 @@ it relies on (every baseline computes the DT algorithm; every schedule is that a
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 import types
@@ -582,6 +583,48 @@ def test_the_walk_direction_study_reverses_every_second_walk_and_keeps_the_resul
     assert not torch.equal(outs[0], torch.zeros_like(outs[0]))
 
 
+def test_long_rows_search_statistics_walks_wider_than_the_output_walk():
+    """At 128x65536 the space offers statistics tiles 2 and 4 times the output tile (at most
+    32768), one-pass or not for layernorm; the generated kernel walks the row in both widths."""
+    pytest.importorskip("triton")
+    case = next(c for c in cases.cases(["layernorm"], ["f32"]) if c.shape == (128, 65536))
+    found = dict(space.variants(case))
+    widened = sorted(name for name in found if "_statistics" in name)
+    assert "tiled16384_statistics32768_w32_onepass" in widened and "tiled8192_statistics16384_w16" in widened
+    for name in widened:
+        output, statistics = map(int, re.match(r"tiled(\d+)_statistics(\d+)_", name).groups())
+        assert output < statistics <= 32768
+    assert len(widened) == 20  # (4096: 8192, 16384; 8192: 16384, 32768; 16384: 32768) x 16, 32 warps x one-pass
+    source = dt.loads(found["tiled16384_statistics32768_w32_onepass"], "widened").source("triton", "f32")
+    assert re.search(r"for y_iter in range\(0, y_SIZE, 32768\):", source)
+    assert re.search(r"for y_iter_2 in range\(0, y_SIZE, 16384\):", source)
+    narrow = next(c for c in cases.cases(["layernorm"], ["f32"]) if c.shape == (4096, 8192))
+    assert not any("_statistics" in name for name, _ in space.variants(narrow))
+
+
+def test_the_walk_stages_study_pipelines_only_the_chosen_walks(monkeypatch):
+    """walk_stages.staged asks for stages on the numbered walks only, and the edited kernel
+    computes the same layer norm on Triton's interpreter."""
+    pytest.importorskip("triton")
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    import walk_stages
+    from dt.backends.pysource import load_module
+    from dt.runtime import resolve_backend
+    case = next(c for c in cases.cases(["layernorm"], ["f32"]) if c.shape == (128, 65536))
+    program = dt.loads(dict(space.variants(case))["tiled1024_w4"], "layernorm_stages")
+    source = program.source(resolve_backend("triton"), "f32")
+    edited = walk_stages.staged(source, {0, 2}, 3)
+    walks = [line.strip() for line in edited.splitlines() if line.strip().startswith("for ")]
+    assert walks == ["for y_iter in tl.range(0, y_SIZE, 1024, num_stages=3):",
+                     "for y_iter_2 in range(0, y_SIZE, 1024):",
+                     "for y_iter_3 in tl.range(0, y_SIZE, 1024, num_stages=3):"]
+    g = torch.Generator().manual_seed(0)
+    inputs = {"A": torch.randn(3, 2500, generator=g) * 2 + 5, "W": torch.randn(2500, generator=g),
+              "Bias": torch.randn(2500, generator=g)}
+    outs = [load_module(text, f"stages_{i}")[program.name](**inputs, eps=1e-5) for i, text in enumerate((source, edited))]
+    torch.testing.assert_close(outs[1], outs[0], rtol=0, atol=0)
+
+
 def test_the_clock_ramp_report_reads_each_mark_from_the_batch_that_started_there():
     import clock_ramp
     batches = [{"t_s": t, "us": us, "sm_mhz": 1980} for t, us in ((0.0, 20.0), (0.06, 11.0), (0.5, 10.0), (2.5, 10.0))]
@@ -628,6 +671,35 @@ def test_the_layernorm_studies_hand_written_kernels_compute_layer_norm(dtype):
                                                        output_rows, columns))
     for out in outs:
         assert (out.double() - ref).norm() / ref.norm() < tolerance
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_layernorm_streams_kernels_compute_what_they_say(dtype):
+    """layernorm_streams' kernel, each structure (the output walk with streams taken away,
+    the shared streams kept in L2, staggered walks; statistics tiles wider than the output's)
+    against its own float64 reference, and its rows-a-program kernel without a row split,
+    on Triton's interpreter. (With a row split, its programs wait for each other: the
+    interpreter runs them one at a time, so that part is checked on the GPU, by the study.)"""
+    pytest.importorskip("triton")
+    import layernorm_streams
+    g = torch.Generator().manual_seed(4)
+    rows, width = 8, 512
+    x = (torch.randn(rows, width, generator=g) * 2 + 3).to(dtype)
+    w, b = torch.randn(width, generator=g).to(dtype), torch.randn(width, generator=g).to(dtype)
+    tolerance = 1e-5 if dtype == torch.float32 else 1e-2
+    for structure, flags in layernorm_streams.STRUCTURES.items():
+        ref = layernorm_streams.reference(x, w, b, structure, width)
+        for tile, output_tile in ((64, 64), (128, 32), (512, 512)):
+            out = torch.empty_like(x)
+            eps = layernorm_streams.EPS if flags[0] else layernorm_streams.RMS_EPS
+            layernorm_streams.streams_kernel[(rows,)](x, w, b, out, eps, width, tile, output_tile, *flags)
+            assert (out.double() - ref).norm() / ref.norm() < tolerance, (structure, tile, output_tile)
+    ref = layernorm_streams.reference(x, w, b, "layernorm", width)
+    for group_rows in (1, 2, 4):
+        out = torch.empty_like(x)
+        layernorm_streams.shared_rows_kernel[(rows // group_rows,)](x, w, b, out, None, None, 1e-5, width, 64,
+                                                                   group_rows, 1, rows // group_rows)
+        assert (out.double() - ref).norm() / ref.norm() < tolerance, group_rows
 
 
 def test_the_timer_rounds_report_groups_each_rows_runs_with_the_timer_they_used(tmp_path):

@@ -165,7 +165,7 @@ def _summary(records: list[dict], kind: str) -> list[str]:
         cells = [kernel, shape, dtype]
         if kind == MEMORY:
             cells += [_num(rows[0]["bytes"] / 1e6, "{:.1f}"), _cell(dt), _num(ok.get("gbps"), "{:.0f}"),
-                      _num(ok.get("pct_copy"), "{:.0f}%"), _num(ok.get("pct_copy_same"), "{:.0f}%")]
+                      _num(ok.get("pct_copy"), "{:.0f}%"), _num(ok.get("pct_copy_same"), "{:.1f}%")]
         else:
             cells += [_num((rows[0].get("flops") or 0) / 1e9, "{:.2f}"), _cell(dt), _num(ok.get("tflops"), "{:.1f}"),
                       _num(ok.get("pct_cublas"), "{:.0f}%"), _num(ok.get("gbps"), "{:.0f}")]

@@ -73,6 +73,19 @@ def _rowwise(case: Case):
                         yield (name + ("_onepass" if shared else ""),
                                f"{out}.block(x:1);\n{out}.tensorize(y:{width});\n{fuse}{shared}"
                                f"{out}.num_warps({warps});\n{pipelining}{out}.compile_to_kernel();\n")
+        # the statistics walks read one stream, the output walk several (the row again, a weight,
+        # a bias): wider statistics tiles keep more of the row in flight in the same registers
+        # (benchmarks/results/layernorm_streams.md)
+        for width, warps in ((w, n) for w in (4096, 8192, 16384) for n in (16, 32) if long_rows):
+            for statistics in (2 * width, 4 * width):
+                if statistics > 32768 or statistics >= y or not 4 <= _per_thread(width, warps) <= 32:
+                    continue
+                widen = "".join(f"{f}.tensorize(y:{statistics});\n" for f in fused)
+                one_pass = ONE_PASS.get(case.kernel.name)
+                for shared in ("", one_pass[0]) if one_pass and y > one_pass[1] else ("",):
+                    yield (f"tiled{width}_statistics{statistics}_w{warps}" + ("_onepass" if shared else ""),
+                           f"{out}.block(x:1);\n{out}.tensorize(y:{width});\n{fuse}{widen}{shared}"
+                           f"{out}.num_warps({warps});\n{out}.compile_to_kernel();\n")
 
 
 def _elementwise(case: Case):
