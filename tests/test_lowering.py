@@ -60,6 +60,22 @@ def test_fused_producer_is_never_stored():
     assert stores == ["attention"] and not pipeline.temporaries
 
 
+def _assigned(program):
+    return {s.name for k in program.pipeline().kernels for s in S.walk_statements(k.body) if isinstance(s, S.Assign)}
+
+
+def test_accumulators_are_named_after_their_func_where_several_funcs_walk_one_dimension():
+    """layernorm walks y for its mean, then for its variance: each loop's accumulator says which
+    (not y_accumulator and y_accumulator_2); a kernel with one such loop keeps the talk's names."""
+    layernorm = _assigned(dt.load("examples/layernorm.dt"))
+    assert {"y_mean_accumulator", "y_variance_accumulator"} <= layernorm
+    assert not any(name.startswith("y_accumulator") for name in layernorm)
+    safe = "".join(line for line in open("examples/softmax_safe.dt") if "compute_with" not in line)
+    assert {"y_max_accumulator", "y_sum_accumulator"} <= _assigned(dt.loads(safe, "softmax_walks"))
+    assert "y_accumulator" in _assigned(dt.load("examples/softmax.dt"))
+    assert "k_accumulator" in _assigned(dt.load("examples/matmul.dt"))
+
+
 def test_rdot_becomes_a_dot_fed_straight_from_f16_loads():
     pipeline = dt.load("examples/matmul.dt").pipeline("f16")
     assigns = {s.name: s.value for s in S.walk_statements(pipeline.kernels[0].body) if isinstance(s, S.Assign)}

@@ -120,8 +120,24 @@ class _KernelLowering:
             self.fused_at[key] = self.in_loop_order(producers)
         # Reductions accumulated in a sibling's loop (compute_with): the A.Reduce's id -> its result
         self.shared_reductions: dict[int, S.Ref] = {}
+        self.walking_funcs = self._walking_funcs()
         self.reads: list[str] = []
         self.load_dtypes: dict[str, str] = {}  # tile variables holding a Load, and its dtype
+
+    def _walking_funcs(self) -> dict[str, set[str]]:
+        """dim -> the Funcs of this kernel that walk it in reduction loops of their own (a Func
+        computed with another reduces in that one's loop)."""
+        in_kernel = {self.root}
+        for p in reversed(list(self.cp.funcs)):  # consumers before their producers
+            if p in self.cp.fused and self.cp.fused[p][0] in in_kernel:
+                in_kernel.add(p)
+        followers = {(g, dim) for (_, dim), gs in self.cp.computed_with.items() for g in gs}
+        walking: dict[str, set[str]] = {}
+        for f in in_kernel:
+            for dim in self.cp.dim_kinds:
+                if (f, dim) not in followers and top_reductions(self.cp.funcs[f].expr, dim):
+                    walking.setdefault(dim, set()).add(f)
+        return walking
 
     def in_loop_order(self, producers: list[str]) -> list[str]:
         """Producers fused at one loop (in topological order), reordered so that a loop shared by
@@ -468,8 +484,10 @@ class _KernelLowering:
         if shared is not None:
             return shared
         siblings = self.siblings(e, func)
-        # a loop that accumulates several Funcs' reductions names each accumulator after its Func
-        acc = self.accumulator(e, env, func if siblings else None)
+        # a loop that accumulates several Funcs' reductions, or one of several Funcs' loops over the
+        # same dim, names each accumulator after its Func (`y_mean_accumulator`, `y_variance_accumulator`)
+        named = siblings or len(self.walking_funcs.get(e.dim, ())) > 1
+        acc = self.accumulator(e, env, func if named else None)
         tile = self.tile_of(func, e.dim)
         tile = 1 if tile is None else tile
         rng = self.whole(e.dim)
