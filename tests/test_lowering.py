@@ -74,6 +74,24 @@ def test_accumulators_are_named_after_their_func_where_several_funcs_walk_one_di
     assert {"y_max_accumulator", "y_sum_accumulator"} <= _assigned(dt.loads(safe, "softmax_walks"))
     assert "y_accumulator" in _assigned(dt.load("examples/softmax.dt"))
     assert "k_accumulator" in _assigned(dt.load("examples/matmul.dt"))
+    # the product over k is recomputed inside dvsr's walk over l and inside sm's: both named
+    attention = _assigned(dt.load("examples/attention.dt"))
+    assert {"k_dvsr_accumulator", "k_sm_accumulator", "l_dvsr_accumulator", "l_attention_accumulator"} <= attention
+    # the mean in a kernel of its own: each kernel walks y once, and keeps the plain name
+    algorithm = "".join(line for line in open("examples/layernorm.dt") if "." not in line or "(" not in line)
+    kernels = dt.loads(algorithm + "mean.block(x:1);\nmean.tensorize(y:64);\nmean.compile_to_kernel();\n"
+                       "layernorm.block(x:1);\nlayernorm.tensorize(y:64);\nvariance.fuse_at(layernorm, x);\n"
+                       "layernorm.compile();\n", "layernorm_two_kernels").pipeline().kernels
+    for kernel in kernels:
+        names = {s.name for s in S.walk_statements(kernel.body) if isinstance(s, S.Assign)}
+        assert "y_accumulator" in names and not any("mean_accumulator" in n or "variance_accumulator" in n
+                                                    for n in names)
+    # two Funcs whose names differ only in underscores keep them apart
+    names = _assigned(dt.loads("Func out, _m, m;\nIn A;\nVar x;\nRVar y;\n_m[x] = rsum(A[x, y], y);\n"
+                               "m[x] = rmax(A[x, y], y);\nout[x, y] = A[x, y] - _m[x] - m[x];\n"
+                               "out.block(x:1);\nout.tensorize(y:8);\n_m.fuse_at(out, x);\nm.fuse_at(out, x);\n"
+                               "out.compile_to_kernel();\n", "stems"))
+    assert {"y__m_accumulator", "y_m_accumulator"} <= names
 
 
 def test_rdot_becomes_a_dot_fed_straight_from_f16_loads():

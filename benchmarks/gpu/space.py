@@ -78,7 +78,9 @@ def _rowwise(case: Case):
         # (benchmarks/results/layernorm_streams.md)
         for width, warps in ((w, n) for w in (4096, 8192, 16384) for n in (16, 32) if long_rows):
             for statistics in (2 * width, 4 * width):
-                if statistics > 32768 or statistics >= y or not 4 <= _per_thread(width, warps) <= 32:
+                # the statistics walk holds one stream: up to 64 elements a thread (twice the output walk's bound)
+                if (statistics > 32768 or statistics >= y or not 4 <= _per_thread(width, warps) <= 32
+                        or _per_thread(statistics, warps) > 64):
                     continue
                 widen = "".join(f"{f}.tensorize(y:{statistics});\n" for f in fused)
                 one_pass = ONE_PASS.get(case.kernel.name)

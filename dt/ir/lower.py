@@ -125,8 +125,8 @@ class _KernelLowering:
         self.load_dtypes: dict[str, str] = {}  # tile variables holding a Load, and its dtype
 
     def _walking_funcs(self) -> dict[str, set[str]]:
-        """dim -> the Funcs of this kernel that walk it in reduction loops of their own (a Func
-        computed with another reduces in that one's loop)."""
+        """dim -> the Funcs of this kernel that walk it in reduction loops of their own, nested
+        in another reduction's loop or not (a Func computed with another reduces in that one's loop)."""
         in_kernel = {self.root}
         for p in reversed(list(self.cp.funcs)):  # consumers before their producers
             if p in self.cp.fused and self.cp.fused[p][0] in in_kernel:
@@ -134,9 +134,9 @@ class _KernelLowering:
         followers = {(g, dim) for (_, dim), gs in self.cp.computed_with.items() for g in gs}
         walking: dict[str, set[str]] = {}
         for f in in_kernel:
-            for dim in self.cp.dim_kinds:
-                if (f, dim) not in followers and top_reductions(self.cp.funcs[f].expr, dim):
-                    walking.setdefault(dim, set()).add(f)
+            for r in A.walk(self.cp.funcs[f].expr):
+                if isinstance(r, A.Reduce) and (f, r.dim) not in followers:
+                    walking.setdefault(r.dim, set()).add(f)
         return walking
 
     def in_loop_order(self, producers: list[str]) -> list[str]:
@@ -655,7 +655,10 @@ class _KernelLowering:
         """A new accumulator of reduction e, set to its identity over e's free dims: `y_accumulator`,
         or with `func`, `y_sum_accumulator` (Func `_sum`)."""
         axes = self.canonical(env[d] for d in A.free_dims(e))
-        name = f"{e.dim}_{func.strip('_') or func}_accumulator" if func else f"{e.dim}_accumulator"
+        # `_sum` -> y_sum_accumulator, unless another Func walking the dim would read the same
+        stems = [g.lstrip("_") for g in self.walking_funcs.get(e.dim, ())]
+        stem = func.lstrip("_") if func and stems.count(func.lstrip("_")) <= 1 else func
+        name = f"{e.dim}_{stem or func}_accumulator" if func else f"{e.dim}_accumulator"
         return self.assign(name, S.Full(IDENTITY[e.op], axes, self.compute), f"r{e.op}", e.loc)
 
     def siblings(self, e: A.Reduce, func: str) -> list[tuple[str, A.Reduce]]:
