@@ -77,6 +77,10 @@ def test_accumulators_are_named_after_their_func_where_several_funcs_walk_one_di
     # the product over k is recomputed inside dvsr's walk over l and inside sm's: both named
     attention = _assigned(dt.load("examples/attention.dt"))
     assert {"k_dvsr_accumulator", "k_sm_accumulator", "l_dvsr_accumulator", "l_attention_accumulator"} <= attention
+    # flash attention walks l once (mx and dvsr computed with num) and k once inside it: plain names
+    flash = _assigned(dt.load("examples/attention_safe_onepass.dt"))
+    assert "k_accumulator" in flash and not any(name.startswith("k_") and name.endswith("_accumulator")
+                                                and name != "k_accumulator" for name in flash)
     # the mean in a kernel of its own: each kernel walks y once, and keeps the plain name
     algorithm = "".join(line for line in open("examples/layernorm.dt") if "." not in line or "(" not in line)
     kernels = dt.loads(algorithm + "mean.block(x:1);\nmean.tensorize(y:64);\nmean.compile_to_kernel();\n"
@@ -92,6 +96,11 @@ def test_accumulators_are_named_after_their_func_where_several_funcs_walk_one_di
                                "out.block(x:1);\nout.tensorize(y:8);\n_m.fuse_at(out, x);\nm.fuse_at(out, x);\n"
                                "out.compile_to_kernel();\n", "stems"))
     assert {"y__m_accumulator", "y_m_accumulator"} <= names
+    shared = _assigned(dt.loads("Func out, _m, m;\nIn A;\nVar x;\nRVar y;\n_m[x] = rsum(A[x, y], y);\n"
+                                "m[x] = rmax(A[x, y], y);\nout[x, y] = A[x, y] - _m[x] - m[x];\n"
+                                "out.block(x:1);\nout.tensorize(y:8);\n_m.fuse_at(out, x);\nm.fuse_at(out, x);\n"
+                                "_m.compute_with(m, y);\nout.compile_to_kernel();\n", "shared_stems"))
+    assert {"y__m_accumulator", "y_m_accumulator"} <= shared
 
 
 def test_rdot_becomes_a_dot_fed_straight_from_f16_loads():

@@ -78,7 +78,8 @@ def _rowwise(case: Case):
         # (benchmarks/results/layernorm_streams.md)
         for width, warps in ((w, n) for w in (4096, 8192, 16384) for n in (16, 32) if long_rows):
             for statistics in (2 * width, 4 * width):
-                # the statistics walk holds one stream: up to 64 elements a thread (twice the output walk's bound)
+                # the statistics walk holds one stream: up to 64 elements a thread, twice the output walk's
+                # bound (a guard: 16-32 warps and tiles up to 32768 stay within it)
                 if (statistics > 32768 or statistics >= y or not 4 <= _per_thread(width, warps) <= 32
                         or _per_thread(statistics, warps) > 64):
                     continue

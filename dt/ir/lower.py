@@ -133,10 +133,18 @@ class _KernelLowering:
                 in_kernel.add(p)
         followers = {(g, dim) for (_, dim), gs in self.cp.computed_with.items() for g in gs}
         walking: dict[str, set[str]] = {}
+
+        def visit(f: str, e: A.Expr, in_sibling_loop: bool):
+            # a follower's reduction, and whatever it nests, runs in its sibling's loops
+            if isinstance(e, A.Reduce):
+                in_sibling_loop = in_sibling_loop or (f, e.dim) in followers
+                if not in_sibling_loop:
+                    walking.setdefault(e.dim, set()).add(f)
+            for child in A.children(e):
+                visit(f, child, in_sibling_loop)
+
         for f in in_kernel:
-            for r in A.walk(self.cp.funcs[f].expr):
-                if isinstance(r, A.Reduce) and (f, r.dim) not in followers:
-                    walking.setdefault(r.dim, set()).add(f)
+            visit(f, self.cp.funcs[f].expr, False)
         return walking
 
     def in_loop_order(self, producers: list[str]) -> list[str]:
@@ -655,8 +663,11 @@ class _KernelLowering:
         """A new accumulator of reduction e, set to its identity over e's free dims: `y_accumulator`,
         or with `func`, `y_sum_accumulator` (Func `_sum`)."""
         axes = self.canonical(env[d] for d in A.free_dims(e))
-        # `_sum` -> y_sum_accumulator, unless another Func walking the dim would read the same
-        stems = [g.lstrip("_") for g in self.walking_funcs.get(e.dim, ())]
+        # `_sum` -> y_sum_accumulator, unless another Func named in this dim's accumulators (walking
+        # it, or computed with a sibling over it) would read the same
+        named = self.walking_funcs.get(e.dim, set()) | {
+            g for (_, dim), gs in self.cp.computed_with.items() if dim == e.dim for g in gs}
+        stems = [g.lstrip("_") for g in named]
         stem = func.lstrip("_") if func and stems.count(func.lstrip("_")) <= 1 else func
         name = f"{e.dim}_{stem or func}_accumulator" if func else f"{e.dim}_accumulator"
         return self.assign(name, S.Full(IDENTITY[e.op], axes, self.compute), f"r{e.op}", e.loc)
