@@ -1,6 +1,7 @@
 """The GPU benchmark harness (benchmarks/gpu/), exercised on the CPU: its dry run end to end,
 a failing provider, the time budget, merging runs, and the kernel catalogue and schedules
 it relies on (every baseline computes the DT algorithm; every schedule is that algorithm)."""
+import itertools
 import json
 import math
 import os
@@ -564,23 +565,33 @@ def test_tune_rounds_must_be_positive():
 def test_the_walk_direction_study_reverses_every_second_walk_and_keeps_the_result(monkeypatch):
     """The edited kernel walks its second pass from the last (partial) tile to the first and
     computes the same layer norm, on Triton's interpreter."""
+    import walk_direction
+    forward, run = _layernorm_walks(monkeypatch)
+    backward = walk_direction.alternate_walks(forward)
+    assert backward.count("_back in range(0, y_SIZE, 1024):") == 1  # mean forward, variance back, output forward
+    assert "y_iter_2 = (y_SIZE - 1) // 1024 * 1024 - y_iter_2_back" in backward
+    outs = [run(text) for text in (forward, backward)]
+    torch.testing.assert_close(outs[1], outs[0], rtol=1e-5, atol=1e-5)
+    assert not torch.equal(outs[0], torch.zeros_like(outs[0]))
+
+
+def _layernorm_walks(monkeypatch):
+    """The generated Triton source of a three-walk layernorm schedule (1024-wide tiles), and a
+    function running an edit of it on Triton's interpreter over a 3x2500 input."""
     pytest.importorskip("triton")
     monkeypatch.setenv("TRITON_INTERPRET", "1")
-    import walk_direction
     from dt.backends.pysource import load_module
     from dt.runtime import resolve_backend
     case = next(c for c in cases.cases(["layernorm"], ["f32"]) if c.shape == (128, 65536))
     program = dt.loads(dict(space.variants(case))["tiled1024_w4"], "layernorm_walks")
-    forward = program.source(resolve_backend("triton"), "f32")
-    backward = walk_direction.alternate_walks(forward)
-    assert backward.count("_back in range(0, y_SIZE, 1024):") == 1  # mean forward, variance back, output forward
-    assert "y_iter_2 = (y_SIZE - 1) // 1024 * 1024 - y_iter_2_back" in backward
     g = torch.Generator().manual_seed(0)
     inputs = {"A": torch.randn(3, 2500, generator=g) * 2 + 5, "W": torch.randn(2500, generator=g),
               "Bias": torch.randn(2500, generator=g)}
-    outs = [load_module(text, f"walks_{i}")[program.name](**inputs, eps=1e-5) for i, text in enumerate((forward, backward))]
-    torch.testing.assert_close(outs[1], outs[0], rtol=1e-5, atol=1e-5)
-    assert not torch.equal(outs[0], torch.zeros_like(outs[0]))
+    modules = itertools.count()
+
+    def run(source: str) -> torch.Tensor:
+        return load_module(source, f"walks_{next(modules)}")[program.name](**inputs, eps=1e-5)
+    return program.source(resolve_backend("triton"), "f32"), run
 
 
 def test_long_rows_search_statistics_walks_wider_than_the_output_walk():
@@ -605,23 +616,14 @@ def test_long_rows_search_statistics_walks_wider_than_the_output_walk():
 def test_the_walk_stages_study_pipelines_only_the_chosen_walks(monkeypatch):
     """walk_stages.staged asks for stages on the numbered walks only, and the edited kernel
     computes the same layer norm on Triton's interpreter."""
-    pytest.importorskip("triton")
-    monkeypatch.setenv("TRITON_INTERPRET", "1")
     import walk_stages
-    from dt.backends.pysource import load_module
-    from dt.runtime import resolve_backend
-    case = next(c for c in cases.cases(["layernorm"], ["f32"]) if c.shape == (128, 65536))
-    program = dt.loads(dict(space.variants(case))["tiled1024_w4"], "layernorm_stages")
-    source = program.source(resolve_backend("triton"), "f32")
+    source, run = _layernorm_walks(monkeypatch)
     edited = walk_stages.staged(source, {0, 2}, 3)
     walks = [line.strip() for line in edited.splitlines() if line.strip().startswith("for ")]
     assert walks == ["for y_iter in tl.range(0, y_SIZE, 1024, num_stages=3):",
                      "for y_iter_2 in range(0, y_SIZE, 1024):",
                      "for y_iter_3 in tl.range(0, y_SIZE, 1024, num_stages=3):"]
-    g = torch.Generator().manual_seed(0)
-    inputs = {"A": torch.randn(3, 2500, generator=g) * 2 + 5, "W": torch.randn(2500, generator=g),
-              "Bias": torch.randn(2500, generator=g)}
-    outs = [load_module(text, f"stages_{i}")[program.name](**inputs, eps=1e-5) for i, text in enumerate((source, edited))]
+    outs = [run(text) for text in (source, edited)]
     torch.testing.assert_close(outs[1], outs[0], rtol=0, atol=0)
 
 

@@ -60,8 +60,8 @@ RMS_EPS = 1e-6  # the benchmark's rmsnorm eps
 
 @triton.jit
 def streams_kernel(x_ptr, w_ptr, b_ptr, out_ptr, eps, WIDTH: tl.constexpr, TILE: tl.constexpr,
-                   OUTPUT_TILE: tl.constexpr, MEAN: tl.constexpr, WEIGHT: tl.constexpr, BIAS: tl.constexpr, SHARED_EVICT_LAST: tl.constexpr,
-                   STAGGER: tl.constexpr):
+                   OUTPUT_TILE: tl.constexpr, MEAN: tl.constexpr, WEIGHT: tl.constexpr, BIAS: tl.constexpr,
+                   SHARED_POLICY: tl.constexpr, STAGGER: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     row_start = row * WIDTH
     lanes = tl.arange(0, TILE)
@@ -89,15 +89,9 @@ def streams_kernel(x_ptr, w_ptr, b_ptr, out_ptr, eps, WIDTH: tl.constexpr, TILE:
         else:
             y = y * rstd
         if WEIGHT:
-            if SHARED_EVICT_LAST:
-                y = y * tl.load(w_ptr + offsets, eviction_policy="evict_last").to(tl.float32)
-            else:
-                y = y * tl.load(w_ptr + offsets).to(tl.float32)
+            y = y * tl.load(w_ptr + offsets, eviction_policy=SHARED_POLICY).to(tl.float32)
         if BIAS:
-            if SHARED_EVICT_LAST:
-                y = y + tl.load(b_ptr + offsets, eviction_policy="evict_last").to(tl.float32)
-            else:
-                y = y + tl.load(b_ptr + offsets).to(tl.float32)
+            y = y + tl.load(b_ptr + offsets, eviction_policy=SHARED_POLICY).to(tl.float32)
         tl.store(out_ptr + row_start + offsets, y.to(out_ptr.dtype.element_ty))
 
 
@@ -177,13 +171,13 @@ SHARED = {(2, 1): [(8192, 16), (8192, 32), (16384, 32)],
           (2, 4): [(4096, 16), (8192, 16)]}
 
 
-# name -> (mean, weight, bias, shared evict_last, stagger)
-STRUCTURES = {"layernorm": (True, True, True, False, False),
-              "no bias": (True, True, False, False, False),
-              "no weight, no bias": (True, False, False, False, False),
-              "rmsnorm": (False, True, False, False, False),
-              "weight and bias evict_last": (True, True, True, True, False),
-              "staggered": (True, True, True, False, True)}
+# name -> (mean, weight, bias, the weight's and bias's eviction policy, stagger)
+STRUCTURES = {"layernorm": (True, True, True, "", False),
+              "no bias": (True, True, False, "", False),
+              "no weight, no bias": (True, False, False, "", False),
+              "rmsnorm": (False, True, False, "", False),
+              "weight and bias evict_last": (True, True, True, "evict_last", False),
+              "staggered": (True, True, True, "", True)}
 
 
 def reference(x, w, b, structure: str, width: int = WIDTH) -> torch.Tensor:

@@ -57,6 +57,8 @@ def _rowwise(case: Case):
     if y >= 4096:  # a row per program, walked in tiles (later passes re-read it, mostly from L2)
         # rows this long leave few programs per SM: 32 warps and wider tiles keep more loads in flight
         long_rows = y > 16384
+        one_pass = ONE_PASS.get(case.kernel.name)
+        one_passes = ("", one_pass[0]) if one_pass and y > one_pass[1] else ("",)
         for width in (1024, 2048, 4096, 8192, 16384) + ((32768,) if long_rows else ()):
             if width >= y:
                 continue
@@ -67,8 +69,6 @@ def _rowwise(case: Case):
                         continue
                     pipelining = f"{out}.num_stages({stages});\n" if stages else ""
                     name = f"tiled{width}_w{warps}" + (f"_s{stages}" if stages else "")
-                    one_pass = ONE_PASS.get(case.kernel.name)
-                    one_passes = ("", one_pass[0]) if one_pass and y > one_pass[1] else ("",)
                     for shared in one_passes:
                         yield (name + ("_onepass" if shared else ""),
                                f"{out}.block(x:1);\n{out}.tensorize(y:{width});\n{fuse}{shared}"
@@ -84,8 +84,7 @@ def _rowwise(case: Case):
                         or _per_thread(statistics, warps) > 64):
                     continue
                 widen = "".join(f"{f}.tensorize(y:{statistics});\n" for f in fused)
-                one_pass = ONE_PASS.get(case.kernel.name)
-                for shared in ("", one_pass[0]) if one_pass and y > one_pass[1] else ("",):
+                for shared in one_passes:
                     yield (f"tiled{width}_statistics{statistics}_w{warps}" + ("_onepass" if shared else ""),
                            f"{out}.block(x:1);\n{out}.tensorize(y:{width});\n{fuse}{widen}{shared}"
                            f"{out}.num_warps({warps});\n{out}.compile_to_kernel();\n")

@@ -16,6 +16,7 @@ writes DIR/walk_stages.json and .md (committed in benchmarks/results/).
 """
 from __future__ import annotations
 
+import itertools
 import re
 import sys
 from pathlib import Path
@@ -39,7 +40,7 @@ STAGES = (2, 3, 4)
 
 def staged(source: str, walks: set[int], stages: int) -> str:
     """`source` with the tiled walks numbered in `walks` (0: the first) pipelined `stages` deep."""
-    count = iter(range(1 << 30))
+    count = itertools.count()
     return WALK.sub(lambda m: (f"for {m['it']} in tl.range({m['bounds']}, num_stages={stages}):"
                                if next(count) in walks else m[0]), source)
 

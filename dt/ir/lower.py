@@ -121,6 +121,7 @@ class _KernelLowering:
         # Reductions accumulated in a sibling's loop (compute_with): the A.Reduce's id -> its result
         self.shared_reductions: dict[int, S.Ref] = {}
         self.walking_funcs = self._walking_funcs()
+        self.accumulator_stems = self._accumulator_stems()
         self.reads: list[str] = []
         self.load_dtypes: dict[str, str] = {}  # tile variables holding a Load, and its dtype
 
@@ -146,6 +147,18 @@ class _KernelLowering:
         for f in in_kernel:
             visit(f, self.cp.funcs[f].expr, False)
         return walking
+
+    def _accumulator_stems(self) -> dict[str, dict[str, str]]:
+        """dim -> Func -> what its accumulators over dim are named after: `_sum` -> `sum`, unless
+        another Func named there (walking dim, or computed with a sibling over it) would read the same."""
+        named = {dim: set(funcs) for dim, funcs in self.walking_funcs.items()}
+        for (_, dim), followers in self.cp.computed_with.items():
+            named.setdefault(dim, set()).update(followers)
+        stems = {}
+        for dim, funcs in named.items():
+            short = [f.lstrip("_") or f for f in funcs]
+            stems[dim] = {f: s if short.count(s) == 1 else f for f, s in zip(funcs, short)}
+        return stems
 
     def in_loop_order(self, producers: list[str]) -> list[str]:
         """Producers fused at one loop (in topological order), reordered so that a loop shared by
@@ -663,13 +676,8 @@ class _KernelLowering:
         """A new accumulator of reduction e, set to its identity over e's free dims: `y_accumulator`,
         or with `func`, `y_sum_accumulator` (Func `_sum`)."""
         axes = self.canonical(env[d] for d in A.free_dims(e))
-        # `_sum` -> y_sum_accumulator, unless another Func named in this dim's accumulators (walking
-        # it, or computed with a sibling over it) would read the same
-        named = self.walking_funcs.get(e.dim, set()) | {
-            g for (_, dim), gs in self.cp.computed_with.items() if dim == e.dim for g in gs}
-        stems = [g.lstrip("_") for g in named]
-        stem = func.lstrip("_") if func and stems.count(func.lstrip("_")) <= 1 else func
-        name = f"{e.dim}_{stem or func}_accumulator" if func else f"{e.dim}_accumulator"
+        stem = self.accumulator_stems.get(e.dim, {}).get(func, func) if func else None
+        name = f"{e.dim}_{stem}_accumulator" if func else f"{e.dim}_accumulator"
         return self.assign(name, S.Full(IDENTITY[e.op], axes, self.compute), f"r{e.op}", e.loc)
 
     def siblings(self, e: A.Reduce, func: str) -> list[tuple[str, A.Reduce]]:
