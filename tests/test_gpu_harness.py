@@ -6,6 +6,7 @@ import json
 import math
 import os
 import re
+import statistics
 import subprocess
 import sys
 import types
@@ -49,8 +50,10 @@ def test_dry_run_checks_times_and_reports(tmp_path):
         assert FIELDS <= set(r), r
         assert r["status"] == "ok", r
         assert r["rel_err"] <= r["tol"] and r["ms"] > 0 and r["gbps"] > 0
-        if r["kind"] == cases.MEMORY:  # the same-size copy moves the row's bytes
-            assert r["copy_same_gbps"] > 0
+        if r["kind"] == cases.MEMORY:  # the same-size copy moves the row's bytes, timed in the row's rounds
+            assert len(r["copy_same_ms_runs"]) == len(r["ms_runs"]) and r["copy_same_gbps"] > 0
+            assert math.isclose(r["copy_same_gbps"], r["bytes"] / statistics.median(r["copy_same_ms_runs"]) / 1e6,
+                                rel_tol=1e-3)
             assert math.isclose(r["pct_copy_same"], 100 * r["gbps"] / r["copy_same_gbps"])
         if r["kind"] == cases.MATMUL:
             assert r["tflops"] > 0 and r["cublas_ms"] > 0 and r["pct_cublas"] > 0
@@ -96,13 +99,28 @@ def test_repeats_time_the_providers_round_robin_and_report_the_speed_up_range(tm
     rows = {r["provider"]: r for r in doc["records"] if r["kind"] == cases.MEMORY}
     first = rows["dt"]["ms_runs"][0]
     assert timed[int(first) - 2] is timed[int(first) - 1]  # dt timed once more before the rounds, and that time discarded
-    assert rows["dt"]["ms_runs"] == [first, first + 3, first + 6]  # one timing per provider per round
-    assert rows["eager"]["ms_runs"] == [first + 1, first + 4, first + 7]
-    assert rows["compile"]["ms_runs"] == [first + 2, first + 5, first + 8]
-    assert rows["dt"]["ms"] == first + 3 and rows["dt"]["best_baseline"] == "eager"
+    # one timing per provider per round, then the same-size copy's
+    assert rows["dt"]["ms_runs"] == [first, first + 4, first + 8]
+    assert rows["eager"]["ms_runs"] == [first + 1, first + 5, first + 9]
+    assert rows["compile"]["ms_runs"] == [first + 2, first + 6, first + 10]
+    assert rows["dt"]["copy_same_ms_runs"] == [first + 3, first + 7, first + 11]
+    assert math.isclose(rows["dt"]["copy_same_gbps"], rows["dt"]["bytes"] / (first + 7) / 1e6, rel_tol=1e-3)
+    assert rows["dt"]["ms"] == first + 4 and rows["dt"]["best_baseline"] == "eager"
     low, high = rows["dt"]["speedup_range"]
-    assert (low, high) == ((first + 1) / (first + 6), (first + 7) / first)
-    assert f"| {(first + 4) / (first + 3):.2f}x ({low:.2f}-{high:.2f}) |" in md
+    assert (low, high) == ((first + 1) / (first + 8), (first + 9) / first)
+    assert f"| {(first + 5) / (first + 4):.2f}x ({low:.2f}-{high:.2f}) |" in md
+
+
+def test_a_failing_same_size_copy_leaves_the_row_timed_without_its_percentage(tmp_path, monkeypatch):
+    def copy_call(device, moved):
+        def fails():
+            raise RuntimeError("copy engine on fire")
+        return fails, moved
+    monkeypatch.setattr(bench.measure, "copy_call", copy_call)
+    doc, _ = _run(tmp_path, "--kernels", "add", "--dtypes", "f32", "--quick", "--providers", "dt,eager", "--no-plots")
+    records = [r for r in doc["records"] if r["kind"] == cases.MEMORY]
+    assert records and all(r["status"] == "ok" and r["ms"] > 0 and r["pct_copy_same"] is None
+                           and "copy engine on fire" in r["copy_same_error"] for r in records)
 
 
 def test_a_context_lost_while_timing_leaves_no_row_checked_but_untimed(tmp_path, monkeypatch):
@@ -312,15 +330,17 @@ def test_round_robin_drops_a_call_that_fails_and_says_so():
     assert errors == ["broken"]
 
 
-def test_a_studys_variants_are_timed_in_rounds_and_compared_with_a_same_size_copy(monkeypatch):
+def test_a_studys_variants_are_timed_in_rounds_with_a_same_size_copy(monkeypatch):
     import measure
     case = next(c for c in cases.cases(["add"], ["f32"]) if c.shape == (4096, 1000))
     monkeypatch.setattr(measure.Timer, "__call__", lambda self, fn: fn())
-    monkeypatch.setattr(measure, "copy_bandwidth", lambda timer, device, moved: {"gbps": moved / 1e6})  # 1 ms
+    copy_times = iter([1.0, 4.0, 1.0])  # the copy drifts in the second round: its median is kept
+    monkeypatch.setattr(measure, "copy_call", lambda device, moved: (lambda: next(copy_times), moved))
     records = measure.timed_variants(measure.Timer("do_bench"), torch.device("cpu"), case,
                                      {"dt": lambda: 2.0, "flat": lambda: 1.0}, 3, kernel="add")
-    assert [(r["variant"], r["rounds_ms"], r["pct_copy_same"], r["kernel"], r["shape"]) for r in records] == [
-        ("dt", [2.0] * 3, 50.0, "add", case.shape_text), ("flat", [1.0] * 3, 100.0, "add", case.shape_text)]
+    assert [(r["variant"], r["rounds_ms"], r["copy_same_rounds_ms"], r["pct_copy_same"], r["kernel"], r["shape"])
+            for r in records] == [("dt", [2.0] * 3, [1.0, 4.0, 1.0], 50.0, "add", case.shape_text),
+                                  ("flat", [1.0] * 3, [1.0, 4.0, 1.0], 100.0, "add", case.shape_text)]
 
 
 def test_report_merges_runs(tmp_path):
@@ -673,6 +693,30 @@ def test_the_layernorm_studies_hand_written_kernels_compute_layer_norm(dtype):
                                                        output_rows, columns))
     for out in outs:
         assert (out.double() - ref).norm() / ref.norm() < tolerance
+
+
+def test_the_matmul_epilogue_study_stores_the_whole_block_in_any_number_of_slices(monkeypatch):
+    """matmul_epilogue._store_in_slices, on Triton's interpreter: a block stored as 1, 2 or 4
+    column slices through a descriptor of the slice's box lands whole and in place."""
+    pytest.importorskip("triton")
+    import matmul_epilogue
+    import triton
+    import triton.language as tl
+    from triton.tools.tensor_descriptor import TensorDescriptor
+    monkeypatch.setitem(globals(), "matmul_epilogue", matmul_epilogue)  # a jit function sees module globals
+
+    @triton.jit
+    def store_block(c_desc, block_ptr, BM: tl.constexpr, BN: tl.constexpr, SLICES: tl.constexpr):
+        block = tl.load(block_ptr + tl.arange(0, BM)[:, None] * BN + tl.arange(0, BN)[None, :])
+        matmul_epilogue._store_in_slices(c_desc, block, BM, BN, BM, BN, SLICES)
+
+    block = torch.randn(16, 64, generator=torch.Generator().manual_seed(5))
+    for slices in (1, 2, 4):
+        c = torch.full((48, 192), float("nan"))
+        store_block[(1,)](TensorDescriptor.from_tensor(c, [16, 64 // slices]), block, 16, 64, slices)
+        assert torch.equal(c[16:32, 64:128], block)
+        c[16:32, 64:128] = float("nan")
+        assert c.isnan().all()  # nothing written outside the block
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])

@@ -147,8 +147,9 @@ def providers_for(case: Case, names: list[str], tune: bool) -> list[Provider]:
 
 # ----------------------------------------------------------------------- one row
 def run_case(case: Case, providers: list[Provider], ctx: Context, timer: measure.Timer, cublas: measure.Cublas,
-             copy_gbps: float, sized_copies: measure.SizedCopies, repeats: int, base: dict, log, records: list[dict]):
-    """Check, then time, each provider on one row, appending a record per provider."""
+             copy_gbps: float, repeats: int, base: dict, log, records: list[dict]):
+    """Check, then time, each provider on one row, appending a record per provider. A memory-bound
+    row's rounds also time a copy of the row's bytes, the ceiling at that size."""
     device, dtype = ctx.device, DTYPES[case.dtype]
     seed = zlib.crc32(case.title.encode())
     check_inputs = measure.case_inputs(case, device, seed)
@@ -160,22 +161,21 @@ def run_case(case: Case, providers: list[Provider], ctx: Context, timer: measure
             cublas_ms = sum(cublas.ms(m, n, k, dtype, timer) for m, n, k in case.gemm_shapes)
         except Exception as e:  # the reference is optional: the row goes on without % of cuBLAS
             cublas_error = measure.short_error(e)
-    copy_same_gbps, copy_same_error = None, None
+    copy_same, copy_same_error = None, None
     if case.kernel.kind == MEMORY:
         try:
-            copy_same_gbps = sized_copies(case.bytes)
+            copy_same = measure.copy_call(device, case.bytes)
         except Exception as e:  # optional too: the row goes on without % of same-size copy
             copy_same_error = measure.short_error(e)
     timed = []  # (record, timing function) of each provider that ran and was checked
+    copy_same_runs = []
     first = len(records)
     try:
         for p in providers:
             rec = _record(base, case, p.name, "error", None, ms_runs=[], copy_gbps=copy_gbps, cublas_ms=cublas_ms,
-                          copy_same_gbps=copy_same_gbps, tol=measure.TOLERANCE[case.dtype], rel_err=None)
+                          tol=measure.TOLERANCE[case.dtype], rel_err=None)
             if cublas_error:
                 rec["cublas_error"] = cublas_error
-            if copy_same_error:
-                rec["copy_same_error"] = copy_same_error
             records.append(rec)
             try:
                 make = p.build(case, ctx)
@@ -196,15 +196,27 @@ def run_case(case: Case, providers: list[Provider], ctx: Context, timer: measure
             except Exception as e:  # any failure of one provider is a row of the results, not the end of the run
                 _failed(rec, e, case, p.name, device, log)
         # Round-robin rounds after one discarded timing (measure.round_robin): a drift reaches
-        # every provider alike.
+        # every provider, and the same-size copy, alike.
         checked = {i: fn for i, (rec, fn) in enumerate(timed) if rec["status"] in ("ok", "wrong")}
+        if checked and copy_same:
+            checked[measure.SAME_SIZE_COPY] = copy_same[0]
 
         def failed(i, e):
-            _failed(timed[i][0], e, case, timed[i][0]["provider"], device, log)
+            nonlocal copy_same_error
+            if i == measure.SAME_SIZE_COPY:
+                copy_same_error = measure.short_error(e)
+            else:
+                _failed(timed[i][0], e, case, timed[i][0]["provider"], device, log)
 
         for i, ms in measure.round_robin(timer, checked, repeats, on_error=failed):
-            timed[i][0]["ms_runs"].append(ms)
+            (copy_same_runs if i == measure.SAME_SIZE_COPY else timed[i][0]["ms_runs"]).append(ms)
     finally:  # also when the CUDA context is lost: no record is left checked but untimed
+        copy_same_fields = {"copy_same_error": copy_same_error} if copy_same_error else {}
+        if copy_same_runs and not copy_same_error:
+            copy_same_fields = {"copy_same_ms_runs": copy_same_runs,
+                                "copy_same_gbps": copy_same[1] / statistics.median(copy_same_runs) / 1e6}
+        for rec in records[first:]:
+            rec.update(copy_same_fields)
         for rec, _ in timed:
             if rec["status"] not in ("ok", "wrong"):
                 continue
@@ -352,7 +364,6 @@ def _main(args, dry: bool) -> int:
         run["copy"] = {"error": measure.short_error(e)}
         print(f"copy bandwidth not measured: {measure.short_error(e)}", flush=True)
     cublas = measure.Cublas(device)
-    sized_copies = measure.SizedCopies(row_timer(args.timer, dry, None, 0), device)
     run["cublas_peak"] = {}
     for d in sorted({c.dtype for c in rows if c.kernel.kind == MATMUL}):
         try:
@@ -382,8 +393,7 @@ def _main(args, dry: bool) -> int:
             start = time.monotonic()
             print(f"[{i + 1}/{len(rows)}] {case.title}", flush=True)
             try:
-                run_case(case, providers, ctx, timer, cublas, run["copy"].get("gbps"), sized_copies, args.repeats, base, log,
-                         records)
+                run_case(case, providers, ctx, timer, cublas, run["copy"].get("gbps"), args.repeats, base, log, records)
             except ContextLost as e:
                 lost = str(e)
                 print(f"CUDA context lost at {lost}; the remaining rows are skipped", flush=True)

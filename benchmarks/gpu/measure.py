@@ -295,15 +295,21 @@ def generator(device: torch.device, seed: int) -> torch.Generator:
     return g
 
 
-def copy_bandwidth(timer: Timer, device: torch.device, moved: int | None = None) -> dict:
-    """A device-to-device copy; GB/s counts the bytes read plus the bytes written. By default
-    a large one (the device's sustained bandwidth); with `moved`, one that moves that many
-    bytes, the ceiling a kernel of that size can reach (launch and ramp-up included)."""
+def copy_call(device: torch.device, moved: int | None = None):
+    """A device-to-device copy and the bytes it moves (read plus write): by default a large one
+    (the device's sustained bandwidth); with `moved`, one that moves that many bytes, the
+    ceiling a kernel of that size can reach (launch and ramp-up included)."""
     nbytes = moved // 2 if moved else COPY_BYTES_GPU if device.type == "cuda" else COPY_BYTES_CPU
     src = random_tensor((max(1, nbytes // 4),), torch.float32, device, generator(device, 1))
     dst = torch.empty_like(src)
-    ms = timer(lambda: dst.copy_(src))
-    return {"bytes": 2 * src.numel() * 4, "ms": ms, "gbps": 2 * src.numel() * 4 / ms / 1e6}
+    return (lambda: dst.copy_(src)), 2 * src.numel() * 4
+
+
+def copy_bandwidth(timer: Timer, device: torch.device, moved: int | None = None) -> dict:
+    """copy_call's copy timed on its own; GB/s counts the bytes read plus the bytes written."""
+    call, nbytes = copy_call(device, moved)
+    ms = timer(call)
+    return {"bytes": nbytes, "ms": ms, "gbps": nbytes / ms / 1e6}
 
 
 def against_copy(moved: int, ms: float, copy: dict) -> dict:
@@ -313,13 +319,27 @@ def against_copy(moved: int, ms: float, copy: dict) -> dict:
     return {"ms": ms, "gbps": gbps, "pct_copy_same": 100 * gbps / copy["gbps"]}
 
 
+SAME_SIZE_COPY = "same-size copy"  # the copy's name among the timed calls of a row's rounds
+
+
+def rounds_with_copy(timer: Timer, device: torch.device, calls: dict, moved: int, rounds: int):
+    """Each call's times over `rounds` round-robin rounds that also time a copy moving `moved`
+    bytes (copy_call), so that the copy drifts with the calls; returns (times, the copy's times,
+    its GB/s over its median)."""
+    copy, copy_bytes = copy_call(device, moved)
+    times = timer.rounds({**calls, SAME_SIZE_COPY: copy}, rounds)
+    copy_ms = times.pop(SAME_SIZE_COPY)
+    return times, copy_ms, copy_bytes / statistics.median(copy_ms) / 1e6
+
+
 def timed_variants(timer: Timer, device: torch.device, case, calls: dict, rounds: int, **fields) -> list[dict]:
-    """A study's records for one row: each call timed in `rounds` round-robin rounds, its median
-    against a same-size copy timed after them, with `fields` and the row's shape and dtype."""
-    times = timer.rounds(calls, rounds)
-    copy = copy_bandwidth(timer, device, case.bytes)
+    """A study's records for one row: each call timed in `rounds` round-robin rounds with a
+    same-size copy (rounds_with_copy), its median against the copy's, with `fields` and the row's
+    shape and dtype."""
+    times, copy_ms, copy_gbps = rounds_with_copy(timer, device, calls, case.bytes, rounds)
     records = [dict(shape=case.shape_text, dtype=case.dtype, **fields, variant=name, rounds_ms=ms,
-                    **against_copy(case.bytes, statistics.median(ms), copy)) for name, ms in times.items()]
+                    copy_same_rounds_ms=copy_ms, **against_copy(case.bytes, statistics.median(ms), {"gbps": copy_gbps}))
+               for name, ms in times.items()]
     for record in records:
         print(record, flush=True)
     return records
@@ -331,19 +351,6 @@ def by_row(records: list[dict], *fields: str) -> dict[tuple, list[dict]]:
     for r in records:
         groups.setdefault(tuple(r[f] for f in fields), []).append(r)
     return groups
-
-
-class SizedCopies:
-    """The same-size copy ceiling of each memory-bound row, timed once per size per run."""
-
-    def __init__(self, timer: Timer, device: torch.device):
-        self.timer, self.device = timer, device
-        self.gbps: dict[int, float] = {}
-
-    def __call__(self, moved: int) -> float:
-        if moved not in self.gbps:
-            self.gbps[moved] = copy_bandwidth(self.timer, self.device, moved)["gbps"]
-        return self.gbps[moved]
 
 
 class Cublas:

@@ -71,7 +71,6 @@ def main(argv=None) -> int:
     gpu = torch.cuda.is_available()
     device = torch.device("cuda" if gpu else "cpu")
     timer = measure.Timer("do_bench" if gpu else "cpu")
-    copies = measure.SizedCopies(timer, device)
     records = []
     for case in cases(args.kernels, tiny=not gpu):
         if case.kernel.kind != MEMORY or (case.kernel.name not in ELEMENTWISE and case.extents["y"] < 8192):
@@ -93,8 +92,7 @@ def main(argv=None) -> int:
         for name, out in outputs.items():
             if not torch.equal(out, outputs[BASE]):
                 raise AssertionError(f"{case.title}: {name} differs from the generated code's output")
-        times = timer.rounds(calls, args.rounds)
-        same_size = copies(case.bytes)
+        times, _, same_size = measure.rounds_with_copy(timer, device, calls, case.bytes, args.rounds)
         for name, ms in times.items():
             ratios = [base / t for base, t in zip(times[BASE], ms)]
             records.append(dict(kernel=case.kernel.name, shape=case.shape_text, dtype=case.dtype, schedule=path.stem,
