@@ -111,16 +111,40 @@ def test_repeats_time_the_providers_round_robin_and_report_the_speed_up_range(tm
     assert f"| {(first + 5) / (first + 4):.2f}x ({low:.2f}-{high:.2f}) |" in md
 
 
-def test_a_failing_same_size_copy_leaves_the_row_timed_without_its_percentage(tmp_path, monkeypatch):
+def test_the_same_size_copy_is_timed_in_each_round_and_its_median_kept(tmp_path, monkeypatch):
+    copy_times = itertools.cycle([1.0, 9.0, 2.0])  # each row's rounds: the median (2.0), not the mean (4.0)
+
+    def copy():
+        return "copy"
+    real_copy_call = bench.measure.copy_call  # the run's own 1 GiB copy (moved=None) stays real
+    monkeypatch.setattr(bench.measure, "copy_call",
+                        lambda device, moved: (copy, moved) if moved else real_copy_call(device, moved))
+    monkeypatch.setattr(bench.measure.Timer, "__call__",
+                        lambda self, fn: next(copy_times) if fn is copy else 0.5)
+    doc, _ = _run(tmp_path, "--kernels", "add", "--dtypes", "f32", "--quick", "--providers", "dt,eager",
+                  "--repeats", "3", "--no-plots")
+    records = [r for r in doc["records"] if r["kind"] == cases.MEMORY]
+    assert len(records) == 4  # two rows, two providers
+    for r in records:
+        assert r["copy_same_ms_runs"] == [1.0, 9.0, 2.0] and r["ms_runs"] == [0.5] * 3
+        assert r["copy_same_gbps"] == r["bytes"] / 2.0 / 1e6 and r["pct_copy_same"] == 400.0
+
+
+@pytest.mark.parametrize("fails_at", ["set-up", "timing"])
+def test_a_failing_same_size_copy_leaves_the_row_timed_without_its_percentage(tmp_path, monkeypatch, fails_at):
     def copy_call(device, moved):
         def fails():
             raise RuntimeError("copy engine on fire")
+        if fails_at == "set-up" and moved:  # the run's own 1 GiB copy (moved=None) still works
+            fails()
         return fails, moved
     monkeypatch.setattr(bench.measure, "copy_call", copy_call)
     doc, _ = _run(tmp_path, "--kernels", "add", "--dtypes", "f32", "--quick", "--providers", "dt,eager", "--no-plots")
     records = [r for r in doc["records"] if r["kind"] == cases.MEMORY]
     assert records and all(r["status"] == "ok" and r["ms"] > 0 and r["pct_copy_same"] is None
-                           and "copy engine on fire" in r["copy_same_error"] for r in records)
+                           and "copy engine on fire" in r["copy_same_error"]
+                           and "copy_same_ms_runs" not in r and "copy_same_gbps" not in r for r in records)
+    assert "same-size copy" in (tmp_path / "gpu-t.log").read_text()
 
 
 def test_a_context_lost_while_timing_leaves_no_row_checked_but_untimed(tmp_path, monkeypatch):

@@ -162,11 +162,6 @@ def run_case(case: Case, providers: list[Provider], ctx: Context, timer: measure
         except Exception as e:  # the reference is optional: the row goes on without % of cuBLAS
             cublas_error = measure.short_error(e)
     copy_same, copy_same_error = None, None
-    if case.kernel.kind == MEMORY:
-        try:
-            copy_same = measure.copy_call(device, case.bytes)
-        except Exception as e:  # optional too: the row goes on without % of same-size copy
-            copy_same_error = measure.short_error(e)
     timed = []  # (record, timing function) of each provider that ran and was checked
     copy_same_runs = []
     first = len(records)
@@ -198,13 +193,17 @@ def run_case(case: Case, providers: list[Provider], ctx: Context, timer: measure
         # Round-robin rounds after one discarded timing (measure.round_robin): a drift reaches
         # every provider, and the same-size copy, alike.
         checked = {i: fn for i, (rec, fn) in enumerate(timed) if rec["status"] in ("ok", "wrong")}
-        if checked and copy_same:
-            checked[measure.SAME_SIZE_COPY] = copy_same[0]
+        if checked and case.kernel.kind == MEMORY:
+            try:  # made after the providers' compilations, which it would otherwise hold memory through
+                copy_same = measure.copy_call(device, case.bytes)
+                checked[measure.SAME_SIZE_COPY] = copy_same[0]
+            except Exception as e:  # optional: the row goes on without % of same-size copy
+                copy_same_error = _copy_failed(e, case, device, log)
 
         def failed(i, e):
             nonlocal copy_same_error
             if i == measure.SAME_SIZE_COPY:
-                copy_same_error = measure.short_error(e)
+                copy_same_error = _copy_failed(e, case, device, log)
             else:
                 _failed(timed[i][0], e, case, timed[i][0]["provider"], device, log)
 
@@ -236,6 +235,16 @@ def _failed(rec: dict, e: Exception, case: Case, provider: str, device, log):
     if not measure.cuda_usable(device):
         raise ContextLost(f"{case.title} / {provider}: {rec['error']}") from e
     measure.empty_cache(device)  # e.g. after an out-of-memory error
+
+
+def _copy_failed(e: Exception, case: Case, device, log) -> str:
+    """The same-size copy's failure: logged like a provider's; the row keeps its times."""
+    log.write(f"--- {case.title} / {measure.SAME_SIZE_COPY}\n{traceback.format_exc()}\n")
+    log.flush()
+    if not measure.cuda_usable(device):
+        raise ContextLost(f"{case.title} / {measure.SAME_SIZE_COPY}: {measure.short_error(e)}") from e
+    measure.empty_cache(device)
+    return measure.short_error(e)
 
 
 def _record(base: dict, case: Case, provider: str, status: str, error: str | None, **fields) -> dict:

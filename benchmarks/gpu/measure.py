@@ -314,7 +314,7 @@ def copy_bandwidth(timer: Timer, device: torch.device, moved: int | None = None)
 
 def against_copy(moved: int, ms: float, copy: dict) -> dict:
     """A study record's speed fields: the kernel's time, its GB/s for `moved` bytes, and that as
-    a percentage of a copy_bandwidth(..., moved) timed in the same run."""
+    a percentage of `copy["gbps"]`, a copy of `moved` bytes timed in the same run or rounds."""
     gbps = moved / ms / 1e6
     return {"ms": ms, "gbps": gbps, "pct_copy_same": 100 * gbps / copy["gbps"]}
 
