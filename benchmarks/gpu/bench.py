@@ -198,12 +198,14 @@ def run_case(case: Case, providers: list[Provider], ctx: Context, timer: measure
                 copy_same = measure.copy_call(device, case.bytes)
                 checked[measure.SAME_SIZE_COPY] = copy_same[0]
             except Exception as e:  # optional: the row goes on without % of same-size copy
-                copy_same_error = _copy_failed(e, case, device, log)
+                copy_same_error = measure.short_error(e)
+                _log_failure(e, case, measure.SAME_SIZE_COPY, device, log)
 
         def failed(i, e):
             nonlocal copy_same_error
             if i == measure.SAME_SIZE_COPY:
-                copy_same_error = _copy_failed(e, case, device, log)
+                copy_same_error = measure.short_error(e)
+                _log_failure(e, case, i, device, log)
             else:
                 _failed(timed[i][0], e, case, timed[i][0]["provider"], device, log)
 
@@ -230,21 +232,17 @@ def run_case(case: Case, providers: list[Provider], ctx: Context, timer: measure
 
 def _failed(rec: dict, e: Exception, case: Case, provider: str, device, log):
     rec.update(status="error", error=measure.short_error(e))
-    log.write(f"--- {case.title} / {provider}\n{traceback.format_exc()}\n")
+    _log_failure(e, case, provider, device, log)
+
+
+def _log_failure(e: Exception, case: Case, name: str, device, log):
+    """Log what `name` (a provider, or the same-size copy) raised on this row; ContextLost if the
+    CUDA context went with it."""
+    log.write(f"--- {case.title} / {name}\n{traceback.format_exc()}\n")
     log.flush()
     if not measure.cuda_usable(device):
-        raise ContextLost(f"{case.title} / {provider}: {rec['error']}") from e
+        raise ContextLost(f"{case.title} / {name}: {measure.short_error(e)}") from e
     measure.empty_cache(device)  # e.g. after an out-of-memory error
-
-
-def _copy_failed(e: Exception, case: Case, device, log) -> str:
-    """The same-size copy's failure: logged like a provider's; the row keeps its times."""
-    log.write(f"--- {case.title} / {measure.SAME_SIZE_COPY}\n{traceback.format_exc()}\n")
-    log.flush()
-    if not measure.cuda_usable(device):
-        raise ContextLost(f"{case.title} / {measure.SAME_SIZE_COPY}: {measure.short_error(e)}") from e
-    measure.empty_cache(device)
-    return measure.short_error(e)
 
 
 def _record(base: dict, case: Case, provider: str, status: str, error: str | None, **fields) -> dict:

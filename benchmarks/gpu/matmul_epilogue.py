@@ -28,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import measure  # noqa: E402
 import render  # noqa: E402
 from cases import cases, schedule_for  # noqa: E402
+from matmul_ceiling import _tile  # noqa: E402
 
 import dt  # noqa: E402
 
@@ -53,10 +54,7 @@ def matmul_tma_persistent(a_desc, b_desc, c_desc, M: tl.constexpr, N: tl.constex
                           SMS: tl.constexpr, SLICES: tl.constexpr, WS: tl.constexpr):
     nm, nn = tl.cdiv(M, BM), tl.cdiv(N, BN)
     for tile in tl.range(tl.program_id(0), nm * nn, SMS, flatten=True, warp_specialize=WS):
-        first = tile // (G * nn) * G
-        size = min(nm - first, G)
-        pm = first + (tile % (G * nn)) % size
-        pn = (tile % (G * nn)) // size
+        pm, pn = _tile(tile, nm, nn, G)
         acc = tl.zeros([BM, BN], tl.float32)
         for k in range(0, K, BK):
             acc = tl.dot(a_desc.load([pm * BM, k]), b_desc.load([k, pn * BN]), acc)
