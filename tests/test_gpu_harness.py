@@ -850,3 +850,121 @@ def test_a_layernorm_row_study_writes_every_dtypes_records(tmp_path, monkeypatch
     assert seen == [("f32", "cuda", "cold", 3), ("bf16", "cuda", "cold", 3)]
     assert (tmp_path / "study.md").read_text() == "2 records"
     assert json.loads((tmp_path / "study.json").read_text())["records"] == [{"dtype": "f32"}, {"dtype": "bf16"}]
+
+
+def test_repeated_match_options_select_the_rows_matching_any_of_them():
+    rows = cases.cases(["add", "relu"])
+    chosen = cases.matching(rows, ["add [x=4096, y=8192] bf16", "relu [x=128,"])
+    assert [c.title for c in chosen] == ["add [x=4096, y=8192] bf16", "relu [x=128, y=65536] f32",
+                                         "relu [x=128, y=65536] bf16"]
+    assert cases.matching(rows, None) == rows
+
+
+def test_contenders_are_timed_in_the_rounds_of_the_rows_they_name(tmp_path):
+    """--contender adds a dt@FILE provider beside dt on the rows its key names, timed in the
+    same rounds, with its own speed-up over the fastest baseline."""
+    other = cases.ROOT / "benchmarks/gpu/schedules/relu_1024.dt"
+    doc, _ = _run(tmp_path, "--kernels", "add,relu", "--dtypes", "f32", "--providers", "dt,eager", "--repeats", "2",
+                  "--contender", f"add:x=8, y=256={cases.ROOT / 'benchmarks/gpu/schedules/add_1024.dt'}",
+                  "--contender", f"relu={other}", "--no-plots")
+    providers = {(r["kernel"], r["shape"]): [p["provider"] for p in doc["records"] if render.case_key(p) ==
+                                             render.case_key(r)] for r in doc["records"]}
+    assert providers[("add", "x=8, y=256")] == ["dt", "dt@add_1024", "eager"]
+    assert providers[("add", "x=5, y=100")] == ["dt", "eager"]  # the key names the other add row only
+    assert all(p == ["dt", "dt@relu_1024", "eager"] for (k, _), p in providers.items() if k == "relu")
+    contender = next(r for r in doc["records"] if r["provider"] == "dt@relu_1024")
+    assert contender["schedule"].endswith("relu_1024.dt") and len(contender["ms_runs"]) == 2
+    assert contender["best_baseline"] == "eager" and contender["speedup_vs_best"] > 0
+
+
+def _run_record(run, provider, ms, speedup, low, high, pct=99.0, shape="x=4096, y=8192"):
+    schedule = f"benchmarks/gpu/schedules/tuned/{provider.removeprefix('dt@')}.dt"
+    return {"run": run, "device": "GPU", "timer": "cold", "kernel": "add", "shape": shape, "dtype": "bf16",
+            "provider": provider, "schedule": schedule, "ms": ms,
+            "ms_runs": [ms] * 3, "pct_copy_same": pct, "best_baseline": "max-autotune", "speedup_vs_best": speedup,
+            "speedup_range": [low, high]}
+
+
+def test_run_to_run_counts_each_runs_outcome_and_the_outcome_of_most_runs():
+    import run_to_run
+    assert run_to_run.outcome({"speedup_range": [1.001, 1.01]}) == "faster"
+    assert run_to_run.outcome({"speedup_range": [0.99, 1.0]}) == "tie"  # a range reaching 1.00 is a tie
+    assert run_to_run.outcome({"speedup_range": [0.98, 0.999]}) == "slower"
+    assert run_to_run.outcome({"speedup_range": None, "speedup_vs_best": 0.99}) == "slower"  # one round
+    assert run_to_run.most_runs(["slower", "slower", "tie"]) == "slower"
+    assert run_to_run.most_runs(["slower", "faster", "tie", "tie"]) == "tie"  # none has more than half
+    assert run_to_run.most_runs(["slower", "faster", "faster", "slower"]) == "tie"
+    records = [_run_record("b@2026-01-02T00:00:00Z", "dt", 1.0, 0.99, 0.98, 0.995),
+               _run_record("a@2026-01-01T00:00:00Z", "dt", 1.0, 1.0, 0.99, 1.01),
+               _run_record("b@2026-01-02T00:00:00Z", "dt@x1", 0.98, 1.01, 1.005, 1.02),
+               _run_record("a@2026-01-01T00:00:00Z", "dt@x1", 1.0, 1.0, 0.99, 1.01, pct=97.0)]
+    dt, contender = run_to_run.summary(records)
+    assert dt["speedups"] == [1.0, 0.99] and dt["outcomes"] == ["tie", "slower"]  # in the runs' order
+    assert dt["most"] == "tie" and dt["faster_than_dt"] == "" and dt["schedule"] == "dt"
+    assert contender["median"] == 1.005 and contender["pct_copy_same"] == [97.0, 99.0]
+    assert contender["faster_than_dt"] == "1 of 2"  # equal medians do not count
+
+
+def test_run_to_run_reports_every_row_and_provider_over_the_runs(tmp_path):
+    import run_to_run
+    runs = []
+    for i, (dt_speedup, low, high) in enumerate([(0.99, 0.98, 0.995), (0.995, 0.99, 0.998), (1.0, 0.99, 1.01)]):
+        path = tmp_path / f"gpu-r{i}.json"
+        records = [_run_record(f"r{i}@2026-01-0{i + 1}T00:00:00Z", "dt", 1.0, dt_speedup, low, high),
+                   _run_record(f"r{i}@2026-01-0{i + 1}T00:00:00Z", "dt@x1", 0.99, 1.0, 0.99, 1.01),
+                   dict(_run_record(f"r{i}@2026-01-0{i + 1}T00:00:00Z", "max-autotune", 0.99, None, 0, 0),
+                        speedup_vs_best=None, speedup_range=None)]
+        path.write_text(json.dumps({"records": records}))
+        runs.append(str(path))
+    assert run_to_run.main(["--out", str(tmp_path / "out"), "--name", "rr", *runs]) == 0
+    report = (tmp_path / "out" / "rr.md").read_text()
+    assert "from 3 `bench.py` runs on GPU" in report
+    assert ("| add | x=4096, y=8192 | bf16 | dt | dt | 0.990 / 0.995 / 1.000 | 0.995x | 1 tie, 2 slower | "
+            "torch.compile max-autotune | 99.0% (99.0-99.0) | slower |  |") in report
+    assert "| dt@x1 | x1 | 1.000 / 1.000 / 1.000 | 1.000x | 3 tie |" in report and "| tie | 3 of 3 |" in report
+    assert "| dt | 1 | 0 | 0 | 1 | 0 | 0 | 0 |" in report  # slower in most runs, not in every run
+    assert "| dt@ contenders | 1 | 0 | 1 | 0 | 0 | 1 | 0 |" in report
+    saved = json.loads((tmp_path / "out" / "rr.json").read_text())["records"]
+    assert len(saved) == 6 and {r["provider"] for r in saved} == {"dt", "dt@x1"}  # baselines carry no speed-up
+
+
+def test_tune_choose_makes_another_schedule_the_rows_file_until_the_row_is_searched_again(tmp_path, monkeypatch):
+    monkeypatch.setattr(tune, "TUNED_DIR", tmp_path / "tuned")
+    monkeypatch.setattr(tune, "RESULTS", tmp_path / "results")
+    case = next(c for c in cases.cases(["add"], ["bf16"]) if c.shape == (4096, 8192))
+    variants = dict(space.variants(case))
+    picked, chosen = "x1_y1024_w4_rowmajor", "x1_y512_w4_rowmajor"
+    row = {"kernel": "add", "shape": case.shape_text, "dtype": "bf16", "bytes": 1, "flops": None, "timer": "cold",
+           "variants": [{"name": picked, "ms": 0.0720, "final_ms": 0.0719, "final_ms_runs": [0.0719] * 3},
+                        {"name": "x2_y512_w8_rowmajor", "ms": 0.0722}],
+           "best": picked, "best_source": variants[picked]}
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "tune.json").write_text(json.dumps({"runs": [{"device": "GPU"}], "rows": [
+        dict(row, device="GPU")]}))
+    with pytest.raises(SystemExit, match="no benchmark row is titled 'add \\[x=1, y=1\\] bf16'"):
+        tune.main(["--choose", "add [x=1, y=1] bf16", chosen, "E"])
+    with pytest.raises(SystemExit, match="space.py has no schedule 'nope'"):
+        tune.main(["--choose", "add [x=4096, y=8192] bf16", "nope", "E"])
+    with pytest.raises(SystemExit, match="has no search of relu \\[x=4096, y=8192\\] bf16"):
+        tune.main(["--choose", "relu [x=4096, y=8192] bf16", chosen, "E"])
+
+    assert tune.main(["--choose", "add [x=4096, y=8192] bf16", chosen, "it won the run-off (results/r.md)"]) == 0
+    written = (tmp_path / "tuned" / "add_4096x8192_bf16.dt").read_text()
+    assert written.endswith(variants[chosen])
+    header = " ".join(line[2:] for line in written.splitlines() if line.startswith("# "))
+    assert (f"variant {chosen} of benchmarks/gpu/space.py, chosen over the search's pick ({picked}, "
+            "benchmarks/gpu/tune.py) on GPU: it won the run-off (results/r.md).") in header
+    assert all(len(line) <= 100 for line in written.splitlines() if line.startswith("# "))
+    assert dt.load(tmp_path / "tuned" / "add_4096x8192_bf16.dt").outputs == ("add_out",)
+    table = (tmp_path / "results" / "tune.md").read_text()
+    assert f"| {chosen}, chosen over {picked} (it won the run-off (results/r.md)) |  | 1 |" in table
+    merged = json.loads((tmp_path / "results" / "tune.json").read_text())
+    assert merged["rows"][0]["chosen"] == {"name": chosen, "source": variants[chosen],
+                                           "evidence": "it won the run-off (results/r.md)"}
+
+    assert tune.main(["--write", str(tmp_path / "results" / "tune.json")]) == 0  # kept by a later --write
+    assert (tmp_path / "tuned" / "add_4096x8192_bf16.dt").read_text().endswith(variants[chosen])
+    search = tmp_path / "tune-new.json"  # a new search of the row replaces the choice
+    search.write_text(json.dumps({"device": "GPU", "rows": [row]}))
+    assert tune.main(["--write", str(tmp_path / "results" / "tune.json"), str(search)]) == 0
+    assert (tmp_path / "tuned" / "add_4096x8192_bf16.dt").read_text().endswith(variants[picked])

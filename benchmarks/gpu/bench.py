@@ -9,7 +9,8 @@ with do_bench as is (measure.row_timer; --timer). Writes DIR/gpu-TAG.json
 DIR/gpu-TAG.log (tracebacks).
 
     python benchmarks/gpu/bench.py --out DIR [--kernels softmax,dyt] [--providers dt,eager]
-        [--dtypes bf16] [--quick] [--tune] [--budget 480] [--tag NAME] [--list] [--no-plots]
+        [--dtypes bf16] [--match TEXT ...] [--quick] [--tune] [--schedule KERNEL[:SHAPE]=PATH ...]
+        [--contender KERNEL[:SHAPE]=PATH ...] [--budget 480] [--tag NAME] [--list] [--no-plots]
 
 Without a CUDA device (or with --dry-run) it runs the same logic on the CPU, on tiny shapes,
 with dt's interpreter and time.perf_counter. The method and the commands for a GPU machine
@@ -36,7 +37,8 @@ import torch.nn.functional as F  # noqa: E402
 
 import measure  # noqa: E402
 import render  # noqa: E402
-from cases import DTYPES, KERNELS, MATMUL, MEMORY, ROOT, Case, candidates, cases, schedule_for  # noqa: E402
+from cases import (DTYPES, KERNELS, MATMUL, MEMORY, ROOT, Case, candidates, cases, matching,  # noqa: E402
+                   schedule_for, schedule_keys)
 
 ALL_PROVIDERS = ("dt", "eager", "compile", "max-autotune", "liger", "sdpa")
 DRY_RUN_PROVIDERS = ("dt", "eager", "liger", "sdpa")  # torch.compile on the CPU needs a C++ toolchain: ask for it
@@ -64,6 +66,7 @@ class Context:
         self.device, self.dry = device, dry
         self.dt_backend = args.dt_backend or ("interp" if dry else "triton")
         self.overrides = dict(args.schedule or [])
+        self.contenders = args.contender or []
         self.programs: dict[Path, object] = {}
         self._liger = None
 
@@ -133,11 +136,18 @@ BUILDERS = {"dt": _dt(None), "eager": _eager, "compile": _compiled(None),
             "max-autotune": _compiled("max-autotune-no-cudagraphs"), "liger": _liger, "sdpa": _sdpa}
 
 
-def providers_for(case: Case, names: list[str], tune: bool) -> list[Provider]:
+def providers_for(case: Case, names: list[str], tune: bool, contenders=()) -> list[Provider]:
+    """The row's providers, in `names`' order; with `tune` every DT schedule of the kernel
+    instead of dt's, else dt followed by the `contenders` ((key, path) pairs, as --schedule's)
+    that name the row."""
     out = []
     for name in names:
         if name == "dt" and tune:
             out += [Provider(f"dt@{p.stem}", _dt(p), p) for p in candidates(case.kernel)]
+        elif name == "dt":
+            out.append(Provider(name, BUILDERS[name]))
+            out += [Provider(f"dt@{Path(path).stem}", _dt(Path(path)), Path(path)) for key, path in contenders
+                    if key in schedule_keys(case)]
         elif name == "liger" and case.kernel.liger is None or name == "sdpa" and not case.kernel.sdpa:
             continue  # the library has no such op
         else:
@@ -303,12 +313,17 @@ def parse_args(argv):
     p.add_argument("--providers", type=_list_arg(ALL_PROVIDERS),
                    help=f"comma-separated (default: all on a GPU, {','.join(DRY_RUN_PROVIDERS)} in a dry run)")
     p.add_argument("--dtypes", type=_list_arg(list(DTYPES)), help="comma-separated (default: each kernel's)")
-    p.add_argument("--match", help="only rows whose title ('softmax [x=128, y=65536] f32') contains this")
+    p.add_argument("--match", action="append",
+                   help="only rows whose title ('softmax [x=128, y=65536] f32') contains this "
+                        "(repeatable: any of them)")
     p.add_argument("--quick", action="store_true", help="only each kernel's headline shape")
     p.add_argument("--tune", action="store_true",
                    help="time every DT schedule of each kernel (provider dt@<file>) instead of the table's")
     p.add_argument("--schedule", action="append", type=_schedule_arg, metavar="KERNEL[:SHAPE]=PATH",
                    help="run this .dt file for the dt provider instead of the table's (repeatable)")
+    p.add_argument("--contender", action="append", type=_schedule_arg, metavar="KERNEL[:SHAPE]=PATH",
+                   help="also time this .dt file on the rows it names, as provider dt@<file name>, in the same "
+                        "rounds as dt (repeatable)")
     p.add_argument("--timer", choices=("auto", "cold", "do_bench", "cudagraph"), default="auto",
                    help="auto: cold for memory-bound rows, do_bench for compute-bound ones (default); cold: "
                         "do_bench's method with every run on a cold L2; do_bench: triton.testing.do_bench "
@@ -344,12 +359,11 @@ def _main(args, dry: bool) -> int:
     device = torch.device("cpu" if dry else "cuda")
     provider_names = args.providers or list(DRY_RUN_PROVIDERS if dry else ALL_PROVIDERS)
     rows = cases(args.kernels or list(KERNELS), args.dtypes, args.quick, tiny=dry)
-    if args.match:
-        rows = [c for c in rows if args.match in c.title]
+    rows = matching(rows, args.match)
     ctx = Context(args, device, dry)
     if args.list:
         for c in rows:
-            names = [p.name for p in providers_for(c, provider_names, args.tune)]
+            names = [p.name for p in providers_for(c, provider_names, args.tune, ctx.contenders)]
             print(f"{c.title:<48} {_relative(schedule_for(c, ctx.overrides))}  [{', '.join(names)}]")
         return 0
 
@@ -386,7 +400,7 @@ def _main(args, dry: bool) -> int:
     t0 = time.monotonic()
     with open(out / f"gpu-{args.tag}.log", "a") as log:
         for i, case in enumerate(rows):
-            providers = providers_for(case, provider_names, args.tune)
+            providers = providers_for(case, provider_names, args.tune, ctx.contenders)
             timer = row_timer(args.timer, dry, case.flops, case.bytes)
             base = dict(run_fields, timer=timer.mode)
             reason = None

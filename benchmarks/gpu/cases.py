@@ -238,6 +238,12 @@ def cases(kernels, dtypes=None, quick=False, tiny=False) -> list[Case]:
     return out
 
 
+def matching(rows: list[Case], patterns: list[str] | None) -> list[Case]:
+    """The rows whose title ('softmax [x=128, y=65536] f32') contains any of `patterns`
+    (every row when there are none)."""
+    return [c for c in rows if any(p in c.title for p in patterns)] if patterns else rows
+
+
 # ----------------------------------------------------------------------- DT schedules
 # The schedule the `dt` provider runs: the first row whose kernel matches and whose shape
 # ('x=4096, y=1000', as Case.shape_text) and dtype match or are None. Tune on the GPU with
@@ -275,11 +281,17 @@ def tuned_name(kernel: str, shape_text: str, dtype: str) -> str:
     return f"{kernel}_{extents}_{dtype}.dt"
 
 
+def schedule_keys(case: Case) -> tuple[str, str]:
+    """The names a command line gives a row's schedule by: 'kernel:shape' (the shape as
+    Case.shape_text, 'add:x=4096, y=8192') or 'kernel' (every row of the kernel)."""
+    return f"{case.kernel.name}:{case.shape_text}", case.kernel.name
+
+
 def schedule_for(case: Case, overrides: dict | None = None) -> Path:
     """The .dt file for this case: an override ('kernel' or 'kernel:shape' key), else the
     row's schedule-search winner (tune.py), else the table."""
     overrides = overrides or {}
-    for key in (f"{case.kernel.name}:{case.shape_text}", case.kernel.name):
+    for key in schedule_keys(case):
         if key in overrides:
             return Path(overrides[key])
     tuned = TUNED_DIR / tuned_name(case.kernel.name, case.shape_text, case.dtype)

@@ -13,7 +13,15 @@ DT source. Then, on any machine,
 
 writes each row's winner to benchmarks/gpu/schedules/tuned/KERNEL_SHAPE_DTYPE.dt (the file
 the benchmark's `dt` provider runs for that row, see cases.schedule_for), merges the runs
-into benchmarks/results/tune.json and summarises them in benchmarks/results/tune.md. Times are
+into benchmarks/results/tune.json and summarises them in benchmarks/results/tune.md. Where
+the search's winner and another schedule are within its noise, a measurement that tells them
+apart (run_to_run.py over bench.py --contender runs) settles it:
+
+    python benchmarks/gpu/tune.py --choose 'add [x=4096, y=8192] bf16' x1_y512_w4_rowmajor \
+        "it tied or won in each of 8 processes (benchmarks/results/run_to_run_runoff.md)"
+
+records that schedule of space.py as the row's winner in tune.json, with the evidence, and
+writes the schedules again; a later --write keeps it until a new search of the row. Times are
 medians of the benchmark's timer for the row (measure.row_timer: memory-bound rows on a cold L2
 for every run, compute-bound ones with do_bench as is) with a shorter repetition (10 ms
 warm-up, 40 ms), enough to screen schedules (each keeps the faster of
@@ -28,6 +36,7 @@ import math
 import os
 import statistics
 import sys
+import textwrap
 import time
 import traceback
 import zlib
@@ -41,7 +50,7 @@ import torch  # noqa: E402
 
 import measure  # noqa: E402
 import space  # noqa: E402
-from cases import KERNELS, ROOT, TUNED_DIR, cases, tuned_name  # noqa: E402
+from cases import KERNELS, ROOT, TUNED_DIR, cases, matching, tuned_name  # noqa: E402
 
 FINALISTS, FINALISTS_WITHIN = 6, 1.05
 SCREENING_ROUNDS = 2
@@ -68,8 +77,6 @@ def _compile(job):
         return ident, None
     except Exception as e:  # a variant that does not compile or run is a result, not a crash
         return ident, measure.short_error(e)
-
-
 
 
 def _check(case, ident: str, text: str, check: dict, ref, timed: dict):
@@ -146,21 +153,25 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", help="output directory (searching)")
     p.add_argument("--write", nargs="+", metavar="JSON", help="write the winners of these runs (no GPU work)")
+    p.add_argument("--choose", nargs=3, metavar=("ROW", "VARIANT", "EVIDENCE"),
+                   help="make VARIANT, a schedule of space.py, the winner of ROW ('add [x=4096, y=8192] bf16') in "
+                        "benchmarks/results/tune.json, citing EVIDENCE, and write the schedules (no GPU work)")
     p.add_argument("--tag", default="run")
     p.add_argument("--kernels", default=",".join(KERNELS))
     p.add_argument("--dtypes")
-    p.add_argument("--match")
+    p.add_argument("--match", action="append", help="only rows whose title contains this (repeatable: any of them)")
     p.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 2) - 2))
     p.add_argument("--budget", type=float, default=0, help="seconds; start no new row after this (0: none)")
     p.add_argument("--rounds", type=measure.positive_int, default=3, help="round-robin rounds timing each row's finalists")
     args = p.parse_args(argv)
     if args.write:
         return write(args.write)
+    if args.choose:
+        return choose(*args.choose)
     if not args.out:
         p.error("--out is required to search")
     rows = cases(args.kernels.split(","), args.dtypes.split(",") if args.dtypes else None)
-    if args.match:
-        rows = [c for c in rows if args.match in c.title]
+    rows = matching(rows, args.match)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
@@ -206,6 +217,30 @@ def main(argv=None) -> int:
     return 0
 
 
+def _num(ms: float | None) -> str:
+    return "" if ms is None else f"{ms:.4f}"
+
+
+def choose(title: str, variant: str, evidence: str) -> int:
+    """Record `variant` as the winner of the row titled `title` in the merged tune.json, with
+    the evidence that it is faster than the search's pick, and write the schedules again."""
+    case = next((c for c in cases(list(KERNELS)) if c.title == title), None)
+    if case is None:
+        raise SystemExit(f"no benchmark row is titled {title!r} (titles as bench.py --list prints them)")
+    source = dict(space.variants(case)).get(variant)
+    if source is None:
+        raise SystemExit(f"space.py has no schedule {variant!r} for {title}")
+    merged = RESULTS / "tune.json"
+    doc = json.loads(merged.read_text())
+    row = next((r for r in doc["rows"] if (r["kernel"], r["shape"], r["dtype"]) ==
+                (case.kernel.name, case.shape_text, case.dtype)), None)
+    if row is None:
+        raise SystemExit(f"{merged} has no search of {title}: search it first (--out, --match)")
+    row["chosen"] = {"name": variant, "source": source, "evidence": evidence}
+    merged.write_text(json.dumps(doc, indent=1) + "\n")
+    return write([merged])
+
+
 def write(paths) -> int:
     """Each row's winner as a .dt file, the merged runs as JSON, and a markdown summary."""
     runs = [json.loads(Path(p).read_text()) for p in paths]
@@ -226,7 +261,8 @@ def write(paths) -> int:
              "fastest (at most six, the finalists) are timed again in alternating rounds, and the lowest median "
              "wins (rows without finalists are from runs before that). The winner of each row is "
              "`benchmarks/gpu/schedules/tuned/<file>`; the benchmark (`bench.py`) measures it again the "
-             "benchmark's way. The others' median is of their screening times.", "",
+             "benchmark's way, and where another schedule measured faster there (`tune.py --choose`), that one is the "
+             "row's file, the evidence named. The others' median is of their screening times.", "",
              "| kernel | shape | dtype | device | timer | tried | failed | best | ms | finalists | file | median of the others ms |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for (kernel, shape, dtype), r in sorted(rows.items()):
@@ -247,12 +283,22 @@ def write(paths) -> int:
         header = (f"# {kernel} [{shape}] {dtype}: the fastest of {len(timed)} schedules that ran "
                   f"(benchmarks/gpu/tune.py),\n# variant {best['name']}, {best.get('final_ms', best['ms']):.4f} ms "
                   f"({how}) on {r['device']}.\n")
-        path.write_text(header + r["best_source"])
+        source, winner = r["best_source"], f"{best['name']} | {best.get('final_ms', best['ms']):.4f}"
+        if "chosen" in r:  # another schedule, measured faster than the search's pick (tune.py --choose)
+            chosen = r["chosen"]
+            header = textwrap.fill(f"{kernel} [{shape}] {dtype}: variant {chosen['name']} of benchmarks/gpu/space.py, "
+                                   f"chosen over the search's pick ({best['name']}, benchmarks/gpu/tune.py) on "
+                                   f"{r['device']}: {chosen['evidence']}.", 100, initial_indent="# ",
+                                   subsequent_indent="# ", break_on_hyphens=False) + "\n"
+            source = chosen["source"]
+            searched = next((v for v in timed if v["name"] == chosen["name"]), {})
+            winner = (f"{chosen['name']}, chosen over {best['name']} ({chosen['evidence']}) | "
+                      + _num(searched.get("final_ms", searched.get("ms"))))
+        path.write_text(header + source)
         others = [v["ms"] for v in timed if v is not best]
         median = sorted(others)[len(others) // 2] if others else None
         lines.append(f"| {kernel} | {shape} | {dtype} | {r['device']} | {timer} | {len(r['variants'])} | {failed} | "
-                     f"{best['name']} | {best.get('final_ms', best['ms']):.4f} | {finalists or ''} | {path.name} | "
-                     f"{'' if median is None else f'{median:.4f}'} |")
+                     f"{winner} | {finalists or ''} | {path.name} | {_num(median)} |")
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "tune.json").write_text(json.dumps({"runs": [{k: v for k, v in r.items() if k != "rows"}
                                                             for run in runs for r in run.get("runs", [run])],
