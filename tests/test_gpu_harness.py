@@ -300,29 +300,62 @@ def test_the_timers_call_cold_bench_and_do_bench_with_their_repetitions(monkeypa
     assert seen == [("cold", 25, 100), ("do_bench", 10, 40, "median")]
 
 
-def test_cublas_reference_times_each_product_with_the_timer_of_its_row():
-    """Attention's row is compute-bound but its two products are not: both take the row's timer."""
+def test_cublas_reference_runs_each_product_of_the_row():
     import measure
-    timed = []
-
-    class Timer:
-        def __init__(self, mode):
-            self.mode = mode
-
-        def __call__(self, fn):
-            fn()
-            timed.append(self.mode)
-            return 3.0
-
-    timer = Timer
-
     cublas = measure.Cublas(torch.device("cpu"))
     row = next(c for c in cases.cases(["attention"], ["f16"], tiny=True))
-    row_timer = timer("do_bench")
-    assert sum(cublas.ms(m, n, k, torch.float16, row_timer) for m, n, k in row.gemm_shapes) == 6.0
-    assert cublas.ms(*row.gemm_shapes[0], torch.float16, row_timer) == 3.0  # timed once per run and timer
-    assert timed == ["do_bench", "do_bench"]
-    assert cublas.ms(*row.gemm_shapes[0], torch.float16, timer("cold")) == 3.0 and timed[-1] == "cold"
+    products = []
+    real = torch.matmul
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(torch, "matmul", lambda a, b: products.append((a.shape, b.shape)) or real(a, b))
+        cublas.call(row.gemm_shapes, torch.float16)()
+    assert products == [((m, k), (k, n)) for m, n, k in row.gemm_shapes] and len(products) == 2
+
+
+def test_the_cublas_reference_is_timed_in_each_round_with_the_rows_timer_and_its_median_kept(tmp_path, monkeypatch):
+    """Each matmul-like row's products are timed as one more call of its rounds, with the row's
+    own timer (attention's and 2mm's rows differ), and their median is the row's cuBLAS time."""
+    reference_times, reference_modes = itertools.cycle([1.0, 9.0, 2.0]), []
+    real_call = bench.measure.Cublas.call
+
+    def call(self, shapes, dtype):
+        products = real_call(self, shapes, dtype)
+        peak = shapes == [(bench.measure.PEAK_GEMM_CPU,) * 3]
+        return products if peak else lambda: products() and "row's products"
+
+    def time(self, fn):
+        if fn() == "row's products":
+            reference_modes.append(self.mode)
+            return next(reference_times)
+        return 0.5
+    monkeypatch.setattr(bench.measure.Cublas, "call", call)
+    monkeypatch.setattr(bench.measure.Timer, "__call__", time)
+    monkeypatch.setattr(bench, "row_timer", lambda mode, dry, flops, nbytes: bench.measure.Timer(f"timer of {nbytes}"))
+    doc, _ = _run(tmp_path, "--kernels", "attention,2mm_outer", "--dtypes", "f16", "--quick", "--providers",
+                  "dt,eager", "--repeats", "3", "--no-plots")
+    records = [r for r in doc["records"] if r["kind"] == cases.MATMUL]
+    assert {r["kernel"] for r in records} == {"attention", "2mm_outer"}
+    row_timers = [r["timer"] for r in records if r["provider"] == "dt"]
+    assert len(set(row_timers)) == len(row_timers) == 3  # attention's row and two 2mm rows, each its own timer
+    assert reference_modes == [timer for timer in row_timers for _ in range(3)]
+    for r in records:
+        assert r["cublas_ms_runs"] == [1.0, 9.0, 2.0] and r["ms_runs"] == [0.5] * 3
+        assert r["cublas_ms"] == 2.0 and r["pct_cublas"] == 400.0  # the median, not the mean
+
+
+def test_a_failing_cublas_reference_leaves_the_row_timed_without_its_percentage(tmp_path, monkeypatch):
+    def call(self, shapes, dtype):
+        def fails():
+            raise RuntimeError("no cuBLAS handle")
+        return fails if shapes[0][0] < 1000 else (lambda: None)  # the run's peak (8192^3 on a GPU) works
+    monkeypatch.setattr(bench.measure.Cublas, "call", call)
+    monkeypatch.setattr(bench.measure, "PEAK_GEMM_CPU", 1024)
+    doc, _ = _run(tmp_path, "--kernels", "matmul", "--dtypes", "f16", "--quick", "--providers", "dt,eager",
+                  "--no-plots")
+    records = doc["records"]
+    assert records and all(r["status"] == "ok" and r["ms"] > 0 and r["pct_cublas"] is None and r["cublas_ms"] is None
+                           and "no cuBLAS handle" in r["cublas_error"] for r in records)
+    assert "cuBLAS" in (tmp_path / "gpu-t.log").read_text()
 
 
 def test_the_benchmark_records_each_rows_timer(tmp_path):
@@ -852,12 +885,16 @@ def test_a_layernorm_row_study_writes_every_dtypes_records(tmp_path, monkeypatch
     assert json.loads((tmp_path / "study.json").read_text())["records"] == [{"dtype": "f32"}, {"dtype": "bf16"}]
 
 
-def test_repeated_match_options_select_the_rows_matching_any_of_them():
+def test_repeated_match_options_select_the_rows_matching_any_of_them(tmp_path, capsys):
     rows = cases.cases(["add", "relu"])
     chosen = cases.matching(rows, ["add [x=4096, y=8192] bf16", "relu [x=128,"])
     assert [c.title for c in chosen] == ["add [x=4096, y=8192] bf16", "relu [x=128, y=65536] f32",
                                          "relu [x=128, y=65536] bf16"]
     assert cases.matching(rows, None) == rows
+    assert bench.main(["--dry-run", "--out", str(tmp_path), "--list", "--kernels", "add,relu", "--match", "add [x=8,",
+                       "--match", "relu [x=5, y=100] bf16"]) == 0
+    listed = [line.split("  ")[0].strip() for line in capsys.readouterr().out.splitlines() if "[" in line]
+    assert listed == ["add [x=8, y=256] f32", "add [x=8, y=256] bf16", "relu [x=5, y=100] bf16"]
 
 
 def test_contenders_are_timed_in_the_rounds_of_the_rows_they_name(tmp_path):
@@ -877,6 +914,25 @@ def test_contenders_are_timed_in_the_rounds_of_the_rows_they_name(tmp_path):
     assert contender["best_baseline"] == "eager" and contender["speedup_vs_best"] > 0
 
 
+@pytest.mark.parametrize("argv, message", [
+    (["--contender", "add:x=8,y=256=benchmarks/gpu/schedules/add_1024.dt"], "names none of the selected rows"),
+    (["--schedule", "relu=benchmarks/gpu/schedules/relu_1024.dt"], "names none of the selected rows"),
+    (["--contender", "add=benchmarks/gpu/schedules/add_1024.dt", "--tune"], "leave out --tune"),
+    (["--contender", "add=benchmarks/gpu/schedules/add_1024.dt", "--providers", "eager"], "include dt"),
+    (["--contender", "add=benchmarks/gpu/schedules/add_1024.dt", "--contender",
+      "add:x=8, y=256=benchmarks/gpu/schedules/add_1024.dt"], "have the same name"),
+])
+def test_contenders_and_overrides_that_would_be_ignored_are_refused(tmp_path, argv, message):
+    with pytest.raises(SystemExit, match=message):
+        bench.main(["--dry-run", "--out", str(tmp_path), "--kernels", "add", "--dtypes", "f32", *argv])
+
+
+def test_a_contender_file_must_exist(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        bench.main(["--dry-run", "--out", str(tmp_path), "--kernels", "add", "--contender", "add=no/such.dt"])
+    assert "no such file: no/such.dt" in capsys.readouterr().err
+
+
 def _run_record(run, provider, ms, speedup, low, high, pct=99.0, shape="x=4096, y=8192"):
     schedule = f"benchmarks/gpu/schedules/tuned/{provider.removeprefix('dt@')}.dt"
     return {"run": run, "device": "GPU", "timer": "cold", "kernel": "add", "shape": shape, "dtype": "bf16",
@@ -890,19 +946,22 @@ def test_run_to_run_counts_each_runs_outcome_and_the_outcome_of_most_runs():
     assert run_to_run.outcome({"speedup_range": [1.001, 1.01]}) == "faster"
     assert run_to_run.outcome({"speedup_range": [0.99, 1.0]}) == "tie"  # a range reaching 1.00 is a tie
     assert run_to_run.outcome({"speedup_range": [0.98, 0.999]}) == "slower"
+    assert run_to_run.outcome({"speedup_range": [1.0, 1.01]}) == "tie"
     assert run_to_run.outcome({"speedup_range": None, "speedup_vs_best": 0.99}) == "slower"  # one round
     assert run_to_run.most_runs(["slower", "slower", "tie"]) == "slower"
     assert run_to_run.most_runs(["slower", "faster", "tie", "tie"]) == "tie"  # none has more than half
     assert run_to_run.most_runs(["slower", "faster", "faster", "slower"]) == "tie"
-    records = [_run_record("b@2026-01-02T00:00:00Z", "dt", 1.0, 0.99, 0.98, 0.995),
-               _run_record("a@2026-01-01T00:00:00Z", "dt", 1.0, 1.0, 0.99, 1.01),
-               _run_record("b@2026-01-02T00:00:00Z", "dt@x1", 0.98, 1.01, 1.005, 1.02),
-               _run_record("a@2026-01-01T00:00:00Z", "dt@x1", 1.0, 1.0, 0.99, 1.01, pct=97.0)]
+    first, second, third = "z@2026-01-01T00:00:00Z", "a@2026-01-02T00:00:00Z", "m@2026-01-03T00:00:00Z"
+    records = [_run_record(second, "dt", 0.97, 0.99, 0.98, 0.995),
+               _run_record(first, "dt", 1.0, 1.0, 0.99, 1.01),
+               _run_record(second, "dt@x1", 0.98, 1.01, 1.005, 1.02),
+               _run_record(first, "dt@x1", 0.99, 1.0, 0.99, 1.01, pct=97.0),
+               _run_record(third, "dt@x1", 0.5, 1.1, 1.05, 1.15)]  # dt failed in that run
     dt, contender = run_to_run.summary(records)
-    assert dt["speedups"] == [1.0, 0.99] and dt["outcomes"] == ["tie", "slower"]  # in the runs' order
+    assert dt["speedups"] == [1.0, 0.99] and dt["outcomes"] == ["tie", "slower"]  # in the runs' start order
     assert dt["most"] == "tie" and dt["faster_than_dt"] == "" and dt["schedule"] == "dt"
-    assert contender["median"] == 1.005 and contender["pct_copy_same"] == [97.0, 99.0]
-    assert contender["faster_than_dt"] == "1 of 2"  # equal medians do not count
+    assert contender["median"] == 1.01 and contender["pct_copy_same"] == [97.0, 99.0, 99.0]
+    assert contender["faster_than_dt"] == "1 of 2"  # below dt in its own run only (0.99 < 1.0, not 0.98 < 0.97)
 
 
 def test_run_to_run_reports_every_row_and_provider_over_the_runs(tmp_path):
@@ -947,7 +1006,17 @@ def test_tune_choose_makes_another_schedule_the_rows_file_until_the_row_is_searc
         tune.main(["--choose", "add [x=4096, y=8192] bf16", "nope", "E"])
     with pytest.raises(SystemExit, match="has no search of relu \\[x=4096, y=8192\\] bf16"):
         tune.main(["--choose", "relu [x=4096, y=8192] bf16", chosen, "E"])
+    with pytest.raises(SystemExit, match="is already the search's pick"):
+        tune.main(["--choose", "add [x=4096, y=8192] bf16", picked, "E"])
+    doc = json.loads((tmp_path / "results" / "tune.json").read_text())
+    doc["rows"][0]["variants"].append({"name": "x1_y2048_w8_rowmajor", "error": "compile error"})
+    (tmp_path / "results" / "tune.json").write_text(json.dumps(doc))
+    with pytest.raises(SystemExit, match="failed in the search .* \\(compile error\\)"):
+        tune.main(["--choose", "add [x=4096, y=8192] bf16", "x1_y2048_w8_rowmajor", "E"])
 
+    assert tune.main(["--choose", "add [x=4096, y=8192] bf16", chosen, "it won the run-off (results/r.md)"]) == 0
+    assert tune.main(["--choose", "add [x=4096, y=8192] bf16", chosen, "it won | the run-off (results/r.md)"]) == 0
+    assert "it won \\| the run-off" in (tmp_path / "results" / "tune.md").read_text()  # the table stays whole
     assert tune.main(["--choose", "add [x=4096, y=8192] bf16", chosen, "it won the run-off (results/r.md)"]) == 0
     written = (tmp_path / "tuned" / "add_4096x8192_bf16.dt").read_text()
     assert written.endswith(variants[chosen])

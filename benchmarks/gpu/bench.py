@@ -158,29 +158,22 @@ def providers_for(case: Case, names: list[str], tune: bool, contenders=()) -> li
 # ----------------------------------------------------------------------- one row
 def run_case(case: Case, providers: list[Provider], ctx: Context, timer: measure.Timer, cublas: measure.Cublas,
              copy_gbps: float, repeats: int, base: dict, log, records: list[dict]):
-    """Check, then time, each provider on one row, appending a record per provider. A memory-bound
-    row's rounds also time a copy of the row's bytes, the ceiling at that size."""
+    """Check, then time, each provider on one row, appending a record per provider. The rounds
+    also time the row's ceiling: a memory-bound row's a copy of its bytes, a matmul-like row's
+    its products in cuBLAS."""
     device, dtype = ctx.device, DTYPES[case.dtype]
     seed = zlib.crc32(case.title.encode())
     check_inputs = measure.case_inputs(case, device, seed)
     ref = case.kernel.torch_fn(**{n: t.double() for n, t in check_inputs.items()}, **case.kernel.scalars)
     time_inputs = measure.case_inputs(case, device, seed + 1)  # fresh data for the timing runs
-    cublas_ms, cublas_error = None, None
-    if case.kernel.kind == MATMUL:
-        try:
-            cublas_ms = sum(cublas.ms(m, n, k, dtype, timer) for m, n, k in case.gemm_shapes)
-        except Exception as e:  # the reference is optional: the row goes on without % of cuBLAS
-            cublas_error = measure.short_error(e)
-    copy_same, copy_same_error = None, None
+    ceiling = measure.SAME_SIZE_COPY if case.kernel.kind == MEMORY else measure.CUBLAS
+    ceiling_error, ceiling_runs, copy_bytes = None, [], None
     timed = []  # (record, timing function) of each provider that ran and was checked
-    copy_same_runs = []
     first = len(records)
     try:
         for p in providers:
-            rec = _record(base, case, p.name, "error", None, ms_runs=[], copy_gbps=copy_gbps, cublas_ms=cublas_ms,
+            rec = _record(base, case, p.name, "error", None, ms_runs=[], copy_gbps=copy_gbps, cublas_ms=None,
                           tol=measure.TOLERANCE[case.dtype], rel_err=None)
-            if cublas_error:
-                rec["cublas_error"] = cublas_error
             records.append(rec)
             try:
                 make = p.build(case, ctx)
@@ -201,33 +194,39 @@ def run_case(case: Case, providers: list[Provider], ctx: Context, timer: measure
             except Exception as e:  # any failure of one provider is a row of the results, not the end of the run
                 _failed(rec, e, case, p.name, device, log)
         # Round-robin rounds after one discarded timing (measure.round_robin): a drift reaches
-        # every provider, and the same-size copy, alike.
+        # every provider, and the ceiling, alike.
         checked = {i: fn for i, (rec, fn) in enumerate(timed) if rec["status"] in ("ok", "wrong")}
-        if checked and case.kernel.kind == MEMORY:
+        if checked:
             try:  # made after the providers' compilations, which it would otherwise hold memory through
-                copy_same = measure.copy_call(device, case.bytes)
-                checked[measure.SAME_SIZE_COPY] = copy_same[0]
-            except Exception as e:  # optional: the row goes on without % of same-size copy
-                copy_same_error = measure.short_error(e)
-                _log_failure(e, case, measure.SAME_SIZE_COPY, device, log)
+                if ceiling == measure.SAME_SIZE_COPY:
+                    checked[ceiling], copy_bytes = measure.copy_call(device, case.bytes)
+                else:
+                    checked[ceiling] = cublas.call(case.gemm_shapes, dtype)
+            except Exception as e:  # optional: the row goes on without its percentage of the ceiling
+                ceiling_error = measure.short_error(e)
+                _log_failure(e, case, ceiling, device, log)
 
         def failed(i, e):
-            nonlocal copy_same_error
-            if i == measure.SAME_SIZE_COPY:
-                copy_same_error = measure.short_error(e)
+            nonlocal ceiling_error
+            if i == ceiling:
+                ceiling_error = measure.short_error(e)
                 _log_failure(e, case, i, device, log)
             else:
                 _failed(timed[i][0], e, case, timed[i][0]["provider"], device, log)
 
         for i, ms in measure.round_robin(timer, checked, repeats, on_error=failed):
-            (copy_same_runs if i == measure.SAME_SIZE_COPY else timed[i][0]["ms_runs"]).append(ms)
+            (ceiling_runs if i == ceiling else timed[i][0]["ms_runs"]).append(ms)
     finally:  # also when the CUDA context is lost: no record is left checked but untimed
-        copy_same_fields = {"copy_same_error": copy_same_error} if copy_same_error else {}
-        if copy_same_runs and not copy_same_error:
-            copy_same_fields = {"copy_same_ms_runs": copy_same_runs,
-                                "copy_same_gbps": copy_same[1] / statistics.median(copy_same_runs) / 1e6}
+        fields = {}
+        if ceiling_error:
+            fields = {"copy_same_error" if ceiling == measure.SAME_SIZE_COPY else "cublas_error": ceiling_error}
+        elif ceiling_runs and ceiling == measure.SAME_SIZE_COPY:
+            fields = {"copy_same_ms_runs": ceiling_runs,
+                      "copy_same_gbps": copy_bytes / statistics.median(ceiling_runs) / 1e6}
+        elif ceiling_runs:
+            fields = {"cublas_ms_runs": ceiling_runs, "cublas_ms": statistics.median(ceiling_runs)}
         for rec in records[first:]:
-            rec.update(copy_same_fields)
+            rec.update(fields)
         for rec, _ in timed:
             if rec["status"] not in ("ok", "wrong"):
                 continue
@@ -246,8 +245,8 @@ def _failed(rec: dict, e: Exception, case: Case, provider: str, device, log):
 
 
 def _log_failure(e: Exception, case: Case, name: str, device, log):
-    """Log what `name` (a provider, or the same-size copy) raised on this row; ContextLost if the
-    CUDA context went with it."""
+    """Log what `name` (a provider, or the row's ceiling: the same-size copy or cuBLAS) raised on
+    this row; ContextLost if the CUDA context went with it."""
     log.write(f"--- {case.title} / {name}\n{traceback.format_exc()}\n")
     log.flush()
     if not measure.cuda_usable(device):
@@ -293,7 +292,30 @@ def _schedule_arg(text: str) -> tuple[str, str]:
     if not sep or not key:
         raise argparse.ArgumentTypeError("expected KERNEL=PATH or 'KERNEL:SHAPE=PATH'")
     p = Path(path)
-    return key, str(p.resolve() if p.exists() else ROOT / p)  # relative to here, else to the repository
+    resolved = p.resolve() if p.exists() else ROOT / p  # relative to here, else to the repository
+    if not resolved.exists():
+        raise argparse.ArgumentTypeError(f"no such file: {path}")
+    return key, str(resolved)
+
+
+def _check_schedule_keys(args, rows: list[Case], provider_names: list[str]):
+    """Refuse --schedule and --contender options that would be ignored or ambiguous: a key that
+    names none of the selected rows, contenders without dt or with --tune, two contenders of one
+    row named after the same file."""
+    keys = {key for c in rows for key in schedule_keys(c)}
+    for option, given in (("--schedule", args.schedule or []), ("--contender", args.contender or [])):
+        for key, _ in given:
+            if key not in keys:
+                raise SystemExit(f"{option} {key}=...: names none of the selected rows; give a kernel "
+                                 f"('add') or a kernel and a shape as the titles spell it ('add:x=4096, y=8192')")
+    if args.contender and (args.tune or "dt" not in provider_names):
+        raise SystemExit("--contender times schedules beside the dt provider: include dt in --providers, "
+                         "and leave out --tune (which replaces dt with every candidate file)")
+    for c in rows:
+        names = [Path(path).stem for key, path in args.contender or [] if key in schedule_keys(c)]
+        if len(set(names)) < len(names):
+            raise SystemExit(f"two --contender files for {c.title} have the same name, and each is the provider "
+                             "dt@<file name>: rename one")
 
 
 def _list_arg(choices):
@@ -360,6 +382,7 @@ def _main(args, dry: bool) -> int:
     provider_names = args.providers or list(DRY_RUN_PROVIDERS if dry else ALL_PROVIDERS)
     rows = cases(args.kernels or list(KERNELS), args.dtypes, args.quick, tiny=dry)
     rows = matching(rows, args.match)
+    _check_schedule_keys(args, rows, provider_names)
     ctx = Context(args, device, dry)
     if args.list:
         for c in rows:

@@ -353,27 +353,28 @@ def by_row(records: list[dict], *fields: str) -> dict[tuple, list[dict]]:
     return groups
 
 
+CUBLAS = "cuBLAS"  # the products' name among the timed calls of a matmul-like row's rounds
+
+
 class Cublas:
-    """torch.matmul (cuBLAS on the GPU) at given shapes and dtypes, each timed once per run and
-    timer (a row's products are timed with the row's timer)."""
+    """torch.matmul (cuBLAS on the GPU) at given shapes and dtypes: a row's products as one call,
+    timed in the row's rounds (call), and the peak product, timed once per run (peak)."""
 
     def __init__(self, device: torch.device):
         self.device = device
-        self.times: dict[tuple, float] = {}
 
-    def ms(self, m: int, n: int, k: int, dtype: torch.dtype, timer: Timer) -> float:
-        key = (m, n, k, dtype, timer.mode)
-        if key not in self.times:
+    def call(self, shapes, dtype: torch.dtype):
+        """One call running torch.matmul at each (m, n, k) of `shapes` in turn, on random inputs:
+        the cuBLAS time of a row whose products those are."""
+        operands = []
+        for m, n, k in shapes:
             g = generator(self.device, m * 31 + n * 17 + k)
-            a = random_tensor((m, k), dtype, self.device, g)
-            b = random_tensor((k, n), dtype, self.device, g)
-            self.times[key] = timer(lambda: torch.matmul(a, b))
-            del a, b
-        return self.times[key]
+            operands.append((random_tensor((m, k), dtype, self.device, g), random_tensor((k, n), dtype, self.device, g)))
+        return lambda: [torch.matmul(a, b) for a, b in operands]
 
     def peak(self, dtype: torch.dtype, timer: Timer) -> dict:
         n = PEAK_GEMM_GPU if self.device.type == "cuda" else PEAK_GEMM_CPU
-        ms = self.ms(n, n, n, dtype, timer)
+        ms = timer(self.call([(n, n, n)], dtype))
         return {"shape": f"{n}x{n}x{n}", "ms": ms, "tflops": 2 * n**3 / ms / 1e9}
 
 

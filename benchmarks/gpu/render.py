@@ -220,8 +220,9 @@ def markdown(runs: list[dict], records: list[dict]) -> str:
            "device-to-device copy timed in the same run, the device's sustained bandwidth; % of same-size copy "
            "compares it with a copy that moves the row's bytes, the ceiling at that size (a copy of a few tens "
            "of MB pays launch, ramp-up and tail too), timed in the row's own rounds (in runs before that, once "
-           "per run: records without `copy_same_ms_runs`). TFLOP/s counts the matrix products' 2*M*N*K; % of cuBLAS is torch.matmul "
-           "at the same products, shapes and dtype, timed in the same run. dt speed-up = fastest correct "
+           "per run: records without `copy_same_ms_runs`). TFLOP/s counts the matrix products' 2*M*N*K; % of "
+           "cuBLAS is torch.matmul at the same products, shapes and dtype, timed in the row's own rounds (in runs "
+           "before that, once at the row's start: records without `cublas_ms_runs`). dt speed-up = fastest correct "
            "baseline's time / dt's time; where the row was timed in several rounds (each timing every "
            "provider once), the range after it runs from that baseline's fastest round over dt's slowest "
            "to its slowest over dt's fastest, so a range that spans 1.00 is a tie within run-to-run noise.", ""]

@@ -6,18 +6,19 @@ moves between rounds, not what moves between processes: where the tensors land i
 the clocks, and torch.compile, which compiles and tunes its kernels again in every process
 that starts with an empty Inductor cache. This reads several bench.py runs of the same rows,
 each in its own process with its own Inductor cache, and reports per row and dt schedule (the
-`dt` provider, and any `dt@FILE` of bench.py's --contender) its speed-up over the fastest
+`dt` provider, and any `dt@<file name>` of bench.py's --contender) its speed-up over the fastest
 baseline in each run, how many runs found it faster, tied or slower (the run's range above,
 spanning or below 1.00), the outcome of most runs and, for a contender, in how many runs its
 median was below dt's (a run-off between schedules; tune.py --choose records the winner).
 
     # on the GPU machine: five processes, each with an empty Inductor cache
+    RUNS=$(mktemp -d)
     for i in 1 2 3 4 5; do
-        TORCHINDUCTOR_CACHE_DIR=$(mktemp -d) python3 benchmarks/gpu/bench.py --out /tmp/runs --tag r$i \\
+        TORCHINDUCTOR_CACHE_DIR=$(mktemp -d) python3 benchmarks/gpu/bench.py --out $RUNS --tag r$i \\
             --kernels add --providers dt,eager,compile,max-autotune --repeats 5 --no-plots
     done
-    # anywhere
-    python benchmarks/gpu/run_to_run.py --out benchmarks/results --name run_to_run_add /tmp/runs/gpu-r*.json
+    # anywhere with torch installed
+    python benchmarks/gpu/run_to_run.py --out benchmarks/results --name run_to_run_add $RUNS/gpu-r*.json
 
 writes OUT/NAME.json (the runs' records, trimmed) and OUT/NAME.md.
 """
@@ -52,6 +53,11 @@ def main(argv=None) -> int:
     return 0
 
 
+def _started(run: str) -> str:
+    """A bench.py run id's start time ('TAG@2026-11-21T19:26:46Z'), by which runs are ordered."""
+    return run.rpartition("@")[2]
+
+
 def outcome(record: dict) -> str:
     """'faster', 'tie' or 'slower': where the run's speed-up range lies against 1.00 (the
     speed-up itself for a row timed in one round)."""
@@ -65,20 +71,21 @@ def most_runs(outcomes: list[str]) -> str:
 
 
 def summary(records: list[dict]) -> list[dict]:
-    """Per row and dt provider: its runs' speed-ups and outcomes (in the runs' order), their
-    median, the median % of same-size copy, the outcome of most runs and, for a contender, in
-    how many runs it was faster than `dt` (its median below dt's in the same run)."""
+    """Per row, dt provider and schedule file: its runs' speed-ups and outcomes (in the runs'
+    order), their median, the median % of same-size copy, the outcome of most runs and, for a
+    contender, in how many runs it was faster than `dt` (its median below dt's in the same run).
+    A schedule file edited between runs is not told apart: summarise runs of one commit."""
     dt_ms = {(r["kernel"], r["shape"], r["dtype"], r["run"]): r["ms"] for r in records if r["provider"] == "dt"}
     rows = []
-    for (kernel, shape, dtype, provider), runs in measure.by_row(records, "kernel", "shape", "dtype",
-                                                                 "provider").items():
-        runs = sorted(runs, key=lambda r: r["run"].split("@")[1])
+    for (kernel, shape, dtype, provider, schedule), runs in measure.by_row(records, "kernel", "shape", "dtype",
+                                                                           "provider", "schedule").items():
+        runs = sorted(runs, key=lambda r: _started(r["run"]))
         outcomes = [outcome(r) for r in runs]
         copy = [r["pct_copy_same"] for r in runs if r.get("pct_copy_same")]
         paired = [(r["ms"], dt_ms[kernel, shape, dtype, r["run"]]) for r in runs
                   if provider != "dt" and (kernel, shape, dtype, r["run"]) in dt_ms]
         rows.append(dict(kernel=kernel, shape=shape, dtype=dtype, provider=provider,
-                         schedule=Path(runs[0]["schedule"]).stem if runs[0].get("schedule") else "",
+                         schedule=Path(schedule).stem if schedule else "",
                          speedups=[r["speedup_vs_best"] for r in runs], outcomes=outcomes,
                          baselines=[r["best_baseline"] for r in runs],
                          median=statistics.median(r["speedup_vs_best"] for r in runs),
@@ -89,17 +96,17 @@ def summary(records: list[dict]) -> list[dict]:
 
 def markdown(records: list[dict], name: str) -> str:
     devices = sorted({r["device"] for r in records})
-    runs = sorted({r["run"] for r in records}, key=lambda run: run.split("@")[1])
+    runs = sorted({r["run"] for r in records}, key=_started)
     rows = summary(records)
     lines = [f"# dt against the fastest baseline, run after run ({name})", "",
              f"Produced by `benchmarks/gpu/run_to_run.py` from {len(runs)} `bench.py` runs on {'; '.join(devices)}, "
-             "each in its own process with an empty Inductor cache, so torch.compile compiled and tuned its kernels "
-             f"anew in each (runs: {', '.join(runs)}). Per row and dt schedule: the speed-up over the fastest "
+             "each made in its own process with an empty Inductor cache (the commands of the script's docstring), "
+             f"so torch.compile compiled and tuned its kernels anew in each (runs: {', '.join(runs)}). Per row and dt schedule: the speed-up over the fastest "
              "baseline of each run (that baseline's median over dt's), in the runs' order; a run counts as "
              "faster or slower when the speed-up's range over its rounds lies wholly above or below 1.00, "
              "else as a tie; `most runs` is the outcome of more than half the runs (a tie where none has "
-             "that many), and for a contender (`dt@FILE`, bench.py --contender) the last column counts the runs "
-             "where its median was below dt's.", ""]
+             "that many: a tie, or no majority), and for a contender (`dt@<file name>`, bench.py --contender) "
+             "the last column counts the runs where its median was below dt's.", ""]
     table = []
     for r in rows:
         counts = ", ".join(f"{r['outcomes'].count(o)} {o}" for o in OUTCOMES if o in r["outcomes"])

@@ -17,7 +17,7 @@ into benchmarks/results/tune.json and summarises them in benchmarks/results/tune
 the search's winner and another schedule are within its noise, a measurement that tells them
 apart (run_to_run.py over bench.py --contender runs) settles it:
 
-    python benchmarks/gpu/tune.py --choose 'add [x=4096, y=8192] bf16' x1_y512_w4_rowmajor \
+    python benchmarks/gpu/tune.py --choose 'add [x=4096, y=8192] bf16' x1_y512_w4_rowmajor \\
         "it tied or won in each of 8 processes (benchmarks/results/run_to_run_runoff.md)"
 
 records that schedule of space.py as the row's winner in tune.json, with the evidence, and
@@ -234,8 +234,13 @@ def choose(title: str, variant: str, evidence: str) -> int:
     doc = json.loads(merged.read_text())
     row = next((r for r in doc["rows"] if (r["kernel"], r["shape"], r["dtype"]) ==
                 (case.kernel.name, case.shape_text, case.dtype)), None)
-    if row is None:
-        raise SystemExit(f"{merged} has no search of {title}: search it first (--out, --match)")
+    if row is None or row.get("best") is None:
+        raise SystemExit(f"{merged} has no search of {title} with a winner: search it first (--out, --match)")
+    if variant == row["best"]:
+        raise SystemExit(f"{variant} is already the search's pick for {title}")
+    failed = next((v["error"] for v in row["variants"] if v["name"] == variant and "error" in v), None)
+    if failed:
+        raise SystemExit(f"{variant} failed in the search of {title} ({failed}): choose a schedule that ran")
     row["chosen"] = {"name": variant, "source": source, "evidence": evidence}
     merged.write_text(json.dumps(doc, indent=1) + "\n")
     return write([merged])
@@ -262,7 +267,8 @@ def write(paths) -> int:
              "wins (rows without finalists are from runs before that). The winner of each row is "
              "`benchmarks/gpu/schedules/tuned/<file>`; the benchmark (`bench.py`) measures it again the "
              "benchmark's way, and where another schedule measured faster there (`tune.py --choose`), that one is the "
-             "row's file, the evidence named. The others' median is of their screening times.", "",
+             "row's file, the evidence named (its `ms` is blank when the row's search, older than the schedule, "
+             "did not try it). The others' median is of their screening times.", "",
              "| kernel | shape | dtype | device | timer | tried | failed | best | ms | finalists | file | median of the others ms |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for (kernel, shape, dtype), r in sorted(rows.items()):
@@ -292,7 +298,8 @@ def write(paths) -> int:
                                    subsequent_indent="# ", break_on_hyphens=False) + "\n"
             source = chosen["source"]
             searched = next((v for v in timed if v["name"] == chosen["name"]), {})
-            winner = (f"{chosen['name']}, chosen over {best['name']} ({chosen['evidence']}) | "
+            evidence = chosen["evidence"].replace("|", "\\|")
+            winner = (f"{chosen['name']}, chosen over {best['name']} ({evidence}) | "
                       + _num(searched.get("final_ms", searched.get("ms"))))
         path.write_text(header + source)
         others = [v["ms"] for v in timed if v is not best]
