@@ -111,6 +111,42 @@ def test_repeats_time_the_providers_round_robin_and_report_the_speed_up_range(tm
     assert f"| {(first + 5) / (first + 4):.2f}x ({low:.2f}-{high:.2f}) |" in md
 
 
+def test_the_cublas_reference_is_timed_round_robin_with_the_providers(tmp_path, monkeypatch):
+    clock, timed = iter(range(1, 1000)), []
+    monkeypatch.setattr(bench.measure.Timer, "__call__", lambda self, fn: timed.append(fn) or float(next(clock)))
+    doc, _ = _run(tmp_path, "--kernels", "matmul", "--dtypes", "f16", "--providers", "dt,eager", "--repeats", "3",
+                  "--no-plots")
+    for row in {render.case_key(r) for r in doc["records"]}:
+        dt, eager = sorted((r for r in doc["records"] if render.case_key(r) == row), key=lambda r: r["provider"])
+        first = dt["ms_runs"][0]
+        assert dt["ms_runs"] == [first, first + 3, first + 6] and eager["ms_runs"] == [first + 1, first + 4, first + 7]
+        assert dt["cublas_ms_runs"] == eager["cublas_ms_runs"] == [first + 2, first + 5, first + 8]
+        assert dt["cublas_ms"] == first + 5 and dt["pct_cublas"] == 100 * (first + 5) / (first + 3)
+
+
+@pytest.mark.parametrize("fails_after", [0, 1])
+def test_a_cublas_reference_failing_in_the_rounds_leaves_the_row_without_its_percentage(tmp_path, monkeypatch,
+                                                                                        fails_after):
+    real_call = bench.measure.Cublas.call
+
+    def call(self, shapes, dtype):
+        if shapes == [(bench.measure.PEAK_GEMM_CPU,) * 3]:
+            return real_call(self, shapes, dtype)
+        calls = itertools.count()
+
+        def products():
+            if next(calls) > fails_after:  # the discarded first timing, then `fails_after` rounds
+                raise RuntimeError("cuBLAS went away")
+        return products
+    monkeypatch.setattr(bench.measure.Cublas, "call", call)
+    doc, _ = _run(tmp_path, "--kernels", "matmul", "--dtypes", "f16", "--quick", "--providers", "dt,eager",
+                  "--repeats", "3", "--no-plots")
+    assert doc["records"] and all(r["status"] == "ok" and len(r["ms_runs"]) == 3 and r["pct_cublas"] is None
+                                  and "cublas_ms_runs" not in r and "cuBLAS went away" in r["cublas_error"]
+                                  for r in doc["records"])
+    assert f"/ {bench.measure.CUBLAS}\n" in (tmp_path / "gpu-t.log").read_text()
+
+
 def test_the_same_size_copy_is_timed_in_each_round_and_its_median_kept(tmp_path, monkeypatch):
     copy_times = itertools.cycle([1.0, 9.0, 2.0])  # each row's rounds: the median (2.0), not the mean (4.0)
 
@@ -355,7 +391,7 @@ def test_a_failing_cublas_reference_leaves_the_row_timed_without_its_percentage(
     records = doc["records"]
     assert records and all(r["status"] == "ok" and r["ms"] > 0 and r["pct_cublas"] is None and r["cublas_ms"] is None
                            and "no cuBLAS handle" in r["cublas_error"] for r in records)
-    assert "cuBLAS" in (tmp_path / "gpu-t.log").read_text()
+    assert f"/ {bench.measure.CUBLAS}\n" in (tmp_path / "gpu-t.log").read_text()
 
 
 def test_the_benchmark_records_each_rows_timer(tmp_path):
@@ -921,6 +957,10 @@ def test_contenders_are_timed_in_the_rounds_of_the_rows_they_name(tmp_path):
     (["--contender", "add=benchmarks/gpu/schedules/add_1024.dt", "--providers", "eager"], "include dt"),
     (["--contender", "add=benchmarks/gpu/schedules/add_1024.dt", "--contender",
       "add:x=8, y=256=benchmarks/gpu/schedules/add_1024.dt"], "have the same name"),
+    (["--contender", "add:x=8, y=256=benchmarks/gpu/schedules/add_1024.dt", "--match", "add [x=5,"],
+     "names none of the selected rows"),  # the row it names is left out by --match
+    (["--schedule", "add=benchmarks/gpu/schedules/add_1024.dt", "--tune"], "leave out --tune"),
+    (["--schedule", "add=benchmarks/gpu/schedules/add_1024.dt", "--providers", "eager"], "include dt"),
 ])
 def test_contenders_and_overrides_that_would_be_ignored_are_refused(tmp_path, argv, message):
     with pytest.raises(SystemExit, match=message):
@@ -960,7 +1000,7 @@ def test_run_to_run_counts_each_runs_outcome_and_the_outcome_of_most_runs():
     dt, contender = run_to_run.summary(records)
     assert dt["speedups"] == [1.0, 0.99] and dt["outcomes"] == ["tie", "slower"]  # in the runs' start order
     assert dt["most"] == "tie" and dt["faster_than_dt"] == "" and dt["schedule"] == "dt"
-    assert contender["median"] == 1.01 and contender["pct_copy_same"] == [97.0, 99.0, 99.0]
+    assert contender["median"] == 1.01 and contender["pct_ceiling"] == [97.0, 99.0, 99.0]
     assert contender["faster_than_dt"] == "1 of 2"  # below dt in its own run only (0.99 < 1.0, not 0.98 < 0.97)
 
 
@@ -984,7 +1024,17 @@ def test_run_to_run_reports_every_row_and_provider_over_the_runs(tmp_path):
     assert "| dt | 1 | 0 | 0 | 1 | 0 | 0 | 0 |" in report  # slower in most runs, not in every run
     assert "| dt@ contenders | 1 | 0 | 1 | 0 | 0 | 1 | 0 |" in report
     saved = json.loads((tmp_path / "out" / "rr.json").read_text())["records"]
-    assert len(saved) == 6 and {r["provider"] for r in saved} == {"dt", "dt@x1"}  # baselines carry no speed-up
+    assert len(saved) == 9 and {r["provider"] for r in saved} == {"dt", "dt@x1", "max-autotune"}  # every record kept
+    assert "| max-autotune |" not in report  # the report's rows are dt's and its contenders'
+
+
+def test_run_to_run_reports_a_matmul_rows_percentage_of_cublas(tmp_path):
+    import run_to_run
+    path = tmp_path / "gpu-r.json"
+    path.write_text(json.dumps({"records": [dict(_run_record("r@2026-01-01T00:00:00Z", "dt", 1.0, 0.98, 0.95, 1.03),
+                                                 kernel="matmul", pct_copy_same=None, pct_cublas=100.4)]}))
+    assert run_to_run.main(["--out", str(tmp_path), "--name", "mm", str(path)]) == 0
+    assert "| 0.980x | 1 tie | torch.compile max-autotune | 100.4% (100.4-100.4) | tie |" in (tmp_path / "mm.md").read_text()
 
 
 def test_tune_choose_makes_another_schedule_the_rows_file_until_the_row_is_searched_again(tmp_path, monkeypatch):

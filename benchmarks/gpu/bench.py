@@ -300,17 +300,18 @@ def _schedule_arg(text: str) -> tuple[str, str]:
 
 def _check_schedule_keys(args, rows: list[Case], provider_names: list[str]):
     """Refuse --schedule and --contender options that would be ignored or ambiguous: a key that
-    names none of the selected rows, contenders without dt or with --tune, two contenders of one
-    row named after the same file."""
+    names none of the selected rows, either option without dt or with --tune, two contenders of
+    one row named after the same file."""
     keys = {key for c in rows for key in schedule_keys(c)}
     for option, given in (("--schedule", args.schedule or []), ("--contender", args.contender or [])):
         for key, _ in given:
             if key not in keys:
                 raise SystemExit(f"{option} {key}=...: names none of the selected rows; give a kernel "
                                  f"('add') or a kernel and a shape as the titles spell it ('add:x=4096, y=8192')")
-    if args.contender and (args.tune or "dt" not in provider_names):
-        raise SystemExit("--contender times schedules beside the dt provider: include dt in --providers, "
-                         "and leave out --tune (which replaces dt with every candidate file)")
+    for option, given in (("--schedule", args.schedule), ("--contender", args.contender)):
+        if given and (args.tune or "dt" not in provider_names):
+            raise SystemExit(f"{option} sets what the dt provider runs: include dt in --providers, and leave out "
+                             "--tune (which replaces dt with every candidate file)")
     for c in rows:
         names = [Path(path).stem for key, path in args.contender or [] if key in schedule_keys(c)]
         if len(set(names)) < len(names):

@@ -20,7 +20,7 @@ median was below dt's (a run-off between schedules; tune.py --choose records the
     # anywhere with torch installed
     python benchmarks/gpu/run_to_run.py --out benchmarks/results --name run_to_run_add $RUNS/gpu-r*.json
 
-writes OUT/NAME.json (the runs' records, trimmed) and OUT/NAME.md.
+writes OUT/NAME.json (every record of the runs, trimmed to the fields the report reads) and OUT/NAME.md.
 """
 from __future__ import annotations
 
@@ -33,8 +33,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import measure  # noqa: E402
 import render  # noqa: E402
 
-FIELDS = ("run", "device", "timer", "kernel", "shape", "dtype", "provider", "schedule", "ms", "ms_runs",
-          "pct_copy_same", "best_baseline", "speedup_vs_best", "speedup_range")
+FIELDS = ("run", "device", "timer", "kernel", "shape", "dtype", "provider", "status", "schedule", "ms", "ms_runs",
+          "pct_copy_same", "pct_cublas", "best_baseline", "speedup_vs_best", "speedup_range")
 OUTCOMES = ("faster", "tie", "slower")
 
 
@@ -44,8 +44,7 @@ def main(argv=None) -> int:
     parser.add_argument("runs", nargs="+", help="gpu-TAG.json files written by bench.py, one per process")
     args = parser.parse_args(argv)
     records = [{f: r.get(f) for f in FIELDS} for path in args.runs
-               for r in json.loads(Path(path).read_text())["records"]
-               if render.is_dt(r["provider"]) and r.get("speedup_vs_best")]
+               for r in json.loads(Path(path).read_text())["records"]]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / f"{args.name}.json").write_text(json.dumps({"records": records}, indent=1) + "\n")
@@ -72,16 +71,18 @@ def most_runs(outcomes: list[str]) -> str:
 
 def summary(records: list[dict]) -> list[dict]:
     """Per row, dt provider and schedule file: its runs' speed-ups and outcomes (in the runs'
-    order), their median, the median % of same-size copy, the outcome of most runs and, for a
+    order), their median, the median % of the row's ceiling, the outcome of most runs and, for a
     contender, in how many runs it was faster than `dt` (its median below dt's in the same run).
     A schedule file edited between runs is not told apart: summarise runs of one commit."""
+    records = [r for r in records if render.is_dt(r["provider"]) and r.get("speedup_vs_best")]
     dt_ms = {(r["kernel"], r["shape"], r["dtype"], r["run"]): r["ms"] for r in records if r["provider"] == "dt"}
     rows = []
     for (kernel, shape, dtype, provider, schedule), runs in measure.by_row(records, "kernel", "shape", "dtype",
                                                                            "provider", "schedule").items():
         runs = sorted(runs, key=lambda r: _started(r["run"]))
         outcomes = [outcome(r) for r in runs]
-        copy = [r["pct_copy_same"] for r in runs if r.get("pct_copy_same")]
+        ceiling = [r.get("pct_copy_same") or r.get("pct_cublas") for r in runs if r.get("pct_copy_same")
+                   or r.get("pct_cublas")]
         paired = [(r["ms"], dt_ms[kernel, shape, dtype, r["run"]]) for r in runs
                   if provider != "dt" and (kernel, shape, dtype, r["run"]) in dt_ms]
         rows.append(dict(kernel=kernel, shape=shape, dtype=dtype, provider=provider,
@@ -89,7 +90,7 @@ def summary(records: list[dict]) -> list[dict]:
                          speedups=[r["speedup_vs_best"] for r in runs], outcomes=outcomes,
                          baselines=[r["best_baseline"] for r in runs],
                          median=statistics.median(r["speedup_vs_best"] for r in runs),
-                         pct_copy_same=copy, most=most_runs(outcomes),
+                         pct_ceiling=ceiling, most=most_runs(outcomes),
                          faster_than_dt=f"{sum(ms < dt for ms, dt in paired)} of {len(paired)}" if paired else ""))
     return rows
 
@@ -106,18 +107,20 @@ def markdown(records: list[dict], name: str) -> str:
              "faster or slower when the speed-up's range over its rounds lies wholly above or below 1.00, "
              "else as a tie; `most runs` is the outcome of more than half the runs (a tie where none has "
              "that many: a tie, or no majority), and for a contender (`dt@<file name>`, bench.py --contender) "
-             "the last column counts the runs where its median was below dt's.", ""]
+             "the last column counts the runs where its median was below dt's. The ceiling is the same-size copy "
+             "for memory-bound rows and cuBLAS at the row's products for matmul-like ones, both timed in the "
+             "row's rounds. The JSON keeps every provider's record of every run.", ""]
     table = []
     for r in rows:
         counts = ", ".join(f"{r['outcomes'].count(o)} {o}" for o in OUTCOMES if o in r["outcomes"])
-        copy = (f"{statistics.median(r['pct_copy_same']):.1f}% ({min(r['pct_copy_same']):.1f}-"
-                f"{max(r['pct_copy_same']):.1f})" if r["pct_copy_same"] else "")
+        ceiling = (f"{statistics.median(r['pct_ceiling']):.1f}% ({min(r['pct_ceiling']):.1f}-"
+                   f"{max(r['pct_ceiling']):.1f})" if r["pct_ceiling"] else "")
         baselines = ", ".join(render.PROVIDERS.get(b, (b,))[0] for b in dict.fromkeys(r["baselines"]))
         table.append([r["kernel"], r["shape"], r["dtype"], r["provider"], r["schedule"],
-                      " / ".join(f"{s:.3f}" for s in r["speedups"]), f"{r['median']:.3f}x", counts, baselines, copy,
+                      " / ".join(f"{s:.3f}" for s in r["speedups"]), f"{r['median']:.3f}x", counts, baselines, ceiling,
                       r["most"], r["faster_than_dt"]])
     lines += render.markdown_table(["kernel", "shape", "dtype", "provider", "schedule", "speed-up in each run",
-                                    "median", "runs", "fastest baseline", "% of same-size copy (range)",
+                                    "median", "runs", "fastest baseline", "% of ceiling (range)",
                                     "most runs", "runs faster than dt"], table)
     lines += ["", "## Over every row", ""]
     counts = [[provider, str(len(group))] + [str(sum(r["most"] == o for r in group)) for o in OUTCOMES]
