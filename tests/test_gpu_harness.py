@@ -127,18 +127,18 @@ def test_the_cublas_reference_is_timed_round_robin_with_the_providers(tmp_path, 
 @pytest.mark.parametrize("fails_after", [0, 1])
 def test_a_cublas_reference_failing_in_the_rounds_leaves_the_row_without_its_percentage(tmp_path, monkeypatch,
                                                                                         fails_after):
-    real_call = bench.measure.Cublas.call
+    real_call = bench.measure.cublas_call
 
-    def call(self, shapes, dtype):
+    def call(device, shapes, dtype):
         if shapes == [(bench.measure.PEAK_GEMM_CPU,) * 3]:
-            return real_call(self, shapes, dtype)
+            return real_call(device, shapes, dtype)
         calls = itertools.count()
 
         def products():
             if next(calls) > fails_after:  # the discarded first timing, then `fails_after` rounds
                 raise RuntimeError("cuBLAS went away")
         return products
-    monkeypatch.setattr(bench.measure.Cublas, "call", call)
+    monkeypatch.setattr(bench.measure, "cublas_call", call)
     doc, _ = _run(tmp_path, "--kernels", "matmul", "--dtypes", "f16", "--quick", "--providers", "dt,eager",
                   "--repeats", "3", "--no-plots")
     assert doc["records"] and all(r["status"] == "ok" and len(r["ms_runs"]) == 3 and r["pct_cublas"] is None
@@ -338,13 +338,12 @@ def test_the_timers_call_cold_bench_and_do_bench_with_their_repetitions(monkeypa
 
 def test_cublas_reference_runs_each_product_of_the_row():
     import measure
-    cublas = measure.Cublas(torch.device("cpu"))
     row = next(c for c in cases.cases(["attention"], ["f16"], tiny=True))
     products = []
     real = torch.matmul
     with pytest.MonkeyPatch.context() as m:
         m.setattr(torch, "matmul", lambda a, b: products.append((a.shape, b.shape)) or real(a, b))
-        cublas.call(row.gemm_shapes, torch.float16)()
+        measure.cublas_call(torch.device("cpu"), row.gemm_shapes, torch.float16)()
     assert products == [((m, k), (k, n)) for m, n, k in row.gemm_shapes] and len(products) == 2
 
 
@@ -352,10 +351,10 @@ def test_the_cublas_reference_is_timed_in_each_round_with_the_rows_timer_and_its
     """Each matmul-like row's products are timed as one more call of its rounds, with the row's
     own timer (attention's and 2mm's rows differ), and their median is the row's cuBLAS time."""
     reference_times, reference_modes = itertools.cycle([1.0, 9.0, 2.0]), []
-    real_call = bench.measure.Cublas.call
+    real_call = bench.measure.cublas_call
 
-    def call(self, shapes, dtype):
-        products = real_call(self, shapes, dtype)
+    def call(device, shapes, dtype):
+        products = real_call(device, shapes, dtype)
         peak = shapes == [(bench.measure.PEAK_GEMM_CPU,) * 3]
         return products if peak else lambda: products() and "row's products"
 
@@ -364,7 +363,7 @@ def test_the_cublas_reference_is_timed_in_each_round_with_the_rows_timer_and_its
             reference_modes.append(self.mode)
             return next(reference_times)
         return 0.5
-    monkeypatch.setattr(bench.measure.Cublas, "call", call)
+    monkeypatch.setattr(bench.measure, "cublas_call", call)
     monkeypatch.setattr(bench.measure.Timer, "__call__", time)
     monkeypatch.setattr(bench, "row_timer", lambda mode, dry, flops, nbytes: bench.measure.Timer(f"timer of {nbytes}"))
     doc, _ = _run(tmp_path, "--kernels", "attention,2mm_outer", "--dtypes", "f16", "--quick", "--providers",
@@ -380,11 +379,11 @@ def test_the_cublas_reference_is_timed_in_each_round_with_the_rows_timer_and_its
 
 
 def test_a_failing_cublas_reference_leaves_the_row_timed_without_its_percentage(tmp_path, monkeypatch):
-    def call(self, shapes, dtype):
+    def call(device, shapes, dtype):
         def fails():
             raise RuntimeError("no cuBLAS handle")
         return fails if shapes[0][0] < 1000 else (lambda: None)  # the run's peak (8192^3 on a GPU) works
-    monkeypatch.setattr(bench.measure.Cublas, "call", call)
+    monkeypatch.setattr(bench.measure, "cublas_call", call)
     monkeypatch.setattr(bench.measure, "PEAK_GEMM_CPU", 1024)
     doc, _ = _run(tmp_path, "--kernels", "matmul", "--dtypes", "f16", "--quick", "--providers", "dt,eager",
                   "--no-plots")

@@ -156,8 +156,8 @@ def providers_for(case: Case, names: list[str], tune: bool, contenders=()) -> li
 
 
 # ----------------------------------------------------------------------- one row
-def run_case(case: Case, providers: list[Provider], ctx: Context, timer: measure.Timer, cublas: measure.Cublas,
-             copy_gbps: float, repeats: int, base: dict, log, records: list[dict]):
+def run_case(case: Case, providers: list[Provider], ctx: Context, timer: measure.Timer, copy_gbps: float,
+             repeats: int, base: dict, log, records: list[dict]):
     """Check, then time, each provider on one row, appending a record per provider. The rounds
     also time the row's ceiling: a memory-bound row's a copy of its bytes, a matmul-like row's
     its products in cuBLAS."""
@@ -201,7 +201,7 @@ def run_case(case: Case, providers: list[Provider], ctx: Context, timer: measure
                 if ceiling == measure.SAME_SIZE_COPY:
                     checked[ceiling], copy_bytes = measure.copy_call(device, case.bytes)
                 else:
-                    checked[ceiling] = cublas.call(case.gemm_shapes, dtype)
+                    checked[ceiling] = measure.cublas_call(device, case.gemm_shapes, dtype)
             except Exception as e:  # optional: the row goes on without its percentage of the ceiling
                 ceiling_error = measure.short_error(e)
                 _log_failure(e, case, ceiling, device, log)
@@ -304,14 +304,13 @@ def _check_schedule_keys(args, rows: list[Case], provider_names: list[str]):
     one row named after the same file."""
     keys = {key for c in rows for key in schedule_keys(c)}
     for option, given in (("--schedule", args.schedule or []), ("--contender", args.contender or [])):
+        if given and (args.tune or "dt" not in provider_names):
+            raise SystemExit(f"{option} sets what the dt provider runs: include dt in --providers, and leave out "
+                             "--tune (which replaces dt with every candidate file)")
         for key, _ in given:
             if key not in keys:
                 raise SystemExit(f"{option} {key}=...: names none of the selected rows; give a kernel "
                                  f"('add') or a kernel and a shape as the titles spell it ('add:x=4096, y=8192')")
-    for option, given in (("--schedule", args.schedule), ("--contender", args.contender)):
-        if given and (args.tune or "dt" not in provider_names):
-            raise SystemExit(f"{option} sets what the dt provider runs: include dt in --providers, and leave out "
-                             "--tune (which replaces dt with every candidate file)")
     for c in rows:
         names = [Path(path).stem for key, path in args.contender or [] if key in schedule_keys(c)]
         if len(set(names)) < len(names):
@@ -408,12 +407,11 @@ def _main(args, dry: bool) -> int:
     except Exception as e:  # the rows still run, without % of copy
         run["copy"] = {"error": measure.short_error(e)}
         print(f"copy bandwidth not measured: {measure.short_error(e)}", flush=True)
-    cublas = measure.Cublas(device)
     run["cublas_peak"] = {}
     for d in sorted({c.dtype for c in rows if c.kernel.kind == MATMUL}):
         try:
             peak_timer = row_timer(args.timer, dry, 1.0, 0)  # the 8192^3 product is compute-bound
-            peak = run["cublas_peak"][d] = cublas.peak(DTYPES[d], peak_timer)
+            peak = run["cublas_peak"][d] = measure.cublas_peak(device, DTYPES[d], peak_timer)
             print(f"cuBLAS {d} {peak['shape']}: {peak['tflops']:.1f} TFLOP/s", flush=True)
         except Exception as e:  # a context only: the per-row cuBLAS times are what % of cuBLAS uses
             print(f"cuBLAS {d} peak not measured: {measure.short_error(e)}", flush=True)
@@ -438,7 +436,7 @@ def _main(args, dry: bool) -> int:
             start = time.monotonic()
             print(f"[{i + 1}/{len(rows)}] {case.title}", flush=True)
             try:
-                run_case(case, providers, ctx, timer, cublas, run["copy"].get("gbps"), args.repeats, base, log, records)
+                run_case(case, providers, ctx, timer, run["copy"].get("gbps"), args.repeats, base, log, records)
             except ContextLost as e:
                 lost = str(e)
                 print(f"CUDA context lost at {lost}; the remaining rows are skipped", flush=True)

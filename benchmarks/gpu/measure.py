@@ -356,26 +356,21 @@ def by_row(records: list[dict], *fields: str) -> dict[tuple, list[dict]]:
 CUBLAS = "cuBLAS"  # the products' name among the timed calls of a matmul-like row's rounds
 
 
-class Cublas:
-    """torch.matmul (cuBLAS on the GPU) at given shapes and dtypes: a row's products as one call,
-    timed in the row's rounds (call), and the peak product, timed once per run (peak)."""
+def cublas_call(device: torch.device, shapes, dtype: torch.dtype):
+    """One call running torch.matmul (cuBLAS on the GPU) at each (m, n, k) of `shapes` in turn,
+    on random inputs: the cuBLAS time of a row whose products those are, timed in its rounds."""
+    operands = []
+    for m, n, k in shapes:
+        g = generator(device, m * 31 + n * 17 + k)
+        operands.append((random_tensor((m, k), dtype, device, g), random_tensor((k, n), dtype, device, g)))
+    return lambda: [torch.matmul(a, b) for a, b in operands]
 
-    def __init__(self, device: torch.device):
-        self.device = device
 
-    def call(self, shapes, dtype: torch.dtype):
-        """One call running torch.matmul at each (m, n, k) of `shapes` in turn, on random inputs:
-        the cuBLAS time of a row whose products those are."""
-        operands = []
-        for m, n, k in shapes:
-            g = generator(self.device, m * 31 + n * 17 + k)
-            operands.append((random_tensor((m, k), dtype, self.device, g), random_tensor((k, n), dtype, self.device, g)))
-        return lambda: [torch.matmul(a, b) for a, b in operands]
-
-    def peak(self, dtype: torch.dtype, timer: Timer) -> dict:
-        n = PEAK_GEMM_GPU if self.device.type == "cuda" else PEAK_GEMM_CPU
-        ms = timer(self.call([(n, n, n)], dtype))
-        return {"shape": f"{n}x{n}x{n}", "ms": ms, "tflops": 2 * n**3 / ms / 1e9}
+def cublas_peak(device: torch.device, dtype: torch.dtype, timer: Timer) -> dict:
+    """cuBLAS's peak for context: one large square product, timed once per run."""
+    n = PEAK_GEMM_GPU if device.type == "cuda" else PEAK_GEMM_CPU
+    ms = timer(cublas_call(device, [(n, n, n)], dtype))
+    return {"shape": f"{n}x{n}x{n}", "ms": ms, "tflops": 2 * n**3 / ms / 1e9}
 
 
 def poison_allocator(shape, dtype: torch.dtype, device: torch.device):

@@ -81,8 +81,7 @@ def summary(records: list[dict]) -> list[dict]:
                                                                            "provider", "schedule").items():
         runs = sorted(runs, key=lambda r: _started(r["run"]))
         outcomes = [outcome(r) for r in runs]
-        ceiling = [r.get("pct_copy_same") or r.get("pct_cublas") for r in runs if r.get("pct_copy_same")
-                   or r.get("pct_cublas")]
+        ceiling = [pct for r in runs if (pct := r.get("pct_copy_same") or r.get("pct_cublas"))]
         paired = [(r["ms"], dt_ms[kernel, shape, dtype, r["run"]]) for r in runs
                   if provider != "dt" and (kernel, shape, dtype, r["run"]) in dt_ms]
         rows.append(dict(kernel=kernel, shape=shape, dtype=dtype, provider=provider,

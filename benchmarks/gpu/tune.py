@@ -283,14 +283,15 @@ def write(paths) -> int:
             continue
         path = TUNED_DIR / tuned_name(kernel, shape, dtype)
         finalists = sum("final_ms" in v for v in timed)
-        screenings = len(best.get("ms_runs", [best["ms"]]))
-        how = (f"the median of {len(best['final_ms_runs'])} rounds alternating {finalists} finalists" if finalists
-               else "one timing" if screenings == 1 else f"the fastest of {screenings} timings")
-        header = (f"# {kernel} [{shape}] {dtype}: the fastest of {len(timed)} schedules that ran "
-                  f"(benchmarks/gpu/tune.py),\n# variant {best['name']}, {best.get('final_ms', best['ms']):.4f} ms "
-                  f"({how}) on {r['device']}.\n")
-        source, winner = r["best_source"], f"{best['name']} | {best.get('final_ms', best['ms']):.4f}"
-        if "chosen" in r:  # another schedule, measured faster than the search's pick (tune.py --choose)
+        best_ms = best.get("final_ms", best["ms"])
+        if "chosen" not in r:
+            screenings = len(best.get("ms_runs", [best["ms"]]))
+            how = (f"the median of {len(best['final_ms_runs'])} rounds alternating {finalists} finalists" if finalists
+                   else "one timing" if screenings == 1 else f"the fastest of {screenings} timings")
+            header = (f"# {kernel} [{shape}] {dtype}: the fastest of {len(timed)} schedules that ran "
+                      f"(benchmarks/gpu/tune.py),\n# variant {best['name']}, {best_ms:.4f} ms ({how}) on {r['device']}.\n")
+            source, winner = r["best_source"], f"{best['name']} | {best_ms:.4f}"
+        else:  # another schedule, measured faster than the search's pick (tune.py --choose)
             chosen = r["chosen"]
             header = textwrap.fill(f"{kernel} [{shape}] {dtype}: variant {chosen['name']} of benchmarks/gpu/space.py, "
                                    f"chosen over the search's pick ({best['name']}, benchmarks/gpu/tune.py) on "
