@@ -147,6 +147,17 @@ def test_a_cublas_reference_failing_in_the_rounds_leaves_the_row_without_its_per
     assert f"/ {bench.measure.CUBLAS}\n" in (tmp_path / "gpu-t.log").read_text()
 
 
+@pytest.mark.parametrize("kernel, field", [("matmul", "cublas_error"), ("add", "copy_same_error")])
+def test_a_row_whose_providers_all_fail_says_why_its_ceiling_was_not_timed(tmp_path, monkeypatch, kernel, field):
+    def fails(case, ctx):
+        raise RuntimeError("no kernel for you")
+    monkeypatch.setitem(bench.BUILDERS, "eager", fails)
+    doc, _ = _run(tmp_path, "--kernels", kernel, "--dtypes", "f16" if kernel == "matmul" else "f32", "--quick",
+                  "--providers", "eager", "--no-plots")
+    assert doc["records"] and all(r["status"] == "error" and "no kernel for you" in r["error"]
+                                  and r[field] == "not timed: no provider ran" for r in doc["records"])
+
+
 def test_the_same_size_copy_is_timed_in_each_round_and_its_median_kept(tmp_path, monkeypatch):
     copy_times = itertools.cycle([1.0, 9.0, 2.0])  # each row's rounds: the median (2.0), not the mean (4.0)
 
@@ -721,7 +732,27 @@ def test_long_rows_search_statistics_walks_wider_than_the_output_walk():
     source = dt.loads(found["tiled16384_statistics32768_w32_onepass"], "widened").source("triton", "f32")
     assert re.search(r"for y_iter in range\(0, y_SIZE, 32768\):", source)
     assert re.search(r"for y_iter_2 in range\(0, y_SIZE, 16384\):", source)
-    narrow = next(c for c in cases.cases(["layernorm"], ["f32"]) if c.shape == (4096, 8192))
+
+
+def test_wide_rows_search_statistics_walks_up_to_the_whole_row():
+    """At 4096 and 8192 wide the space offers statistics tiles 2 and 4 times the output tile of
+    1024-4096, up to the whole row in one tile, one-pass or not for layernorm; at 4096x1000 rows
+    are whole tiles and nothing is widened."""
+    pytest.importorskip("triton")
+    for shape, count in (((4096, 8192), 26), ((4096, 4096), 14)):
+        case = next(c for c in cases.cases(["layernorm"], ["f32"]) if c.shape == shape)
+        found = dict(space.variants(case))
+        widened = [name for name in found if "_statistics" in name]
+        assert len(widened) == count
+        for name in widened:
+            output, statistics, warps = map(int, re.match(r"tiled(\d+)_statistics(\d+)_w(\d+)", name).groups())
+            assert output < shape[1] and output < statistics <= shape[1]
+            assert statistics // (32 * warps) <= 64 and 4 <= output // (32 * warps) <= 32
+    case = next(c for c in cases.cases(["layernorm"], ["f32"]) if c.shape == (4096, 8192))
+    source = dt.loads(dict(space.variants(case))["tiled4096_statistics8192_w16_onepass"], "whole").source("triton", "f32")
+    assert re.search(r"for y_iter in range\(0, y_SIZE, 8192\):", source)
+    assert re.search(r"for y_iter_2 in range\(0, y_SIZE, 4096\):", source)
+    narrow = next(c for c in cases.cases(["layernorm"], ["f32"]) if c.shape == (4096, 1000))
     assert not any("_statistics" in name for name, _ in space.variants(narrow))
 
 

@@ -169,6 +169,7 @@ def run_case(case: Case, providers: list[Provider], ctx: Context, timer: measure
     ceiling = measure.SAME_SIZE_COPY if case.kernel.kind == MEMORY else measure.CUBLAS
     ceiling_error, ceiling_runs, copy_bytes = None, [], None
     timed = []  # (record, timing function) of each provider that ran and was checked
+    checked = {}  # what the rounds time: the checked providers (by index in timed), and the ceiling
     first = len(records)
     try:
         for p in providers:
@@ -217,14 +218,17 @@ def run_case(case: Case, providers: list[Provider], ctx: Context, timer: measure
         for i, ms in measure.round_robin(timer, checked, repeats, on_error=failed):
             (ceiling_runs if i == ceiling else timed[i][0]["ms_runs"]).append(ms)
     finally:  # also when the CUDA context is lost: no record is left checked but untimed
-        fields = {}
+        error_field = "copy_same_error" if ceiling == measure.SAME_SIZE_COPY else "cublas_error"
         if ceiling_error:
-            fields = {"copy_same_error" if ceiling == measure.SAME_SIZE_COPY else "cublas_error": ceiling_error}
+            fields = {error_field: ceiling_error}
         elif ceiling_runs and ceiling == measure.SAME_SIZE_COPY:
             fields = {"copy_same_ms_runs": ceiling_runs,
                       "copy_same_gbps": copy_bytes / statistics.median(ceiling_runs) / 1e6}
         elif ceiling_runs:
             fields = {"cublas_ms_runs": ceiling_runs, "cublas_ms": statistics.median(ceiling_runs)}
+        else:  # the ceiling is timed only in rounds with a provider
+            fields = {error_field: "not timed: no provider ran" if not checked
+                      else "not timed: the row stopped before its timing"}
         for rec in records[first:]:
             rec.update(fields)
         for rec, _ in timed:

@@ -32,8 +32,9 @@ def _per_thread(elements: int, warps: int) -> int:
 ROWWISE = {"softmax": ("_softmax", ("_sum",)), "softmax_safe": ("_softmax", ("_max", "_sum")),
            "layernorm": ("layernorm", ("mean", "variance")), "rmsnorm": ("rmsnorm", ("ms",))}
 # Row-wise kernels whose statistics can share one walk over a tiled row (compute_with), offered
-# on rows longer than the given width: layernorm's third pass comes from L2 up to 16384 wide,
-# where the two-pass statistics measured no faster (docs/performance.md).
+# on walks of one width over rows longer than the given width (layernorm's third pass comes
+# from L2 up to 16384 wide, where the two-pass statistics measured no faster:
+# docs/performance.md), and on every walk whose statistics tiles are wider than its output's.
 ONE_PASS = {"layernorm": ("variance.compute_with(mean, y);\n", 16384),
             "softmax_safe": ("_sum.compute_with(_max, y);\n", 0)}
 # Element-wise kernels: the Func computed, and helpers inlined into it.
@@ -75,16 +76,18 @@ def _rowwise(case: Case):
                                f"{out}.num_warps({warps});\n{pipelining}{out}.compile_to_kernel();\n")
         # the statistics walks read one stream, the output walk several (the row again, a weight,
         # a bias): wider statistics tiles keep more of the row in flight in the same registers
-        # (benchmarks/results/layernorm_streams.md)
-        for width, warps in ((w, n) for w in (4096, 8192, 16384) for n in (16, 32) if long_rows):
+        # (benchmarks/results/layernorm_streams.md), up to the whole row in one tile, whose one-pass
+        # statistics won at 4096x8192 (benchmarks/results/run_to_run_statistics.md)
+        widths, warp_counts = ((4096, 8192, 16384), (16, 32)) if long_rows else ((1024, 2048, 4096), (4, 8, 16))
+        for width, warps in ((w, n) for w in widths for n in warp_counts if w < y):
             for statistics in (2 * width, 4 * width):
                 # the statistics walk holds one stream: up to 64 elements a thread, twice the output walk's
                 # bound (a guard: 16-32 warps and tiles up to 32768 stay within it)
-                if (statistics > 32768 or statistics >= y or not 4 <= _per_thread(width, warps) <= 32
+                if (statistics > min(32768, _pow2(y)) or not 4 <= _per_thread(width, warps) <= 32
                         or _per_thread(statistics, warps) > 64):
                     continue
                 widen = "".join(f"{f}.tensorize(y:{statistics});\n" for f in fused)
-                for shared in one_passes:
+                for shared in ("", one_pass[0]) if one_pass else ("",):
                     yield (f"tiled{width}_statistics{statistics}_w{warps}" + ("_onepass" if shared else ""),
                            f"{out}.block(x:1);\n{out}.tensorize(y:{width});\n{fuse}{widen}{shared}"
                            f"{out}.num_warps({warps});\n{out}.compile_to_kernel();\n")
