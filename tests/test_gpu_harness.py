@@ -155,7 +155,22 @@ def test_a_row_whose_providers_all_fail_says_why_its_ceiling_was_not_timed(tmp_p
     doc, _ = _run(tmp_path, "--kernels", kernel, "--dtypes", "f16" if kernel == "matmul" else "f32", "--quick",
                   "--providers", "eager", "--no-plots")
     assert doc["records"] and all(r["status"] == "error" and "no kernel for you" in r["error"]
-                                  and r[field] == "not timed: no provider ran" for r in doc["records"])
+                                  and r[field] == "not timed: every provider failed or was skipped"
+                                  for r in doc["records"])
+
+
+def test_a_context_lost_before_the_rounds_says_the_ceiling_was_not_timed(tmp_path, monkeypatch):
+    def dies(case, ctx):
+        raise RuntimeError("unspecified launch failure")
+    monkeypatch.setitem(bench.BUILDERS, "eager", dies)
+    monkeypatch.setattr(bench.measure, "cuda_usable", lambda device: False)
+    argv = ["--dry-run", "--out", str(tmp_path), "--tag", "t", "--kernels", "add", "--dtypes", "f32", "--quick",
+            "--providers", "dt,eager", "--no-plots"]
+    assert bench.main(argv) == 3
+    doc = json.loads((tmp_path / "gpu-t.json").read_text())
+    first = {r["provider"]: r for r in doc["records"] if r["shape"] == doc["records"][0]["shape"]}
+    assert first["dt"]["error"] == "not timed: the row stopped before its timing"  # it passed its check
+    assert {r["copy_same_error"] for r in first.values()} == {"not timed: the row stopped before its timing"}
 
 
 def test_the_same_size_copy_is_timed_in_each_round_and_its_median_kept(tmp_path, monkeypatch):
@@ -754,6 +769,11 @@ def test_wide_rows_search_statistics_walks_up_to_the_whole_row():
     assert re.search(r"for y_iter_2 in range\(0, y_SIZE, 4096\):", source)
     narrow = next(c for c in cases.cases(["layernorm"], ["f32"]) if c.shape == (4096, 1000))
     assert not any("_statistics" in name for name, _ in space.variants(narrow))
+    for shape, one_pass in (((4096, 4096), 7), ((4096, 8192), 13)):  # softmax_safe: its max and sum in one walk too
+        case = next(c for c in cases.cases(["softmax_safe"], ["bf16"]) if c.shape == shape)
+        found = dict(space.variants(case))
+        widened = [name for name in found if "_statistics" in name and name.endswith("_onepass")]
+        assert len(widened) == one_pass and all("_sum.compute_with(_max, y);" in found[name] for name in widened)
 
 
 def test_the_walk_stages_study_pipelines_only_the_chosen_walks(monkeypatch):

@@ -169,7 +169,7 @@ def run_case(case: Case, providers: list[Provider], ctx: Context, timer: measure
     ceiling = measure.SAME_SIZE_COPY if case.kernel.kind == MEMORY else measure.CUBLAS
     ceiling_error, ceiling_runs, copy_bytes = None, [], None
     timed = []  # (record, timing function) of each provider that ran and was checked
-    checked = {}  # what the rounds time: the checked providers (by index in timed), and the ceiling
+    checked = None  # what the rounds time, set once every provider is checked (None: the row stopped before)
     first = len(records)
     try:
         for p in providers:
@@ -227,7 +227,7 @@ def run_case(case: Case, providers: list[Provider], ctx: Context, timer: measure
         elif ceiling_runs:
             fields = {"cublas_ms_runs": ceiling_runs, "cublas_ms": statistics.median(ceiling_runs)}
         else:  # the ceiling is timed only in rounds with a provider
-            fields = {error_field: "not timed: no provider ran" if not checked
+            fields = {error_field: "not timed: every provider failed or was skipped" if checked == {}
                       else "not timed: the row stopped before its timing"}
         for rec in records[first:]:
             rec.update(fields)

@@ -82,7 +82,7 @@ def _rowwise(case: Case):
         for width, warps in ((w, n) for w in widths for n in warp_counts if w < y):
             for statistics in (2 * width, 4 * width):
                 # the statistics walk holds one stream: up to 64 elements a thread, twice the output walk's
-                # bound (a guard: 16-32 warps and tiles up to 32768 stay within it)
+                # bound, and at most the whole (padded) row or 32768
                 if (statistics > min(32768, _pow2(y)) or not 4 <= _per_thread(width, warps) <= 32
                         or _per_thread(statistics, warps) > 64):
                     continue
