@@ -543,6 +543,10 @@ def test_schedule_table_and_overrides():
     assert cases.schedule_for(odd).name == "matmul_128x128x64.dt"
     assert cases.schedule_for(square, {"matmul": "/x/y.dt"}) == Path("/x/y.dt")
     assert cases.schedule_for(skinny, {"matmul:x=16, y=4096, k=4096": "/a.dt", "matmul": "/b.dt"}) == Path("/a.dt")
+    by_dtype = {"matmul:x=16, y=4096, k=4096:f16": "/c.dt", "matmul:x=16, y=4096, k=4096": "/a.dt"}
+    assert cases.schedule_for(skinny, by_dtype) == Path("/c.dt")  # the most specific key wins
+    bf16 = cases.Case(k, (16, 4096, 4096), "bf16", k.extents((16, 4096, 4096)))
+    assert cases.schedule_for(bf16, by_dtype) == Path("/a.dt")
     for kernel, _, _, path in cases.SCHEDULES:
         assert (cases.ROOT / path).exists() and kernel in cases.KERNELS
     args = bench.parse_args(["--out", "o", "--schedule", "softmax:x=128, y=65536=examples/softmax.dt"])
@@ -1000,8 +1004,17 @@ def test_contenders_are_timed_in_the_rounds_of_the_rows_they_name(tmp_path):
     assert contender["best_baseline"] == "eager" and contender["speedup_vs_best"] > 0
 
 
+def test_a_contender_key_with_a_dtype_names_that_dtype_only(tmp_path):
+    doc, _ = _run(tmp_path, "--kernels", "add", "--dtypes", "f32,bf16", "--providers", "dt,eager", "--match",
+                  "add [x=8, y=256]", "--contender",
+                  f"add:x=8, y=256:bf16={cases.ROOT / 'benchmarks/gpu/schedules/add_1024.dt'}", "--no-plots")
+    assert {(r["dtype"], r["provider"]) for r in doc["records"]} == {
+        ("f32", "dt"), ("f32", "eager"), ("bf16", "dt"), ("bf16", "dt@add_1024"), ("bf16", "eager")}
+
+
 @pytest.mark.parametrize("argv, message", [
     (["--contender", "add:x=8,y=256=benchmarks/gpu/schedules/add_1024.dt"], "names none of the selected rows"),
+    (["--contender", "add:x=8, y=256:f64=benchmarks/gpu/schedules/add_1024.dt"], "names none of the selected rows"),
     (["--schedule", "relu=benchmarks/gpu/schedules/relu_1024.dt"], "names none of the selected rows"),
     (["--contender", "add=benchmarks/gpu/schedules/add_1024.dt", "--tune"], "leave out --tune"),
     (["--contender", "add=benchmarks/gpu/schedules/add_1024.dt", "--providers", "eager"], "include dt"),

@@ -9,8 +9,8 @@ with do_bench as is (measure.row_timer; --timer). Writes DIR/gpu-TAG.json
 DIR/gpu-TAG.log (tracebacks).
 
     python benchmarks/gpu/bench.py --out DIR [--kernels softmax,dyt] [--providers dt,eager]
-        [--dtypes bf16] [--match TEXT ...] [--quick] [--tune] [--schedule KERNEL[:SHAPE]=PATH ...]
-        [--contender KERNEL[:SHAPE]=PATH ...] [--budget 480] [--tag NAME] [--list] [--no-plots]
+        [--dtypes bf16] [--match TEXT ...] [--quick] [--tune] [--schedule KERNEL[:SHAPE[:DTYPE]]=PATH ...]
+        [--contender KERNEL[:SHAPE[:DTYPE]]=PATH ...] [--budget 480] [--tag NAME] [--list] [--no-plots]
 
 Without a CUDA device (or with --dry-run) it runs the same logic on the CPU, on tiny shapes,
 with dt's interpreter and time.perf_counter. The method and the commands for a GPU machine
@@ -294,7 +294,7 @@ def _print_record(r: dict):
 def _schedule_arg(text: str) -> tuple[str, str]:
     key, sep, path = text.rpartition("=")
     if not sep or not key:
-        raise argparse.ArgumentTypeError("expected KERNEL=PATH or 'KERNEL:SHAPE=PATH'")
+        raise argparse.ArgumentTypeError("expected KERNEL=PATH, 'KERNEL:SHAPE=PATH' or 'KERNEL:SHAPE:DTYPE=PATH'")
     p = Path(path)
     resolved = p.resolve() if p.exists() else ROOT / p  # relative to here, else to the repository
     if not resolved.exists():
@@ -314,7 +314,8 @@ def _check_schedule_keys(args, rows: list[Case], provider_names: list[str]):
         for key, _ in given:
             if key not in keys:
                 raise SystemExit(f"{option} {key}=...: names none of the selected rows; give a kernel "
-                                 f"('add') or a kernel and a shape as the titles spell it ('add:x=4096, y=8192')")
+                                 f"('add'), a kernel and a shape as the titles spell it ('add:x=4096, y=8192'), "
+                                 f"or those and a dtype ('add:x=4096, y=8192:bf16')")
     for c in rows:
         names = [Path(path).stem for key, path in args.contender or [] if key in schedule_keys(c)]
         if len(set(names)) < len(names):
@@ -345,9 +346,9 @@ def parse_args(argv):
     p.add_argument("--quick", action="store_true", help="only each kernel's headline shape")
     p.add_argument("--tune", action="store_true",
                    help="time every DT schedule of each kernel (provider dt@<file>) instead of the table's")
-    p.add_argument("--schedule", action="append", type=_schedule_arg, metavar="KERNEL[:SHAPE]=PATH",
+    p.add_argument("--schedule", action="append", type=_schedule_arg, metavar="KERNEL[:SHAPE[:DTYPE]]=PATH",
                    help="run this .dt file for the dt provider instead of the table's (repeatable)")
-    p.add_argument("--contender", action="append", type=_schedule_arg, metavar="KERNEL[:SHAPE]=PATH",
+    p.add_argument("--contender", action="append", type=_schedule_arg, metavar="KERNEL[:SHAPE[:DTYPE]]=PATH",
                    help="also time this .dt file on the rows it names, as provider dt@<file name>, in the same "
                         "rounds as dt (repeatable)")
     p.add_argument("--timer", choices=("auto", "cold", "do_bench", "cudagraph"), default="auto",

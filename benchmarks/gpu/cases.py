@@ -281,15 +281,17 @@ def tuned_name(kernel: str, shape_text: str, dtype: str) -> str:
     return f"{kernel}_{extents}_{dtype}.dt"
 
 
-def schedule_keys(case: Case) -> tuple[str, str]:
-    """The names a command line gives a row's schedule by: 'kernel:shape' (the shape as
-    Case.shape_text, 'add:x=4096, y=8192') or 'kernel' (every row of the kernel)."""
-    return f"{case.kernel.name}:{case.shape_text}", case.kernel.name
+def schedule_keys(case: Case) -> tuple[str, str, str]:
+    """The names a command line gives a row's schedule by, the most specific first:
+    'kernel:shape:dtype' (the shape as Case.shape_text, 'add:x=4096, y=8192:bf16'),
+    'kernel:shape' (both dtypes) or 'kernel' (every row of the kernel)."""
+    row = f"{case.kernel.name}:{case.shape_text}"
+    return f"{row}:{case.dtype}", row, case.kernel.name
 
 
 def schedule_for(case: Case, overrides: dict | None = None) -> Path:
-    """The .dt file for this case: an override ('kernel' or 'kernel:shape' key), else the
-    row's schedule-search winner (tune.py), else the table."""
+    """The .dt file for this case: an override (its most specific key of schedule_keys), else
+    the row's schedule-search winner (tune.py), else the table."""
     overrides = overrides or {}
     for key in schedule_keys(case):
         if key in overrides:
