@@ -284,7 +284,7 @@ def tuned_name(kernel: str, shape_text: str, dtype: str) -> str:
 def schedule_keys(case: Case) -> tuple[str, str, str]:
     """The names a command line gives a row's schedule by, the most specific first:
     'kernel:shape:dtype' (the shape as Case.shape_text, 'add:x=4096, y=8192:bf16'),
-    'kernel:shape' (both dtypes) or 'kernel' (every row of the kernel)."""
+    'kernel:shape' (every dtype of that shape) or 'kernel' (every row of the kernel)."""
     row = f"{case.kernel.name}:{case.shape_text}"
     return f"{row}:{case.dtype}", row, case.kernel.name
 
