@@ -58,8 +58,9 @@ def _rowwise(case: Case):
     if y >= 4096:  # a row per program, walked in tiles (later passes re-read it, mostly from L2)
         # rows this long leave few programs per SM: 32 warps and wider tiles keep more loads in flight
         long_rows = y > 16384
-        one_pass = ONE_PASS.get(case.kernel.name)
-        one_passes = ("", one_pass[0]) if one_pass and y > one_pass[1] else ("",)
+        one_pass, one_pass_above = ONE_PASS.get(case.kernel.name, (None, 0))
+        widened_passes = ("", one_pass) if one_pass else ("",)  # statistics walks wider than the output's
+        one_passes = widened_passes if y > one_pass_above else ("",)  # walks of one width
         for width in (1024, 2048, 4096, 8192, 16384) + ((32768,) if long_rows else ()):
             if width >= y:
                 continue
@@ -87,7 +88,7 @@ def _rowwise(case: Case):
                         or _per_thread(statistics, warps) > 64):
                     continue
                 widen = "".join(f"{f}.tensorize(y:{statistics});\n" for f in fused)
-                for shared in ("", one_pass[0]) if one_pass else ("",):
+                for shared in widened_passes:
                     yield (f"tiled{width}_statistics{statistics}_w{warps}" + ("_onepass" if shared else ""),
                            f"{out}.block(x:1);\n{out}.tensorize(y:{width});\n{fuse}{widen}{shared}"
                            f"{out}.num_warps({warps});\n{out}.compile_to_kernel();\n")
