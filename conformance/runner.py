@@ -363,38 +363,28 @@ def write_report(path: str | Path, backend, results: list[dict], warnings: list[
     path.write_text(json.dumps(data, indent=1) + "\n")
 
 
-def print_summary(backend: str, results: list[dict], warnings: list[str], seconds: float | None = None,
-                  file=None) -> None:
-    """The op x dtype table (with rich when installed), then every problem in full."""
-    file = file or sys.stdout
+def text(backend: str, results: list[dict], warnings: list[str], seconds: float | None = None) -> str:
+    """What `dt conformance` prints: the op x dtype table, every problem in full, the warnings,
+    and the totals last. Plain text, the same whatever is installed."""
     header, rows = summary_table(results)
-    try:
-        from rich.console import Console
-        from rich.table import Table
-    except ImportError:
-        text = markdown(backend, results, warnings, seconds)
-        file.write(text)
-        return
-    console = Console(file=file, highlight=False, soft_wrap=True)
-    table = Table(title=f"dt conformance: backend {backend}")
-    for h in header:
-        table.add_column(h, no_wrap=h == "op")
-    for row in rows:
-        styled = [row[0]]
-        for cell in row[1:]:
-            style = "red" if any(s.upper() in cell for s in FAILING) else \
-                "green" if cell.endswith(" pass") and "·" not in cell else "yellow"
-            styled.append(f"[{style}]{cell}[/]")
-        table.add_row(*styled)
-    console.print(table)
+    widths = [max(len(cell) for cell in column) for column in zip(header, *rows)]
+    lines = [f"dt conformance: backend {backend}", ""]
+    lines += ["| " + " | ".join(cell.ljust(w) for cell, w in zip(row, widths)) + " |"
+              for row in [header, ["-" * w for w in widths], *rows]]
+    lines.append("")
     for r in results:
         if r["status"] in FAILING + ("xpass",):
             where = f" (stage {r['stage']})" if r["stage"] else ""
-            console.print(f"[bold red]{r['status'].upper()}[/] {r['id']}{where}", markup=True)
-            console.print(r["message"] or f"vendor reason: {r['reason']}", markup=False)
-    for w in warnings:
-        console.print(f"[yellow]warning:[/] {w}")
-    console.print(totals_line(backend, results, seconds), markup=False)
+            lines.append(f"{r['status'].upper()} {r['id']}{where}:")
+            lines += ["  " + m for m in (r["message"] or f"vendor reason: {r['reason']}").splitlines()]
+    lines += [f"warning: {w}" for w in warnings]
+    lines.append(totals_line(backend, results, seconds))
+    return "\n".join(lines) + "\n"
+
+
+def print_summary(backend: str, results: list[dict], warnings: list[str], seconds: float | None = None,
+                  file=None) -> None:
+    (file or sys.stdout).write(text(backend, results, warnings, seconds))
 
 
 def vendor_warnings(expectations: Expectations, results: list[dict]) -> list[str]:

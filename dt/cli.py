@@ -2,14 +2,20 @@
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import time
+import warnings
 from pathlib import Path
 
 from dt.errors import DTError
 
 DTYPE_CHOICES = ("f32", "f16", "bf16", "f64")
+
+
+class UsageError(Exception):
+    """A command line dt cannot act on: printed as `dt: ...`, exit status 2."""
 
 
 def _sizes(pairs: list[str]) -> dict[str, int]:
@@ -33,6 +39,13 @@ def _scalars(pairs: list[str]) -> dict[str, float]:
     return scalars
 
 
+def _tolerance(text: str) -> float:
+    value = float(text)
+    if not value >= 0:  # also refuses nan
+        raise argparse.ArgumentTypeError(f"a tolerance is a number >= 0, got {text!r}")
+    return value
+
+
 def _needed_dims(prog) -> list[str]:
     from dt.ir import algorithm as A
     dims: list[str] = []
@@ -44,23 +57,127 @@ def _needed_dims(prog) -> list[str]:
     return dims
 
 
+# ---------------------------------------------------------------- inputs from files
+
+
+def _load_array(path: str, what: str):
+    import numpy as np
+    try:
+        return np.load(path, allow_pickle=False)  # never unpickle: a .npy/.npz holds numbers only
+    except (FileNotFoundError, IsADirectoryError):  # reported by main() as for a DT file
+        raise
+    except (OSError, ValueError, EOFError) as e:
+        raise UsageError(f"cannot read {path} ({what}): {e}") from None
+
+
+def _file_inputs(prog, pairs: list[str], npz_files: list[str]) -> tuple[dict, dict[str, str]]:
+    """The arrays (and scalars) given by --input NAME=FILE.npy and --inputs FILE.npz, by name,
+    and the file each came from."""
+    import numpy as np
+    given: dict = {}
+    origin: dict[str, str] = {}
+
+    def add(name: str, value, path: str):
+        if name not in prog.inputs and name not in prog.scalars:
+            raise UsageError(f"{path}: the program has no input or scalar {name!r} "
+                             f"(inputs: {', '.join(prog.inputs) or '-'}"
+                             + (f"; scalars: {', '.join(prog.scalars)})" if prog.scalars else ")"))
+        if name in given:
+            raise UsageError(f"{name} is given twice: by {origin[name]} and by {path}")
+        if name in prog.scalars:
+            try:
+                if np.ndim(value) != 0:
+                    raise ValueError(f"shape {np.shape(value)}")
+                value = float(value)
+            except (TypeError, ValueError) as e:
+                raise UsageError(f"{path}: scalar {name} must be a single real number ({e})") from None
+        given[name], origin[name] = value, path
+
+    for pair in pairs or ():
+        name, sep, path = pair.partition("=")
+        if not sep or not name.strip() or not path:
+            raise UsageError(f"--input takes NAME=FILE.npy, got {pair!r}")
+        array = _load_array(path, f"--input {name.strip()}")
+        if not isinstance(array, np.ndarray):
+            raise UsageError(f"{path}: --input takes a .npy file of one array; give .npz files with --inputs")
+        add(name.strip(), array, path)
+    for path in npz_files or ():
+        archive = _load_array(path, "--inputs")
+        if isinstance(archive, np.ndarray):
+            raise UsageError(f"{path}: --inputs takes a .npz file of named arrays; give .npy files with "
+                             f"--input NAME=FILE.npy")
+        with archive:
+            for name in archive.files:
+                try:
+                    array = archive[name]
+                except ValueError as e:  # an object array, which would need unpickling
+                    raise UsageError(f"cannot read {path} (array {name!r}): {e}") from None
+                add(name, array, path)
+    return given, origin
+
+
+def _extents_from_files(prog, given: dict, origin: dict[str, str], sizes: dict[str, int]) -> dict[str, int]:
+    """--size extents, completed by the shapes of the inputs read from files."""
+    extents = dict(sizes)
+    seen: set[str] = set()
+    for access in prog._accesses:
+        if access.name not in given or access.name in seen:
+            continue
+        seen.add(access.name)
+        shape = given[access.name].shape
+        if len(shape) != len(access.indices):
+            raise UsageError(f"{access.name} ({origin[access.name]}) has shape {shape}, but the program indexes it "
+                             f"with {len(access.indices)} dimension(s) ({', '.join(access.indices)})")
+        for dim, n in zip(access.indices, shape):
+            if dim in sizes and sizes[dim] != n:
+                raise UsageError(f"--size {dim}={sizes[dim]}, but {access.name} ({origin[access.name]}) has "
+                                 f"{dim}={n}")
+            extents.setdefault(dim, n)
+    return extents
+
+
+def _describe_inputs(prog, origin: dict[str, str], given_scalars: dict, seed: int, values: dict) -> str:
+    inputs = [f"{n} from {origin[n]}" if n in origin else f"{n} random (seed {seed})" for n in prog.inputs]
+    scalars = [f"{n} {values[n]:g} " + (f"from {origin[n]}" if n in origin else "(--scalar)" if n in given_scalars
+                                        else "(random)") for n in prog.scalars]
+    return "inputs: " + (", ".join(inputs) or "-") + (f"; scalars: {', '.join(scalars)}" if scalars else "")
+
+
+# ---------------------------------------------------------------- dt run
+
+
 def cmd_run(args) -> int:
+    import numpy as np
+
     import dt
     from dt.runtime import resolve_backend
-    from dt.testing import compare, random_inputs
+    from dt.testing import compare, dtype_name, random_inputs
 
     prog = dt.load(args.file)
-    sizes = _sizes(args.size)
+    given, origin = _file_inputs(prog, args.input, args.inputs)
+    scalars = _scalars(args.scalar)
+    twice = sorted(set(scalars) & set(given))
+    if twice:
+        raise UsageError(f"{', '.join(twice)} given both by --scalar and by {origin[twice[0]]}")
+    sizes = _extents_from_files(prog, given, origin, _sizes(args.size))
     missing = [d for d in _needed_dims(prog) if d not in sizes]
     if missing:
         print(f"dt: give the extent of every dimension: missing {' '.join(f'--size {d}=N' for d in missing)}",
               file=sys.stderr)
         return 2
-    inputs = random_inputs(prog, sizes, args.dtype, args.seed)
-    inputs.update({k: v for k, v in _scalars(args.scalar).items()})
+    files_dtype = next((d for d in map(dtype_name, (a for a in given.values() if isinstance(a, np.ndarray))) if d),
+                       None)
+    dtype = args.dtype or files_dtype or "f32"
+    inputs = random_inputs(prog, sizes, dtype, args.seed)
+    inputs.update(given)
+    inputs.update(scalars)
     backend = resolve_backend(args.backend)
     device = None
     if backend == "triton":
+        from dt.backends.triton import interpret_without_gpu
+        if interpret_without_gpu():
+            print("dt: no CUDA GPU: running the Triton kernels under Triton's interpreter (TRITON_INTERPRET=1), "
+                  "on the CPU: slow, and its times are not a GPU's", file=sys.stderr)
         inputs, device = _to_device(inputs)
     extra = {d: n for d, n in sizes.items() if not any(d in a.indices for a in prog._accesses)}
     start = time.perf_counter()
@@ -77,17 +194,50 @@ def cmd_run(args) -> int:
     outs = out if isinstance(out, dict) else {prog.outputs[0]: out}
     refs = ref if isinstance(ref, dict) else {prog.outputs[0]: ref}
     shape = " ".join(f"{d}={n}" for d, n in sizes.items())
-    print(f"{Path(args.file).name}: backend {backend}, dtype {args.dtype}, {shape}")
+    print(f"{Path(args.file).name}: backend {backend}, dtype {dtype}, {shape}")
+    print(_describe_inputs(prog, origin, scalars, args.seed, inputs))
     timing = f"first call {first:.2f} ms (compile + run)"
     if times:
         timing += f", then {statistics.median(times):.3f} ms (median of {len(times)})"
     print(timing)
     ok = True
     for name in prog.outputs:
-        c = compare(outs[name], refs[name], args.dtype)
+        out_dtype = dtype_name(outs[name]) or dtype  # the tolerance of what the output holds
+        c = compare(outs[name], refs[name], out_dtype, args.rtol, args.atol)
         ok &= c.ok
-        print(f"{name}: {c} -> {'ok' if c.ok else 'MISMATCH'}")
+        print(_verdict(name, c, outs[name], refs[name]))
+        print("  " + _criterion(c, out_dtype, args.rtol, args.atol))
+        if c.closest is not None:
+            e = c.closest
+            print(f"  closest to its limit: {e.index}: got {e.got:.6g}, want {e.want:.6g}, |out - ref| {e.error:.3g} "
+                  f"is {100 * e.share:.0f}% of the {e.allowed:.3g} allowed there")
     return 0 if ok else 1
+
+
+def _verdict(name: str, c, out, ref) -> str:
+    head = f"{name}: max abs error {c.max_abs:.3g}, max rel error {c.max_rel:.3g}"
+    if c.max_rel_want is not None and c.max_rel > 0:
+        head += f" (where ref is {c.max_rel_want:.3g})"  # near 0, a large relative error may be within atol
+    head += " -> "
+    if c.ok:
+        return head + "ok"
+    if c.first_bad == ():
+        return head + f"MISMATCH: shape {tuple(out.shape)}, want {tuple(ref.shape)}"
+    return head + (f"MISMATCH: {c.bad} of {c.size} elements outside tolerance; first mismatch at {c.first_bad}: "
+                   f"got {c.got:.6g}, want {c.want:.6g}")
+
+
+def _criterion(c, dtype: str, rtol, atol) -> str:
+    """The test each element passed or failed, with the tolerances and where they came from."""
+    if rtol is None and atol is None:
+        origin = f"rtol {c.rtol:g}, atol {c.atol:g} (the {dtype} defaults; --rtol, --atol)"
+    elif rtol is not None and atol is not None:
+        origin = f"rtol {c.rtol:g}, atol {c.atol:g} (given)"
+    else:
+        origin = ", ".join(f"{what} {value:g} " + ("(given)" if given is not None else f"(the {dtype} default)")
+                           for what, value, given in (("rtol", c.rtol, rtol), ("atol", c.atol, atol)))
+    return (f"judged by |out - ref| <= rtol*|ref| + atol*max|ref| at every element: {origin}, "
+            f"max|ref| {c.scale:.3g}")
 
 
 def _to_device(inputs):
@@ -106,6 +256,9 @@ def _sync(device):
         torch.cuda.synchronize()
 
 
+# ---------------------------------------------------------------- check, compile, conformance
+
+
 def cmd_check(args) -> int:
     import dt
     prog = dt.load(args.file)
@@ -119,9 +272,16 @@ def cmd_check(args) -> int:
 
 def cmd_compile(args) -> int:
     import dt
+    from dt import backends
     from dt.runtime import resolve_backend
+    name = resolve_backend(args.backend)
+    if args.interpret and name != "triton":
+        raise UsageError(f"--interpret is for --backend triton (Triton's interpreter), not {name}")
     prog = dt.load(args.file)
-    text = prog.source(resolve_backend(args.backend), args.dtype)
+    if args.interpret:
+        text = backends.get("triton").source(prog.pipeline(args.dtype), interpret=True)
+    else:
+        text = prog.source(name, args.dtype)
     if args.output:
         Path(args.output).write_text(text)
         print(f"wrote {args.output}")
@@ -137,17 +297,29 @@ def cmd_conformance(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from dt import __version__
     parser = argparse.ArgumentParser(prog="dt", description="Run, check and compile DT kernels.")
+    parser.add_argument("--version", action="version", version=f"dt {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    run = sub.add_parser("run", help="run a DT file on seeded random inputs and compare with the reference")
+    run = sub.add_parser("run", help="run a DT file on inputs (seeded random ones, or read from files) and compare "
+                                     "with the reference")
     run.add_argument("file")
-    run.add_argument("--size", action="append", metavar="DIM=N", help="extent of a dimension (repeat)")
-    run.add_argument("--dtype", choices=DTYPE_CHOICES, default="f32")
-    run.add_argument("--backend", help="interp, numba, triton, ... (default: $DT_BACKEND, else the default)")
+    run.add_argument("--size", action="append", metavar="DIM=N",
+                     help="extent of a dimension (repeat); dimensions of inputs read from files need none")
+    run.add_argument("--dtype", choices=DTYPE_CHOICES,
+                     help="dtype of the random inputs (default: that of the inputs read from files, else f32)")
+    run.add_argument("--backend", help="interp, numba, triton, ... (default: $DT_BACKEND, else the default); "
+                                       "triton without a GPU runs under Triton's interpreter")
+    run.add_argument("--input", action="append", metavar="NAME=FILE.npy", help="an input read from a .npy file (repeat)")
+    run.add_argument("--inputs", action="append", metavar="FILE.npz",
+                     help="inputs (and scalars) read from a .npz file, each under its name (repeat)")
     run.add_argument("--scalar", action="append", metavar="NAME=VALUE", help="value of a scalar input")
-    run.add_argument("--seed", type=int, default=0)
+    run.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
     run.add_argument("--repeat", type=int, default=3, help="timed runs after the first call")
+    run.add_argument("--rtol", type=_tolerance, help="relative tolerance (default: the output dtype's)")
+    run.add_argument("--atol", type=_tolerance,
+                     help="absolute tolerance, as a fraction of max|reference| (default: the output dtype's)")
     run.set_defaults(fn=cmd_run)
 
     chk = sub.add_parser("check", help="parse and validate a DT file without running it")
@@ -156,8 +328,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     comp = sub.add_parser("compile", help="write the code a backend generates for a DT file")
     comp.add_argument("file")
-    comp.add_argument("--backend", help="interp, numba, triton, ...")
+    comp.add_argument("--backend", help="interp, numba, triton, ... (triton needs no GPU to generate its module)")
     comp.add_argument("--dtype", choices=DTYPE_CHOICES, default="f32")
+    comp.add_argument("--interpret", action="store_true",
+                      help="triton: the module for Triton's interpreter (no libdevice), to run on a CPU under "
+                           "TRITON_INTERPRET=1 (default: the module for a GPU)")
     comp.add_argument("-o", "--output", help="file to write (default: standard output)")
     comp.set_defaults(fn=cmd_compile)
 
@@ -174,16 +349,37 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _format_warning(message, category, filename, lineno, line=None, _plain=warnings.formatwarning) -> str:
+    """dt's own warnings as `dt: warning: ...` (where in dt they were raised says nothing to a user)."""
+    if category.__module__.split(".")[0] == "dt":
+        return f"dt: warning: {message}\n"
+    return _plain(message, category, filename, lineno, line)
+
+
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
+    plain, warnings.formatwarning = warnings.formatwarning, _format_warning
     try:
-        return args.fn(args)
+        code = args.fn(args)
+        sys.stdout.flush()  # a closed pipe shows here, where it is handled, not at exit
+        return code
     except DTError as e:
         print(e.render(), file=sys.stderr)
         return 2
-    except FileNotFoundError as e:
+    except UsageError as e:
+        print(f"dt: {e}", file=sys.stderr)
+        return 2
+    except (FileNotFoundError, IsADirectoryError) as e:
         print(f"dt: {e.strerror}: {e.filename}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        # The reader of our output went away (`dt conformance --list | head`): stop quietly. Point
+        # stdout at /dev/null so that the interpreter's last flush at exit cannot fail again
+        # (the recipe of Python's documentation of SIGPIPE).
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+    finally:
+        warnings.formatwarning = plain
 
 
 if __name__ == "__main__":

@@ -48,6 +48,9 @@ def _excerpt(loc: Loc | None) -> list[str]:
     text = loc.text.rstrip("\n")
     shown = text.lstrip()
     indent = len(text) - len(shown)
+    # One column per character, as columns are counted: a tab, form feed or line separator
+    # printed as it is would move the text away from the caret (or start a new line).
+    shown = "".join(c if c.isprintable() else " " for c in shown)
     lines = [f"    {shown}"]
     if loc.col:
         lines.append("    " + " " * max(loc.col - 1 - indent, 0) + "^" * max(loc.length, 1))

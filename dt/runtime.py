@@ -8,12 +8,12 @@ from pathlib import Path
 
 import numpy as np
 
-from dt import backends, env
+from dt import backends, call_checks, env
 from dt.backends.numpy.runtime import BFLOAT16
 from dt.debug import config as debug_config
-from dt.errors import DTExtentError, DTInputError, Loc, user_facing
+from dt.errors import DTError, DTExtentError, DTInputError, DTSyntaxError, Loc, user_facing
 from dt.ir import algorithm as A
-from dt.ir import reference
+from dt.ir import reference, tiles
 from dt.ir.check import check
 from dt.ir.lower import lower
 from dt.ir.scheduled import RESERVED_NAMES, Pipeline, size_name
@@ -64,7 +64,8 @@ class Program:
 
     # ------------------------------------------------------------------ running
     @user_facing
-    def __call__(self, *, backend: str | None = None, sizes: dict | None = None, **args):
+    def __call__(self, /, *positional, backend: str | None = None, sizes: dict | None = None, **args):
+        self._refuse_positional(positional)
         name = backend or env.read("DT_BACKEND") or None
         key = self._call_key(name, sizes, args)
         plan = self._plans.get(key) if key is not None else None
@@ -80,13 +81,15 @@ class Program:
         arguments that have none, such as lists). Values and strides may change freely."""
         signature = []
         for k, v in args.items():
-            ndim = getattr(v, "ndim", None)
-            if ndim:
+            if getattr(v, "ndim", None) is not None:  # arrays, tensors and NumPy scalars (a dtype each)
                 signature.append((k, type(v), v.shape, v.dtype, getattr(v, "device", None)))
-            elif ndim is not None or isinstance(v, (int, float)):
+            elif isinstance(v, (int, float)):
                 signature.append((k, type(v)))
             else:
                 return None
+        if sizes and not (isinstance(sizes, dict) and all(type(n) is int or isinstance(n, np.integer)
+                                                          for n in sizes.values())):
+            return None  # not a key: True == 1 and 4.0 == 4, but neither is an extent (_plan refuses them)
         return (name, debug_config.current() is not None, tuple(sizes.items()) if sizes else None,
                 tuple(signature))
 
@@ -94,8 +97,15 @@ class Program:
         """Bind and check one call's signature, compile for it, and return the function that runs
         every later call with the same signature."""
         b = self._bind(args, sizes)
+        tiles.check_extents(self.checked.tiles, b.extents)
         backend_obj = backends.get(name or resolve_backend(None, b.torch_device))
+        debug_config.warn_if_ignored(backend_obj.name, self.name)
         pipeline = self.pipeline(b.dtypes)
+        on_gpu = "cuda" in backend_obj.capabilities.devices
+        created = [(t.role, t.name, t.dims, t.dtype, self.checked.funcs[t.name].loc)
+                   for t in pipeline.outputs + pipeline.temporaries]
+        call_checks.check_memory(created, b.extents,
+                                 call_checks.gpu_memory(b.torch_device) if on_gpu else call_checks.cpu_memory())
         key = (backend_obj.name, tuple(sorted(b.dtypes.items())))
         compiled = self._compiled.get(key)
         if compiled is None:
@@ -111,7 +121,11 @@ class Program:
 
         def run(args):
             arrays = {n: args[n] for n in inputs} if as_given else {n: convert_in(args[n]) for n in inputs}
-            outs = compiled(arrays, {n: float(args[n]) for n in scalars}, size_args)
+            try:  # the call key fixes each scalar's type: only a value (an int past a float's range) can fail
+                scalar_values = {n: float(args[n]) for n in scalars}
+            except (TypeError, ValueError, OverflowError):
+                scalar_values = {n: self._scalar(n, args[n]) for n in scalars}
+            outs = compiled(arrays, scalar_values, size_args)
             if device is not None:
                 outs = {n: o if _is_torch(o) and o.device == device else
                         (o.to(device) if _is_torch(o) else _numpy_to_torch(o, device)) for n, o in outs.items()}
@@ -122,9 +136,12 @@ class Program:
         return run
 
     @user_facing
-    def reference(self, *, sizes: dict | None = None, **args):
+    def reference(self, /, *positional, sizes: dict | None = None, **args):
         """The algorithm's answer, evaluated directly in float64 ignoring the schedule."""
+        self._refuse_positional(positional)
         b = self._bind(args, sizes)
+        call_checks.check_memory(call_checks.reference_tensors(self.checked, b.extents), b.extents,
+                                 call_checks.cpu_memory())
         values = reference.evaluate(self.checked, {n: _to_numpy(a).astype(np.float64) for n, a in b.arrays.items()},
                                     b.scalars, b.extents)
         outs = {n: values[n] for n in self.outputs}
@@ -147,6 +164,25 @@ class Program:
         """The code `backend` generates for this program (inputs of `dtype`)."""
         return backends.get(backend).source(self.pipeline(dtype))
 
+    @user_facing
+    def check_extents(self, extents: dict, dtype: str = "f32"):
+        """Check extents (dimension name -> extent) as a call with them would, before anything is
+        made: each an integer in bounds, every tile within its limit, and the inputs of `dtype`
+        (NumPy arrays) with the outputs and temporaries a call creates within the machine's
+        memory. For code that makes a program's inputs, such as dt.testing.random_inputs."""
+        checked = {}
+        for dim, n in extents.items():
+            decl = self.ast.decl(dim)
+            checked[dim] = call_checks.extent_value(dim, n, decl.loc if decl else None)
+        if not call_checks.needed_dims(self.checked) <= set(checked):
+            return  # the caller reports what is missing
+        tiles.check_extents(self.checked.tiles, checked)
+        pipeline = self.pipeline(dtype)
+        tensors = [(t.role, t.name, t.dims, t.dtype,
+                    self._first_access(t.name) if t.role == "input" else self.checked.funcs[t.name].loc)
+                   for t in pipeline.inputs + pipeline.outputs + pipeline.temporaries]
+        call_checks.check_memory(tensors, checked, call_checks.cpu_memory())
+
     def _check_capabilities(self, backend_obj, pipeline: Pipeline):
         caps = backend_obj.capabilities
         for t in pipeline.inputs + pipeline.outputs:
@@ -156,6 +192,17 @@ class Program:
                                    f"it supports {', '.join(sorted(caps.dtypes))}")
 
     # ------------------------------------------------------------------ binding
+    def _refuse_positional(self, positional: tuple):
+        if positional:
+            names = self.inputs + self.scalars
+            raise DTInputError(f"{self.name} takes its inputs by name, got {len(positional)} positional "
+                               f"argument(s)", None, f"call it as {self.name}("
+                               f"{', '.join(f'{n}=...' for n in names)})" if names else f"call it as {self.name}()")
+
+    def _scalar(self, name: str, value) -> float:
+        decl = self.ast.decl(name)
+        return call_checks.scalar_value(name, value, decl.loc if decl else None)
+
     def _first_access(self, name: str) -> Loc | None:
         for a in self._accesses:
             if a.name == name:
@@ -181,7 +228,11 @@ class Program:
                 shown = str(a.dtype)
             else:
                 if not isinstance(a, np.ndarray):
-                    a = np.asarray(a)
+                    try:
+                        a = np.asarray(a)
+                    except (TypeError, ValueError) as e:  # ragged nested lists, say
+                        raise DTInputError(f"input '{n}' is not an array: {e}", self._first_access(n),
+                                           "pass a NumPy array or a torch tensor") from None
                 dtype, shown = DTYPE_NAMES.get(a.dtype), str(a.dtype)
             if dtype is None:
                 raise DTInputError(f"input '{n}' has dtype {shown}, which dt does not support",
@@ -191,12 +242,7 @@ class Program:
             if n not in args:
                 decl = self.ast.decl(n)
                 raise DTInputError(f"missing scalar '{n}'", decl.loc if decl else None, f"pass {n}=<number>")
-            try:
-                scalars[n] = float(args[n])
-            except (TypeError, ValueError):
-                decl = self.ast.decl(n)
-                raise DTInputError(f"scalar '{n}' must be a number, got {type(args[n]).__name__}",
-                                   decl.loc if decl else None) from None
+            scalars[n] = self._scalar(n, args[n])
         devices = {str(a.device) for a in arrays.values() if _is_torch(a)}
         if len(devices) > 1:
             raise DTInputError(f"inputs are on different devices ({', '.join(sorted(devices))})", None,
@@ -220,24 +266,25 @@ class Program:
                                         ((f"{dim} = {have} from {where}", first),))
                 extents.setdefault(dim, (n, source, access.loc))
         result = {d: v[0] for d, v in extents.items()}
+        if not isinstance(sizes, dict):
+            raise DTExtentError(f"sizes must be a dict of extents by dimension name, got {type(sizes).__name__}",
+                                None, "e.g. sizes={'n': 64}")
         for dim, n in sizes.items():
             if dim not in self.checked.dim_kinds:
-                raise DTExtentError(f"sizes names '{dim}', which is not a dimension of {self.name}", None,
+                raise DTExtentError(f"sizes names {dim!r}, which is not a dimension of {self.name}", None,
                                     f"its dimensions: {', '.join(self.checked.dim_kinds)}")
-            if dim in result and result[dim] != int(n):
+            decl = self.ast.decl(dim)
+            n = call_checks.extent_value(dim, n, decl.loc if decl else None)
+            if dim in result and result[dim] != n:
                 raise DTExtentError(f"sizes gives {dim} = {n}, but {extents[dim][1]} has {result[dim]}",
                                     extents[dim][2], "drop it from sizes or pass matching tensors")
-            result[dim] = int(n)
-        needed = set()
-        for f in self.checked.funcs.values():
-            needed |= set(f.dims) | {e.dim for e in A.walk(f.expr) if isinstance(e, (A.Len, A.DimRef, A.Reduce))}
-        missing = sorted(needed - set(result))
+            result[dim] = n
+        missing = sorted(call_checks.needed_dims(self.checked) - set(result))
         if missing:
             raise DTExtentError(f"no input gives the extent of {', '.join(repr(m) for m in missing)}", None,
                                 f"pass it at call time: sizes={{{', '.join(repr(m) + ': ...' for m in missing)}}}")
         for d, n in result.items():
-            if n < 1:
-                raise DTExtentError(f"the extent of '{d}' is {n}; extents must be at least 1", None)
+            call_checks.check_extent(n, f"the extent of '{d}' is", extents[d][2] if d in extents else None)
         return result
 
 
@@ -287,10 +334,29 @@ def _numpy_to_torch(a: np.ndarray, device):
 
 @user_facing
 def load(path: str | os.PathLike) -> Program:
-    """Parse and check a .dt file."""
+    """Parse and check a .dt file (UTF-8 text)."""
     from dt.frontend.parser import parse
     path = Path(path)
-    return Program(parse(path.read_text(), str(path), _identifier(path.stem)))
+    return Program(parse(_read_source(path), str(path), _identifier(path.stem)))
+
+
+def _read_source(path: Path) -> str:
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        hint = "dt.load takes a .dt file" if isinstance(e, IsADirectoryError) else None
+        raise DTError(f"cannot read {str(path)!r}: {e.strerror or e}", None, hint) from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        from dt.frontend.parser import normalise_source
+        before = normalise_source(data[:e.start].decode("utf-8"))
+        line = before.count("\n") + 1
+        col = len(before) - (before.rfind("\n") + 1) + 1
+        text = normalise_source(data.decode("utf-8", "replace")).split("\n")[line - 1]
+        raise DTSyntaxError(f"{str(path)!r} is not UTF-8 text: byte 0x{data[e.start]:02x} cannot start or "
+                            f"continue a character here", Loc(str(path), line, col, 1, text),
+                            "save the file as UTF-8") from None
 
 
 @user_facing

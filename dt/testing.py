@@ -26,6 +26,7 @@ def numpy_dtype(dtype: str) -> np.dtype:
 def random_inputs(prog, extents: dict[str, int], dtype: str = "f32", seed: int = 0) -> dict:
     """Seeded standard-normal inputs of `dtype` for every input of `prog`, shaped by `extents`
     (dimension name -> extent), and a value in [0.5, 1.5) for every scalar."""
+    prog.check_extents(extents, dtype)  # a DTError, not a MemoryError, for extents too large
     rng = np.random.default_rng(seed)
     args: dict = {}
     for access in prog._accesses:
@@ -42,13 +43,37 @@ def random_inputs(prog, extents: dict[str, int], dtype: str = "f32", seed: int =
 
 
 @dataclass(frozen=True)
+class Closest:
+    """The element within tolerance whose error takes the largest share of what is allowed
+    there (its error may look large relative to a reference near 0, which atol*scale allows for)."""
+    index: tuple[int, ...]
+    got: float
+    want: float
+    error: float
+    allowed: float
+
+    @property
+    def share(self) -> float:
+        return self.error / self.allowed
+
+
+@dataclass(frozen=True)
 class Comparison:
+    """An output against its reference: `ok` when |out - ref| <= rtol*|ref| + atol*scale at
+    every element, where `scale` is max|ref| (so atol is relative to the output's magnitude)."""
     ok: bool
     max_abs: float
     max_rel: float
-    first_bad: tuple[int, ...] | None
+    first_bad: tuple[int, ...] | None  # () when the shapes differ
     got: float | None = None
     want: float | None = None
+    rtol: float = 0.0
+    atol: float = 0.0
+    scale: float = 1.0
+    bad: int = 0  # elements outside tolerance
+    size: int = 0
+    max_rel_want: float | None = None  # the reference where the relative error is largest
+    closest: Closest | None = None  # when ok (and some element is allowed an error)
 
     def __str__(self):
         text = f"max abs error {self.max_abs:.3g}, max rel error {self.max_rel:.3g}"
@@ -58,8 +83,8 @@ class Comparison:
 
 
 def compare(out, ref, dtype: str, rtol: float | None = None, atol: float | None = None) -> Comparison:
-    out = np.asarray(_numpy(out), dtype=np.float64)
-    ref = np.asarray(_numpy(ref), dtype=np.float64)
+    out = np.asarray(to_numpy(out), dtype=np.float64)
+    ref = np.asarray(to_numpy(ref), dtype=np.float64)
     if out.shape != ref.shape:
         return Comparison(False, float("inf"), float("inf"), (), None, None)
     default_rtol, default_atol = tolerance(dtype)
@@ -67,18 +92,26 @@ def compare(out, ref, dtype: str, rtol: float | None = None, atol: float | None 
     atol = default_atol if atol is None else atol
     finite = np.isfinite(ref)
     scale = float(np.max(np.abs(ref[finite]))) if finite.any() else 1.0
-    with np.errstate(invalid="ignore"):
+    with np.errstate(invalid="ignore", divide="ignore"):
         diff = np.abs(out - ref)
-        bad = ~((diff <= atol * max(scale, 1e-30) + rtol * np.abs(ref)) | (out == ref)
-                | (np.isnan(out) & np.isnan(ref)))
+        allowed = atol * max(scale, 1e-30) + rtol * np.abs(ref)
+        bad = ~((diff <= allowed) | (out == ref) | (np.isnan(out) & np.isnan(ref)))
         both = finite & np.isfinite(out)
         max_abs = float(diff[both].max()) if both.any() else 0.0
         rel = diff[both] / np.maximum(np.abs(ref[both]), 1e-30)
         max_rel = float(rel.max()) if rel.size else 0.0
+        share = np.where(both & (allowed > 0), diff / allowed, 0.0)
+    limits = dict(rtol=rtol, atol=atol, scale=scale, bad=int(bad.sum()), size=int(bad.size),
+                  max_rel_want=float(ref[both][np.argmax(rel)]) if rel.size else None)
     if bad.any():
         index = tuple(int(i) for i in np.argwhere(bad)[0])
-        return Comparison(False, max_abs, max_rel, index, float(out[index]), float(ref[index]))
-    return Comparison(True, max_abs, max_rel, None)
+        return Comparison(False, max_abs, max_rel, index, float(out[index]), float(ref[index]), **limits)
+    closest = None
+    if share.size and share.max() > 0:
+        at = np.unravel_index(int(np.argmax(share)), share.shape)
+        closest = Closest(tuple(int(i) for i in at), float(out[at]), float(ref[at]), float(diff[at]),
+                          float(allowed[at]))
+    return Comparison(True, max_abs, max_rel, None, **limits, closest=closest)
 
 
 def assert_close(out, ref, dtype: str, **kw):
@@ -86,8 +119,18 @@ def assert_close(out, ref, dtype: str, **kw):
     assert c.ok, str(c)
 
 
-def _numpy(x):
+def to_numpy(x):
+    """A torch tensor (any device) as a NumPy array; anything else as it is."""
     if type(x).__module__.startswith("torch"):
         from dt.runtime import _to_numpy
         return _to_numpy(x)
     return x
+
+
+def dtype_name(array) -> str | None:
+    """The dt name ('f32', 'f16', 'bf16', 'f64') of a NumPy array's or torch tensor's dtype;
+    None for any other dtype."""
+    from dt.runtime import DTYPE_NAMES, TORCH_DTYPE_NAMES
+    if type(array).__module__.startswith("torch"):
+        return TORCH_DTYPE_NAMES.get(str(array.dtype))
+    return DTYPE_NAMES.get(np.asarray(array).dtype)

@@ -1,9 +1,15 @@
 """The dt command line: run, check, compile; exit codes."""
+import os
+import re
 import subprocess
 import sys
+from importlib import metadata
+from pathlib import Path
 
 import numpy as np
+import pytest
 
+import dt
 from dt import backends
 from dt.cli import main
 
@@ -67,3 +73,207 @@ def test_console_script_runs():
                             capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     assert "add_out: max abs error" in result.stdout
+
+
+# ---------------------------------------------------------------- what a user expects (issue 25, item 11)
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _dt(*args, env=None):
+    """`dt ARGS` in a fresh process, from the repository root."""
+    return subprocess.run([sys.executable, "-m", "dt.cli", *args], capture_output=True, text=True, cwd=ROOT,
+                          env=env, timeout=300)
+
+
+def _without_gpu_or_interpreter() -> dict:
+    """The environment of a laptop: no CUDA device visible, TRITON_INTERPRET not set."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["CUDA_VISIBLE_DEVICES"] = ""
+    return env
+
+
+def test_version(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["--version"])
+    assert e.value.code == 0
+    assert capsys.readouterr().out.strip() == f"dt {dt.__version__}"
+    assert dt.__version__ == metadata.version("dt")  # one version: the package's is read from dt/__init__.py
+
+
+def test_compile_triton_needs_no_gpu_and_writes_the_gpu_module():
+    pytest.importorskip("torch")
+    pytest.importorskip("triton")
+    done = _dt("compile", "examples/dyt.dt", "--backend", "triton", env=_without_gpu_or_interpreter())
+    assert done.returncode == 0, done.stderr
+    assert "@triton.jit" in done.stdout and "return libdevice.tanh(x)" in done.stdout
+
+
+def test_compile_triton_under_the_interpreter_still_writes_the_gpu_module(tmp_path):
+    """Running under TRITON_INTERPRET=1 (as the tests do without a GPU) changes what runs, not
+    what `dt compile` writes; --interpret asks for the interpreter's module."""
+    pytest.importorskip("torch")
+    pytest.importorskip("triton")
+    env = {**_without_gpu_or_interpreter(), "TRITON_INTERPRET": "1"}
+    done = _dt("compile", "examples/dyt.dt", "--backend", "triton", env=env)
+    assert done.returncode == 0, done.stderr
+    assert "libdevice.tanh" in done.stdout
+    interpreted = _dt("compile", "examples/dyt.dt", "--backend", "triton", "--interpret", env=env)
+    assert interpreted.returncode == 0, interpreted.stderr
+    assert "libdevice" not in interpreted.stdout and "tl.exp(-2.0 * tl.abs(x))" in interpreted.stdout
+    wrong = _dt("compile", "examples/dyt.dt", "--backend", "interp", "--interpret")
+    assert wrong.returncode == 2 and "--interpret" in wrong.stderr
+
+
+def test_run_triton_without_gpu_runs_under_the_interpreter_and_says_so():
+    pytest.importorskip("torch")
+    pytest.importorskip("triton")
+    # softmax's kernel calls tl.sum, a @triton.jit function of Triton's own: the interpreter must
+    # be on before triton is imported
+    done = _dt("run", "examples/softmax.dt", "--size", "x=3", "--size", "y=5", "--backend", "triton", "--repeat", "0",
+               env=_without_gpu_or_interpreter())
+    assert done.returncode == 0, done.stderr
+    assert "_softmax: max abs error" in done.stdout and "-> ok" in done.stdout
+    assert "no CUDA GPU: running the Triton kernels under Triton's interpreter (TRITON_INTERPRET=1)" in done.stderr
+
+
+def test_calling_the_triton_backend_without_gpu_or_interpreter_says_how():
+    pytest.importorskip("torch")
+    pytest.importorskip("triton")
+    script = ("import numpy as np, dt\n"
+              "prog = dt.load('examples/softmax.dt')\n"
+              "try:\n"
+              "    prog(A=np.ones((3, 5), np.float32), backend='triton')\n"
+              "except dt.DTBackendError as e:\n"
+              "    print(e.render())\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT,
+                          env=_without_gpu_or_interpreter(), timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "the triton backend cannot run kernels here: no CUDA GPU is visible to torch, and TRITON_INTERPRET " \
+           "is not set" in done.stdout
+    assert "hint: run on a machine with an NVIDIA GPU, or set TRITON_INTERPRET=1" in done.stdout
+
+
+def _run_attention(capsys, *extra) -> tuple[int, str]:
+    code = main(["run", "examples/attention.dt", "--backend", "interp", "--dtype", "f16", "--repeat", "0",
+                 "--size", "m=17", "--size", "l=33", "--size", "k=7", "--size", "n=65", *extra])
+    return code, capsys.readouterr().out
+
+
+def test_run_says_what_it_judged_against(capsys):
+    code, out = _run_attention(capsys)
+    assert code == 0
+    assert "attention: max abs error" in out and "-> ok" in out
+    assert "judged by |out - ref| <= rtol*|ref| + atol*max|ref| at every element: rtol 0.01, atol 0.005 " \
+           "(the f16 defaults; --rtol, --atol)" in out
+    closest = re.search(r"closest to its limit: \(\d+, \d+\): got \S+, want \S+, \|out - ref\| \S+ is (\d+)% "
+                        r"of the \S+ allowed there", out)
+    assert closest and int(closest[1]) <= 100
+
+
+def test_run_takes_rtol_and_atol(capsys):
+    code, out = _run_attention(capsys, "--rtol", "0", "--atol", "0")  # f16 against a float64 reference
+    assert code == 1
+    assert "-> MISMATCH" in out and "elements outside tolerance; first mismatch at (" in out
+    assert "rtol 0, atol 0 (given)" in out
+    assert _run_attention(capsys, "--rtol", "0.5", "--atol", "0.5")[0] == 0
+    with pytest.raises(SystemExit):
+        main(["run", "examples/relu.dt", "--rtol", "-1"])
+    assert "--rtol" in capsys.readouterr().err
+
+
+class _Recording:
+    """The interpreter, recording the arrays each call receives."""
+    name = "recording"
+
+    def __init__(self):
+        self.inner = backends.get("interp")
+        self.capabilities = self.inner.capabilities
+        self.received = []
+
+    def source(self, pipeline):
+        return self.inner.source(pipeline)
+
+    def compile(self, pipeline):
+        run = self.inner.compile(pipeline)
+
+        def recorded(tensors, scalars, sizes):
+            self.received.append({**{n: t.copy() for n, t in tensors.items()}, **scalars})
+            return run(tensors, scalars, sizes)
+        return recorded
+
+
+@pytest.fixture
+def recording():
+    backend = _Recording()
+    backends.register("recording", backend)
+    return backend
+
+
+def test_run_reads_inputs_from_npy_and_npz(tmp_path, capsys, recording):
+    a = np.arange(-6, 9, dtype=np.float32).reshape(3, 5)
+    np.save(tmp_path / "a.npy", a)
+    assert main(["run", "examples/relu.dt", "--input", f"A={tmp_path / 'a.npy'}", "--backend", "recording",
+                 "--repeat", "0"]) == 0
+    out = capsys.readouterr().out
+    assert "x=3 y=5" in out and f"A from {tmp_path / 'a.npy'}" in out  # the extents come from the file
+    np.testing.assert_array_equal(recording.received[-1]["A"], a)
+
+    gamma, beta = np.linspace(-1, 1, 7).astype(np.float16), np.ones(7, np.float16)
+    np.savez(tmp_path / "dyt.npz", gamma=gamma, beta=beta, alpha=np.float64(0.25))
+    assert main(["run", "examples/dyt.dt", "--inputs", str(tmp_path / "dyt.npz"), "--size", "x=2",
+                 "--backend", "recording", "--repeat", "0"]) == 0
+    out = capsys.readouterr().out
+    assert "dtype f16" in out and "x=2 y=7" in out and "A random (seed 0)" in out  # the dtype of the files
+    got = recording.received[-1]
+    np.testing.assert_array_equal(got["gamma"], gamma)
+    assert got["A"].shape == (2, 7) and got["A"].dtype == np.float16 and got["alpha"] == 0.25
+
+
+def test_run_refuses_inputs_it_cannot_use(tmp_path, capsys):
+    np.save(tmp_path / "a.npy", np.zeros((3, 5), np.float32))
+    assert main(["run", "examples/relu.dt", "--input", f"B={tmp_path / 'a.npy'}"]) == 2
+    assert "the program has no input or scalar 'B' (inputs: A)" in capsys.readouterr().err
+    assert main(["run", "examples/relu.dt", "--input", f"A={tmp_path / 'a.npy'}", "--size", "x=4"]) == 2
+    assert "--size x=4, but A" in capsys.readouterr().err
+    (tmp_path / "bad.npy").write_text("not an array")
+    assert main(["run", "examples/relu.dt", "--input", f"A={tmp_path / 'bad.npy'}"]) == 2
+    assert f"cannot read {tmp_path / 'bad.npy'}" in capsys.readouterr().err
+    np.save(tmp_path / "objects.npy", np.array([{}], dtype=object))  # loading it would unpickle
+    assert main(["run", "examples/relu.dt", "--input", f"A={tmp_path / 'objects.npy'}"]) == 2
+    assert f"cannot read {tmp_path / 'objects.npy'}" in capsys.readouterr().err
+
+
+def test_dt_break_naming_no_func_warns(monkeypatch, capsys):
+    monkeypatch.setenv("PYTHONBREAKPOINT", "0")  # a stop would not wait for a debugger command
+    monkeypatch.setenv("DT_BREAK", "_smu")
+    with pytest.warns(dt.debug.DTDebugWarning, match=r"breakpoint _smu names no Func of program 'softmax' "
+                                                     r"\(its Funcs: _softmax, _sum; did you mean _sum\?\)"):
+        assert main(["run", "examples/softmax.dt", "--size", "x=3", "--size", "y=5", "--repeat", "0"]) == 0
+    done = _dt("run", "examples/softmax.dt", "--size", "x=3", "--size", "y=5", "--repeat", "0",
+               env={**os.environ, "DT_BREAK": "_smu", "PYTHONBREAKPOINT": "0"})
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.startswith("dt: warning: breakpoint _smu names no Func of program 'softmax'"), done.stderr
+
+
+def test_dt_break_under_another_backend_warns(monkeypatch, capsys):
+    if not backends.available("numba"):
+        pytest.skip(f"the numba backend is not available: {backends.failures().get('numba')}")
+    monkeypatch.setenv("PYTHONBREAKPOINT", "0")
+    monkeypatch.setenv("DT_BREAK", "_sum")
+    with pytest.warns(dt.debug.DTDebugWarning, match=r"breakpoints \(DT_BREAK=_sum\) are set, but program 'softmax' "
+                                                     r"runs on backend 'numba', where they do nothing"):
+        assert main(["run", "examples/softmax.dt", "--size", "x=3", "--size", "y=5", "--repeat", "0",
+                     "--backend", "numba"]) == 0
+
+
+def test_output_into_a_closed_pipe_exits_quietly():
+    """`dt conformance --list | head -1`: the reader stops early; no BrokenPipeError traceback."""
+    with subprocess.Popen([sys.executable, "-m", "dt.cli", "conformance", "--list"], cwd=ROOT,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE) as listing:
+        assert listing.stdout.readline().strip()
+        listing.stdout.close()  # the list is larger than the pipe's buffer: dt writes into a closed pipe
+        err = listing.stderr.read().decode()
+        listing.wait(timeout=300)
+    assert "Traceback" not in err and "BrokenPipeError" not in err, err
+    assert listing.returncode == 1

@@ -97,6 +97,23 @@ def test_broken_backend_is_caught_with_the_faulty_element(mutation, capsys):
     assert "failed or errored on backend broken-" in err
 
 
+def test_the_summary_is_plain_text_with_every_failure_in_full(capsys):
+    """The same text whatever is installed (it once depended on rich): the table, each failing
+    run with its message, and the totals last."""
+    runs = R.plan(CATALOGUE, ops=["rmax.negative"], dtypes=["f32"])
+    assert R.run_command(backend=MutantBackend("zero_identity"), ops=["rmax.negative"], dtypes=["f32"]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "dt conformance: backend broken-zero_identity"
+    assert [" ".join(line.split()) for line in lines[2:5]] == ["| op | f32 |", "| ---- | ------- |",
+                                                               f"| rmax | {len(runs)} FAIL |"]
+    failing = [i for i, line in enumerate(lines) if line.startswith("FAIL ")]
+    assert [lines[i] for i in failing] == [f"FAIL {r.id}:" for r in runs]
+    for i in failing:
+        assert re.fullmatch(r"  out: max abs error \S+, max rel error \S+; first mismatch at \(\d+,\): got 0\.0, "
+                            r"want -\S+ \(rtol 0\.0001, atol 1e-05 x max\|want\|\)", lines[i + 1]), lines[i + 1]
+    assert re.fullmatch(rf"backend broken-zero_identity: {len(runs)} runs: {len(runs)} fail in \d+\.\d s", lines[-1])
+
+
 def test_failures_carry_the_first_mismatch():
     results = results_of(MutantBackend("zero_identity"), ops=["rmax.negative"], dtypes=["f32"])
     failed = [r for r in results if r.status == "fail"]

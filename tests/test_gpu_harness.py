@@ -14,7 +14,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
+
+torch = pytest.importorskip("torch", reason="the GPU benchmark harness needs torch (pip install -e '.[triton]')")
 
 GPU_DIR = Path(__file__).resolve().parent.parent / "benchmarks" / "gpu"
 sys.path.insert(0, str(GPU_DIR))
@@ -91,6 +92,7 @@ def test_time_budget_skips_the_remaining_rows(tmp_path):
     assert doc["records"] and all(r["status"] == "skipped" and "budget" in r["error"] for r in doc["records"])
 
 
+@pytest.mark.slow
 def test_repeats_time_the_providers_round_robin_and_report_the_speed_up_range(tmp_path, monkeypatch):
     clock, timed = iter(range(1, 1000)), []
     monkeypatch.setattr(bench.measure.Timer, "__call__", lambda self, fn: timed.append(fn) or float(next(clock)))
@@ -652,6 +654,7 @@ def test_tune_writes_the_finalists_winner(tmp_path, monkeypatch):
     assert f"| {second} | 0.0110 | 2 | softmax_4096x1000_f32.dt | 0.0100 |" in (tmp_path / "results" / "tune.md").read_text()
 
 
+@pytest.mark.slow
 def test_gpu_verification_runs_on_the_cpu_interpreter(tmp_path):
     """verify_triton.py --tiny takes the GPU verification's code paths (torch float64 formula
     at talk-like sizes, dt's NumPy reference at odd sizes, the standalone module) under

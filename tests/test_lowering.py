@@ -134,11 +134,15 @@ variance.fuse_at(out, x);
 """
 
 
+# Every backend; triton's runs skip without torch and triton (tests/conftest.py).
+BACKENDS = ("interp", "numba", pytest.param("triton", marks=pytest.mark.needs_triton))
+
+
 def _reduction_loops(prog) -> int:
     return sum(isinstance(s, S.For) and s.kind == "reduction" for s in S.walk_statements(prog.pipeline("f32").kernels[0].body))
 
 
-@pytest.mark.parametrize("backend", ("interp", "numba", "triton"))
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_a_variance_computed_with_its_mean_walks_the_row_once_and_stays_accurate(backend):
     import numpy as np
     three = dt.loads(ROW_STATS + "out.compile_to_kernel();")
@@ -186,7 +190,7 @@ out.compile_to_kernel();
 """
 
 
-@pytest.mark.parametrize("backend", ("interp", "numba", "triton"))
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_two_variances_around_one_mean_share_its_running_values(backend):
     """The loop carries the mean's sum, one running mean and one sum of squared deviations,
     shared by both variances; the count of lanes before a tile is the tile's start, and the
@@ -261,7 +265,7 @@ s.fuse_at(out, x);
 """
 
 
-@pytest.mark.parametrize("backend", ("interp", "numba", "triton"))
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("tile", (64, 0))
 def test_a_sum_shifted_by_its_max_walks_the_row_once_and_never_overflows(backend, tile):
     """The online softmax: one loop carries the running max and the sum rescaled to it. Logits
@@ -286,7 +290,7 @@ def test_a_sum_shifted_by_its_max_walks_the_row_once_and_never_overflows(backend
     assert np.abs(got - two(A=a, backend=backend)).max() < 1e-6
 
 
-@pytest.mark.parametrize("backend", ("interp", "numba", "triton"))
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_a_shifted_sum_may_span_dimensions_its_max_does_not(backend):
     """s[x, z] shifted by m[x, z] = rmax(A[x, y], y): the max's rescale and tile sum are laid
     out over (x) and must be broadcast to the sum's (x, z) block, whose extent divides nothing."""
@@ -338,7 +342,7 @@ def test_exp_sums_share_their_max_and_its_tile_through_a_chain():
     assert np.abs(prog(A=a, backend="interp") - ref).max() < 1e-5 * np.abs(ref).max()
 
 
-@pytest.mark.parametrize("backend", ("interp", "numba", "triton"))
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_flash_attention_rescales_its_product_in_one_pass_over_the_keys(backend):
     """examples/attention_safe_onepass.dt: the max, the row sums and the product of the shifted
     exponentials with V share one loop over l; each tile of scores is computed once (one Dot
@@ -360,7 +364,7 @@ def test_flash_attention_rescales_its_product_in_one_pass_over_the_keys(backend)
     assert not np.isnan(got).any() and np.abs(got - ref).max() < 1e-4 * np.abs(ref).max(), np.abs(got - ref).max()
 
 
-@pytest.mark.parametrize("backend", ("interp", "numba", "triton"))
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_a_shifted_product_of_one_dimensional_tiles_is_a_sum_of_products(backend):
     """rdot(exp(A - mx), c, l) with a vector c has no 2-D Dot: the tile's product is summed
     lane by lane, rescaled like the sum."""
@@ -399,7 +403,7 @@ layernorm.compile_to_kernel();
 """
 
 
-@pytest.mark.parametrize("backend", ("interp", "numba", "triton"))
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_a_chain_of_compute_with_shares_the_loop_at_its_end(backend):
     """variance with mean, mean with s: all three accumulate in s's one loop over y, as when
     both are computed with s, the variance still by Chan's update around mean."""
@@ -441,7 +445,7 @@ out.compile_to_kernel();
 """
 
 
-@pytest.mark.parametrize("backend", ("interp", "numba", "triton"))
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_funcs_computed_with_one_sibling_run_in_dependency_order_with_their_own_producers(backend):
     """a and b are defined before s, whose loop they share, and b's value reads a: the loop runs
     first, then a, then b. t, fused at b's loop over y, is computed in the shared loop."""
@@ -453,7 +457,7 @@ def test_funcs_computed_with_one_sibling_run_in_dependency_order_with_their_own_
     np.testing.assert_allclose(prog(A=a, backend=backend), expected, rtol=1e-4)
 
 
-@pytest.mark.parametrize("backend", ("interp", "numba", "triton"))
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_a_producer_of_a_func_computed_with_another_is_computed_only_in_the_loop_that_accumulates_it(backend):
     """s has two reductions over y, so two loops; a and b are accumulated in the first, so t,
     fused at b's loop, is computed there only."""

@@ -323,8 +323,11 @@ def test_module_is_standalone_and_wrapped():
     for name in EXAMPLES:
         src = program(name).source("triton", "bf16")
         imports = [n for n in ast.walk(ast.parse(src)) if isinstance(n, (ast.Import, ast.ImportFrom))]
-        assert {a.name for n in imports for a in n.names} == {"torch", "triton", "triton.language"}
-        assert not any(isinstance(n, ast.ImportFrom) for n in imports)
+        modules = {a.name for n in imports if isinstance(n, ast.Import) for a in n.names}
+        assert modules == {"torch", "triton", "triton.language"}
+        from_imports = {(n.module, a.name) for n in imports if isinstance(n, ast.ImportFrom) for a in n.names}
+        # the GPU's tanh is CUDA's (libdevice), which comes with triton
+        assert from_imports == ({("triton.language.extra", "libdevice")} if "tanh(" in src else set())
         assert max(len(line) for line in src.splitlines() if '"' not in line) <= codegen.LINE_WIDTH
 
 
@@ -406,19 +409,19 @@ def test_f32_dot_precision_option(monkeypatch):
 
 
 def test_tile_over_triton_limit_is_a_schedule_error():
-    prog = dt.loads("Func f; In A; Var x, y;\nf[x, y] = A[x, y] * 2.0;\n"
-                    "f.block(x:1024, y:2048); f.tensorize(x:1024, y:2048);\nf.compile();", "big", "big.dt")
-    with pytest.raises(DTScheduleError) as e:
-        prog.source("triton")
-    assert e.value.loc is not None and e.value.loc.line == 2
+    with pytest.raises(DTScheduleError) as e:  # over every backend's limit: refused when checked
+        dt.loads("Func f; In A; Var x, y;\nf[x, y] = A[x, y] * 2.0;\n"
+                 "f.block(x:1024, y:2048); f.tensorize(x:1024, y:2048);\nf.compile();", "big", "big.dt")
+    assert e.value.loc is not None and e.value.loc.line == 3  # the tensorize call
     assert "1024 x 2048 = 2097152 elements" in str(e.value) and "tensorize" in e.value.hint
 
 
 def test_whole_extent_tile_over_limit_is_refused_at_call():
-    prog = dt.loads("Func s; In A; Var x; RVar y;\ns[x] = rsum(A[x, y], y);\ns.tensorize(y:0);\ns.compile();",
-                    "rows", "rows.dt")
-    with pytest.raises(DTScheduleError, match=r"2097152 elements at y=1048577") as e:
-        prog(backend="triton", A=np.zeros((1, 2 ** 20 + 1), np.float32))
+    # 3 x 262145 elements, within every backend's limit, but Triton pads them to 4 x 524288
+    prog = dt.loads("Func s; In A; Var x; RVar y;\ns[x] = rsum(A[x, y], y);\ns.block(x:3);\ns.tensorize(x:0, y:0);\n"
+                    "s.compile();", "rows", "rows.dt")
+    with pytest.raises(DTScheduleError, match=r"4 x 524288 = 2097152 elements at y=262145") as e:
+        prog(backend="triton", A=np.zeros((3, 2 ** 18 + 1), np.float32))
     assert e.value.loc.line == 2
 
 
@@ -474,13 +477,16 @@ def test_unavailable_without_its_packages(monkeypatch):
     assert "pip install 'dt[triton]'" in e.value.hint
 
 
-def test_unavailable_without_gpu_or_interpreter(monkeypatch):
+def test_without_gpu_or_interpreter_it_generates_but_does_not_run(monkeypatch):
     if torch.cuda.is_available():
         pytest.skip("a GPU is present")
     from dt.backends.triton import create
     monkeypatch.setenv("TRITON_INTERPRET", "0")
-    with pytest.raises(BackendUnavailable) as e:
-        create()
+    backend = create()
+    pipeline = program("matmul").pipeline("f32")
+    assert "def mm_kernel(" in backend.source(pipeline)
+    with pytest.raises(DTBackendError, match="cannot run kernels here: no CUDA GPU") as e:
+        backend.compile(pipeline)
     assert "TRITON_INTERPRET=1" in e.value.hint
 
 
@@ -567,6 +573,7 @@ def sm90_compiled(call: str) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 def test_kernels_compile_for_sm90():
     results = sm90_compiled("t.compile_for_sm90(t.SM90_CASES)")
     failed = {k: v for k, v in results.items() if v != "ok"}
@@ -574,6 +581,7 @@ def test_kernels_compile_for_sm90():
     assert len(results) == len(SM90_CASES)
 
 
+@pytest.mark.slow
 def test_num_stages_pipelines_a_walk_without_a_product():
     src = program("staged_walk").source("triton")
     assert src.count("for y_iter in tl.range(0, y_SIZE, 64, num_stages=3):") == 2  # staged, by_tma

@@ -64,6 +64,7 @@ def test_hints_are_rendered_on_the_loads():
     assert source.count('eviction_policy="evict_last"') == 2 and source.count('eviction_policy="evict_first"') == 1
 
 
+@pytest.mark.needs_triton
 @pytest.mark.parametrize("dtype", ("f32", "bf16"))
 def test_hinted_kernels_match_the_reference(dtype):
     two_passes = ROWS + "out.block(x:2); out.tensorize(y:64); total.fuse_at(out, x); out.compile_to_kernel();"

@@ -82,6 +82,7 @@ def test_an_accumulator_not_starting_at_the_identity_is_left_alone():
     assert [u.value.op for u in _lane_tiles(with_lane_accumulators(kernel))] == ["maximum", "minimum"]
 
 
+@pytest.mark.needs_triton
 def test_a_lane_accumulator_takes_no_name_the_kernel_uses():
     """A scalar input named like the new tile must keep its value."""
     source = STATS.replace("In A;", "In A;\nSIn y_accumulator_lanes;").replace(
@@ -93,6 +94,7 @@ def test_a_lane_accumulator_takes_no_name_the_kernel_uses():
     assert_close(prog(backend="triton", **args), prog.reference(**args), "f32")
 
 
+@pytest.mark.needs_triton
 @pytest.mark.parametrize("dtype", ("f32", "bf16"))
 @pytest.mark.parametrize("sizes", ({"x": 6, "y": 300}, {"x": 3, "y": 64}, {"x": 1, "y": 1}))
 @pytest.mark.parametrize("shift", (-4.0, 4.0))
@@ -105,6 +107,7 @@ def test_lane_accumulated_kernels_match_the_reference(dtype, sizes, shift):
     assert_close(prog(backend="triton", **args), prog.reference(**args), dtype)
 
 
+@pytest.mark.needs_triton
 def test_tiled_layernorm_matches_the_reference():
     prog = dt.load("benchmarks/gpu/schedules/tuned/layernorm_128x65536_bf16.dt")
     assert _lane_tiles(with_lane_accumulators(prog.pipeline("bf16").kernels[0]))

@@ -5,13 +5,16 @@ generated launcher, bit for bit."""
 from __future__ import annotations
 
 import pytest
-import torch
-from triton import knobs
-from triton.tools.tensor_descriptor import TensorDescriptor
 
-from dt.backends.pysource import load_module
-from dt.backends.triton import replay
-from dt.backends.triton.replay import Replays
+torch = pytest.importorskip("torch", reason="replays run Triton kernels: needs torch (pip install -e '.[triton]')")
+pytest.importorskip("triton", reason="replays run Triton kernels: needs triton (pip install -e '.[triton]')")
+
+from triton import knobs  # noqa: E402
+from triton.tools.tensor_descriptor import TensorDescriptor  # noqa: E402
+
+from dt.backends.pysource import load_module  # noqa: E402
+from dt.backends.triton import replay  # noqa: E402
+from dt.backends.triton.replay import Replays  # noqa: E402
 
 
 class FakeCompiled:

@@ -34,9 +34,9 @@ def _read_entry_points():
     global _entry_points_read
     if _entry_points_read:
         return
-    _entry_points_read = True
     for ep in entry_points(group="dt.backends"):
         _BUILTIN.setdefault(ep.name, ep.value)
+    _entry_points_read = True  # only now: a thread that sees it set must find every entry point
 
 
 def names() -> list[str]:

@@ -1,7 +1,9 @@
-"""Helpers shared by backends that generate Python source: an indented writer and the
-rendering of scheduled-IR index expressions."""
+"""Helpers shared by backends that generate Python source: an indented writer, the names of one
+scope of generated code, text made safe to quote in it, and the rendering of scheduled-IR index
+expressions."""
 from __future__ import annotations
 
+import keyword
 import linecache
 import math
 from itertools import count
@@ -58,10 +60,37 @@ def index(e: S.IExpr, minimum: str = "min", parent: int = 0) -> str:
     return f"({text})" if p < parent else text
 
 
-def py_name(name: str) -> str:
-    """A DT name as a Python identifier in generated code, renamed only where it would shadow
-    something generated code calls (an input called `range`, a scalar called `np`)."""
-    return f"{name}_" if name in S.RESERVED_NAMES else name
+class Names:
+    """The names of one scope of generated code (a module, a function), each distinct. Seed it
+    with the names the scope must leave alone (the backend's own globals, helpers, builtins it
+    calls), then map every IR name it holds with `ir` before deriving names with `fresh`: an IR
+    name keeps its spelling wherever that is free (the IR's names are distinct already), and a
+    name the backend derives (`x_offsets`, `A_ptr`) takes the first free suffix `_2`, `_3`, ...
+    when it would equal one of them."""
+
+    def __init__(self, taken=()):
+        self.taken = set(taken) | set(keyword.kwlist)
+        self.mapping: dict[str, str] = {}
+
+    def ir(self, name: str) -> str:
+        """The scope's name for IR name `name` (the same one each time)."""
+        if name not in self.mapping:
+            self.mapping[name] = self.fresh(name)
+        return self.mapping[name]
+
+    def fresh(self, base: str) -> str:
+        """A new name, `base` made an identifier where free."""
+        return S.fresh_name(S.identifier(base), self.taken)
+
+
+def safe_text(text: str) -> str:
+    """`text` (a file name, a DT source line, a label) as it may appear in a docstring or a comment
+    of generated code: backslashes and quotes escaped, and every character that is not printable
+    (a newline, a NUL, a line separator, a lone surrogate) written as its escape, so that the text
+    can neither end the string or comment nor make the source invalid. Ordinary paths, non-ASCII
+    letters included, read as they are, but for doubled backslashes."""
+    return "".join(c.encode("unicode_escape").decode("ascii") if not c.isprintable()
+                   else "\\" + c if c in '\\"' else c for c in text)
 
 
 def number(value: float, inf: str = "float('inf')") -> str:
@@ -74,7 +103,7 @@ def number(value: float, inf: str = "float('inf')") -> str:
 
 def load_module(source: str, label: str, namespace: dict | None = None) -> dict:
     """exec generated source under a file name that tracebacks and debuggers can show."""
-    filename = f"<dt-generated {label} #{next(_module_ids)}>"
+    filename = f"<dt-generated {safe_text(label)} #{next(_module_ids)}>"
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
     ns = dict(namespace or {})
     exec(compile(source, filename, "exec"), ns)

@@ -19,14 +19,14 @@ from typing import Callable
 
 from dt.debug import config
 from dt.debug.breakpoints import Breakpoint, parse_spec
-from dt.debug.errors import (DTDebugError, DTNonFiniteError, DTOutOfBoundsError, DTRaceError, DTSanitizerError,
-                             DTUninitializedReadError)
+from dt.debug.errors import (DTDebugError, DTDebugWarning, DTNonFiniteError, DTOutOfBoundsError, DTRaceError,
+                             DTSanitizerError, DTUninitializedReadError)
 from dt.debug.frame import Frame, Tile
 from dt.debug.trace import TileRecord, Trace
 
 __all__ = ["break_at", "clear", "breakpoints", "trace", "sanitize", "shuffle", "statements", "instrumented_source",
-           "Breakpoint", "Frame", "Tile", "Trace", "TileRecord", "DTDebugError", "DTSanitizerError", "DTOutOfBoundsError",
-           "DTUninitializedReadError", "DTRaceError", "DTNonFiniteError"]
+           "Breakpoint", "Frame", "Tile", "Trace", "TileRecord", "DTDebugError", "DTDebugWarning", "DTSanitizerError",
+           "DTOutOfBoundsError", "DTUninitializedReadError", "DTRaceError", "DTNonFiniteError"]
 
 
 def break_at(where: str | int | None = None, *, func: str | None = None, pid=None,

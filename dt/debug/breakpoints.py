@@ -17,11 +17,13 @@ _sum starts being computed, once per tile.
 """
 from __future__ import annotations
 
+import difflib
 import re
+import warnings
 from itertools import count
 from typing import Callable
 
-from dt.debug.errors import DTDebugError
+from dt.debug.errors import DTDebugError, DTDebugWarning
 from dt.debug.info import ProgramInfo, Statement, same_file
 
 _ids = count(1)
@@ -90,6 +92,8 @@ class Breakpoint:
                 raise DTDebugError(f"breakpoint {self.spec}: no tile statement at line {self.line}"
                                    f"{' column ' + str(self.col) if self.col else ''} of {info.pipeline.file}",
                                    None, f"lines with statements: {lines}")
+            if self.func is not None:  # a misspelling, or a Func of another program of the script
+                self._warn_unknown_func(info)
             return []
         usable = {st.sid for st in matched if keys <= st.condition_keys()}
         if not usable:
@@ -99,6 +103,13 @@ class Breakpoint:
                                f"conditions there may name: {', '.join(have)}")
         return [s for s in sorted(usable)
                 if s - 1 not in usable or info.statements[s].first_in_kernel]
+
+    def _warn_unknown_func(self, info: ProgramInfo):
+        known = sorted(info.func_lines)
+        close = difflib.get_close_matches(self.func, known, n=1)
+        guess = f"; did you mean {close[0]}?" if close else ""
+        warnings.warn(f"breakpoint {self.spec} names no Func of program '{info.pipeline.name}' (its Funcs: "
+                      f"{', '.join(known)}{guess}): it never stops there", DTDebugWarning, stacklevel=2)
 
     def holds(self, scope: dict, st: Statement) -> bool:
         """Whether the {loop variable / dimension: value} conditions hold (pid and callables are

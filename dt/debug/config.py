@@ -8,11 +8,12 @@ like DT_BACKEND:
 """
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
 from dt import env
 from dt.debug.breakpoints import Breakpoint, parse_list
-from dt.debug.errors import DTDebugError
+from dt.debug.errors import DTDebugError, DTDebugWarning
 
 CHECKS = ("bounds", "uninit", "race", "nan")
 
@@ -48,6 +49,30 @@ def current() -> Config | None:
         shuffle = seed if seed is not None else shuffle
     return Config(tuple(_breakpoints) + tuple(_env_breakpoints(env_break)), tuple(_traces),
                   frozenset(checks), shuffle)
+
+
+def warn_if_ignored(backend: str, program: str):
+    """Warn when debugging features are on but a call of `program` runs on `backend`: only the
+    interpreter debugs, so elsewhere they would do nothing, silently (once per program,
+    backend and state, as Python shows a warning once per message)."""
+    state = current()
+    if state is None or backend == "interp":
+        return
+    what = []
+    if state.breakpoints:
+        env_break = env.read("DT_BREAK")
+        origins = ([f"DT_BREAK={env_break}"] if _env_breakpoints(env_break) else []) + \
+            (["dt.debug.break_at"] if _breakpoints else [])
+        what.append(f"breakpoints ({', '.join(origins)})")
+    if state.traces:
+        what.append("traces")
+    if state.checks:
+        what.append(f"sanitizers ({', '.join(c for c in CHECKS if c in state.checks)})")
+    if state.shuffle is not None:
+        what.append(f"shuffled launch orders (seed {state.shuffle})")
+    warnings.warn(f"{' and '.join(what)} are set, but program '{program}' runs on backend '{backend}', where they do "
+                  f"nothing: only the interpreter debugs; run it on the interpreter (backend='interp', or "
+                  f"DT_BACKEND=interp, or name no backend)", DTDebugWarning, stacklevel=2)
 
 
 def parse_checks(text, source: str = "sanitize") -> tuple[str, ...]:

@@ -16,7 +16,7 @@ import sys
 
 import numpy as np
 
-from dt.backends.pysource import load_module
+from dt.backends.pysource import load_module, safe_text
 
 _RESERVED = {"dbg", "pid"}
 HINT_PDB = ("dt: ds(tep) = to the next tile statement, dn(ext) = to the next DT line, c = to the next breakpoint;\n"
@@ -56,7 +56,7 @@ def _stop_function(frame):
         text = loc.text.strip() if loc is not None and loc.text else ""
         source = (f"def dt_breakpoint({', '.join(names)}):\n"
                   f"    if __dt_debugger__(dbg): __sys__.breakpointhook()\n"
-                  f"    pass  # {loc}: {text}\n")
+                  f"    pass  # {safe_text(str(loc))}: {safe_text(text)}\n")
         ns = load_module(source, f"breakpoint at {loc}",
                          {"__name__": "dt_stop", "__dt_debugger__": _gate, "__sys__": sys, "np": np})
         cache[key] = ns["dt_breakpoint"]

@@ -10,6 +10,12 @@ class DTDebugError(DTError):
     kind = "debug error"
 
 
+class DTDebugWarning(UserWarning):
+    """A debugging request that cannot take effect where it is: a breakpoint naming no Func of
+    the program running, or breakpoints, traces or sanitizers under a backend other than the
+    interpreter."""
+
+
 class DTSanitizerError(DTError):
     """A sanitizer found a fault while a program instance ran. The run stops there; nothing is
     returned. `kernel`, `pid`, `tensor` and `index` say where."""

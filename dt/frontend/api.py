@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import linecache
 import os
+import re
 import sys
 
-from dt.errors import DTDimensionError, DTError, DTNameError, Loc, user_facing
+from dt.errors import DTDimensionError, DTError, DTNameError, DTScheduleError, Loc, user_facing
 from dt.ir import algorithm as A
 
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -187,15 +188,21 @@ def _sizes(sizes, kw) -> tuple[tuple[str, int], ...]:
     return tuple((_name(k), v) for k, v in merged.items())
 
 
+_SPLIT = re.compile(r"\s*(\w+)\s*:\s*(\w+)\s*/\s*([0-9]+)\s*")
+
+
 def _map_entry(o):
-    if isinstance(o, tuple):
+    if isinstance(o, tuple) and len(o) == 3:
         dim, inner, group = o
         return (_name(dim), _name(inner), group)
     o = _name(o)
     if ":" in o:
-        dim, rest = o.split(":", 1)
-        inner, group = rest.split("/", 1)
-        return (dim.strip(), inner.strip(), int(group))
+        split = _SPLIT.fullmatch(o)
+        if split is None:
+            raise DTScheduleError(f"map takes dimensions and splits like \"x:x1/8\", got {o!r}", caller_loc(),
+                                  "a split names the dimension, the inner part and the group size: \"x:x1/8\"")
+        dim, inner, group = split.groups()
+        return (dim, inner, int(group))
     return o
 
 

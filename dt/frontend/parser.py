@@ -14,7 +14,7 @@ from dt.ir import algorithm as A
 _TERMINALS = {"SEMICOLON": "';'", "LSQB": "'['", "RSQB": "']'", "LPAR": "'('", "RPAR": "')'", "COMMA": "','",
               "EQUAL": "'='", "DOT": "'.'", "COLON": "':'", "SLASH": "'/'", "NAME": "a name", "INT": "an integer",
               "FLOAT": "a number", "DECL_KIND": "a declaration", "COMPARE": "a comparison", "ADD": "'+' or '-'",
-              "STAR": "'*'", "MINUS": "'-'", "PLUS": "'+'", "$END": "the end of the file"}
+              "STAR": "'*'", "POW": "'**'", "MINUS": "'-'", "PLUS": "'+'", "$END": "the end of the file"}
 _FUNCTIONS = set(A.UNARY_FUNCTIONS) | set(A.BINARY_FUNCTIONS) | set(A.REDUCTIONS) | {"where", "reshape", "len"}
 
 
@@ -26,7 +26,11 @@ def _parser() -> lark.Lark:
 
 class _Source:
     def __init__(self, text: str, file: str):
-        self.lines = text.splitlines()
+        # Lines end at '\n' only, as lark counts them (line endings are normalised first): a form
+        # feed, U+2028 or U+0085 in a comment must not shift the line of every later excerpt.
+        self.lines = text.split("\n")
+        if self.lines[-1] == "":
+            self.lines.pop()
         self.file = file
 
     def loc(self, line: int, col: int, length: int = 1) -> Loc:
@@ -41,7 +45,14 @@ class _Source:
         return self.loc(meta.line, meta.column, length)
 
 
+def normalise_source(text: str) -> str:
+    """DT source as the parser reads it: without a UTF-8 byte-order mark, and with Windows (CR LF)
+    and old Mac (CR) line endings made LF, so that lines are numbered as an editor numbers them."""
+    return text.removeprefix("\ufeff").replace("\r\n", "\n").replace("\r", "\n")
+
+
 def parse(text: str, file: str = "<dt>", name: str | None = None) -> A.Program:
+    text = normalise_source(text)
     src = _Source(text, file)
     try:
         tree = _parser().parse(text)
@@ -146,6 +157,10 @@ class _Builder:
             self.orphan_schedule.append(call)
 
     def _expr(self, node) -> A.Expr:
+        return A.recurse(self._expr_step, node)  # expressions nest deeper than Python recursion goes
+
+    def _expr_step(self, node):
+        """The expression of lark node `node`; yields each subexpression to convert (A.recurse)."""
         if isinstance(node, lark.Token):
             raise AssertionError(f"unexpected token {node!r}")
         loc = self.src.of(node)
@@ -154,14 +169,20 @@ class _Builder:
             return A.Num(float(node.children[0]), loc)
         if kind in ("sum", "comparison"):
             a, op, b = node.children
-            return A.Binary(str(op), self._expr(a), self._expr(b), self.src.of(op))
+            a = yield a
+            return A.Binary(str(op), a, (yield b), self.src.of(op))
         if kind in ("mul", "div"):
             a, b = node.children
-            return A.Binary("*" if kind == "mul" else "/", self._expr(a), self._expr(b), loc)
+            a = yield a
+            return A.Binary("*" if kind == "mul" else "/", a, (yield b), loc)
+        if kind == "power":
+            a, op, b = node.children
+            a = yield a
+            return A.Binary("pow", a, (yield b), self.src.of(op))
         if kind == "neg":
-            return A.Unary("neg", self._expr(node.children[0]), loc)
+            return A.Unary("neg", (yield node.children[0]), loc)
         if kind == "unary":  # unary plus
-            return self._expr(node.children[0])
+            return (yield node.children[0])
         if kind == "name_ref":
             return self._name_ref(node.children[0])
         if kind == "access":
@@ -176,7 +197,7 @@ class _Builder:
             return A.Access(name, access_kind, self._dims(index_nodes), loc,
                             tuple(self.src.of(n) for n in index_nodes))
         if kind == "call":
-            return self._call(node, loc)
+            return (yield from self._call(node, loc))
         raise AssertionError(f"unknown node {kind}")
 
     def _name_ref(self, node) -> A.Expr:
@@ -191,7 +212,7 @@ class _Builder:
             raise DTSyntaxError(f"'{name}' is a function and needs arguments", loc, f"write {name}(...)")
         return A.ScalarRef(name, loc)  # SIn, or unknown: check() reports it
 
-    def _call(self, node, loc) -> A.Expr:
+    def _call(self, node, loc):
         name_node, *arg_nodes = node.children
         arg_nodes = [a for a in arg_nodes if a is not None]
         fn = self._name(name_node)
@@ -208,21 +229,26 @@ class _Builder:
 
         if fn in A.UNARY_FUNCTIONS:
             arity(1)
-            return A.Unary(fn, self._expr(arg_nodes[0]), fn_loc)
+            return A.Unary(fn, (yield arg_nodes[0]), fn_loc)
         if fn in A.BINARY_FUNCTIONS:
             arity(2)
-            return A.Binary(fn, self._expr(arg_nodes[0]), self._expr(arg_nodes[1]), fn_loc)
+            a = yield arg_nodes[0]
+            return A.Binary(fn, a, (yield arg_nodes[1]), fn_loc)
         if fn == "where":
             arity(3)
-            return A.Where(*(self._expr(a) for a in arg_nodes), fn_loc)
+            args = []
+            for a in arg_nodes:
+                args.append((yield a))
+            return A.Where(*args, fn_loc)
         if fn in ("rsum", "rmax", "rmin"):
             arity(2)
             dim, dim_loc = dim_arg(arg_nodes[1])
-            return A.Reduce(fn[1:], (self._expr(arg_nodes[0]),), dim, fn_loc, dim_loc)
+            return A.Reduce(fn[1:], ((yield arg_nodes[0]),), dim, fn_loc, dim_loc)
         if fn == "rdot":
             arity(3)
             dim, dim_loc = dim_arg(arg_nodes[2])
-            return A.Reduce("dot", (self._expr(arg_nodes[0]), self._expr(arg_nodes[1])), dim, fn_loc, dim_loc)
+            a = yield arg_nodes[0]
+            return A.Reduce("dot", (a, (yield arg_nodes[1])), dim, fn_loc, dim_loc)
         if fn == "len":
             arity(1)
             dim, dim_loc = dim_arg(arg_nodes[0])
@@ -230,7 +256,7 @@ class _Builder:
         if fn == "reshape":
             if len(arg_nodes) < 2:
                 raise DTSyntaxError("reshape takes an expression and its layout, e.g. reshape(s[x], x, 1)", loc)
-            inner = self._expr(arg_nodes[0])
+            inner = yield arg_nodes[0]
             layout = []
             for a in arg_nodes[1:]:
                 if not isinstance(a, lark.Token) and a.data == "number" and str(a.children[0]) == "1":

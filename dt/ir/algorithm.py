@@ -6,6 +6,7 @@ Funcs by name. The frontend (DT text or the Python API) builds these nodes.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
+from typing import Callable, Generator
 
 from dt.errors import Loc
 
@@ -15,6 +16,11 @@ BINARY_FUNCTIONS = ("maximum", "minimum", "pow")
 ARITHMETIC = ("+", "-", "*", "/")
 COMPARISONS = ("<", "<=", ">", ">=", "==", "!=")
 REDUCTIONS = ("rsum", "rmax", "rmin", "rdot")
+# How deeply an expression may nest: operations inside operations, `-(-(-x))` or the left-leaning
+# tree of a 1000-term sum `a + a + ... + a`. The frontend and checker walk any depth without
+# Python recursion; this bound is what the rest of the compiler (lowering, the backends, the
+# Python code they generate) may rely on.
+MAX_DEPTH = 1024
 
 
 class ExprOps:
@@ -30,6 +36,8 @@ class ExprOps:
     def __truediv__(self, o): return Binary("/", as_expr(self), as_expr(o))
     def __rtruediv__(self, o): return Binary("/", as_expr(o), as_expr(self))
     def __neg__(self): return Unary("neg", as_expr(self))
+    def __pow__(self, o): return Binary("pow", as_expr(self), as_expr(o))
+    def __rpow__(self, o): return Binary("pow", as_expr(o), as_expr(self))
     def __lt__(self, o): return Binary("<", as_expr(self), as_expr(o))
     def __le__(self, o): return Binary("<=", as_expr(self), as_expr(o))
     def __gt__(self, o): return Binary(">", as_expr(self), as_expr(o))
@@ -143,9 +151,50 @@ def children(e: Expr) -> tuple[Expr, ...]:
 
 
 def walk(e: Expr):
-    yield e
-    for c in children(e):
-        yield from walk(c)
+    """e and every expression inside it, parents before children, left to right."""
+    stack = [e]
+    while stack:
+        node = stack.pop()
+        yield node
+        stack.extend(reversed(children(node)))
+
+
+def recurse(step: Callable[[object], Generator], node):
+    """Run a recursive function over a tree of any depth without Python recursion. `step(node)`
+    is a generator: it yields each child whose result it needs (`value = yield child`) and
+    returns node's result; results and errors come in the order plain recursion gives."""
+    stack = [step(node)]
+    value = None
+    while True:
+        try:
+            child = stack[-1].send(value)
+        except StopIteration as done:
+            stack.pop()
+            if not stack:
+                return done.value
+            value = done.value
+        else:
+            stack.append(step(child))
+            value = None
+
+
+def depth(e: Expr) -> tuple[int, Expr]:
+    """The number of nested expressions on e's deepest path, and the expression MAX_DEPTH + 1
+    levels down that path when it is deeper than that (e itself otherwise)."""
+    best, deepest_path = 0, None
+    stack = [(e, 1, None)]  # (node, its depth, the path above it as a linked list)
+    while stack:
+        node, d, above = stack.pop()
+        path = (node, above)
+        if d > best:
+            best, deepest_path = d, path
+        stack.extend((c, d + 1, path) for c in children(node))
+    chain = []
+    while deepest_path is not None:
+        chain.append(deepest_path[0])
+        deepest_path = deepest_path[1]
+    chain.reverse()
+    return best, chain[MAX_DEPTH] if best > MAX_DEPTH else e
 
 
 def rebuild(e: Expr, kids: tuple[Expr, ...]) -> Expr:
@@ -162,33 +211,40 @@ def rebuild(e: Expr, kids: tuple[Expr, ...]) -> Expr:
 
 def same(a: Expr, b: Expr) -> bool:
     """Whether two expressions are written alike (source locations aside)."""
-    if type(a) is not type(b):
-        return False
-    for f in fields(a):
-        if not f.compare:
-            continue
-        x, y = getattr(a, f.name), getattr(b, f.name)
-        if isinstance(x, Expr):
-            if not same(x, y):
-                return False
-        elif isinstance(x, tuple) and any(isinstance(v, Expr) for v in x):
-            if len(x) != len(y) or not all(same(v, w) for v, w in zip(x, y)):
-                return False
-        elif x != y:
+    pairs = [(a, b)]
+    while pairs:
+        a, b = pairs.pop()
+        if type(a) is not type(b):
             return False
+        for f in fields(a):
+            if not f.compare:
+                continue
+            x, y = getattr(a, f.name), getattr(b, f.name)
+            if isinstance(x, Expr):
+                pairs.append((x, y))
+            elif isinstance(x, tuple) and any(isinstance(v, Expr) for v in x):
+                if len(x) != len(y):
+                    return False
+                pairs += zip(x, y)
+            elif x != y:
+                return False
     return True
 
 
 def free_dims(e: Expr) -> frozenset[str]:
     """Dimensions an expression varies over (reductions bind theirs)."""
+    return recurse(_free_dims, e)
+
+
+def _free_dims(e: Expr):
     if isinstance(e, Access):
         return frozenset(e.indices)
     if isinstance(e, DimRef):
         return frozenset((e.dim,))
-    if isinstance(e, Reduce):
-        inner = frozenset().union(*(free_dims(a) for a in e.args))
-        return inner - {e.dim}
-    return frozenset().union(*(free_dims(c) for c in children(e))) if children(e) else frozenset()
+    dims = frozenset()
+    for c in children(e):
+        dims |= yield c
+    return dims - {e.dim} if isinstance(e, Reduce) else dims
 
 
 @dataclass(frozen=True)

@@ -6,13 +6,26 @@ Every problem raises a DTError pointing at the DT source.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
-from dt.errors import DTDimensionError, DTNameError, DTScheduleError, Loc
+import numpy as np
+
+from dt.errors import DTDimensionError, DTNameError, DTScheduleError, DTSyntaxError, Loc
 from dt.ir import algorithm as A
+from dt.ir.tiles import MAX_TILE, Tile, tile_of, tiles
 
 PRIMITIVES = ("block", "tensorize", "map", "num_warps", "num_stages", "persistent", "tma", "fuse_at", "compute_with",
               "inline", "compile", "compile_to_kernel")
+# Limits on sizes, so that no schedule and no call can make a backend overflow its index
+# arithmetic or allocate without bound. A tile holds at most MAX_TILE elements (dt.ir.tiles);
+# block sizes, group sizes, stage and program counts fit in 32 bits; extents are at most
+# MAX_EXTENT, so that an index plus a block stays within 64 bits.
+MAX_COUNT = 2 ** 31 - 1
+MAX_WARPS = 32  # 1024 threads, the most one GPU program (CUDA block) has
+MAX_EXTENT = 2 ** 62
+# Keyword arguments of a program call: inputs and scalars cannot take these names.
+CALL_KEYWORDS = {"backend": "to choose the backend", "sizes": "for extents no input gives"}
 
 
 @dataclass(frozen=True)
@@ -57,6 +70,7 @@ class CheckedProgram:
     # (sibling, reduction dim) -> Funcs whose reductions over that dim run in the sibling's loop; the
     # sibling is the end of each chain of compute_with, so it is computed with none over that dim
     computed_with: dict[tuple[str, str], tuple[str, ...]] = field(default_factory=dict)
+    tiles: tuple[Tile, ...] = ()  # every tile shape of every kernel (dt.ir.tiles)
 
     def root_of(self, func: str) -> str:
         while func in self.fused:
@@ -94,6 +108,9 @@ def check(program: A.Program) -> CheckedProgram:
             raise _err(DTNameError, f"'{d.name}' is declared twice", d.loc,
                        "remove one of the declarations or rename one",
                        ((f"first declared here as {decls[d.name].kind}", decls[d.name].loc),))
+        if d.kind in ("In", "SIn") and d.name in CALL_KEYWORDS:
+            raise _err(DTNameError, f"an input cannot be named '{d.name}': a program call takes {d.name}= "
+                       f"{CALL_KEYWORDS[d.name]}", d.loc, f"rename it, e.g. {d.name}_")
         decls[d.name] = d
     kinds = {n: d.kind for n, d in decls.items()}
     dim_kinds = {n: k for n, k in kinds.items() if k in ("Var", "RVar")}
@@ -111,11 +128,14 @@ def check(program: A.Program) -> CheckedProgram:
                        "each Func has exactly one definition; give the second one another name",
                        (("first definition here", defs[f.name].loc),))
         _check_lhs(f, dim_kinds)
+        _check_depth(f)
         defs[f.name] = f
 
     input_ranks: dict[str, tuple[int, Loc | None]] = {}
     for f in defs.values():
-        _check_expr(f, f.expr, kinds, defs, input_ranks, bound=frozenset())
+        def check_step(item, f=f):
+            return _check_expr(f, *item, kinds, defs, input_ranks)
+        A.recurse(check_step, (f.expr, frozenset()))
         missing = A.free_dims(f.expr) - set(f.dims)
         if missing:
             dim = sorted(missing)[0]
@@ -132,10 +152,15 @@ def check(program: A.Program) -> CheckedProgram:
     schedules = _resolve_schedule(program, defs, kinds)
     outputs = tuple(n for n in order if schedules[n].compiled)
     if not outputs:
-        raise _err(DTScheduleError, "no Func is compiled, so the program computes nothing", None,
-                   "call .compile() on each output Func, e.g. `out.compile();`")
+        used = {u.name for f in defs.values() for u in _uses(f.expr)}
+        last = next((defs[n] for n in reversed(order) if n not in used), None)  # an output, likely
+        raise _err(DTScheduleError, "no Func is compiled, so the program computes nothing",
+                   last.loc if last else _end_of(program),
+                   f"call .compile() on each output Func, e.g. `{last.name if last else 'out'}.compile();`")
 
     funcs = _inline(defs, order, schedules)
+    for n in order:
+        _check_inlined_depth(funcs[n], defs[n], schedules)
     needed = reachable(funcs, outputs)
     funcs = {n: funcs[n] for n in order if n in needed and not schedules[n].inline}
     fused = {n: schedules[n].fuse_at for n in funcs if schedules[n].fuse_at}
@@ -153,7 +178,33 @@ def check(program: A.Program) -> CheckedProgram:
     for out in outputs:
         if schedules[out].compiled == "compile_to_kernel":
             _check_single_kernel(checked, out)
-    return checked
+    return dataclasses.replace(checked, tiles=tiles(checked))
+
+
+def _end_of(program: A.Program) -> Loc:
+    """Just past the last character of the program's source."""
+    lines = program.source.rstrip("\n").split("\n")
+    return Loc(program.file, len(lines), len(lines[-1]) + 1, 1, lines[-1])
+
+
+def _check_depth(f: A.FuncDef):
+    depth, node = A.depth(f.expr)
+    if depth > A.MAX_DEPTH:
+        raise _err(DTSyntaxError, f"the expression defining '{f.name}' nests {depth} levels deep; dt takes at most "
+                   f"{A.MAX_DEPTH} (this is level {A.MAX_DEPTH + 1})", getattr(node, "loc", None) or f.loc,
+                   f"compute part of it in a Func of its own (fused into '{f.name}' with fuse_at, it stays in the "
+                   f"same kernel)")
+
+
+def _check_inlined_depth(f: A.FuncDef, written: A.FuncDef, schedules):
+    """f, with the Funcs it uses inlined, within MAX_DEPTH (each definition is, as written)."""
+    depth, _ = A.depth(f.expr)
+    if depth <= A.MAX_DEPTH:
+        return
+    inlined = sorted({u.name for u in _uses(written.expr) if schedules[u.name].inline})
+    raise _err(DTScheduleError, f"'{f.name}' with {', '.join(repr(n) for n in inlined)} inlined nests {depth} "
+               f"expressions deep; dt takes at most {A.MAX_DEPTH}", schedules[inlined[0]].locs.get("inline"),
+               f"compute {inlined[0]} at root or fuse it into '{f.name}' (fuse_at) instead of inlining it")
 
 
 def _check_lhs(f: A.FuncDef, dim_kinds):
@@ -178,7 +229,9 @@ def _dim_use_loc(e: A.Expr, dim: str) -> Loc | None:
     return None
 
 
-def _check_expr(f, e, kinds, defs, input_ranks, bound):
+def _check_expr(f, e, bound, kinds, defs, input_ranks):
+    """Check expression e of f's definition inside reductions over `bound`; yields (child,
+    bound) for each subexpression to check (A.recurse)."""
     if isinstance(e, A.Access):
         kind = kinds.get(e.name)
         if kind is None:
@@ -233,10 +286,10 @@ def _check_expr(f, e, kinds, defs, input_ranks, bound):
             raise _err(DTDimensionError, f"'{f.name}' reduces over '{e.dim}', which is also on its left-hand side",
                        e.dim_loc or e.loc, f"a dimension of {f.name} cannot be reduced away")
         for a in e.args:
-            _check_expr(f, a, kinds, defs, input_ranks, bound | {e.dim})
+            yield a, bound | {e.dim}
         return
     for c in A.children(e):
-        _check_expr(f, c, kinds, defs, input_ranks, bound)
+        yield c, bound
 
 
 def _uses(e: A.Expr) -> list[A.Access]:
@@ -245,10 +298,15 @@ def _uses(e: A.Expr) -> list[A.Access]:
 
 def _uses_outside(e: A.Expr, skip: set[int]) -> list[A.Access]:
     """_uses(e), but not inside the subexpressions whose id is in `skip`."""
-    if id(e) in skip:
-        return []
-    own = [e] if isinstance(e, A.Access) and e.kind == "func" else []
-    return own + [u for c in A.children(e) for u in _uses_outside(c, skip)]
+    uses, stack = [], [e]
+    while stack:
+        node = stack.pop()
+        if id(node) in skip:
+            continue
+        if isinstance(node, A.Access) and node.kind == "func":
+            uses.append(node)
+        stack.extend(reversed(A.children(node)))
+    return uses
 
 
 def _topological_order(defs: dict[str, A.FuncDef]) -> list[str]:
@@ -300,10 +358,14 @@ def _resolve_schedule(program, defs, kinds) -> dict[str, FuncSchedule]:
                 raise _err(DTScheduleError, f"{prim} needs at least one dim:size argument", call.loc,
                            f"e.g. {call.func}.{prim}({f.dims[0] if f.dims else 'x'}:64)")
             for i, arg in enumerate(call.args):
-                if not (isinstance(arg, tuple) and len(arg) == 2 and isinstance(arg[1], int)):
+                if not (isinstance(arg, tuple) and len(arg) == 2):
                     raise _err(DTScheduleError, f"{prim} takes dim:size arguments", arg_loc(i),
                                f"write it as {call.func}.{prim}(x:128)")
-                dim, size = arg
+                dim, size = arg[0], _integer(arg[1])
+                what = "block" if prim == "block" else "tile"
+                if size is None:
+                    raise _err(DTScheduleError, f"the {what} size for '{dim}' must be an integer, got {arg[1]!r}",
+                               arg_loc(i), f"write it as {call.func}.{prim}({dim}:128)")
                 if kinds.get(dim) not in ("Var", "RVar"):
                     raise _err(DTNameError, f"'{dim}' is not a declared dimension", arg_loc(i),
                                f"declare it with `Var {dim};`")
@@ -315,29 +377,41 @@ def _resolve_schedule(program, defs, kinds) -> dict[str, FuncSchedule]:
                     if size < 1:
                         raise _err(DTScheduleError, f"block size for '{dim}' must be at least 1, got {size}",
                                    arg_loc(i))
+                    if size > MAX_COUNT:
+                        raise _err(DTScheduleError, f"block size for '{dim}' is {size}; a block spans at most "
+                                   f"{MAX_COUNT} (2**31 - 1) indices", arg_loc(i),
+                                   f"use a smaller block, or leave '{dim}' out of block() for one block over its "
+                                   f"whole extent")
                 elif size < 0:
                     raise _err(DTScheduleError, f"tile size for '{dim}' must be 0 (whole) or positive, got {size}",
                                arg_loc(i))
+                elif size > MAX_TILE:
+                    raise _err(DTScheduleError, f"tile size for '{dim}' is {size}; a tile holds at most {MAX_TILE} "
+                               f"(2**20) elements", arg_loc(i), f"tensorize {dim} in tiles of at most {MAX_TILE}")
                 getattr(s, prim)[dim] = size
                 s.dim_locs[(prim, dim)] = arg_loc(i)
         elif prim == "map":
             s.map = _resolve_map(call, f, arg_loc)
         elif prim in ("num_warps", "num_stages"):
-            if len(call.args) != 1 or not isinstance(call.args[0], int) or call.args[0] < 1:
+            n = _integer(call.args[0]) if len(call.args) == 1 else None
+            if n is None or n < 1:
                 raise _err(DTScheduleError, f"{prim} takes one positive integer", call.loc,
                            f"e.g. {call.func}.{prim}(4)")
-            n = call.args[0]
-            if prim == "num_warps" and n & (n - 1):
-                raise _err(DTScheduleError, f"num_warps must be a power of two, got {n}", arg_loc(0),
-                           "use 1, 2, 4, 8, 16 or 32")
+            if prim == "num_warps" and (n & (n - 1) or n > MAX_WARPS):
+                raise _err(DTScheduleError, f"num_warps must be a power of two up to {MAX_WARPS}, got {n}",
+                           arg_loc(0), "use 1, 2, 4, 8, 16 or 32")
+            if n > MAX_COUNT:
+                raise _err(DTScheduleError, f"num_stages is {n}; it takes at most {MAX_COUNT} (2**31 - 1)",
+                           arg_loc(0), "pipelines are a few stages deep: try 2 to 4")
             setattr(s, prim, n)
         elif prim == "persistent":
-            if len(call.args) > 1 or (call.args and (type(call.args[0]) is not int or call.args[0] < 1)):
+            n = _integer(call.args[0]) if len(call.args) == 1 else None
+            if len(call.args) > 1 or (call.args and (n is None or not 1 <= n <= MAX_COUNT)):
                 raise _err(DTScheduleError, "persistent takes no argument (one program per multiprocessor) or "
-                           "one positive integer (the number of programs)", call.loc,
+                           f"one integer from 1 to {MAX_COUNT} (the number of programs)", call.loc,
                            f"e.g. {call.func}.persistent() or {call.func}.persistent(132)")
             s.persistent = True
-            s.persistent_programs = call.args[0] if call.args else None
+            s.persistent_programs = n
         elif prim == "tma":
             if call.args:
                 raise _err(DTScheduleError, "tma takes no arguments", call.loc, f"write {call.func}.tma()")
@@ -398,6 +472,13 @@ def _check_launch_primitives(schedules, fused):
                            f"{root}.{prim}()")
 
 
+def _integer(value) -> int | None:
+    """A schedule argument as an int: Python and NumPy integers, not bools (None otherwise)."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        return None
+    return int(value)
+
+
 def _func_and_dim(call, defs, kinds, arg_loc, takes: str, example: str, hint: str, relation: str):
     """The (Func, dimension) arguments of fuse_at or compute_with: another defined Func."""
     if len(call.args) != 2 or not all(isinstance(a, str) for a in call.args):
@@ -422,8 +503,10 @@ def _resolve_map(call, f, arg_loc) -> tuple[MapEntry, ...]:
             if dim not in f.dims:
                 raise _err(DTScheduleError, f"map names '{dim}', but '{call.func}' has no dimension '{dim}'",
                            arg_loc(i), f"its dimensions: {', '.join(f.dims)}")
-            if not isinstance(group, int) or group < 1:
-                raise _err(DTScheduleError, f"the group size of '{dim}' must be a positive integer", arg_loc(i))
+            group = _integer(group)
+            if group is None or not 1 <= group <= MAX_COUNT:
+                raise _err(DTScheduleError, f"the group size of '{dim}' must be an integer from 1 to {MAX_COUNT} "
+                           f"(2**31 - 1), got {arg[2]!r}", arg_loc(i))
             if inner in named or inner in f.dims or inner in splits.values():
                 raise _err(DTScheduleError, f"'{inner}' already names a dimension of this map", arg_loc(i),
                            "the inner part of a split needs a fresh name, e.g. x:x1/8")
@@ -453,6 +536,10 @@ def _resolve_map(call, f, arg_loc) -> tuple[MapEntry, ...]:
 
 
 def _substitute(e: A.Expr, funcs: dict[str, A.FuncDef], inline: set[str]) -> A.Expr:
+    return A.recurse(lambda node: _substitute_step(node, funcs, inline), e)
+
+
+def _substitute_step(e: A.Expr, funcs: dict[str, A.FuncDef], inline: set[str]):
     if isinstance(e, A.Access) and e.kind == "func" and e.name in inline:
         f = funcs[e.name]
         rename = dict(zip(f.dims, e.indices))
@@ -463,11 +550,17 @@ def _substitute(e: A.Expr, funcs: dict[str, A.FuncDef], inline: set[str]) -> A.E
                        f"'{sorted(clash)[0]}' is also an index of this use", e.loc,
                        "rename the reduction dimension in the inlined Func")
         return _rename(f.expr, rename)
-    kids = tuple(_substitute(c, funcs, inline) for c in A.children(e))
-    return A.rebuild(e, kids) if kids else e
+    kids = []
+    for c in A.children(e):
+        kids.append((yield c))
+    return A.rebuild(e, tuple(kids)) if kids else e
 
 
 def _rename(e: A.Expr, rename: dict[str, str]) -> A.Expr:
+    return A.recurse(lambda item: _rename_step(*item), (e, rename))
+
+
+def _rename_step(e: A.Expr, rename: dict[str, str]):
     if isinstance(e, A.Access):
         return A.Access(e.name, e.kind, tuple(rename.get(i, i) for i in e.indices), e.loc, e.index_locs)
     if isinstance(e, A.DimRef):
@@ -476,9 +569,14 @@ def _rename(e: A.Expr, rename: dict[str, str]) -> A.Expr:
         return A.Len(rename.get(e.dim, e.dim), e.loc)
     if isinstance(e, A.Reduce):
         inner = {k: v for k, v in rename.items() if k != e.dim}
-        return A.Reduce(e.op, tuple(_rename(a, inner) for a in e.args), e.dim, e.loc, e.dim_loc)
-    kids = tuple(_rename(c, rename) for c in A.children(e))
-    return A.rebuild(e, kids) if kids else e
+        args = []
+        for a in e.args:
+            args.append((yield a, inner))
+        return A.Reduce(e.op, tuple(args), e.dim, e.loc, e.dim_loc)
+    kids = []
+    for c in A.children(e):
+        kids.append((yield c, rename))
+    return A.rebuild(e, tuple(kids)) if kids else e
 
 
 def _inline(defs, order, schedules) -> dict[str, A.FuncDef]:
@@ -536,9 +634,15 @@ def _check_fuse(producer, consumer, dim, funcs, schedules, fused, dim_kinds):
 
 def top_reductions(e: A.Expr, dim: str) -> list[A.Reduce]:
     """The reductions over `dim` in e that no other reduction encloses."""
-    if isinstance(e, A.Reduce):
-        return [e] if e.dim == dim else []
-    return [r for c in A.children(e) for r in top_reductions(c, dim)]
+    found, stack = [], [e]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, A.Reduce):
+            if node.dim == dim:
+                found.append(node)
+            continue
+        stack.extend(reversed(A.children(node)))
+    return found
 
 
 def _shared_loops(funcs, schedules, fused, dim_kinds) -> dict[tuple[str, str], tuple[str, ...]]:
@@ -620,16 +724,6 @@ def _check_loop_order(loops, funcs, schedules):
 
     for f in funcs:
         visit(f, [])
-
-
-def tile_of(func: str, dim: str, schedules, fused) -> int | None:
-    """func's tile over dim: its own tensorize, else that of the Func it is fused into (None:
-    not tensorized, one lane at a time; 0: the whole extent)."""
-    if dim in schedules[func].tensorize:
-        return schedules[func].tensorize[dim]
-    if func in fused:
-        return tile_of(fused[func][0], dim, schedules, fused)
-    return None
 
 
 def _check_shared_tile(func, owner, dim, schedules, fused):
@@ -936,15 +1030,18 @@ def centered_value(r: A.Reduce, mean: str, mean_def: A.FuncDef) -> A.Expr | None
     return None
 
 
-def _enclosing_reductions(e: A.Expr, target: str, stack=()) -> list[tuple[str, ...]]:
+def _enclosing_reductions(e: A.Expr, target: str) -> list[tuple[str, ...]]:
     """For each use of Func `target` in e, the reduction dims enclosing it (outermost first)."""
-    if isinstance(e, A.Access):
-        return [stack] if e.kind == "func" and e.name == target else []
-    if isinstance(e, A.Reduce):
-        stack = stack + (e.dim,)
-    out = []
-    for c in A.children(e):
-        out += _enclosing_reductions(c, target, stack)
+    out, stack = [], [(e, ())]
+    while stack:
+        node, dims = stack.pop()
+        if isinstance(node, A.Access):
+            if node.kind == "func" and node.name == target:
+                out.append(dims)
+            continue
+        if isinstance(node, A.Reduce):
+            dims = dims + (node.dim,)
+        stack.extend((c, dims) for c in reversed(A.children(node)))
     return out
 
 

@@ -20,6 +20,7 @@ from dt.ir import algorithm as A
 from dt.ir import scheduled as S
 from dt.ir.check import (CheckedProgram, MapEntry, loop_statistic, mean_reduction, reachable, runs_after,
                          shifted_exp_operand, tile_of, top_reductions)
+from dt.ir.nesting import split_deep_expressions
 
 IDENTITY = {**S.REDUCE_IDENTITY, "dot": 0.0}
 COMBINE = {**S.REDUCE_COMBINE, "dot": "+"}
@@ -49,10 +50,19 @@ def lower(cp: CheckedProgram, input_dtypes: dict[str, str]) -> S.Pipeline:
     outputs = tuple(S.TensorSpec(n, cp.funcs[n].dims, storage, "output") for n in cp.outputs)
     temporaries = tuple(S.TensorSpec(n, cp.funcs[n].dims, storage, "temporary")
                         for n in cp.kernel_roots if n not in cp.outputs)
-    kernels = tuple(_KernelLowering(cp, root, compute, storage).lower() for root in cp.kernel_roots)
-    used = [d for d in cp.dim_kinds if d in _all_dims(cp)]
-    return S.Pipeline(cp.program.name, inputs, tuple(s for s in cp.scalars if s in _all_scalars(cp)),
-                      tuple(used), temporaries, outputs, kernels, compute, cp.program.file)
+    sizes = tuple(d for d in cp.dim_kinds if d in _all_dims(cp))
+    scalars = tuple(s for s in cp.scalars if s in _all_scalars(cp))
+    # The names of the module-level code first: the names a kernel makes for itself differ from its
+    # parameters' and from the kernels' (not from the launcher's: no kernel calls it, and a Func is
+    # often named as its program is).
+    launcher, kernel_names = S.function_names(cp.program.name, cp.kernel_roots, sizes)
+    global_names = S.global_names(launcher, kernel_names.values(), sizes, scalars,
+                                  (t.name for t in inputs + temporaries + outputs))
+    taken = set(kernel_names.values()) | global_names.all()
+    kernels = tuple(_KernelLowering(cp, root, compute, storage, kernel_names[root], taken).lower()
+                    for root in cp.kernel_roots)
+    pipeline = S.Pipeline(launcher, inputs, scalars, sizes, temporaries, outputs, kernels, compute, cp.program.file)
+    return split_deep_expressions(pipeline)
 
 
 def _input_dims(cp: CheckedProgram) -> dict[str, tuple[str, ...]]:
@@ -81,11 +91,15 @@ def _all_scalars(cp: CheckedProgram) -> set[str]:
 
 
 def is_bool(e: A.Expr) -> bool:
-    if isinstance(e, A.Binary):
-        return e.op in A.COMPARISONS
-    if isinstance(e, A.Where):
-        return is_bool(e.a) and is_bool(e.b)
-    return False
+    """Whether e is a comparison, or a where choosing between comparisons (at any depth)."""
+    branches = [e]
+    while branches:
+        e = branches.pop()
+        if isinstance(e, A.Where):
+            branches += (e.a, e.b)
+        elif not (isinstance(e, A.Binary) and e.op in A.COMPARISONS):
+            return False
+    return True
 
 
 @dataclass(frozen=True)
@@ -100,14 +114,16 @@ class _Range:
 
 
 class _KernelLowering:
-    def __init__(self, cp: CheckedProgram, root: str, compute: str, storage: str):
+    def __init__(self, cp: CheckedProgram, root: str, compute: str, storage: str, name: str, taken: set[str]):
+        """Lowers the kernel computing `root`, called `name`; its own names avoid `taken`."""
         self.cp = cp
         self.root = root
+        self.name = name
         self.compute = compute
         self.storage = storage
         self.dot_dtype = storage if storage in ("f16", "bf16") else compute
-        # One namespace for every generated name; scalars and extents keep their own names.
-        self.used: set[str] = set(cp.scalars) | S.RESERVED_NAMES | {S.size_name(d) for d in cp.dim_kinds}
+        # One namespace for every generated name; scalars, extents and the pipeline's names keep their own.
+        self.used: set[str] = set(cp.scalars) | S.RESERVED_NAMES | {S.size_name(d) for d in cp.dim_kinds} | taken
         self.dim_order: list[str] = list(cp.funcs[root].dims)
         self.axes: dict[str, S.Axis] = {}
         self.out: list = []
@@ -135,17 +151,16 @@ class _KernelLowering:
         followers = {(g, dim) for (_, dim), gs in self.cp.computed_with.items() for g in gs}
         walking: dict[str, set[str]] = {}
 
-        def visit(f: str, e: A.Expr, in_sibling_loop: bool):
-            # a follower's reduction, and whatever it nests, runs in its sibling's loops
-            if isinstance(e, A.Reduce):
-                in_sibling_loop = in_sibling_loop or (f, e.dim) in followers
-                if not in_sibling_loop:
-                    walking.setdefault(e.dim, set()).add(f)
-            for child in A.children(e):
-                visit(f, child, in_sibling_loop)
-
         for f in in_kernel:
-            visit(f, self.cp.funcs[f].expr, False)
+            stack = [(self.cp.funcs[f].expr, False)]  # (expression, inside a sibling's loop)
+            while stack:
+                e, in_sibling_loop = stack.pop()
+                # a follower's reduction, and whatever it nests, runs in its sibling's loops
+                if isinstance(e, A.Reduce):
+                    in_sibling_loop = in_sibling_loop or (f, e.dim) in followers
+                    if not in_sibling_loop:
+                        walking.setdefault(e.dim, set()).add(f)
+                stack += ((child, in_sibling_loop) for child in A.children(e))
         return walking
 
     def _accumulator_stems(self) -> dict[str, dict[str, str]]:
@@ -182,11 +197,7 @@ class _KernelLowering:
 
     # ------------------------------------------------------------ helpers
     def fresh(self, base: str) -> str:
-        name, n = base, 2
-        while name in self.used:
-            name, n = f"{base}_{n}", n + 1
-        self.used.add(name)
-        return name
+        return S.fresh_name(base, self.used)
 
     def emit(self, stmt):
         self.out.append(stmt)
@@ -267,7 +278,7 @@ class _KernelLowering:
         program_count, ranges = self.grid(root, sched)
         self.block_ranges = ranges
         self.emit_func(self.root, {}, ranges)
-        return S.Kernel(f"{self.root}_kernel", self.root, program_count, S.prune_lets(tuple(self.out)), sched.num_warps,
+        return S.Kernel(self.name, self.root, program_count, S.prune_lets(tuple(self.out)), sched.num_warps,
                         sched.num_stages, tuple(self.reads), (self.root,), root.loc, persistent=sched.persistent,
                         persistent_programs=sched.persistent_programs, tma=sched.tma)
 
@@ -416,38 +427,44 @@ class _KernelLowering:
             self.scopes[-1][("func", producer)] = produced
 
     # ------------------------------------------------------------ expressions
-    def lower_expr(self, e: A.Expr, func: str, env: dict[str, str], order: tuple[str, ...] | None = None):
+    def lower_expr(self, e: A.Expr, func: str, env: dict[str, str]) -> S.TExpr:
+        """e over the tiles bound in env; a comparison is a boolean."""
+        return A.recurse(lambda item: self._lower_step(*item, func, env), (e, False))
+
+    def number(self, e: A.Expr, func: str, env) -> S.TExpr:
+        """e as a number: comparison results (booleans) become 1.0 / 0.0."""
+        return A.recurse(lambda item: self._lower_step(*item, func, env), (e, True))
+
+    def _lower_step(self, e: A.Expr, as_number: bool, func: str, env):
+        """A step of A.recurse lowering e (expressions nest deeper than Python recursion goes):
+        yields (operand, as a number) for each operand it needs lowered."""
         if isinstance(e, A.Num):
-            return S.Literal(e.value)
-        if isinstance(e, A.ScalarRef):
-            return S.Param(e.name)
-        if isinstance(e, A.Len):
-            return S.Extent(e.dim)
-        if isinstance(e, A.DimRef):
-            return S.IndexOf(env[e.dim])
-        if isinstance(e, A.Access):
-            return self.access(e, func, env, order)
-        if isinstance(e, A.Unary):
-            return S.Unary(e.op, self.number(e.x, func, env))
-        if isinstance(e, A.Binary):
-            a, b = self.align(self.number(e.a, func, env), self.number(e.b, func, env))
-            return S.Binary(e.op, a, b)
-        if isinstance(e, A.Where):
-            cond = self.lower_expr(e.cond, func, env)
+            value = S.Literal(e.value)
+        elif isinstance(e, A.ScalarRef):
+            value = S.Param(e.name)
+        elif isinstance(e, A.Len):
+            value = S.Extent(e.dim)
+        elif isinstance(e, A.DimRef):
+            value = S.IndexOf(env[e.dim])
+        elif isinstance(e, A.Access):
+            value = self.access(e, func, env, None)
+        elif isinstance(e, A.Unary):
+            value = S.Unary(e.op, (yield e.x, True))
+        elif isinstance(e, A.Binary):
+            a = yield e.a, True
+            value = S.Binary(e.op, *self.align(a, (yield e.b, True)))
+        elif isinstance(e, A.Where):
+            cond = yield e.cond, False
             if not is_bool(e.cond):
                 cond = S.Binary("!=", cond, S.Literal(0.0))
             both_bool = is_bool(e.a) and is_bool(e.b)
-            a, b = ((self.lower_expr(x, func, env) if both_bool else self.number(x, func, env)) for x in (e.a, e.b))
-            c, a, b = self.align(cond, a, b)
-            return S.Where(c, a, b)
-        if isinstance(e, A.Reduce):
-            return self.reduction(e, func, env)
-        raise AssertionError(f"cannot lower {e!r}")
-
-    def number(self, e: A.Expr, func: str, env, order=None) -> S.TExpr:
-        """e as a number: comparison results (booleans) become 1.0 / 0.0."""
-        value = self.lower_expr(e, func, env, order)
-        return S.Cast(value, self.compute) if is_bool(e) else value
+            a = yield e.a, not both_bool
+            value = S.Where(*self.align(cond, a, (yield e.b, not both_bool)))
+        elif isinstance(e, A.Reduce):
+            value = self.reduction(e, func, env)
+        else:
+            raise AssertionError(f"cannot lower {e!r}")
+        return S.Cast(value, self.compute) if as_number and is_bool(e) else value
 
     def access(self, e: A.Access, func: str, env, order, dtype: str | None = None):
         axes = tuple(env[i] for i in e.indices)

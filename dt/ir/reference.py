@@ -49,7 +49,7 @@ def evaluate(cp: CheckedProgram, inputs: dict[str, np.ndarray], scalars: dict[st
     """Every computed Func as a float64 array over its LHS dims."""
     values: dict[str, np.ndarray] = {}
 
-    def ev(e: A.Expr) -> _Named:
+    def ev(e: A.Expr):  # a step of A.recurse: expressions nest deeper than Python recursion goes
         if isinstance(e, A.Num):
             return _Named(np.float64(e.value), ())
         if isinstance(e, A.ScalarRef):
@@ -62,22 +62,26 @@ def evaluate(cp: CheckedProgram, inputs: dict[str, np.ndarray], scalars: dict[st
             source = inputs[e.name] if e.kind == "input" else values[e.name]
             return _Named(np.asarray(source, dtype=np.float64), e.indices)
         if isinstance(e, A.Unary):
-            x = ev(e.x)
+            x = yield e.x
             with np.errstate(all="ignore"):
                 return _Named(_UNARY[e.op](x.array), x.dims)
         if isinstance(e, (A.Binary, A.Where)):
-            args = [ev(c) for c in A.children(e)]
+            args = []
+            for c in A.children(e):
+                args.append((yield c))
             dims = _union(*args)
             arrays = [a.aligned(dims) for a in args]
             with np.errstate(all="ignore"):
                 out = _BINARY[e.op](*arrays) if isinstance(e, A.Binary) else np.where(*arrays)
             return _Named(np.asarray(out, dtype=np.float64), dims)
         if isinstance(e, A.Reduce):
-            return reduce(e)
+            args = []
+            for a in e.args:
+                args.append((yield a))
+            return reduce(e, args)
         raise AssertionError(e)
 
-    def reduce(e: A.Reduce) -> _Named:
-        args = [ev(a) for a in e.args]
+    def reduce(e: A.Reduce, args: list[_Named]) -> _Named:
         out_dims = tuple(d for d in _union(*args) if d != e.dim)
         if e.op == "dot":
             letters = {d: chr(ord("a") + i) for i, d in enumerate(_union(*args) + (e.dim,))}
@@ -99,7 +103,7 @@ def evaluate(cp: CheckedProgram, inputs: dict[str, np.ndarray], scalars: dict[st
         return _Named(fn(x.array, axis=axis), out_dims)
 
     for name, f in cp.funcs.items():
-        v = ev(f.expr)
+        v = A.recurse(ev, f.expr)
         shape = [extents[d] for d in f.dims]
         values[name] = np.array(np.broadcast_to(v.aligned(f.dims), shape), dtype=np.float64)
     return values

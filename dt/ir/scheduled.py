@@ -10,6 +10,13 @@ names of the axes it spans, in order. Every node carries its DT source location 
 Sizes are symbolic: `IVar("x_SIZE")` is the extent of dimension x, bound at call time, so one
 pipeline serves every shape. Nothing here depends on the frontend.
 
+Names: every name of the IR is a Python identifier that generated code may use as it is. The
+pipeline's launcher (`Pipeline.name`), its kernels' functions (`Kernel.name`), the parameters for
+scalars and tensors (`Pipeline.global_names`) and the extents (`{dim}_SIZE`) follow one scheme
+(`function_names`, `global_names`) that gives each a distinct name, never one generated code keeps
+for itself (RESERVED_NAMES); the names of Lets, Axes, Assigns and loop variables differ from all
+of those but the launcher's (which no kernel calls), and from one another within a kernel.
+
 Backends interpret or render these nodes and nothing else. The rules they rely on:
 - Element-wise operands already have identical `dims` (or are rank-0 scalars); an operand
   whose `unit` set contains an axis has size 1 along it and broadcasts (NumPy rules).
@@ -18,20 +25,25 @@ Backends interpret or render these nodes and nothing else. The rules they rely o
 - `Store` writes exactly the valid lanes; its value has the store's axes, in order, full-size.
 - An `Axis` with `size` a non-constant (`IVar`) spans a whole extent; backends that need
   power-of-two shapes pad it and mask the padding.
+- No statement's expression nests more than dt.ir.nesting.MAX_NESTING levels deep (one more
+  where a `Dot` is in the way): the lowering computes deeper ones in parts.
 """
 from __future__ import annotations
 
 import builtins
 import keyword
-from dataclasses import dataclass, field
-from typing import Union
+from dataclasses import dataclass, field, replace
+from functools import cached_property
+from typing import Iterable, Union
 
 from dt.errors import Loc
 
 # Names that generated code may use for itself at module level: Python's keywords and builtins,
-# the modules backends import and the dtype aliases. Tile, axis and index names never take them.
+# the modules backends import, the dtype aliases and the interpreter's debugging hooks. No name of
+# the IR takes them.
 RESERVED_NAMES = frozenset(keyword.kwlist) | frozenset(dir(builtins)) | frozenset(
-    ("np", "rt", "tl", "triton", "torch", "numba", "math", "libdevice", "f32", "f16", "bf16", "f64", "pid", "_dbg"))
+    ("np", "rt", "tl", "triton", "torch", "numba", "math", "libdevice", "f32", "f16", "bf16", "f64", "pid", "_dbg",
+     "_on", "_post"))
 
 # ---------------------------------------------------------------- index (integer) expressions
 
@@ -58,6 +70,8 @@ IExpr = Union[IConst, IVar, IBin]
 
 
 def size_name(dim: str) -> str:
+    """The IR's name for the extent of `dim` (an IVar), and its key in the sizes a compiled
+    pipeline is called with."""
     return f"{dim}_SIZE"
 
 
@@ -233,79 +247,78 @@ class Load(TExpr):
         return self.order
 
 
-@dataclass(frozen=True)
-class Unary(TExpr):
-    op: str  # 'neg', 'not' or a function of dt.ir.algorithm.UNARY_FUNCTIONS
-    x: TExpr
+class _Composite:
+    """A node whose dims and unit follow from its children's (`_layout`): worked out once, when
+    the node is made, so that asking them of a node of any depth costs one lookup."""
+
+    def __post_init__(self):
+        dims, unit = self._layout()
+        object.__setattr__(self, "_dims", dims)
+        object.__setattr__(self, "_unit", unit)
 
     @property
     def dims(self):
-        return self.x.dims
+        return self._dims
 
     @property
     def unit(self):
-        return self.x.unit
+        return self._unit
 
 
 @dataclass(frozen=True)
-class Binary(TExpr):
+class Unary(_Composite, TExpr):
+    op: str  # 'neg', 'not' or a function of dt.ir.algorithm.UNARY_FUNCTIONS
+    x: TExpr
+
+    def _layout(self):
+        return self.x.dims, self.x.unit
+
+
+@dataclass(frozen=True)
+class Binary(_Composite, TExpr):
     op: str  # + - * / maximum minimum pow < <= > >= == != and
     a: TExpr
     b: TExpr
 
-    @property
-    def dims(self):
-        return self.a.dims or self.b.dims
-
-    @property
-    def unit(self):
+    def _layout(self):
         if not self.a.dims:
-            return self.b.unit
+            return self.b.dims, self.b.unit
         if not self.b.dims:
-            return self.a.unit
-        return self.a.unit & self.b.unit
+            return self.a.dims, self.a.unit
+        return self.a.dims, self.a.unit & self.b.unit
 
 
 @dataclass(frozen=True)
-class Where(TExpr):
+class Where(_Composite, TExpr):
     cond: TExpr
     a: TExpr
     b: TExpr
 
-    @property
-    def dims(self):
-        return self.cond.dims or self.a.dims or self.b.dims
-
-    @property
-    def unit(self):
-        ranked = [x.unit for x in (self.cond, self.a, self.b) if x.dims]
-        return frozenset.intersection(*ranked) if ranked else frozenset()
+    def _layout(self):
+        ranked = [x for x in (self.cond, self.a, self.b) if x.dims]
+        if not ranked:
+            return (), frozenset()
+        return ranked[0].dims, frozenset.intersection(*(x.unit for x in ranked))
 
 
 @dataclass(frozen=True)
-class Expand(TExpr):
+class Expand(_Composite, TExpr):
     """`x` with its axes permuted into the order of `target`, and a size-1 axis inserted for
     every axis of `target` it lacks (NumPy x[:, None] style)."""
     x: TExpr
     target: tuple[str, ...]
 
-    @property
-    def dims(self):
-        return self.target
-
-    @property
-    def unit(self):
-        return frozenset(d for d in self.target if d not in self.x.dims) | self.x.unit
+    def _layout(self):
+        return self.target, frozenset(d for d in self.target if d not in self.x.dims) | self.x.unit
 
 
 @dataclass(frozen=True)
-class BroadcastTo(TExpr):
+class BroadcastTo(_Composite, TExpr):
     """`x` (already aligned to `dims`) materialised at the full tile size along every axis."""
     x: TExpr
 
-    @property
-    def dims(self):
-        return self.x.dims
+    def _layout(self):
+        return self.x.dims, frozenset()
 
 
 @dataclass(frozen=True)
@@ -331,17 +344,12 @@ class Full(TExpr):
 
 
 @dataclass(frozen=True)
-class Cast(TExpr):
+class Cast(_Composite, TExpr):
     x: TExpr
     dtype: str
 
-    @property
-    def dims(self):
-        return self.x.dims
-
-    @property
-    def unit(self):
-        return self.x.unit
+    def _layout(self):
+        return self.x.dims, self.x.unit
 
 
 # Each Reduce op's identity (what masked lanes hold) and the binary op that combines partials.
@@ -350,22 +358,17 @@ REDUCE_COMBINE = {"sum": "+", "max": "maximum", "min": "minimum"}
 
 
 @dataclass(frozen=True)
-class Reduce(TExpr):
+class Reduce(_Composite, TExpr):
     op: str  # 'sum' | 'max' | 'min'
     x: TExpr
     axis: str
 
-    @property
-    def dims(self):
-        return tuple(d for d in self.x.dims if d != self.axis)
-
-    @property
-    def unit(self):
-        return self.x.unit - {self.axis}
+    def _layout(self):
+        return tuple(d for d in self.x.dims if d != self.axis), self.x.unit - {self.axis}
 
 
 @dataclass(frozen=True)
-class Dot(TExpr):
+class Dot(_Composite, TExpr):
     """Matrix product over `axis`: a has dims (i, axis), b has dims (axis, j); result (i, j)
     accumulated in `acc_dtype`, added to `acc` when given."""
     a: TExpr
@@ -374,9 +377,8 @@ class Dot(TExpr):
     acc: TExpr | None
     acc_dtype: str
 
-    @property
-    def dims(self):
-        return (self.a.dims[0], self.b.dims[1])
+    def _layout(self):
+        return (self.a.dims[0], self.b.dims[1]), frozenset()
 
 
 # ---------------------------------------------------------------- statements
@@ -435,6 +437,63 @@ class Store:
 Stmt = Union[Let, Axis, Assign, For, Store]
 
 
+# ---------------------------------------------------------------- names
+
+
+def fresh_name(base: str, taken: set[str]) -> str:
+    """`base`, or the first of `base_2`, `base_3`, ... not in `taken`; taken from then on."""
+    name, n = base, 2
+    while name in taken:
+        name, n = f"{base}_{n}", n + 1
+    taken.add(name)
+    return name
+
+
+def identifier(text: str) -> str:
+    """`text` as a Python identifier: other characters become '_', and one that cannot start a
+    name gets the prefix `dt_`."""
+    name = "".join(c if c == "_" or f"a{c}".isidentifier() else "_" for c in text)
+    return name if name.isidentifier() else f"dt_{name}"
+
+
+def pointer_name(tensor: str) -> str:
+    """What generated code calls a tensor's memory (an array or a pointer), clashes aside."""
+    return f"{tensor}_global"
+
+
+def kernel_name(func: str) -> str:
+    """What generated code calls the kernel computing `func`, clashes aside."""
+    return f"{func}_kernel"
+
+
+def function_names(program: str, funcs: Iterable[str], dims: Iterable[str]) -> tuple[str, dict[str, str]]:
+    """The launcher's name (the program's) and the name of the kernel computing each of `funcs`:
+    identifiers, distinct, none an extent's or reserved."""
+    taken = set(RESERVED_NAMES) | {size_name(d) for d in dims}
+    launcher = fresh_name(identifier(program), taken)
+    return launcher, {f: fresh_name(kernel_name(f), taken) for f in funcs}
+
+
+@dataclass(frozen=True)
+class GlobalNames:
+    """What generated code calls the parameters for a pipeline's scalars (`scalars`, by DT name)
+    and for its tensors' memory (`tensors`, by DT name): a scalar's DT name, and `{tensor}_global`
+    (`pointer_name`), each with the first free suffix `_2`, `_3`, ... where it is reserved or
+    already given (to an extent, the launcher, a kernel, or a scalar or tensor before it)."""
+    scalars: dict[str, str]
+    tensors: dict[str, str]
+
+    def all(self) -> set[str]:
+        return set(self.scalars.values()) | set(self.tensors.values())
+
+
+def global_names(launcher: str, kernels: Iterable[str], dims: Iterable[str], scalars: Iterable[str],
+                 tensors: Iterable[str]) -> GlobalNames:
+    taken = set(RESERVED_NAMES) | {size_name(d) for d in dims} | {launcher, *kernels}
+    scalar_names = {s: fresh_name(s, taken) for s in scalars}
+    return GlobalNames(scalar_names, {t: fresh_name(pointer_name(t), taken) for t in tensors})
+
+
 # ---------------------------------------------------------------- pipeline
 
 
@@ -485,6 +544,24 @@ class Pipeline:
                 return t
         raise KeyError(name)
 
+    @cached_property
+    def global_names(self) -> GlobalNames:
+        return global_names(self.name, (k.name for k in self.kernels), self.sizes, self.scalars,
+                            (t.name for t in self.inputs + self.temporaries + self.outputs))
+
+    def all_names(self) -> set[str]:
+        """Every name of the pipeline: reserved, extents, functions, parameters and every kernel's
+        own; a name made for new IR must be none of them."""
+        names = set(RESERVED_NAMES) | {size_name(d) for d in self.sizes} | {self.name} | self.global_names.all()
+        for k in self.kernels:
+            names.add(k.name)
+            for s in walk_statements(k.body):
+                if isinstance(s, For):
+                    names.add(s.var)
+                elif not isinstance(s, Store):
+                    names.add(s.name)
+        return names
+
 
 def walk_statements(body):
     for s in body:
@@ -494,9 +571,12 @@ def walk_statements(body):
 
 
 def walk_texpr(e: TExpr):
-    yield e
-    for child in texpr_children(e):
-        yield from walk_texpr(child)
+    """e and every expression inside it, parents before children, left to right (any depth)."""
+    stack = [e]
+    while stack:
+        node = stack.pop()
+        yield node
+        stack.extend(reversed(texpr_children(node)))
 
 
 def texpr_children(e: TExpr) -> tuple[TExpr, ...]:
@@ -509,6 +589,19 @@ def texpr_children(e: TExpr) -> tuple[TExpr, ...]:
     if isinstance(e, Dot):
         return (e.a, e.b) + ((e.acc,) if e.acc is not None else ())
     return ()
+
+
+def with_children(e: TExpr, kids: tuple[TExpr, ...]) -> TExpr:
+    """e with its children (texpr_children's order) replaced by `kids`."""
+    if isinstance(e, (Unary, Expand, BroadcastTo, Cast, Reduce)):
+        return replace(e, x=kids[0])
+    if isinstance(e, Binary):
+        return replace(e, a=kids[0], b=kids[1])
+    if isinstance(e, Where):
+        return replace(e, cond=kids[0], a=kids[1], b=kids[2])
+    if isinstance(e, Dot):
+        return replace(e, a=kids[0], b=kids[1], acc=kids[2] if e.acc is not None else None)
+    return e
 
 
 @dataclass(frozen=True)

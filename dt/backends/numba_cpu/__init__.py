@@ -1,19 +1,16 @@
 """The `numba` backend: the scheduled IR as a standalone Python module compiled by Numba for
 the CPU, parallel over program instances.
 
-Compilation is cached on disk. Numba cannot cache functions made with `exec`, so the module is
-written to `<cache dir>/dt_<name>_<hash of the source>.py` and imported from there; its
-functions are `@njit(cache=True)`, so numba keeps their machine code in `__pycache__` beside it
-and a second process loads it instead of compiling. The cache directory is `$DT_CACHE_DIR/numba`,
-else `$XDG_CACHE_HOME/dt/numba`, else `~/.cache/dt/numba`.
+Compilation is cached on disk. Numba caches only functions defined in a file, so the module is
+written to `<cache dir>/dt_<name>_<hash of the source>.py`; its functions are
+`@njit(cache=True)`, so numba keeps their machine code in `__pycache__` beside it and a second
+process loads it instead of compiling. What runs is the source generated here, never the
+file's content: see `cache.py` for what is checked. The cache directory is
+`$DT_CACHE_DIR/numba`, else `$XDG_CACHE_HOME/dt/numba`, else `~/.cache/dt/numba`.
 """
 from __future__ import annotations
 
 import hashlib
-import importlib.util
-import os
-import sys
-import tempfile
 from pathlib import Path
 
 from dt.backends.base import BackendUnavailable, Capabilities
@@ -24,16 +21,15 @@ try:
 except ImportError as e:  # an optional dependency: the registry reports it
     raise BackendUnavailable(f"numba is not installed ({e})", "pip install 'dt[numba]'") from None
 
+from dt.backends.numba_cpu import cache  # noqa: E402
+from dt.backends.numba_cpu.cache import DTCacheWarning  # noqa: E402,F401  (re-exported)
 from dt.backends.numba_cpu.codegen import entry_name, render  # noqa: E402
 from dt.backends.numpy.runtime import BFLOAT16  # noqa: E402
 
 
 def cache_dir() -> Path:
-    root = os.environ.get("DT_CACHE_DIR")
-    if root:
-        return Path(root) / "numba"
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg) if xdg else Path.home() / ".cache") / "dt" / "numba"
+    """Where modules and their machine code are cached, when that directory passes the checks."""
+    return cache.default_dir()
 
 
 def module_path(source: str, name: str) -> Path:
@@ -44,29 +40,9 @@ def module_path(source: str, name: str) -> Path:
 
 
 def load_source(source: str, name: str):
-    """Import `source` as a module from its file in the cache, writing the file first if needed."""
+    """The module made of `source`, run once per process (thread-safe), its file in the cache."""
     path = module_path(source, name)
-    if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        # Written once, atomically: numba's cache index records the file's modification time,
-        # so a file rewritten by a concurrent process would invalidate the machine code.
-        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-        with os.fdopen(fd, "w") as f:
-            f.write(source)
-        try:
-            os.link(tmp, path)
-        except FileExistsError:
-            pass
-        finally:
-            os.unlink(tmp)
-    module_name = path.stem
-    module = sys.modules.get(module_name)
-    if module is None:
-        spec = importlib.util.spec_from_file_location(module_name, path)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[module_name] = module  # numba's cache resolves functions through their module
-        spec.loader.exec_module(module)
-    return module
+    return cache.load(source, path.parent, path.stem)
 
 
 class NumbaBackend:

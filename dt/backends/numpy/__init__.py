@@ -30,10 +30,10 @@ class NumpyInterpreter:
         def run(tensors: dict, scalars: dict, sizes: dict) -> dict:
             debugging = debug_config.current()
             if debugging is None:
-                return launcher(**launcher_args(tensors, scalars, sizes))
+                return launcher(**launcher_args(pipeline, tensors, scalars, sizes))
             if not instrumented:
                 instrumented.append(Instrumented(pipeline))
-            return instrumented[0].run(debugging, launcher_args(tensors, scalars, sizes), sizes)
+            return instrumented[0].run(debugging, launcher_args(pipeline, tensors, scalars, sizes), sizes)
 
         return run
 

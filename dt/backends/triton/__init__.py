@@ -2,6 +2,10 @@
 `@triton.jit` kernel per Kernel and a host launcher), run on CUDA tensors, or on CPU tensors
 through Triton's interpreter when TRITON_INTERPRET=1.
 
+Generating the module needs no GPU: `source` always gives the module compiled for a GPU
+(`source(pipeline, interpret=True)`, the interpreter's, only when asked). Running needs a CUDA
+GPU or the interpreter; without either, `compile` refuses with a hint.
+
 The float32 dot precision is read from DT_TRITON_F32_DOT ("ieee", the default, "tf32" or
 "tf32x3") each time a pipeline is compiled or its source generated, and written into the
 generated code as `input_precision=`.
@@ -10,12 +14,13 @@ from __future__ import annotations
 
 import math
 import os
+import sys
+import threading
 
 from dt.backends.base import BackendUnavailable, Capabilities
 from dt.backends.pysource import load_module
 from dt.backends.triton import interpreter_fix
 from dt.backends.triton.codegen import DTYPES, MAX_NUMEL, Module, render, tile_padding
-from dt.backends.triton.replay import Replays
 from dt.errors import DTBackendError, DTScheduleError
 from dt.ir import scheduled as S
 
@@ -30,21 +35,30 @@ def f32_dot_precision() -> str:
 class TritonBackend:
     name = "triton"
 
-    def __init__(self, interpret: bool):
-        self.interpret = interpret
+    def __init__(self, device: str | None):
+        """`device`: 'cuda', 'cpu' (Triton's interpreter), or None where kernels cannot run
+        (no GPU, no interpreter): the source can still be generated."""
+        self.device = device
+        self.interpret = device == "cpu"
+        mode = {"cuda": "CUDA", "cpu": "Triton interpreter on CPU tensors",
+                None: "source only: no CUDA GPU and TRITON_INTERPRET is not set"}[device]
         self.capabilities = Capabilities(
-            dtypes=frozenset(DTYPES), array="torch", devices=("cpu",) if interpret else ("cuda",),
-            notes={"f32_dot": f"input_precision from ${F32_DOT_ENV} (default ieee)",
-                   "mode": "Triton interpreter on CPU tensors" if interpret else "CUDA",
+            dtypes=frozenset(DTYPES), array="torch", devices={"cuda": ("cuda",), "cpu": ("cpu",), None: ()}[device],
+            notes={"f32_dot": f"input_precision from ${F32_DOT_ENV} (default ieee)", "mode": mode,
                    "nan": "rmax/rmin follow tl.max/tl.min, which may drop NaN on the GPU"})
 
     def module(self, pipeline: S.Pipeline) -> Module:
+        """The module `compile` runs here (the interpreter's under TRITON_INTERPRET=1)."""
         return render(pipeline, f32_dot_precision(), interpret=self.interpret)
 
-    def source(self, pipeline: S.Pipeline) -> str:
-        return self.module(pipeline).source
+    def source(self, pipeline: S.Pipeline, interpret: bool = False) -> str:
+        """The module compiled for a GPU, whatever runs here (`interpret`: the module for
+        Triton's interpreter, which has no libdevice)."""
+        return render(pipeline, f32_dot_precision(), interpret=interpret).source
 
     def compile(self, pipeline: S.Pipeline):
+        if self.device is None:
+            raise DTBackendError("the triton backend cannot run kernels here: " + NO_DEVICE, None, NO_DEVICE_HINT)
         module = self.module(pipeline)
         namespace = load_module(module.source, f"triton {pipeline.name}", {"__name__": f"dt_triton_{pipeline.name}"})
         launcher = namespace[module.function]
@@ -52,9 +66,13 @@ class TritonBackend:
         single = outputs[0] if len(outputs) == 1 else None
         to_cuda = not self.interpret
         filename = launcher.__code__.co_filename
+        if self.interpret:
+            launcher = _one_at_a_time(launcher)
         no_inputs = not module.inputs
-        replays = None if self.interpret or no_inputs else \
-            Replays(launcher, namespace, module.kernels, pipeline.name)
+        replays = None
+        if not (self.interpret or no_inputs):
+            from dt.backends.triton.replay import Replays  # imports torch: only when kernels run on a GPU
+            replays = Replays(launcher, namespace, module.kernels, pipeline.name)
         kwargs = {"device": "cuda" if to_cuda else "cpu"} if no_inputs else {}
 
         def run(tensors: dict, scalars: dict, sizes: dict) -> dict:
@@ -62,7 +80,7 @@ class TritonBackend:
             if to_cuda:
                 args = [a if a.is_cuda else a.cuda() for a in args]
             scalar_args = [scalars[s] for s in module.scalars]
-            key = Replays.key(args, tuple(sizes.items())) if replays is not None and not Replays.hooked() else None
+            key = replays.key(args, tuple(sizes.items())) if replays is not None and not replays.hooked() else None
             replay = replays.functions.get(key, _UNRECORDED) if key is not None else None
             if replay is not None and replay is not _UNRECORDED:
                 result = replay(*args, *scalar_args)
@@ -86,6 +104,16 @@ class TritonBackend:
 
 
 _UNRECORDED = object()
+# Triton's interpreter is not thread-safe: while a kernel runs it patches triton.language and
+# keeps the grid in a global builder, so two launches from different threads break each other.
+_INTERPRETER_LOCK = threading.Lock()
+
+
+def _one_at_a_time(launcher):
+    def launch(*args, **kwargs):
+        with _INTERPRETER_LOCK:
+            return launcher(*args, **kwargs)
+    return launch
 
 
 def _check_tiles(module: Module, sizes: dict):
@@ -133,17 +161,23 @@ def _raise_resource_error(e: Exception, module: Module, filename: str):
                          kernel.loc if kernel else None, hint) from e
 
 
+NO_DEVICE = "no CUDA GPU is visible to torch, and TRITON_INTERPRET is not set"
+NO_DEVICE_HINT = ("run on a machine with an NVIDIA GPU, or set TRITON_INTERPRET=1 to run the Triton code on the CPU "
+                  "through Triton's interpreter (slow); generating it (prog.source('triton'), dt compile) needs "
+                  "neither")
+
+
 def create() -> TritonBackend:
-    interpret = device() == "cpu"
-    if interpret:
+    where = device()
+    if where == "cpu":
         interpreter_fix.apply()
-    return TritonBackend(interpret)
+    return TritonBackend(where)
 
 
-def device() -> str:
-    """Where Triton kernels run here: 'cuda', or 'cpu' under Triton's interpreter
-    (TRITON_INTERPRET=1); BackendUnavailable when there is neither, or torch or triton is
-    missing."""
+def device() -> str | None:
+    """Where Triton kernels run here: 'cuda', 'cpu' under Triton's interpreter
+    (TRITON_INTERPRET=1), or None when neither (source generation only); BackendUnavailable
+    when torch or triton is missing."""
     try:
         import torch
         import triton
@@ -152,8 +186,22 @@ def device() -> str:
                                  "pip install 'dt[triton]' (installs triton and torch)") from None
     if triton.knobs.runtime.interpret:
         return "cpu"
-    if not torch.cuda.is_available():
-        raise BackendUnavailable("no CUDA GPU is visible to torch, and TRITON_INTERPRET is not set",
-                                 "run on a machine with an NVIDIA GPU, or set TRITON_INTERPRET=1 to run (and "
-                                 "generate) the Triton code on the CPU through Triton's interpreter")
-    return "cuda"
+    return "cuda" if torch.cuda.is_available() else None
+
+
+def interpret_without_gpu() -> bool:
+    """Switch Triton to its interpreter (TRITON_INTERPRET=1) when no CUDA GPU is visible and
+    TRITON_INTERPRET is not set; True when it did (`dt run` does, and says so). It must come
+    before triton is imported, which makes the @triton.jit functions of its standard library for
+    one mode or the other: once triton is imported, or without torch, it leaves things as they
+    are (and running says why it cannot)."""
+    if "TRITON_INTERPRET" in os.environ or "triton" in sys.modules:
+        return False
+    try:
+        import torch
+    except ImportError:
+        return False
+    if torch.cuda.is_available():
+        return False
+    os.environ["TRITON_INTERPRET"] = "1"
+    return True

@@ -1,0 +1,135 @@
+"""What a program call's arguments must be, checked before anything is allocated: scalars are
+real numbers, extents integers within bounds, and the tensors a call creates fit in memory."""
+from __future__ import annotations
+
+import math
+import os
+import re
+
+import numpy as np
+
+from dt.errors import DTExtentError, DTInputError, Loc
+from dt.ir import algorithm as A
+from dt.ir.check import MAX_EXTENT
+from dt.ir.tiles import value_dims
+
+DTYPE_BYTES = {"f16": 2, "bf16": 2, "f32": 4, "f64": 8}
+_REAL_DTYPE = re.compile(r"(torch\.)?(u?int|float|bfloat)\d+")  # NumPy's, ml_dtypes' and torch's names
+
+
+def scalar_value(name: str, value, loc: Loc | None) -> float:
+    """A scalar argument as the float the kernels take: Python and NumPy integers and floats,
+    0-d arrays and tensors of those, and other real numbers; nan and inf as they are. Not bools,
+    complex numbers, strings, arrays of more than one element, or integers beyond a float."""
+    what = _not_real(value)
+    if what is None:
+        try:
+            return float(value)
+        except OverflowError:
+            what = f"an integer of {int(value).bit_length()} bits, too large for a float"
+        except (TypeError, ValueError):
+            what = type(value).__name__
+    hint = "pass 1.0 or 0.0" if "bool" in what else f"pass a real number: {name}=0.5"
+    raise DTInputError(f"scalar '{name}' must be a real number, got {what}", loc, hint)
+
+
+def _not_real(value) -> str | None:
+    """Why value is not a real number, or None when it may be one."""
+    if isinstance(value, (bool, np.bool_)):
+        return "a bool"
+    if isinstance(value, (int, float)):
+        return None
+    shape, dtype = getattr(value, "shape", None), getattr(value, "dtype", None)
+    if dtype is not None:  # NumPy scalars and arrays, torch tensors
+        if shape != ():
+            return f"an array of shape {tuple(shape)}"
+        if not _REAL_DTYPE.fullmatch(str(dtype)):
+            return f"a value of dtype {dtype}"
+        return None
+    if isinstance(value, (complex, str, bytes)) or not hasattr(value, "__float__"):
+        return type(value).__name__
+    return None
+
+
+def extent_value(dim: str, value, loc: Loc | None) -> int:
+    """An extent given in sizes=: an integer (Python or NumPy, not a bool) from 1 to MAX_EXTENT."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise DTExtentError(f"sizes gives '{dim}' = {value!r}, which is not an integer", loc,
+                            f"pass an integer extent, e.g. sizes={{'{dim}': 64}}")
+    return check_extent(int(value), f"sizes gives '{dim}' =", loc)
+
+
+def check_extent(n: int, what: str, loc: Loc | None) -> int:
+    """n, an extent (`what` says whose), unless it is out of bounds."""
+    if n < 1:
+        raise DTExtentError(f"{what} {n}; extents must be at least 1", loc)
+    if n > MAX_EXTENT:
+        raise DTExtentError(f"{what} {n}; extents are at most 2**62 ({MAX_EXTENT})", loc)
+    return n
+
+
+def format_bytes(n: int) -> str:
+    for unit, size in (("TB", 10 ** 12), ("GB", 10 ** 9), ("MB", 10 ** 6), ("kB", 10 ** 3)):
+        if n >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{n} bytes"
+
+
+def check_memory(tensors: list[tuple[str, str, tuple[str, ...], str, Loc | None]], extents: dict[str, int],
+                 limit: tuple[int, str] | None):
+    """Raise unless the tensors, (what, name, dims, dtype, loc) each, fit in `limit`: (bytes, the
+    memory's name). The error names the largest and the bytes each needs."""
+    if limit is None or not tensors:
+        return
+    needs = [(math.prod(extents[d] for d in dims) * DTYPE_BYTES[dtype], what, name, dims, dtype, loc)
+             for what, name, dims, dtype, loc in tensors]
+    total = sum(n for n, *_ in needs)
+    if total <= limit[0]:
+        return
+    n, what, name, dims, dtype, loc = max(needs, key=lambda need: need[0])
+    shape = ", ".join(f"{d}={extents[d]}" for d in dims)
+    needed = f"{what} '{name}' needs {format_bytes(n)} ({shape}; {dtype})"
+    if n <= limit[0]:
+        needed += f", and with the others {format_bytes(total)}"
+    raise DTExtentError(f"{needed}: more than the {format_bytes(limit[0])} of {limit[1]}", loc,
+                        "use smaller extents, or split the work into several calls")
+
+
+def cpu_memory() -> tuple[int, str] | None:
+    """The machine's physical memory, where the system tells it."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"), "memory this machine has"
+    except (AttributeError, ValueError, OSError):  # no sysconf (Windows), or no such value
+        return None
+
+
+def gpu_memory(device) -> tuple[int, str]:
+    """The memory of CUDA device `device` (a torch device; None or a CPU one: the current GPU)."""
+    import torch
+    index = device if device is not None and device.type == "cuda" else torch.cuda.current_device()
+    return torch.cuda.get_device_properties(index).total_memory, f"memory the GPU ({device or 'cuda'}) has"
+
+
+def needed_dims(cp) -> set[str]:
+    """The dimensions whose extents a call of checked program `cp` needs."""
+    needed = set()
+    for f in cp.funcs.values():
+        needed |= set(f.dims)
+        for e in A.walk(f.expr):
+            if isinstance(e, A.Access):
+                needed |= set(e.indices)
+            elif isinstance(e, (A.Len, A.DimRef, A.Reduce)):
+                needed.add(e.dim)
+    return needed
+
+
+def reference_tensors(cp, extents: dict[str, int]) -> list[tuple[str, str, tuple[str, ...], str, Loc | None]]:
+    """The float64 arrays the reference evaluator holds at once, at most: every computed Func,
+    and the largest value it computes on the way (an operand broadcast over the dimensions of
+    an expression)."""
+    tensors = [("the reference's array of", n, f.dims, "f64", f.loc) for n, f in cp.funcs.items()]
+    values = [(n, dims, f.loc) for n, f in cp.funcs.items() for dims in value_dims(f)]
+    if values:
+        name, dims, loc = max(values, key=lambda v: math.prod(extents[d] for d in v[1]))
+        tensors.append(("a value the reference computes for", name, dims, "f64", loc))
+    return tensors

@@ -1,0 +1,279 @@
+"""Absurd sizes, deep expressions, bad calls and odd source files (issue 25, items 6-9 and 11):
+each is a DTError at the DT location that matters, before anything is allocated."""
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import dt
+from dt.cli import main
+from dt.errors import DTError, DTExtentError, DTInputError, DTNameError, DTScheduleError, DTSyntaxError
+from dt.ir.algorithm import MAX_DEPTH
+
+ROOT = Path(__file__).resolve().parents[1]
+SCALE = "Func f;\nIn A;\nVar x, y;\nf[x, y] = A[x, y] * 2;\n{}\nf.compile();\n"
+ALPHA = "Func f;\nIn A;\nSIn alpha;\nVar x;\nf[x] = A[x] * alpha;\nf.compile();\n"
+INDEX = "Func f;\nVar n;\nf[n] = n * 2;\nf.compile();\n"
+
+
+def error_at(err: DTError, line: int, col: int, *fragments: str):
+    assert err.loc is not None and (err.loc.line, err.loc.col) == (line, col), err.render()
+    for fragment in fragments:
+        assert fragment in err.render(), err.render()
+
+
+# ---------------------------------------------------------------- 6: sizes in schedules and calls
+
+
+@pytest.mark.parametrize("schedule,col,fragment", [
+    ("f.block(x:100000000000000000000000000);", 9, "a block spans at most 2147483647"),
+    ("f.tensorize(x:100000000000000000000000000);", 13, "a tile holds at most 1048576"),
+    ("f.tensorize(y:4294967296);", 13, "tile size for 'y' is 4294967296"),
+    ("f.block(x:4294967296);", 9, "block size for 'x' is 4294967296"),
+    ("f.tensorize(x:1024, y:2048);", 21, "1024 x 2048 = 2097152 elements"),
+    ("f.block(x:2048);\nf.tensorize(x:0, y:1024);", 13, "2048 x 1024 = 2097152 elements"),
+    ("f.block(x:2);\nf.map(x:x1/100000000000000000000000000, x1);", 7, "group size of 'x'"),
+    ("f.num_warps(64);", 13, "power of two up to 32"),
+    ("f.num_stages(100000000000000000000000000);", 14, "at most 2147483647"),
+])
+def test_absurd_schedule_sizes_are_refused_at_the_schedule_call(schedule, col, fragment):
+    with pytest.raises(DTScheduleError) as info:
+        dt.loads(SCALE.format(schedule), file="bad.dt")
+    error_at(info.value, 5 + schedule.count("\n"), col, fragment)
+
+
+def test_persistent_program_count_is_bounded():
+    with pytest.raises(DTScheduleError, match="from 1 to 2147483647"):
+        dt.loads(SCALE.format("f.persistent(100000000000000000000000000);"), file="bad.dt")
+
+
+def test_the_python_api_gets_the_same_schedule_checks():
+    x, y, A, f = dt.Var("x"), dt.Var("y"), dt.In("A"), dt.Func("f")
+    f[x, y] = A[x, y] * 2
+    f.tensorize(x=2 ** 20, y=2 ** 20)  # the line the error points at
+    with pytest.raises(DTScheduleError) as info:
+        dt.program(f)
+    assert info.value.loc.file == __file__ and "f.tensorize(x=2 ** 20, y=2 ** 20)" in info.value.render()
+    for bad in ({"x": 2.5}, {"x": True}, {"x": 10 ** 26}):
+        g = dt.Func("g")
+        g[x, y] = A[x, y]
+        g.block(bad)
+        with pytest.raises(DTScheduleError, match="block size for 'x'"):
+            dt.program(g)
+    h = dt.Func("h")
+    h[x, y] = A[x, y]
+    with pytest.raises(DTScheduleError, match="splits like"):
+        h.block(x=np.int64(2)).map("x:x1/abc", "x1")
+
+
+def test_no_schedule_of_the_examples_benchmarks_or_conformance_is_refused():
+    from conformance.catalogue import CATALOGUE
+    programs = [(p.read_text(), str(p)) for p in [*ROOT.glob("examples/**/*.dt"), *ROOT.glob("benchmarks/**/*.dt")]]
+    programs += [(case.source(name), f"{case.name}:{name}") for case in CATALOGUE for name in case.schedules]
+    for source, label in programs:  # checked, and with whole-extent tiles of 1000
+        prog = dt.loads(source, file=label)
+        dt.ir.tiles.check_extents(prog.checked.tiles, dict.fromkeys(prog.checked.dim_kinds, 1000))
+
+
+def test_a_whole_extent_tile_over_the_limit_is_refused_at_the_call_before_allocating():
+    prog = dt.loads("Func s;\nIn A;\nVar x;\nRVar y;\ns[x] = rsum(A[x, y], y);\ns.tensorize(y:0);\ns.compile();\n",
+                    file="bad.dt")
+    np.testing.assert_allclose(prog(A=np.ones((1, 2 ** 20), np.float32), backend="interp"), [2.0 ** 20])
+    with pytest.raises(DTScheduleError) as info:
+        prog(A=np.ones((1, 2 ** 20 + 1), np.float32), backend="interp")
+    error_at(info.value, 6, 13, "1048577 elements (y) at y=1048577", "tensorize(y:1024)")
+
+
+@pytest.mark.parametrize("value,fragment", [
+    (float("nan"), "not an integer"), (float("inf"), "not an integer"), ("5", "not an integer"),
+    (None, "not an integer"), ([5], "not an integer"), (2.5, "not an integer"), (True, "not an integer"),
+    (2 ** 63, "at most 2**62"), (0, "at least 1"),
+])
+def test_bad_sizes_are_extent_errors_at_the_dimension(value, fragment):
+    prog = dt.loads(INDEX, file="bad.dt")
+    for call in (lambda: prog(sizes={"n": value}, backend="interp"), lambda: prog.reference(sizes={"n": value})):
+        with pytest.raises(DTExtentError) as info:
+            call()
+        error_at(info.value, 2, 5, f"sizes gives 'n' = {value!r}", fragment)
+
+
+def test_numpy_integer_sizes_are_extents():
+    prog = dt.loads(INDEX, file="bad.dt")
+    np.testing.assert_array_equal(prog(sizes={"n": np.int64(4)}, backend="interp"), [0, 2, 4, 6])
+
+
+def test_the_memory_an_output_needs_is_checked_before_allocating():
+    prog = dt.loads(INDEX, file="bad.dt")
+    with pytest.raises(DTExtentError) as info:
+        prog(sizes={"n": 10 ** 12}, backend="interp")
+    error_at(info.value, 3, 1, "output 'f' needs 4.0 TB (n=1000000000000; f32)", "memory this machine has")
+    with pytest.raises(DTExtentError, match=r"'f' needs 8.0 TB \(n=1000000000000; f64\)"):
+        prog.reference(sizes={"n": 10 ** 12})
+
+
+def test_dt_run_with_a_huge_size_is_an_error_not_a_memory_error(capsys):
+    assert main(["run", str(ROOT / "examples/relu.dt"), "--size", "x=100000000000", "--size", "y=4",
+                 "--backend", "interp"]) == 2
+    assert "needs 1.6 TB (x=100000000000, y=4; f32)" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- 7: deep expressions (the parser's half)
+
+
+def test_nesting_past_the_bound_is_a_syntax_error_where_it_passes_the_bound():
+    with pytest.raises(DTSyntaxError) as info:
+        dt.loads(f"Func f;\nIn A;\nVar x;\nf[x] = {'-' * 5000}A[x];\nf.compile();\n", file="bad.dt")
+    # the (MAX_DEPTH + 1)th minus, after "f[x] = "
+    error_at(info.value, 4, 8 + MAX_DEPTH, f"nests 5001 levels deep; dt takes at most {MAX_DEPTH}")
+
+
+def test_nesting_past_the_bound_in_python_is_refused_at_the_definition():
+    x, A, f = dt.Var("x"), dt.In("A"), dt.Func("f")
+    e = A[x]
+    for _ in range(MAX_DEPTH + 10):
+        e = -e
+    f[x] = e  # the line the error points at
+    with pytest.raises(DTSyntaxError) as info:
+        dt.program(f)
+    assert info.value.loc.file == __file__ and "f[x] = e" in info.value.render()
+
+
+def test_inlining_past_the_bound_is_refused_at_the_inline():
+    terms = " + ".join(["A[x]"] * 600)
+    with pytest.raises(DTScheduleError) as info:
+        dt.loads(f"Func f, g;\nIn A;\nVar x;\nf[x] = {terms};\ng[x] = f[x] * 2 + {terms};\nf.inline();\n"
+                 "g.compile();\n", file="bad.dt")
+    error_at(info.value, 6, 1, "'g' with 'f' inlined nests 1201 expressions deep")
+
+
+def test_a_1000_term_sum_parses_checks_and_evaluates():
+    source = f"Func f;\nIn A;\nVar x;\nf[x] = {' + '.join(['A[x]'] * 1000)};\nf.compile();\n"
+    prog = dt.loads(source, file="sum.dt")
+    a = np.arange(3, dtype=np.float32)
+    np.testing.assert_allclose(prog.reference(A=a), 1000 * a)
+    np.testing.assert_allclose(prog(A=a, backend="interp"), 1000 * a)
+
+
+# ---------------------------------------------------------------- 8: bad calls
+
+
+@pytest.mark.parametrize("good,bad,fragment", [
+    (2, 10 ** 400, "an integer of 1329 bits, too large for a float"),
+    (0.5, 1j, "got complex"),
+    (0.5, "abc", "got str"),
+    (np.float64(0.5), np.complex128(1j), "dtype complex128"),
+    (np.array(0.5), np.array("abc"), "dtype <U3"),
+    (np.array(0.5), np.array(1j), "dtype complex128"),
+    (np.array(0.5), np.array([0.5, 1.5]), "an array of shape (2,)"),
+    (1, True, "a bool"),
+    (0.5, None, "got NoneType"),
+])
+def test_scalars_are_checked_on_every_call(good, bad, fragment):
+    prog = dt.loads(ALPHA, file="bad.dt")
+    a = np.ones(3, np.float32)
+    np.testing.assert_allclose(prog(A=a, alpha=good, backend="interp"), a * float(good))
+    with pytest.raises(DTInputError) as info:
+        prog(A=a, alpha=bad, backend="interp")
+    error_at(info.value, 3, 5, "scalar 'alpha' must be a real number", fragment)
+
+
+def test_nan_and_inf_scalars_pass_through_and_the_plan_is_reused():
+    prog = dt.loads(ALPHA, file="bad.dt")
+    a = np.ones(2, np.float32)
+    assert np.isnan(prog(A=a, alpha=float("nan"), backend="interp")).all()
+    np.testing.assert_array_equal(prog(A=a, alpha=float("-inf"), backend="interp"), [-np.inf, -np.inf])
+    np.testing.assert_array_equal(prog(A=a, alpha=3.0, backend="interp"), [3.0, 3.0])
+    assert len(prog._plans) == 1
+
+
+def test_positional_arguments_are_an_input_error_naming_the_inputs():
+    prog = dt.loads(ALPHA, file="bad.dt")
+    for call in (prog, prog.reference):
+        with pytest.raises(DTInputError, match="takes its inputs by name") as info:
+            call(np.ones(3, np.float32))
+        assert "A=..., alpha=..." in info.value.hint
+
+
+@pytest.mark.parametrize("declaration", ["In backend;", "SIn sizes;"])
+def test_inputs_named_like_call_keywords_are_refused_at_the_declaration(declaration):
+    name = declaration.split()[1][:-1]
+    use = f"{name}[x]" if declaration.startswith("In") else name
+    with pytest.raises(DTNameError) as info:
+        dt.loads(f"Func f;\nIn A;\n{declaration}\nVar x;\nf[x] = A[x] + {use};\nf.compile();\n", file="bad.dt")
+    error_at(info.value, 3, len(declaration.split()[0]) + 2, f"an input cannot be named '{name}'", f"{name}_")
+    with pytest.raises(DTNameError):
+        x, f = dt.Var("x"), dt.Func("f")
+        f[x] = dt.In(name)[x] if declaration.startswith("In") else dt.SIn(name) * 1.0
+        dt.program(f)
+
+
+def test_an_input_named_self_can_be_passed():
+    prog = dt.loads("Func f;\nIn self;\nVar x;\nf[x] = self[x] + 1;\nf.compile();\n")
+    np.testing.assert_array_equal(prog(self=np.zeros(2, np.float32), backend="interp"), [1.0, 1.0])
+
+
+# ---------------------------------------------------------------- 9: source files
+
+
+def test_loading_a_directory_or_a_missing_file_is_a_dt_error(tmp_path):
+    for path, fragment in ((tmp_path, "Is a directory"), (tmp_path / "none.dt", "No such file")):
+        with pytest.raises(DTError, match=fragment) as info:
+            dt.load(path)
+        assert str(path) in info.value.message
+
+
+def test_a_file_that_is_not_utf8_is_a_syntax_error_at_the_byte(tmp_path):
+    path = tmp_path / "latin1.dt"
+    path.write_bytes("Func f;\r\nIn A;\r\n# café\r\n".encode("latin-1"))
+    with pytest.raises(DTSyntaxError) as info:
+        dt.load(path)
+    assert (info.value.loc.line, info.value.loc.col) == (3, 6), info.value.render()
+    assert "not UTF-8" in info.value.message and str(path) in info.value.message
+
+
+def test_a_byte_order_mark_is_accepted(tmp_path):
+    path = tmp_path / "bom.dt"
+    path.write_bytes(b"\xef\xbb\xbf" + ALPHA.encode())
+    for prog in (dt.load(path), dt.loads("\ufeff" + ALPHA)):
+        np.testing.assert_array_equal(prog(A=np.ones(2, np.float32), alpha=2.0, backend="interp"), [2.0, 2.0])
+    with pytest.raises(DTSyntaxError) as info:  # columns of the first line count from after the mark
+        dt.loads("\ufeffFunc f @;", file="bad.dt")
+    error_at(info.value, 1, 8)
+
+
+@pytest.mark.parametrize("text", [
+    "# a \f comment\n", "# a \u2028 comment\n", "# a \x85 comment\n", "# a \x0b comment\n", "# a \x1c comment\n",
+    "# a \u2029 comment\n", "# a comment\r\n", "# a comment\r", "Func\fg;\n",
+])
+def test_lines_are_numbered_alike_in_the_error_and_its_excerpt(text):
+    source = f"{text}Func f;\nIn A;\nVar x;\nf[x] = A[x] + B[x];\nf.compile();\n"
+    with pytest.raises(DTNameError) as info:
+        dt.loads(source, file="bad.dt")
+    error_at(info.value, 5, 15, "unknown name 'B'")
+    assert info.value.render().splitlines()[1:3] == ["    f[x] = A[x] + B[x];", "                  ^^^^"]
+
+
+def test_the_excerpt_shows_one_column_per_character():
+    with pytest.raises(DTNameError) as info:
+        dt.loads("Func f;\nIn A;\nVar x;\nf[x] =\tA[x]\f+ B[x];\nf.compile();\n", file="bad.dt")
+    excerpt, caret = info.value.render().splitlines()[1:3]
+    assert excerpt == "    f[x] = A[x] + B[x];" and caret.index("^") == excerpt.index("B")
+
+
+# ---------------------------------------------------------------- 11: `**`
+
+
+@pytest.mark.parametrize("expr", ["-A[x] ** 2", "A[x] ** -1", "2 ** A[x] ** 2", "3 * A[x] ** 2 / 2",
+                                  "(A[x] + 1) ** 0.5"])
+def test_power_operator_binds_as_in_python(expr):
+    prog = dt.loads(f"Func f;\nIn A;\nVar x;\nf[x] = {expr};\nf.compile();\n")
+    a = np.array([0.5, 1.0, 1.5])
+    want = eval(expr.replace("A[x]", "a"))
+    np.testing.assert_allclose(prog.reference(A=a), want)
+    np.testing.assert_allclose(prog(A=a.astype(np.float32), backend="interp"), want, rtol=1e-6)
+
+
+def test_power_operator_in_python():
+    x, A, f = dt.Var("x"), dt.In("A"), dt.Func("f")
+    f[x] = A[x] ** 2 + 2 ** A[x]
+    np.testing.assert_allclose(dt.program(f)(A=np.array([1.0, 3.0], np.float32), backend="interp"), [3.0, 17.0])
