@@ -9,7 +9,6 @@ import re
 import numpy as np
 
 from dt.errors import DTExtentError, DTInputError, Loc
-from dt.ir import algorithm as A
 from dt.ir.check import MAX_EXTENT
 from dt.ir.tiles import value_dims
 
@@ -51,12 +50,13 @@ def _not_real(value) -> str | None:
     return None
 
 
-def extent_value(dim: str, value, loc: Loc | None) -> int:
-    """An extent given in sizes=: an integer (Python or NumPy, not a bool) from 1 to MAX_EXTENT."""
+def extent_value(dim: str, value, loc: Loc | None, argument: str = "sizes") -> int:
+    """An extent given in the dict `argument` (sizes= of a call): an integer (Python or NumPy,
+    not a bool) from 1 to MAX_EXTENT."""
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
-        raise DTExtentError(f"sizes gives '{dim}' = {value!r}, which is not an integer", loc,
-                            f"pass an integer extent, e.g. sizes={{'{dim}': 64}}")
-    return check_extent(int(value), f"sizes gives '{dim}' =", loc)
+        raise DTExtentError(f"{argument} gives '{dim}' = {value!r}, which is not an integer", loc,
+                            f"pass an integer extent, e.g. {argument}={{'{dim}': 64}}")
+    return check_extent(int(value), f"{argument} gives '{dim}' =", loc)
 
 
 def check_extent(n: int, what: str, loc: Loc | None) -> int:
@@ -108,19 +108,6 @@ def gpu_memory(device) -> tuple[int, str]:
     import torch
     index = device if device is not None and device.type == "cuda" else torch.cuda.current_device()
     return torch.cuda.get_device_properties(index).total_memory, f"memory the GPU ({device or 'cuda'}) has"
-
-
-def needed_dims(cp) -> set[str]:
-    """The dimensions whose extents a call of checked program `cp` needs."""
-    needed = set()
-    for f in cp.funcs.values():
-        needed |= set(f.dims)
-        for e in A.walk(f.expr):
-            if isinstance(e, A.Access):
-                needed |= set(e.indices)
-            elif isinstance(e, (A.Len, A.DimRef, A.Reduce)):
-                needed.add(e.dim)
-    return needed
 
 
 def reference_tensors(cp, extents: dict[str, int]) -> list[tuple[str, str, tuple[str, ...], str, Loc | None]]:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import statistics
 import sys
@@ -40,21 +41,24 @@ def _scalars(pairs: list[str]) -> dict[str, float]:
 
 
 def _tolerance(text: str) -> float:
-    value = float(text)
-    if not value >= 0:  # also refuses nan
-        raise argparse.ArgumentTypeError(f"a tolerance is a number >= 0, got {text!r}")
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value >= 0):
+        raise argparse.ArgumentTypeError(f"a finite number >= 0, got {text!r}")
     return value
 
 
-def _needed_dims(prog) -> list[str]:
-    from dt.ir import algorithm as A
-    dims: list[str] = []
-    for f in prog.checked.funcs.values():
-        for d in list(f.dims) + [e.dim for e in A.walk(f.expr) if isinstance(e, (A.Len, A.DimRef, A.Reduce))] + \
-                [d for e in A.walk(f.expr) if isinstance(e, A.Access) for d in e.indices]:
-            if d not in dims:
-                dims.append(d)
-    return dims
+def _count(text: str) -> int:
+    """A seed or a number of runs: an integer >= 0 (NumPy refuses negative seeds)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"an integer >= 0, got {text!r}")
+    return value
 
 
 # ---------------------------------------------------------------- inputs from files
@@ -160,7 +164,7 @@ def cmd_run(args) -> int:
     if twice:
         raise UsageError(f"{', '.join(twice)} given both by --scalar and by {origin[twice[0]]}")
     sizes = _extents_from_files(prog, given, origin, _sizes(args.size))
-    missing = [d for d in _needed_dims(prog) if d not in sizes]
+    missing = [d for d in prog.checked.needed_dims if d not in sizes]
     if missing:
         print(f"dt: give the extent of every dimension: missing {' '.join(f'--size {d}=N' for d in missing)}",
               file=sys.stderr)
@@ -311,12 +315,13 @@ def build_parser() -> argparse.ArgumentParser:
                      help="dtype of the random inputs (default: that of the inputs read from files, else f32)")
     run.add_argument("--backend", help="interp, numba, triton, ... (default: $DT_BACKEND, else the default); "
                                        "triton without a GPU runs under Triton's interpreter")
-    run.add_argument("--input", action="append", metavar="NAME=FILE.npy", help="an input read from a .npy file (repeat)")
+    run.add_argument("--input", action="append", metavar="NAME=FILE.npy",
+                     help="an input read from a .npy file (repeat)")
     run.add_argument("--inputs", action="append", metavar="FILE.npz",
                      help="inputs (and scalars) read from a .npz file, each under its name (repeat)")
     run.add_argument("--scalar", action="append", metavar="NAME=VALUE", help="value of a scalar input")
-    run.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
-    run.add_argument("--repeat", type=int, default=3, help="timed runs after the first call")
+    run.add_argument("--seed", type=_count, default=0, help="seed of the random inputs (an integer >= 0)")
+    run.add_argument("--repeat", type=_count, default=3, help="timed runs after the first call")
     run.add_argument("--rtol", type=_tolerance, help="relative tolerance (default: the output dtype's)")
     run.add_argument("--atol", type=_tolerance,
                      help="absolute tolerance, as a fraction of max|reference| (default: the output dtype's)")

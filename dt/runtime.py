@@ -11,12 +11,12 @@ import numpy as np
 from dt import backends, call_checks, env
 from dt.backends.numpy.runtime import BFLOAT16
 from dt.debug import config as debug_config
-from dt.errors import DTError, DTExtentError, DTInputError, DTSyntaxError, Loc, user_facing
+from dt.errors import DTExtentError, DTInputError, DTSyntaxError, Loc, user_facing
 from dt.ir import algorithm as A
 from dt.ir import reference, tiles
 from dt.ir.check import check
-from dt.ir.lower import lower
-from dt.ir.scheduled import RESERVED_NAMES, Pipeline, size_name
+from dt.ir.lower import DTYPES, lower
+from dt.ir.scheduled import Pipeline, size_name
 
 DEFAULT_BACKEND_ORDER = ("numba", "interp")  # for CPU arrays, the first that loads
 DTYPE_NAMES = {np.dtype(np.float32): "f32", np.dtype(np.float16): "f16", np.dtype(np.float64): "f64"}
@@ -87,9 +87,9 @@ class Program:
                 signature.append((k, type(v)))
             else:
                 return None
-        if sizes and not (isinstance(sizes, dict) and all(type(n) is int or isinstance(n, np.integer)
-                                                          for n in sizes.values())):
-            return None  # not a key: True == 1 and 4.0 == 4, but neither is an extent (_plan refuses them)
+        if sizes is not None and not (isinstance(sizes, dict) and
+                                      all(type(n) is int or isinstance(n, np.integer) for n in sizes.values())):
+            return None  # not a key: [] is not {}, True == 1 and 4.0 == 4, but none is sizes (_plan refuses them)
         return (name, debug_config.current() is not None, tuple(sizes.items()) if sizes else None,
                 tuple(signature))
 
@@ -97,15 +97,12 @@ class Program:
         """Bind and check one call's signature, compile for it, and return the function that runs
         every later call with the same signature."""
         b = self._bind(args, sizes)
-        tiles.check_extents(self.checked.tiles, b.extents)
         backend_obj = backends.get(name or resolve_backend(None, b.torch_device))
         debug_config.warn_if_ignored(backend_obj.name, self.name)
         pipeline = self.pipeline(b.dtypes)
         on_gpu = "cuda" in backend_obj.capabilities.devices
-        created = [(t.role, t.name, t.dims, t.dtype, self.checked.funcs[t.name].loc)
-                   for t in pipeline.outputs + pipeline.temporaries]
-        call_checks.check_memory(created, b.extents,
-                                 call_checks.gpu_memory(b.torch_device) if on_gpu else call_checks.cpu_memory())
+        self._check_fits(pipeline.outputs + pipeline.temporaries, b.extents,
+                         call_checks.gpu_memory(b.torch_device) if on_gpu else call_checks.cpu_memory())
         key = (backend_obj.name, tuple(sorted(b.dtypes.items())))
         compiled = self._compiled.get(key)
         if compiled is None:
@@ -152,7 +149,10 @@ class Program:
     @user_facing
     def pipeline(self, dtypes: dict[str, str] | str = "f32") -> Pipeline:
         """The scheduled IR for these input dtypes (one dtype name applies to every input)."""
-        if isinstance(dtypes, str):
+        for dtype in dtypes.values() if isinstance(dtypes, dict) else (dtypes,):
+            if not (isinstance(dtype, str) and dtype in DTYPES):
+                raise DTInputError(f"dtype {dtype!r} is not one dt supports", None, f"use one of {', '.join(DTYPES)}")
+        if not isinstance(dtypes, dict):
             dtypes = {n: dtypes for n in self.inputs}
         key = tuple(sorted(dtypes.items()))
         if key not in self._pipelines:
@@ -166,22 +166,22 @@ class Program:
 
     @user_facing
     def check_extents(self, extents: dict, dtype: str = "f32"):
-        """Check extents (dimension name -> extent) as a call with them would, before anything is
-        made: each an integer in bounds, every tile within its limit, and the inputs of `dtype`
-        (NumPy arrays) with the outputs and temporaries a call creates within the machine's
-        memory. For code that makes a program's inputs, such as dt.testing.random_inputs."""
-        checked = {}
-        for dim, n in extents.items():
-            decl = self.ast.decl(dim)
-            checked[dim] = call_checks.extent_value(dim, n, decl.loc if decl else None)
-        if not call_checks.needed_dims(self.checked) <= set(checked):
-            return  # the caller reports what is missing
-        tiles.check_extents(self.checked.tiles, checked)
+        """Check extents (a dict: dimension name -> extent) as a call with them would, before
+        anything is made: every dimension the program needs is given and only its dimensions, each
+        extent an integer in bounds, every tile within its limit, and the inputs of `dtype` (NumPy
+        arrays) with the outputs and temporaries a call creates within the machine's memory. For
+        code that makes a program's inputs, such as dt.testing.random_inputs."""
+        checked = self._extents({}, extents, "extents")
         pipeline = self.pipeline(dtype)
-        tensors = [(t.role, t.name, t.dims, t.dtype,
-                    self._first_access(t.name) if t.role == "input" else self.checked.funcs[t.name].loc)
-                   for t in pipeline.inputs + pipeline.outputs + pipeline.temporaries]
-        call_checks.check_memory(tensors, checked, call_checks.cpu_memory())
+        self._check_fits(pipeline.inputs + pipeline.outputs + pipeline.temporaries, checked, call_checks.cpu_memory())
+
+    def _check_fits(self, tensors, extents: dict[str, int], limit: tuple[int, str] | None):
+        """Raise unless, at these extents, every tile is within its limit and `tensors` (the
+        pipeline's TensorSpecs) fit in `limit`, the memory they are made in."""
+        tiles.check_extents(self.checked.tiles, extents)
+        call_checks.check_memory([(t.role, t.name, t.dims, t.dtype,
+                                   self._first_access(t.name) if t.role == "input" else self.checked.funcs[t.name].loc)
+                                  for t in tensors], extents, limit)
 
     def _check_capabilities(self, backend_obj, pipeline: Pipeline):
         caps = backend_obj.capabilities
@@ -247,11 +247,33 @@ class Program:
         if len(devices) > 1:
             raise DTInputError(f"inputs are on different devices ({', '.join(sorted(devices))})", None,
                                "move every tensor to one device")
-        return _Binding(arrays, scalars, self._extents(arrays, sizes or {}), dtypes, device)
+        return _Binding(arrays, scalars, self._extents(arrays, {} if sizes is None else sizes), dtypes, device)
 
-    def _extents(self, arrays, sizes) -> dict[str, int]:
+    def _extents(self, arrays: dict, sizes, argument: str = "sizes") -> dict[str, int]:
+        """The extent of every dimension the program needs, each checked: from the shapes of
+        `arrays` (every input, or none) and from `sizes`, the dict passed as `argument`."""
+        from_arrays = self._array_extents(arrays)
+        result = {d: n for d, (n, _, _) in from_arrays.items()}
+        for dim, n in self._given_extents(sizes, argument).items():
+            if dim in from_arrays and from_arrays[dim][0] != n:
+                _, source, loc = from_arrays[dim]
+                raise DTExtentError(f"{argument} gives {dim} = {n}, but {source} has {result[dim]}", loc,
+                                    f"drop it from {argument} or pass matching tensors")
+            result[dim] = n
+        missing = [d for d in self.checked.needed_dims if d not in result]
+        if missing:
+            raise DTExtentError(f"no extent given for {', '.join(repr(m) for m in missing)}", None,
+                                f"pass {argument}={{{', '.join(repr(m) + ': ...' for m in missing)}}}")
+        for d, (n, _, loc) in from_arrays.items():
+            call_checks.check_extent(n, f"the extent of '{d}' is", loc)
+        return result
+
+    def _array_extents(self, arrays: dict) -> dict[str, tuple[int, str, Loc | None]]:
+        """dimension -> (extent, which axis of which input gave it, where that input is indexed)."""
         extents: dict[str, tuple[int, str, Loc | None]] = {}
         for access in self._accesses:
+            if access.name not in arrays:
+                continue
             shape = tuple(arrays[access.name].shape)
             if len(shape) != len(access.indices):
                 raise DTExtentError(f"'{access.name}' is indexed with {len(access.indices)} dimension(s) "
@@ -265,27 +287,21 @@ class Program:
                                         f"{source}", access.loc, "pass tensors whose shapes agree on every dimension",
                                         ((f"{dim} = {have} from {where}", first),))
                 extents.setdefault(dim, (n, source, access.loc))
-        result = {d: v[0] for d, v in extents.items()}
+        return extents
+
+    def _given_extents(self, sizes, argument: str) -> dict[str, int]:
+        """The extents in `sizes`, the dict passed as `argument`: names of dimensions, integer extents."""
         if not isinstance(sizes, dict):
-            raise DTExtentError(f"sizes must be a dict of extents by dimension name, got {type(sizes).__name__}",
-                                None, "e.g. sizes={'n': 64}")
+            raise DTExtentError(f"{argument} must be a dict of extents by dimension name, got {type(sizes).__name__}",
+                                None, f"e.g. {argument}={{'n': 64}}")
+        given = {}
         for dim, n in sizes.items():
             if dim not in self.checked.dim_kinds:
-                raise DTExtentError(f"sizes names {dim!r}, which is not a dimension of {self.name}", None,
+                raise DTExtentError(f"{argument} names {dim!r}, which is not a dimension of {self.name}", None,
                                     f"its dimensions: {', '.join(self.checked.dim_kinds)}")
             decl = self.ast.decl(dim)
-            n = call_checks.extent_value(dim, n, decl.loc if decl else None)
-            if dim in result and result[dim] != n:
-                raise DTExtentError(f"sizes gives {dim} = {n}, but {extents[dim][1]} has {result[dim]}",
-                                    extents[dim][2], "drop it from sizes or pass matching tensors")
-            result[dim] = n
-        missing = sorted(call_checks.needed_dims(self.checked) - set(result))
-        if missing:
-            raise DTExtentError(f"no input gives the extent of {', '.join(repr(m) for m in missing)}", None,
-                                f"pass it at call time: sizes={{{', '.join(repr(m) + ': ...' for m in missing)}}}")
-        for d, n in result.items():
-            call_checks.check_extent(n, f"the extent of '{d}' is", extents[d][2] if d in extents else None)
-        return result
+            given[dim] = call_checks.extent_value(dim, n, decl.loc if decl else None, argument)
+        return given
 
 
 def resolve_backend(name: str | None, torch_device=None) -> str:
@@ -337,7 +353,7 @@ def load(path: str | os.PathLike) -> Program:
     """Parse and check a .dt file (UTF-8 text)."""
     from dt.frontend.parser import parse
     path = Path(path)
-    return Program(parse(_read_source(path), str(path), _identifier(path.stem)))
+    return Program(parse(_read_source(path), str(path), path.stem))
 
 
 def _read_source(path: Path) -> str:
@@ -345,7 +361,7 @@ def _read_source(path: Path) -> str:
         data = path.read_bytes()
     except OSError as e:
         hint = "dt.load takes a .dt file" if isinstance(e, IsADirectoryError) else None
-        raise DTError(f"cannot read {str(path)!r}: {e.strerror or e}", None, hint) from None
+        raise DTInputError(f"cannot read {str(path)!r}: {e.strerror or e}", None, hint) from None
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:
@@ -363,15 +379,4 @@ def _read_source(path: Path) -> str:
 def loads(source: str, name: str = "program", file: str = "<string>") -> Program:
     """Parse and check DT source text."""
     from dt.frontend.parser import parse
-    return Program(parse(source, file, _identifier(name)))
-
-
-def _identifier(name: str) -> str:
-    """A program name usable as a Python name in generated code, shadowing nothing it calls
-    (a program called `min` or `np` must not hide the builtin or the module)."""
-    name = "".join(c if c.isalnum() or c == "_" else "_" for c in name)
-    if not name.isidentifier():
-        name = f"dt_{name}"
-    if name in RESERVED_NAMES:
-        name = f"{name}_program"
-    return name
+    return Program(parse(source, file, name))

@@ -1,11 +1,13 @@
 """Absurd sizes, deep expressions, bad calls and odd source files (issue 25, items 6-9 and 11):
 each is a DTError at the DT location that matters, before anything is allocated."""
+import threading
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 import dt
+from dt import backends
 from dt.cli import main
 from dt.errors import DTError, DTExtentError, DTInputError, DTNameError, DTScheduleError, DTSyntaxError
 from dt.ir.algorithm import MAX_DEPTH
@@ -277,3 +279,136 @@ def test_power_operator_in_python():
     x, A, f = dt.Var("x"), dt.In("A"), dt.Func("f")
     f[x] = A[x] ** 2 + 2 ** A[x]
     np.testing.assert_allclose(dt.program(f)(A=np.array([1.0, 3.0], np.float32), backend="interp"), [3.0, 17.0])
+
+
+# ---------------------------------------------------------------- review of issue 25: one path for extents
+
+NEEDS = "Func f;\nIn A;\nVar x, y, z;\nRVar k;\nf[x] = rsum(A[x, k], k) * len(y) + len(z);\nf.compile();\n"
+
+
+def test_lowering_calls_and_dt_run_need_the_same_dimensions(tmp_path, capsys):
+    prog = dt.loads(NEEDS, file="needs.dt")
+    assert prog.checked.needed_dims == ("x", "k", "y", "z")  # in the order the program first uses them
+    assert prog.pipeline().sizes == ("x", "y", "z", "k")  # those, in declaration order
+    with pytest.raises(DTExtentError) as info:
+        prog(A=np.ones((2, 3), np.float32), backend="interp")
+    assert "'y', 'z'" in info.value.message and "sizes={'y': ..., 'z': ...}" in info.value.hint
+    path = tmp_path / "needs.dt"
+    path.write_text(NEEDS)
+    assert main(["run", str(path), "--size", "x=2", "--backend", "interp"]) == 2
+    assert "missing --size k=N --size y=N --size z=N" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("extents,fragments", [
+    ([("x", 4)], ("extents must be a dict of extents by dimension name, got list",)),
+    ({"x": 4, "y": 5, "q": 0}, ("extents names 'q', which is not a dimension of program", "x, y")),
+    ({"x": 4}, ("no extent given for 'y'", "extents={'y': ...}")),
+    ({"x": 4, "y": 0}, ("extents gives 'y' = 0", "at least 1")),
+    ({"x": 4, "y": "5"}, ("extents gives 'y' = '5', which is not an integer",)),
+])
+def test_check_extents_and_random_inputs_report_bad_extents(extents, fragments):
+    from dt.testing import random_inputs
+    prog = dt.loads(SCALE.format(""), file="bad.dt")
+    for call in (lambda: prog.check_extents(extents), lambda: random_inputs(prog, extents)):
+        with pytest.raises(DTExtentError) as info:
+            call()
+        for fragment in fragments:
+            assert fragment in info.value.render(), info.value.render()
+
+
+def test_sizes_of_a_call_must_be_a_dict_even_when_empty():
+    prog = dt.loads(SCALE.format(""), file="bad.dt")
+    a = np.ones((2, 3), np.float32)
+    np.testing.assert_array_equal(prog(A=a, sizes={}, backend="interp"), 2 * a)
+    for sizes in ([], 0, ""):
+        with pytest.raises(DTExtentError, match="sizes must be a dict of extents by dimension name"):
+            prog(A=a, sizes=sizes, backend="interp")
+
+
+def test_check_extents_names_the_dtypes_dt_supports():
+    prog = dt.loads(SCALE.format(""), file="bad.dt")
+    for dtype in ("i8", "float32", None):
+        with pytest.raises(DTInputError) as info:
+            prog.check_extents({"x": 4, "y": 5}, dtype)
+        assert f"dtype {dtype!r} is not one dt supports" in info.value.message
+        assert info.value.hint == "use one of f32, f16, bf16, f64"
+    no_inputs = dt.loads(INDEX, file="bad.dt")
+    with pytest.raises(DTInputError, match="dtype 'i8'"):
+        no_inputs.check_extents({"n": 4}, "i8")
+    with pytest.raises(DTInputError, match="dtype 'i8'"):
+        prog.source("interp", "i8")
+    prog.check_extents({"x": 4, "y": 5}, "bf16")
+
+
+def test_check_extents_counts_the_inputs_a_call_is_given():
+    prog = dt.loads(SCALE.format(""), file="bad.dt")
+    with pytest.raises(DTExtentError) as info:
+        prog.check_extents({"x": 10 ** 7, "y": 10 ** 7}, "f64")
+    error_at(info.value, 4, 11, "input 'A' needs 800.0 TB (x=10000000, y=10000000; f64)")
+
+
+# ---------------------------------------------------------------- review of issue 25: smaller items
+
+
+class _Index:
+    """An integer type of another library: it has __index__, and is not an int."""
+
+    def __init__(self, n):
+        self.n = n
+
+    def __index__(self):
+        return self.n
+
+    def __repr__(self):
+        return f"_Index({self.n})"
+
+
+def test_schedule_sizes_take_any_integer_type_but_not_bools():
+    x, A = dt.Var("x"), dt.In("A")
+    f = dt.Func("f")
+    f[x] = A[x] * 2
+    f.block(x=_Index(2))
+    np.testing.assert_array_equal(dt.program(f)(A=np.ones(3, np.float32), backend="interp"), [2.0, 2.0, 2.0])
+    for bad in (np.True_, True, 2.0):
+        g = dt.Func("g")
+        g[x] = A[x] * 2
+        g.block(x=bad)
+        with pytest.raises(DTScheduleError, match="block size for 'x' must be an integer"):
+            dt.program(g)
+
+
+def test_a_file_that_cannot_be_read_is_an_input_error(tmp_path):
+    for path in (tmp_path, tmp_path / "none.dt"):
+        with pytest.raises(DTInputError):
+            dt.load(path)
+
+
+def test_threads_first_getting_a_backend_share_one_instance(tmp_path, monkeypatch):
+    """Eight threads asking for a backend no thread has loaded yet: its factory runs once."""
+    (tmp_path / "slow_backend.py").write_text(
+        "import time\nfrom dt import backends\nbuilt = []\n\n"
+        "def create():\n    time.sleep(0.2)  # widens the window in which the other threads arrive\n"
+        "    built.append(backends.get('interp'))  # a factory may ask for another backend\n"
+        "    return type('Slow', (), {'name': 'slow'})()\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setitem(backends._BUILTIN, "slow", "slow_backend:create")
+    start, got, errors = threading.Barrier(8), [], []
+
+    def first_get():
+        start.wait()
+        try:
+            got.append(backends.get("slow"))
+        except Exception as e:  # collected: an exception in a thread would not fail the test
+            errors.append(f"{type(e).__name__}: {e}")
+
+    threads = [threading.Thread(target=first_get) for _ in range(8)]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        backends._loaded.pop("slow", None)
+    import slow_backend
+    assert errors == [] and len(slow_backend.built) == 1
+    assert len(got) == 8 and all(b is got[0] for b in got)

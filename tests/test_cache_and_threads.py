@@ -5,7 +5,10 @@ all succeed.
   that differs from it (planted, truncated) is rewritten; a planted `.pyc` is never used.
 - The cache directory and its `__pycache__` are created private and checked before use; one
   another user could write to (or a symbolic link) is refused with a DTCacheWarning, and the
-  program runs from a private temporary directory.
+  program runs from a private temporary directory. So is one below a directory another user
+  could rename it in (symbolic links on the way followed); a sticky one (/tmp) is fine.
+- Long program and function names fit in file names; a module that cannot be written even in
+  the temporary directory is a DTBackendError, and the warning's advice fits the error.
 - A corrupted Numba index or data file is compiled again and rewritten, never fatal.
 - Threads calling one Program for the first time, on every backend, and processes compiling
   one program into one fresh cache directory, all get the right answer.
@@ -15,20 +18,25 @@ process stands in for the one under test, and a fresh DT_CACHE_DIR.
 """
 from __future__ import annotations
 
+import errno
 import importlib.util
+import inspect
 import json
 import os
 import py_compile
 import stat
 import subprocess
 import sys
+import textwrap
 import threading
+import warnings
 
 import numpy as np
 import pytest
 
 import dt
 from dt import backends
+from dt.errors import DTBackendError
 
 RELU = """Func relu_out;
 In A;
@@ -124,10 +132,41 @@ def _refused(prog, directory, reason: str):
     with pytest.warns(DTCacheWarning) as caught:
         out = prog(A=INPUT, backend="numba")
     assert np.array_equal(out, EXPECTED)
-    text = next(str(w.message) for w in caught if issubclass(w.category, DTCacheWarning))
+    warning = next(w for w in caught if issubclass(w.category, DTCacheWarning))
+    text = str(warning.message)
     assert str(directory) in text and reason in text and "temporary directory" in text, text
     assert "To fix" in text, text
+    assert text.startswith("the Numba cache directory"), text  # the CLI adds `dt: warning: `
+    assert warning.filename == __file__  # the user's call, not a line inside dt
     return text
+
+
+def _accepted(prog, directory):
+    """Call `prog` expecting no DTCacheWarning and its module in `directory`."""
+    from dt.backends.numba_cpu import DTCacheWarning
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DTCacheWarning)
+        assert np.array_equal(prog(A=INPUT, backend="numba"), EXPECTED)
+    assert (directory / _module_path(prog).name).exists()
+
+
+def _owned_by_another_user(monkeypatch, path, uid=12345):
+    """Give `path` (a directory or a symbolic link) to user `uid`: really as root, else by
+    making os.lstat and os.stat say so."""
+    if os.geteuid() == 0:
+        os.lchown(path, uid, uid)
+        return
+    for name in ("lstat", "stat"):
+        real = getattr(os, name)
+
+        def fake(p, *args, real=real, **kwargs):
+            st = real(p, *args, **kwargs)
+            if os.fspath(p) != str(path):
+                return st
+            return os.stat_result((st.st_mode, st.st_ino, st.st_dev, st.st_nlink, uid, uid, st.st_size,
+                                   int(st.st_atime), int(st.st_mtime), int(st.st_ctime)))
+
+        monkeypatch.setattr(os, name, fake)
 
 
 @needs_numba
@@ -145,13 +184,8 @@ def test_a_directory_others_can_write_is_refused(cache, mode):
 def test_a_directory_of_another_user_is_refused(cache, monkeypatch):
     prog = _program("foreign")
     cache.mkdir(parents=True, mode=0o700)
-    if os.geteuid() == 0:
-        os.chown(cache, 65534, 65534)
-    else:  # only root can give a directory away: pretend to be someone else
-        me = os.geteuid()
-        monkeypatch.setattr(os, "geteuid", lambda: me + 1)
-    owner = os.stat(cache).st_uid
-    _refused(prog, cache, f"owned by user {owner}")
+    _owned_by_another_user(monkeypatch, cache)
+    _refused(prog, cache, "it is owned by user 12345")
 
 
 @needs_numba
@@ -174,21 +208,144 @@ def test_a_writable_pycache_is_refused(cache):
     _refused(prog, cache / "__pycache__", "other users can write to it")
 
 
-@needs_numba
-def test_a_directory_that_cannot_be_written_is_left_for_a_temporary_one(cache, monkeypatch):
-    """A read-only file system (simulated: root ignores permission bits)."""
+def _failing_writes(monkeypatch, failing, error: OSError):
+    """Make writing a module fail with `error` in the directories for which `failing` is true."""
     from dt.backends.numba_cpu import cache as numba_cache
     write = numba_cache._write_atomically
 
-    def read_only_cache(path, data):
-        if path.parent == cache:
-            raise OSError(30, "Read-only file system")
+    def write_or_fail(path, data):
+        if failing(path.parent):
+            raise error
         write(path, data)
 
+    monkeypatch.setattr(numba_cache, "_write_atomically", write_or_fail)
+
+
+@needs_numba
+def test_a_directory_that_cannot_be_written_is_left_for_a_temporary_one(cache, monkeypatch):
+    """A read-only file system (simulated: root ignores permission bits)."""
     prog = _program("read_only")
-    monkeypatch.setattr(numba_cache, "_write_atomically", read_only_cache)
-    _refused(prog, cache, "cannot be written there (Read-only file system)")
+    _failing_writes(monkeypatch, lambda d: d == cache, OSError(errno.EROFS, "Read-only file system"))
+    text = _refused(prog, cache, "cannot be written there (Read-only file system)")
+    assert "make it writable" in text
     assert not _module_path(prog).exists()
+
+
+@needs_numba
+def test_the_warning_for_a_full_disk_does_not_ask_for_write_permission(cache, monkeypatch):
+    prog = _program("full_disk")
+    _failing_writes(monkeypatch, lambda d: d == cache, OSError(errno.ENOSPC, "No space left on device"))
+    text = _refused(prog, cache, "cannot be written there (No space left on device)")
+    assert "make it writable" not in text and f"free some space in {cache}" in text
+
+
+@needs_numba
+def test_a_module_that_cannot_be_written_even_in_the_temporary_directory_is_a_dt_error(cache, monkeypatch):
+    from dt.backends.numba_cpu import DTCacheWarning
+    prog = _program("nowhere")
+    _failing_writes(monkeypatch, lambda d: True, OSError(errno.ENOSPC, "No space left on device"))
+    with pytest.warns(DTCacheWarning, match="No space left"), pytest.raises(DTBackendError) as caught:
+        prog(A=INPUT, backend="numba")
+    message = str(caught.value)
+    assert "cannot write the program's module" in message and "No space left on device" in message, message
+    assert "hint: free some space in" in message and "TMPDIR" in message, message
+
+
+# ---------------------------------------------------------------- long names
+@needs_numba
+def test_long_program_names_fit_in_file_names_and_stay_apart(cache):
+    """A file name holds at most 255 bytes: `dt_<name>_<hash>.py` and its `.tmp` name once
+    failed with `File name too long` (in the cache, then in the temporary directory)."""
+    names = ["cache_test_long_" + "a" * 300, "cache_test_long_" + "a" * 299 + "b", "cache_test_long_" + "é" * 200]
+    progs = [dt.loads(RELU, name=name) for name in names]
+    for prog in progs:
+        _accepted(prog, cache)
+    paths = [_module_path(prog) for prog in progs]
+    assert len(set(paths)) == len(paths)
+    for path in paths:
+        assert len(path.name.encode()) <= 100 and path.stem.isidentifier() and path.stem in sys.modules
+
+
+@needs_numba
+def test_a_long_function_name_is_cached_too(cache):
+    """Numba names a function's files after the module and the function (a Func's kernel)."""
+    long = "cache_test_long_func_" + "f" * 240
+    prog = dt.loads(RELU.replace("relu_out", long), name="cache_test_long_func")
+    _accepted(prog, cache)
+    index = [p.name for p in (cache / "__pycache__").glob("*.nbi") if p.name.startswith(_module_path(prog).stem)]
+    assert any("cache_test_long_func_fff" in name for name in index), index
+
+
+# ---------------------------------------------------------------- the directories above the cache
+@needs_numba
+def test_a_parent_of_another_user_is_refused(tmp_path, monkeypatch):
+    """That user could rename the cache directory away after the check and put their own in
+    its place, with a Numba index that Numba unpickles."""
+    parent = tmp_path / "theirs"
+    parent.mkdir(mode=0o755)
+    monkeypatch.setenv("DT_CACHE_DIR", str(parent))
+    _owned_by_another_user(monkeypatch, parent)
+    _refused(_program("foreign_parent"), parent / "numba", f"the directory {parent} above it is owned by user 12345")
+    assert not (parent / "numba").exists()
+
+
+@needs_numba
+@pytest.mark.parametrize("mode,refused", [(0o777, True), (0o775, True), (0o1777, False), (0o755, False)],
+                         ids=["777", "775", "1777", "755"])
+def test_a_parent_others_can_write_is_refused_unless_sticky(tmp_path, monkeypatch, mode, refused):
+    """Group write counts too, even where the group is your own (a home directory under umask
+    002): see docs/security.md. In a sticky directory (/tmp) no one else can rename ours."""
+    parent = tmp_path / "shared"
+    parent.mkdir()
+    parent.chmod(mode)
+    monkeypatch.setenv("DT_CACHE_DIR", str(parent / "dt"))
+    prog = _program(f"parent_{mode:o}")
+    if refused:
+        text = _refused(prog, parent / "dt" / "numba", f"other users can write to the directory {parent} above it")
+        assert f"chmod go-w {parent}" in text
+        assert not (parent / "dt").exists()
+    else:
+        _accepted(prog, parent / "dt" / "numba")
+
+
+@needs_numba
+def test_parents_are_checked_where_symbolic_links_lead(tmp_path, monkeypatch):
+    """A link is followed as the system follows it (macOS's /tmp is a link to /private/tmp)."""
+    shared = tmp_path / "shared"
+    (shared / "real").mkdir(parents=True)
+    shared.chmod(0o777)
+    (tmp_path / "link").symlink_to(shared / "real")
+    monkeypatch.setenv("DT_CACHE_DIR", str(tmp_path / "link"))
+    _refused(_program("linked_parent"), tmp_path / "link" / "numba", f"the directory {shared} above it")
+
+    shared.chmod(0o755)
+    _accepted(_program("linked_parent_ok"), shared / "real" / "numba")
+
+
+@needs_numba
+def test_a_symbolic_link_on_the_way_owned_by_another_user_is_refused(tmp_path, monkeypatch):
+    """Its owner can point it elsewhere, even in a sticky directory."""
+    sticky, mine = tmp_path / "sticky", tmp_path / "mine"
+    sticky.mkdir()
+    sticky.chmod(0o1777)
+    mine.mkdir(mode=0o700)
+    (sticky / "link").symlink_to(mine)
+    _owned_by_another_user(monkeypatch, sticky / "link")
+    monkeypatch.setenv("DT_CACHE_DIR", str(sticky / "link"))
+    _refused(_program("foreign_link"), sticky / "link" / "numba",
+             f"the symbolic link {sticky / 'link'} on its path is owned by user 12345")
+
+
+@needs_numba
+def test_missing_parents_are_created_private_whatever_the_umask(tmp_path, monkeypatch):
+    """Else a umask of 002 would make them group-writable, and the next check refuse them."""
+    monkeypatch.setenv("DT_CACHE_DIR", str(tmp_path / "new" / "deeper"))
+    umask = os.umask(0o002)
+    try:
+        _accepted(_program("umask"), tmp_path / "new" / "deeper" / "numba")
+    finally:
+        os.umask(umask)
+    assert _private(tmp_path / "new") and _private(tmp_path / "new" / "deeper")
 
 
 # ---------------------------------------------------------------- numba's own files
@@ -197,6 +354,7 @@ import json, sys
 import numpy as np
 import dt
 from dt import backends
+from dt.errors import DTBackendError
 prog = dt.loads(sys.argv[1], name=sys.argv[2])
 a = np.random.default_rng(0).standard_normal((3, 300)).astype(np.float32)
 assert np.array_equal(prog(A=a, backend="numba"), np.maximum(a, 0))
@@ -252,23 +410,29 @@ def test_threads_first_calling_one_program_all_succeed(cache, backend):
     if not backends.available(backend):
         pytest.skip(f"the {backend} backend is not available: {backends.failures().get(backend)}")
     prog = _program(f"threads_{backend}")
-    start = threading.Barrier(8)
-    results, errors = [], []
+    results, errors = _in_threads(lambda: prog(A=INPUT, backend=backend))
+    assert errors == []
+    assert len(results) == 8 and all(np.array_equal(r, EXPECTED) for r in results)
+
+
+def _in_threads(call, n=8):
+    """Run `call` in `n` threads released together: its results, and its errors as text (an
+    exception in a thread would not fail the test). Also sent, as source, to a subprocess."""
+    start, results, errors = threading.Barrier(n), [], []
 
     def first_call():
         start.wait()
         try:
-            results.append(prog(A=INPUT, backend=backend))
-        except Exception as e:  # collected: an exception in a thread would not fail the test
+            results.append(call())
+        except Exception as e:
             errors.append(f"{type(e).__name__}: {e}")
 
-    threads = [threading.Thread(target=first_call) for _ in range(8)]
+    threads = [threading.Thread(target=first_call) for _ in range(n)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    assert errors == []
-    assert len(results) == 8 and all(np.array_equal(r, EXPECTED) for r in results)
+    return results, errors
 
 
 FIRST_CALLS = """
@@ -287,21 +451,8 @@ def slow_entry_points(**kwargs):  # widens the window in which the other threads
 registry.entry_points = slow_entry_points
 prog = dt.loads(sys.argv[1], name="cache_test_registry")
 a = np.random.default_rng(0).standard_normal((3, 300)).astype(np.float32)
-start, errors = threading.Barrier(8), []
-
-def first_call():
-    start.wait()
-    try:
-        assert np.array_equal(prog(A=a, backend=sys.argv[2]), np.maximum(a, 0))
-    except Exception as e:
-        errors.append(f"{type(e).__name__}: {e}")
-
-threads = [threading.Thread(target=first_call) for _ in range(8)]
-for t in threads:
-    t.start()
-for t in threads:
-    t.join()
-print(errors)
+results, errors = _in_threads(lambda: prog(A=a, backend=sys.argv[2]))
+print(errors if errors else all(np.array_equal(r, np.maximum(a, 0)) for r in results))
 """
 
 
@@ -314,7 +465,8 @@ def test_threads_first_naming_a_plugin_backend_all_find_it():
         pytest.skip("no backend plugin is installed (pip install -e conformance/example_backend)")
     if not backends.available(plugins[0]):
         pytest.skip(f"the {plugins[0]} backend is not available: {backends.failures().get(plugins[0])}")
-    run = subprocess.run([sys.executable, "-c", FIRST_CALLS, RELU, plugins[0]], capture_output=True, text=True,
+    script = textwrap.dedent(inspect.getsource(_in_threads)) + FIRST_CALLS
+    run = subprocess.run([sys.executable, "-c", script, RELU, plugins[0]], capture_output=True, text=True,
                          timeout=300)
     assert run.returncode == 0, run.stderr
-    assert run.stdout.strip().splitlines()[-1] == "[]"
+    assert run.stdout.strip().splitlines()[-1] == "True"

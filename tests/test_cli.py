@@ -277,3 +277,24 @@ def test_output_into_a_closed_pipe_exits_quietly():
         listing.wait(timeout=300)
     assert "Traceback" not in err and "BrokenPipeError" not in err, err
     assert listing.returncode == 1
+
+
+@pytest.mark.parametrize("option,value,fragment", [
+    ("--seed", "-1", "an integer >= 0"), ("--seed", "1.5", "an integer >= 0"),
+    ("--repeat", "-1", "an integer >= 0"), ("--repeat", "x", "an integer >= 0"),
+    ("--rtol", "-1", "a finite number >= 0"), ("--rtol", "nan", "a finite number >= 0"),
+    ("--atol", "inf", "a finite number >= 0"), ("--atol", "abc", "a finite number >= 0"),
+])
+def test_run_refuses_bad_numeric_options_as_usage_errors(option, value, fragment, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["run", "examples/relu.dt", "--size", "x=2", "--size", "y=3", "--backend", "interp", option, value])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert f"argument {option}: {fragment}, got {value!r}" in err and "Traceback" not in err
+
+
+def test_run_takes_seed_and_repeat_of_zero(capsys):
+    assert main(["run", "examples/relu.dt", "--size", "x=2", "--size", "y=3", "--backend", "interp",
+                 "--seed", "0", "--repeat", "0"]) == 0
+    out = capsys.readouterr().out
+    assert "random (seed 0)" in out and "then" not in out.split("first call")[1].splitlines()[0]

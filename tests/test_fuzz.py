@@ -10,7 +10,6 @@ seed to reproduce it (`--hypothesis-seed=N`).
 """
 from __future__ import annotations
 
-import math
 import os
 import re
 from pathlib import Path
@@ -107,16 +106,30 @@ def _run_and_check(prog, extents: dict, backend: str):
         assert result.ok, f"output {name}: {result}"
 
 
-@FUZZ
-@given(source=mutated_programs(), extent=st.integers(1, 9))
-def test_mutated_programs_fail_only_with_located_dt_errors(source, extent):
+def _load_run_and_check(source: str, extent: int, backend: str):
     try:
         prog = dt.loads(source, name="fuzz", file="fuzz.dt")
     except DTError as e:
         assert e.loc is not None and e.loc.file == "fuzz.dt" and e.loc.line >= 1, e.render()
         assert "^" in e.render(), e.render()
         return
-    _run_and_check(prog, {d: extent for d in _dims(prog)}, "interp")
+    _run_and_check(prog, {d: extent for d in _dims(prog)}, backend)
+
+
+@FUZZ
+@given(source=mutated_programs(), extent=st.integers(1, 9))
+def test_mutated_programs_fail_only_with_located_dt_errors(source, extent):
+    _load_run_and_check(source, extent, "interp")
+
+
+@pytest.mark.slow
+@settings(FUZZ, max_examples=max(EXAMPLES // 10, 1))
+@given(source=mutated_programs(), extent=st.integers(1, 9))
+def test_mutated_programs_on_numba(source, extent):
+    """A tenth as many cases: each new program costs a Numba compilation."""
+    if not dt.backends.available("numba"):
+        pytest.skip(f"backend numba is not available: {dt.backends.failures().get('numba')}")
+    _load_run_and_check(source, extent, "numba")
 
 
 SOFTMAX = (ROOT / "examples" / "softmax_safe.dt").read_text()
@@ -181,17 +194,6 @@ def test_bad_calls_fail_only_with_dt_errors(call):
     _assert_untouched(args, before)
     ref = prog.reference(sizes=kwargs.get("sizes"), **args)
     result = compare(out, ref, "f32", rtol=1e-3, atol=1e-4)
-    assert result.ok or not math.isfinite(result.max_abs), str(result)
+    assert result.ok, str(result)
 
 
-@pytest.mark.parametrize("backend", ["interp", "numba"])
-def test_the_same_bad_call_fails_the_same_way_after_a_good_one(backend):
-    """The cached plan of a call signature checks what the first call checked."""
-    if backend not in dt.backends.names() or not dt.backends.available(backend):
-        pytest.skip(f"backend {backend} is not available")
-    prog = dt.loads(SCALED, name="fuzz")
-    a = np.ones((3, 5), np.float32)
-    prog(backend=backend, A=a, alpha=0.5)
-    for odd in (1j, "x", 10 ** 400, None, [1.0]):
-        with pytest.raises(DTError):
-            prog(backend=backend, A=a, alpha=odd)

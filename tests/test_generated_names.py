@@ -4,7 +4,9 @@
   nothing, and backslashes, quotes, newlines, NULs, non-ASCII and unprintable characters all work.
 - Names in generated code follow one scheme (dt/ir/scheduled.py, dt.backends.pysource.Names): DT
   names that equal a name the generated code derives (`K_global`, `x_SIZE`, `relu_out_kernel`,
-  `x_offsets`, `pid`, `tl`, a Numba helper, ...) compute what the reference computes.
+  `x_offsets`, `pid`, `tl`, a Numba helper, ...) compute what the reference computes. DT names are
+  ASCII from Python as in DT source, and the program's name is made an ASCII identifier, so that
+  no name changes when Python reads the generated code (it folds 'ﬁ' to 'fi').
 - Rank-0 inputs and expressions of any depth the frontend accepts run on every backend.
 """
 from __future__ import annotations
@@ -13,6 +15,7 @@ import ast
 import io
 import linecache
 import tokenize
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -219,6 +222,82 @@ def test_scheme_keeps_plain_names_and_suffixes_only_clashes():
     assert clash.name == "f_kernel" and [k.name for k in clash.kernels] == ["t_kernel", "f_kernel_2"]
 
 
+# ---------------------------------------------------------------- non-ASCII names (items 1, 4)
+
+# Python folds these (NFKC) when it parses source: 'ﬁ' (U+FB01) reads as 'fi', 'ℌ' as 'H'.
+FOLDED = ("\ufb01", "\u210c", "x\u00b2")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("name", FOLDED + ("cr\u00e8me", "\u044f\u0434\u0440\u043e"), ids=ascii)
+def test_a_python_api_name_is_ascii_as_in_dt_source(backend, name):
+    """A DT name is ASCII ([A-Za-z_][A-Za-z0-9_]*, the grammar's NAME) from Python too: where
+    generated code holds it, Python would fold some characters and two names could become one."""
+    if not backends.available(backend):
+        pytest.skip(f"backend {backend} is not available: {backends.failures().get(backend)}")
+    x = dt.Var("x")
+    with pytest.raises(dt.DTNameError) as info:
+        a, fi = dt.In(name), dt.In("fi")  # the line the error points to
+    assert info.value.loc.file == __file__ and "a, fi = dt.In(name)" in info.value.loc.text
+    assert "ASCII" in info.value.hint
+    for make in (dt.Func, dt.In, dt.SIn, dt.Var, dt.RVar):
+        with pytest.raises(dt.DTNameError):
+            make(name)
+    f = dt.Func("f")
+    f[x] = dt.In("fi")[x]
+    run_and_compare(dt.program(f), backend, {"fi": np.linspace(-1, 1, 5, dtype=np.float32)})
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("inner", ["\ufb01", "1a"], ids=ascii)
+def test_the_inner_part_of_a_map_split_is_a_dt_name(backend, inner):
+    """`map` names a new dimension, which generated code holds as it does every other."""
+    x, y = dt.Var("x"), dt.Var("y")
+    f = dt.Func("f")
+    f[x, y] = dt.In("A")[x, y] * 2
+    f.block(x=2, y=2)
+    for split in ((x, inner, 2), f"x:{inner}/2"):
+        with pytest.raises(dt.DTNameError) as info:
+            f.map(split, y, inner)
+        assert info.value.loc.file == __file__ and "ASCII" in info.value.hint
+    f.map("x:x1/2", y, "x1")
+    run_and_compare(dt.program(f), backend, {"A": np.linspace(-1, 1, 30, dtype=np.float32).reshape(5, 6)})
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("name", FOLDED + ("crème", "2mm", "relu-v2", "", "min", "f", "fi"), ids=ascii)
+def test_a_program_name_is_only_ever_an_ascii_identifier_in_generated_code(backend, name, tmp_path):
+    """The program's name (`name=`, a file's stem) keeps its spelling where dt shows it and is
+    made an ASCII identifier, distinct from every other name, where generated code holds it."""
+    source = "Func fi;\nIn A;\nVar x;\nfi[x] = A[x] * 2;\nfi.compile();\n"
+    file = tmp_path / f"{name}.dt"
+    file.write_text(source)
+    for prog in (dt.loads(source, name=name), dt.load(file)):
+        if name:  # an empty name= falls back to the file's stem
+            assert prog.name == name
+        launcher = prog.pipeline().name
+        assert launcher.isascii() and launcher.isidentifier() and launcher not in S.RESERVED_NAMES
+        assert launcher != prog.pipeline().kernels[0].name
+        run_and_compare(prog, backend, {"A": np.linspace(-1, 1, 6, dtype=np.float32)})
+
+
+def test_one_scheme_mangles_the_program_name():
+    """Program.name is the name as given; the launcher's name comes from S.function_names alone."""
+    prog = dt.loads(RELU, name="min")
+    assert prog.name == "min" and prog.pipeline().name == "min_2"
+    assert dt.loads(RELU, name="2mm").pipeline().name == "dt_2mm"
+    assert dt.loads(RELU, name="relu-v2").pipeline().name == "relu_v2"
+    with pytest.raises(dt.DTInputError, match=r"'B' is not an input of min\b"):
+        prog(A=np.ones(3, np.float32), B=np.ones(3, np.float32), backend="interp")
+
+
+@given(st.text())
+def test_identifier_is_an_ascii_name_that_python_reads_as_written(text):
+    name = S.identifier(text)
+    assert name.isascii() and name.isidentifier()
+    assert S.identifier(name) == name
+
+
 # ---------------------------------------------------------------- rank 0 (item 5)
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -300,3 +379,14 @@ def test_shallow_expressions_are_left_as_they_are():
     prog = dt.loads(f"Func f;\nIn A;\nVar x;\nf[x] = {chain('A[x]', '+', MAX_NESTING - 2)};\n{DEEP_SCHEDULE}")
     assigns = [s for s in S.walk_statements(prog.pipeline().kernels[0].body) if isinstance(s, S.Assign)]
     assert [s.name for s in assigns] == ["A", "f"]
+
+
+def test_assigned_tiles_hold_numbers():
+    """The lowering casts every comparison it assigns to a tile, and so does the splitting of deep
+    expressions: only where a tile is read is a number compared again (`S.is_boolean` of a Ref)."""
+    programs = [dt.load(p) for p in sorted(Path(__file__).parent.parent.glob("examples/*.dt"))]
+    programs += [deep_program(case) for case in DEEP]
+    for prog in programs:
+        for kernel in prog.pipeline().kernels:
+            for s in S.walk_statements(kernel.body):
+                assert not (isinstance(s, S.Assign) and S.is_boolean(s.value)), (prog.name, s.name)

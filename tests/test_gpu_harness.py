@@ -735,7 +735,7 @@ def _layernorm_walks(monkeypatch):
     modules = itertools.count()
 
     def run(source: str) -> torch.Tensor:
-        return load_module(source, f"walks_{next(modules)}")[program.name](**inputs, eps=1e-5)
+        return load_module(source, f"walks_{next(modules)}")[program.pipeline("f32").name](**inputs, eps=1e-5)
     return program.source(resolve_backend("triton"), "f32"), run
 
 

@@ -323,23 +323,13 @@ def _check_schedule_keys(args, rows: list[Case], provider_names: list[str]):
                              "dt@<file name>: rename one")
 
 
-def _list_arg(choices):
-    def parse(text: str) -> list[str]:
-        items = [s.strip() for s in text.split(",") if s.strip()]
-        bad = [s for s in items if s not in choices]
-        if bad:
-            raise argparse.ArgumentTypeError(f"unknown: {', '.join(bad)} (choose from {', '.join(choices)})")
-        return items
-    return parse
-
-
 def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", required=True, help="output directory")
-    p.add_argument("--kernels", type=_list_arg(list(KERNELS)), help="comma-separated (default: all)")
-    p.add_argument("--providers", type=_list_arg(ALL_PROVIDERS),
+    p.add_argument("--kernels", type=measure.list_arg(list(KERNELS)), help="comma-separated (default: all)")
+    p.add_argument("--providers", type=measure.list_arg(ALL_PROVIDERS),
                    help=f"comma-separated (default: all on a GPU, {','.join(DRY_RUN_PROVIDERS)} in a dry run)")
-    p.add_argument("--dtypes", type=_list_arg(list(DTYPES)), help="comma-separated (default: each kernel's)")
+    p.add_argument("--dtypes", type=measure.list_arg(list(DTYPES)), help="comma-separated (default: each kernel's)")
     p.add_argument("--match", action="append",
                    help="only rows whose title ('softmax [x=128, y=65536] f32') contains this "
                         "(repeatable: any of them)")

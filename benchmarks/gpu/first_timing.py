@@ -160,7 +160,7 @@ def scenario(name: str) -> list[dict]:
             _set_carveout(kernels["whole"], int(step.split()[1]))
         elif step == "tiled unhinted launches":
             source = programs["tiled"].source("triton", "bf16")
-            launcher = load_module(measure.without_eviction_hints(source), "tiled_unhinted")[programs["tiled"].name]
+            launcher = load_module(measure.without_eviction_hints(source), "tiled_unhinted")[programs["tiled"].pipeline("bf16").name]
             for _ in range(2000):
                 launcher(**timed)
             torch.cuda.synchronize()

@@ -77,7 +77,7 @@ def main(argv=None) -> int:
     case, (x, w, b), ref, calls = tuned_row("f32", device)
     program = dt.load(schedule_for(case))
     unhinted = load_module(measure.without_eviction_hints(program.source("triton", "f32")),
-                           "layernorm_unhinted")[program.name]
+                           "layernorm_unhinted")[program.pipeline("f32").name]
     out = torch.empty_like(x)
     line = LINE_BYTES // x.element_size()
     keep = "two walks, evict_last then evict_first"

@@ -206,6 +206,17 @@ def positive_int(text: str) -> int:
     return value
 
 
+def list_arg(choices):
+    """An argparse type: a comma-separated list of some of `choices`."""
+    def parse(text: str) -> list[str]:
+        items = [s.strip() for s in text.split(",") if s.strip()]
+        bad = [s for s in items if s not in choices]
+        if bad:
+            raise argparse.ArgumentTypeError(f"unknown: {', '.join(bad)} (choose from {', '.join(choices)})")
+        return items
+    return parse
+
+
 def study_parser(doc: str, rounds: int | None = None, dtypes: bool = False) -> argparse.ArgumentParser:
     """A study's command line: --out DIR, with `rounds` --rounds N (that default), with `dtypes`
     --dtypes (f32 and bf16 by default); described by the first paragraph of `doc`."""

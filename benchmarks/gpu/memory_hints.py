@@ -133,7 +133,7 @@ def main(argv=None) -> int:
                     source = add_keyword(source, *HINTS[hint])
                 if hints and source == generated:
                     continue  # nothing to add: every such call has the hint already
-                launcher = load_module(source, f"{stem}_{i}")[prog.name]
+                launcher = load_module(source, f"{stem}_{i}")[prog.pipeline(dtype).name]
                 name = " + ".join((label,) + hints)
                 calls[name] = lambda launcher=launcher: launcher(**t, **scalars)
                 out = calls[name]()

@@ -71,7 +71,7 @@ def main(argv=None) -> int:
         for label, prog in programs.items():
             namespace = load_module(prog.source(backend, dtype), f"{prog.name}_{dtype}")
             namespace["torch"] = placed
-            calls[label] = lambda launcher=namespace[prog.name]: launcher(A)
+            calls[label] = lambda launcher=namespace[prog.pipeline(dtype).name]: launcher(A)
             kernels[label] = namespace["_softmax_kernel"]
         calls["Liger's kernel"] = lambda: liger_single_block(A, placed.output)
         kernels["Liger's kernel"] = _softmax_single_block_forward_kernel

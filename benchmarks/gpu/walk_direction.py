@@ -82,7 +82,7 @@ def main(argv=None) -> int:
                 if backward == forward:
                     continue  # a single walk per pass: nothing to reverse
                 stem = re.sub(r"\W", "_", f"{kernel}_{dtype}_{label}")
-                launch = {direction: load_module(text, f"{stem}_{direction}")[program.name]
+                launch = {direction: load_module(text, f"{stem}_{direction}")[program.pipeline(dtype).name]
                           for direction, text in (("forward", forward), ("alternating", backward))}
                 expected = launch["forward"](**t, **scalars)
                 got = launch["alternating"](**t, **scalars)

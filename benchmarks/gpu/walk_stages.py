@@ -67,7 +67,7 @@ def main(argv=None) -> int:
                 choices[f"first statistics walk, {stages} stages"] = ({0}, stages)
             choices[f"output walk, {stages} stages"] = ({walks - 1}, stages)
         launch = {name: load_module(staged(source, chosen, stages) if chosen else source,
-                                    re.sub(r"\W", "_", f"layernorm_{dtype}_{name}"))[program.name]
+                                    re.sub(r"\W", "_", f"layernorm_{dtype}_{name}"))[program.pipeline(dtype).name]
                   for name, (chosen, stages) in choices.items()}
         expected = launch["as generated"](**t, **scalars).double()
         calls = {}

@@ -5,6 +5,7 @@ silently skipped."""
 from __future__ import annotations
 
 import importlib
+import threading
 from importlib.metadata import entry_points
 
 from dt.backends.base import Backend, BackendUnavailable
@@ -19,15 +20,19 @@ _BUILTIN = {
 _loaded: dict[str, Backend] = {}
 _failed: dict[str, str] = {}
 _entry_points_read = False
+# Held while a backend is built, so that threads first asking for one at once share one instance.
+# Reentrant: a factory may ask for another backend.
+_loading = threading.RLock()
 
 
 def register(name: str, target: "str | Backend"):
     """Register a backend by factory path ("module:function") or instance."""
-    if isinstance(target, str):
-        _BUILTIN[name] = target
-    else:
-        _loaded[name] = target
-    _failed.pop(name, None)
+    with _loading:
+        if isinstance(target, str):
+            _BUILTIN[name] = target
+        else:
+            _loaded[name] = target
+        _failed.pop(name, None)
 
 
 def _read_entry_points():
@@ -46,8 +51,16 @@ def names() -> list[str]:
 
 
 def get(name: str) -> Backend:
+    backend = _loaded.get(name)
+    if backend is not None:
+        return backend
+    with _loading:
+        return _load(name)
+
+
+def _load(name: str) -> Backend:
     _read_entry_points()
-    if name in _loaded:
+    if name in _loaded:  # built by the thread that held the lock before this one
         return _loaded[name]
     if name not in _BUILTIN:
         raise DTBackendError(f"unknown backend '{name}'", None, f"the backends are: {', '.join(names())}")

@@ -79,7 +79,7 @@ class Names:
         return self.mapping[name]
 
     def fresh(self, base: str) -> str:
-        """A new name, `base` made an identifier where free."""
+        """A new name, `base` made an ASCII identifier (`S.identifier`) where free."""
         return S.fresh_name(S.identifier(base), self.taken)
 
 

@@ -22,6 +22,10 @@ from dt.errors import DTDimensionError, DTError, DTNameError, DTScheduleError, L
 from dt.ir import algorithm as A
 
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# A DT name, as the grammar's NAME: ASCII only, so that generated code holds it as it is (Python
+# folds some other letters when it parses source, 'ﬁ' to 'fi', which would make two names one).
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_NAME_HINT = "names are ASCII letters, digits and underscores, not starting with a digit"
 
 
 def caller_loc() -> Loc | None:
@@ -47,9 +51,8 @@ class _Named:
     kind = ""
 
     def __init__(self, name: str, *, loc: Loc | None = None):
-        if not isinstance(name, str) or not name.isidentifier():
-            raise DTNameError(f"{name!r} is not a valid DT name", loc or caller_loc(),
-                              "names are letters, digits and underscores, not starting with a digit")
+        if not isinstance(name, str) or not _NAME.fullmatch(name):
+            raise DTNameError(f"{name!r} is not a valid DT name", loc or caller_loc(), _NAME_HINT)
         self.name = name
         self.loc = loc or caller_loc()
 
@@ -193,17 +196,21 @@ _SPLIT = re.compile(r"\s*(\w+)\s*:\s*(\w+)\s*/\s*([0-9]+)\s*")
 
 def _map_entry(o):
     if isinstance(o, tuple) and len(o) == 3:
-        dim, inner, group = o
-        return (_name(dim), _name(inner), group)
-    o = _name(o)
-    if ":" in o:
+        dim, inner, group = _name(o[0]), _name(o[1]), o[2]
+    else:
+        o = _name(o)
+        if ":" not in o:
+            return o
         split = _SPLIT.fullmatch(o)
         if split is None:
             raise DTScheduleError(f"map takes dimensions and splits like \"x:x1/8\", got {o!r}", caller_loc(),
                                   "a split names the dimension, the inner part and the group size: \"x:x1/8\"")
         dim, inner, group = split.groups()
-        return (dim, inner, int(group))
-    return o
+        group = int(group)
+    if not _NAME.fullmatch(inner):  # a new dimension: generated code holds its name
+        raise DTNameError(f"{inner!r} (the inner part of the split of '{dim}') is not a valid DT name", caller_loc(),
+                          _NAME_HINT)
+    return (dim, inner, group)
 
 
 # Element-wise functions and reductions of the language.

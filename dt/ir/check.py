@@ -7,9 +7,9 @@ Every problem raises a DTError pointing at the DT source.
 from __future__ import annotations
 
 import dataclasses
+import operator
 from dataclasses import dataclass, field
-
-import numpy as np
+from functools import cached_property
 
 from dt.errors import DTDimensionError, DTNameError, DTScheduleError, DTSyntaxError, Loc
 from dt.ir import algorithm as A
@@ -71,6 +71,20 @@ class CheckedProgram:
     # sibling is the end of each chain of compute_with, so it is computed with none over that dim
     computed_with: dict[tuple[str, str], tuple[str, ...]] = field(default_factory=dict)
     tiles: tuple[Tile, ...] = ()  # every tile shape of every kernel (dt.ir.tiles)
+
+    @cached_property  # computed once: every call of a program checks its extents against it
+    def needed_dims(self) -> tuple[str, ...]:
+        """The dimensions whose extents running the program needs, in the order it first uses them:
+        every Func's own, those it indexes, reduces over, takes the len of or uses as a value."""
+        dims: dict[str, None] = {}
+        for f in self.funcs.values():
+            dims.update(dict.fromkeys(f.dims))
+            for e in A.walk(f.expr):
+                if isinstance(e, A.Access):
+                    dims.update(dict.fromkeys(e.indices))
+                elif isinstance(e, (A.Len, A.DimRef, A.Reduce)):
+                    dims[e.dim] = None
+        return tuple(dims)
 
     def root_of(self, func: str) -> str:
         while func in self.fused:
@@ -473,10 +487,14 @@ def _check_launch_primitives(schedules, fused):
 
 
 def _integer(value) -> int | None:
-    """A schedule argument as an int: Python and NumPy integers, not bools (None otherwise)."""
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+    """A schedule argument as an int: any integer type (Python's, NumPy's: those with __index__),
+    not bools (None otherwise). NumPy's bool has no __index__."""
+    if isinstance(value, bool):
         return None
-    return int(value)
+    try:
+        return operator.index(value)
+    except TypeError:
+        return None
 
 
 def _func_and_dim(call, defs, kinds, arg_loc, takes: str, example: str, hint: str, relation: str):

@@ -50,7 +50,7 @@ def lower(cp: CheckedProgram, input_dtypes: dict[str, str]) -> S.Pipeline:
     outputs = tuple(S.TensorSpec(n, cp.funcs[n].dims, storage, "output") for n in cp.outputs)
     temporaries = tuple(S.TensorSpec(n, cp.funcs[n].dims, storage, "temporary")
                         for n in cp.kernel_roots if n not in cp.outputs)
-    sizes = tuple(d for d in cp.dim_kinds if d in _all_dims(cp))
+    sizes = tuple(d for d in cp.dim_kinds if d in cp.needed_dims)
     scalars = tuple(s for s in cp.scalars if s in _all_scalars(cp))
     # The names of the module-level code first: the names a kernel makes for itself differ from its
     # parameters' and from the kernels' (not from the launcher's: no kernel calls it, and a Func is
@@ -61,7 +61,8 @@ def lower(cp: CheckedProgram, input_dtypes: dict[str, str]) -> S.Pipeline:
     taken = set(kernel_names.values()) | global_names.all()
     kernels = tuple(_KernelLowering(cp, root, compute, storage, kernel_names[root], taken).lower()
                     for root in cp.kernel_roots)
-    pipeline = S.Pipeline(launcher, inputs, scalars, sizes, temporaries, outputs, kernels, compute, cp.program.file)
+    pipeline = S.Pipeline(launcher, inputs, scalars, sizes, temporaries, outputs, kernels, compute, global_names,
+                          cp.program.file)
     return split_deep_expressions(pipeline)
 
 
@@ -71,18 +72,6 @@ def _input_dims(cp: CheckedProgram) -> dict[str, tuple[str, ...]]:
         for e in A.walk(f.expr):
             if isinstance(e, A.Access) and e.kind == "input":
                 dims.setdefault(e.name, e.indices)
-    return dims
-
-
-def _all_dims(cp: CheckedProgram) -> set[str]:
-    dims: set[str] = set()
-    for f in cp.funcs.values():
-        dims |= set(f.dims)
-        for e in A.walk(f.expr):
-            if isinstance(e, A.Access):
-                dims |= set(e.indices)
-            elif isinstance(e, (A.Len, A.DimRef, A.Reduce)):
-                dims.add(e.dim)
     return dims
 
 

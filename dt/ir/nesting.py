@@ -16,7 +16,6 @@ from dataclasses import replace
 from dt.ir import scheduled as S
 
 MAX_NESTING = 32
-COMPARISONS = ("<", "<=", ">", ">=", "==", "!=")
 
 
 def nesting(e: S.TExpr) -> int:
@@ -46,7 +45,6 @@ class _Splitter:
     def __init__(self, taken: set[str], compute: str):
         self.taken = taken
         self.compute = compute
-        self.booleans: set[str] = set()  # the kernel's tiles holding booleans
         self.parts = 0  # tiles made
 
     def body(self, stmts: tuple) -> tuple:
@@ -60,8 +58,6 @@ class _Splitter:
                     value, parts = self.split(s.value, target, s.loc)
                     out += parts
                     s = replace(s, value=value)
-                if isinstance(s, S.Assign) and self.is_boolean(s.value):
-                    self.booleans.add(s.name)
             out.append(s)
         return tuple(out)
 
@@ -97,21 +93,10 @@ class _Splitter:
         is kept as a number (1.0 / 0.0, as the lowering keeps comparisons in tiles) and compared
         with 0 where it is read."""
         name = S.fresh_name(f"{target}_part", self.taken)
-        boolean = self.is_boolean(value)
+        boolean = S.is_boolean(value)
         if boolean:
             value = S.Cast(value, self.compute)
         parts.append(S.Assign(name, value, name, loc))
         self.parts += 1
         ref = S.Ref(name, value.dims, value.unit)
         return (S.Binary("!=", ref, S.Literal(0.0)), 2) if boolean else (ref, 1)
-
-    def is_boolean(self, e: S.TExpr) -> bool:
-        while isinstance(e, (S.Expand, S.BroadcastTo, S.Where)):
-            e = e.a if isinstance(e, S.Where) else e.x
-        if isinstance(e, S.Binary):
-            return e.op in COMPARISONS or e.op == "and"
-        if isinstance(e, S.Unary):
-            return e.op == "not"
-        if isinstance(e, S.Ref):
-            return e.name in self.booleans
-        return isinstance(e, S.Mask)

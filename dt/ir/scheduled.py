@@ -10,7 +10,7 @@ names of the axes it spans, in order. Every node carries its DT source location 
 Sizes are symbolic: `IVar("x_SIZE")` is the extent of dimension x, bound at call time, so one
 pipeline serves every shape. Nothing here depends on the frontend.
 
-Names: every name of the IR is a Python identifier that generated code may use as it is. The
+Names: every name of the IR is an ASCII Python identifier that generated code may use as it is. The
 pipeline's launcher (`Pipeline.name`), its kernels' functions (`Kernel.name`), the parameters for
 scalars and tensors (`Pipeline.global_names`) and the extents (`{dim}_SIZE`) follow one scheme
 (`function_names`, `global_names`) that gives each a distinct name, never one generated code keeps
@@ -32,11 +32,12 @@ from __future__ import annotations
 
 import builtins
 import keyword
+import re
 from dataclasses import dataclass, field, replace
-from functools import cached_property
-from typing import Iterable, Union
+from typing import Iterable, Mapping, Union
 
 from dt.errors import Loc
+from dt.ir.algorithm import COMPARISONS
 
 # Names that generated code may use for itself at module level: Python's keywords and builtins,
 # the modules backends import, the dtype aliases and the interpreter's debugging hooks. No name of
@@ -450,9 +451,11 @@ def fresh_name(base: str, taken: set[str]) -> str:
 
 
 def identifier(text: str) -> str:
-    """`text` as a Python identifier: other characters become '_', and one that cannot start a
-    name gets the prefix `dt_`."""
-    name = "".join(c if c == "_" or f"a{c}".isidentifier() else "_" for c in text)
+    """`text` as an ASCII Python identifier: every character but an ASCII letter, digit or '_'
+    becomes '_' (Python folds some other letters when it parses source, 'ﬁ' to 'fi', so names
+    that differ here could be one name there), and one that cannot start a name gets the prefix
+    `dt_`."""
+    name = re.sub(r"[^A-Za-z0-9_]", "_", text)
     return name if name.isidentifier() else f"dt_{name}"
 
 
@@ -536,6 +539,7 @@ class Pipeline:
     outputs: tuple[TensorSpec, ...]
     kernels: tuple[Kernel, ...]
     compute_dtype: str  # arithmetic dtype: 'f32' (or 'f64' for f64 inputs)
+    global_names: GlobalNames  # what generated code calls the scalars and tensors (`global_names`)
     file: str = ""
 
     def tensor(self, name: str) -> TensorSpec:
@@ -543,11 +547,6 @@ class Pipeline:
             if t.name == name:
                 return t
         raise KeyError(name)
-
-    @cached_property
-    def global_names(self) -> GlobalNames:
-        return global_names(self.name, (k.name for k in self.kernels), self.sizes, self.scalars,
-                            (t.name for t in self.inputs + self.temporaries + self.outputs))
 
     def all_names(self) -> set[str]:
         """Every name of the pipeline: reserved, extents, functions, parameters and every kernel's
@@ -561,6 +560,27 @@ class Pipeline:
                 elif not isinstance(s, Store):
                     names.add(s.name)
         return names
+
+
+def is_boolean(e: TExpr, inlined: Mapping[str, TExpr] | None = None) -> bool:
+    """Whether `e` holds booleans: a comparison, `and`, `not` or a Mask, or an Expand, BroadcastTo
+    or Where of one (a Where's branches are alike). An assigned tile holds numbers (the lowering
+    casts the comparisons it assigns), unless it is one of `inlined`, tiles a backend renders as
+    their values (by name) where they are read."""
+    while True:
+        if isinstance(e, (Expand, BroadcastTo)):
+            e = e.x
+        elif isinstance(e, Where):
+            e = e.a
+        elif isinstance(e, Ref) and inlined and e.name in inlined:
+            e = inlined[e.name]
+        else:
+            break
+    if isinstance(e, Binary):
+        return e.op in COMPARISONS or e.op == "and"
+    if isinstance(e, Unary):
+        return e.op == "not"
+    return isinstance(e, Mask)
 
 
 def walk_statements(body):

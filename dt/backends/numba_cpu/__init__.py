@@ -2,11 +2,11 @@
 the CPU, parallel over program instances.
 
 Compilation is cached on disk. Numba caches only functions defined in a file, so the module is
-written to `<cache dir>/dt_<name>_<hash of the source>.py`; its functions are
-`@njit(cache=True)`, so numba keeps their machine code in `__pycache__` beside it and a second
-process loads it instead of compiling. What runs is the source generated here, never the
-file's content: see `cache.py` for what is checked. The cache directory is
-`$DT_CACHE_DIR/numba`, else `$XDG_CACHE_HOME/dt/numba`, else `~/.cache/dt/numba`.
+written to `<cache dir>/dt_<name>_<hash of the name and source>.py` (the name cut to 64 bytes);
+its functions are `@njit(cache=True)`, so numba keeps their machine code in `__pycache__`
+beside it and a second process loads it instead of compiling. What runs is the source
+generated here, never the file's content: see `cache.py` for what is checked. The cache
+directory is `$DT_CACHE_DIR/numba`, else `$XDG_CACHE_HOME/dt/numba`, else `~/.cache/dt/numba`.
 """
 from __future__ import annotations
 
@@ -32,10 +32,17 @@ def cache_dir() -> Path:
     return cache.default_dir()
 
 
+# A file name holds at most 255 bytes: the program's name is cut to its first 64 (UTF-8) bytes
+# in the file and module name, which the hash, covering the whole name, keeps apart.
+NAME_BYTES = 64
+
+
 def module_path(source: str, name: str) -> Path:
-    """Where `source` lives in the cache: named by a hash of the source and of numba's version."""
-    digest = hashlib.sha256(f"{numba.__version__}\n{source}".encode()).hexdigest()[:20]
+    """Where `source`, the module of the program `name`, lives in the cache: named by the
+    name's first bytes and a hash of the name, the source and numba's version."""
+    digest = hashlib.sha256(f"{numba.__version__}\n{name}\n{source}".encode()).hexdigest()[:20]
     stem = name if name.startswith("dt_") else f"dt_{name}"
+    stem = stem.encode()[:NAME_BYTES].decode(errors="ignore")  # a prefix of an identifier is one
     return cache_dir() / f"{stem}_{digest}.py"
 
 

@@ -67,7 +67,6 @@ def _launch(kernel, programs, *args):
 '''
 BUILTINS = ("abs", "dict", "float", "int", "len", "max", "min", "range", "tuple", "ValueError", "True", "False",
             "None")
-COMPARISONS = ("<", "<=", ">", ">=", "==", "!=")
 
 
 def render(pipeline: S.Pipeline) -> str:
@@ -379,21 +378,6 @@ class _Kernel:
         for c in S.texpr_children(e):
             yield from self.refs(c, lanes)
 
-    def is_bool(self, e: S.TExpr) -> bool:
-        if isinstance(e, S.Binary):
-            return e.op in COMPARISONS or e.op == "and"
-        if isinstance(e, S.Unary):
-            return e.op == "not"
-        if isinstance(e, S.Mask):
-            return True
-        if isinstance(e, S.Where):
-            return self.is_bool(e.a)
-        if isinstance(e, (S.Expand, S.BroadcastTo)):
-            return self.is_bool(e.x)
-        if isinstance(e, S.Ref) and e.name in self.inlined:
-            return self.is_bool(self.inlined[e.name])
-        return False  # stored tiles hold numbers
-
     def deps(self, e: S.TExpr) -> set[str]:
         """The looped axes a value varies along."""
         if isinstance(e, S.Load):
@@ -678,7 +662,7 @@ class _Kernel:
 
     def cast(self, e: S.Cast, env, levels) -> str:
         x = self.expr(e.x, env, levels)
-        if self.is_bool(e.x):
+        if S.is_boolean(e.x, self.inlined):
             return f"{self.compute}({x})"
         if e.dtype == self.compute or _exact_in(e.x, e.dtype, self):
             return x

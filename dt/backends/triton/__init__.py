@@ -20,9 +20,10 @@ import threading
 from dt.backends.base import BackendUnavailable, Capabilities
 from dt.backends.pysource import load_module
 from dt.backends.triton import interpreter_fix
-from dt.backends.triton.codegen import DTYPES, MAX_NUMEL, Module, render, tile_padding
+from dt.backends.triton.codegen import DTYPES, Module, render, tile_padding
 from dt.errors import DTBackendError, DTScheduleError
 from dt.ir import scheduled as S
+from dt.ir.tiles import MAX_TILE
 
 
 F32_DOT_ENV = "DT_TRITON_F32_DOT"
@@ -120,11 +121,11 @@ def _check_tiles(module: Module, sizes: dict):
     for check in module.tile_checks:
         factors = [f if isinstance(f, int) else tile_padding(sizes[f], f in module.dot_dims) for f in check.factors]
         numel = math.prod(factors)
-        if numel > MAX_NUMEL:
+        if numel > MAX_TILE:
             extents = ", ".join(f"{f[:-len('_SIZE')]}={sizes[f]}" for f in check.factors if isinstance(f, str))
             raise DTScheduleError(f"{check.what} is a tile of {' x '.join(map(str, factors))} = {numel} elements at "
                                   f"{extents} (whole extents are padded to a power of two); Triton allows at most "
-                                  f"{MAX_NUMEL} (2**20) per tile", check.loc, check.hint)
+                                  f"{MAX_TILE} (2**20) per tile", check.loc, check.hint)
 
 
 def _raise_resource_error(e: Exception, module: Module, filename: str):

@@ -22,8 +22,9 @@ from dt.backends.triton.format import wrap
 from dt.backends.triton.layout import MIN_DOT, AxisLayout, KernelLayout, next_power_of_2
 from dt.errors import DTBackendError, DTScheduleError, Loc
 from dt.ir import scheduled as S
+from dt.ir.algorithm import COMPARISONS
+from dt.ir.tiles import MAX_TILE
 
-MAX_NUMEL = 2 ** 20  # Triton's limit on the elements of one tensor (TRITON_MAX_TENSOR_NUMEL)
 TMA_MAX_BOX = 256  # a TMA box spans at most 256 elements along each dimension
 TMA_MIN_ROW_BYTES = 16  # and at least 16 bytes along the contiguous one
 TMA_MAX_RANK = 5
@@ -42,7 +43,6 @@ UNARY = {"exp": "tl.exp", "exp2": "tl.exp2", "log": "tl.log", "log2": "tl.log2",
          "sin": "tl.sin", "cos": "tl.cos", "floor": "tl.floor", "ceil": "tl.ceil"}
 BINARY_CALLS = {"maximum": "tl.maximum", "minimum": "tl.minimum", "pow": "_pow"}
 REDUCE = {"sum": "tl.sum", "max": "tl.max", "min": "tl.min"}
-COMPARISONS = ("<", "<=", ">", ">=", "==", "!=")
 # Python precedence levels of what the renderer writes (higher binds tighter).
 PRECEDENCE = {**{op: 2 for op in COMPARISONS}, "and": 3, "+": 4, "-": 4, "*": 5, "/": 5}
 UNARY_PREC, ATOM = 6, 7
@@ -421,7 +421,7 @@ class _KernelRenderer:
 
     # ------------------------------------------------------------ tile size limits
     def check_tile(self, axes, unit, loc, what: str):
-        """Refuse (now, or at launch for whole-extent tiles) a tile of more than MAX_NUMEL elements."""
+        """Refuse (now, or at launch for whole-extent tiles) a tile of more than MAX_TILE elements."""
         factors = tuple(self.layout.axes[a].tile for a in axes if a not in unit)
         key = tuple(sorted(map(str, factors)))
         if key in self._static_checked:
@@ -432,10 +432,10 @@ class _KernelRenderer:
                 f"'{self.kernel.func}', or tensorize a whole-extent dimension (size 0) with a fixed tile")
         if all(isinstance(f, int) for f in factors):
             numel = math.prod(factors)
-            if numel > MAX_NUMEL:
+            if numel > MAX_TILE:
                 raise DTScheduleError(f"{what} in kernel '{self.kernel.name}' is a tile of "
                                       f"{' x '.join(map(str, factors))} = {numel} elements; Triton allows at "
-                                      f"most {MAX_NUMEL} (2**20) per tile", loc, hint)
+                                      f"most {MAX_TILE} (2**20) per tile", loc, hint)
         else:
             self.tile_checks.append(TileCheck(factors, f"{what} in kernel '{self.kernel.name}'", loc, hint))
 

@@ -97,14 +97,6 @@ def _refers(value: S.TExpr, name: str) -> bool:
     return any(isinstance(n, S.Ref) and n.name == name for n in S.walk_texpr(value))
 
 
-def _fresh(base: str, taken: set[str]) -> str:
-    name, n = base, 2
-    while name in taken:
-        name, n = f"{base}_{n}", n + 1
-    taken.add(name)
-    return name
-
-
 def _rewrite(body: tuple, taken: set[str], from_dot: set[str]) -> tuple:
     out = list(body)
     i = 0
@@ -128,7 +120,7 @@ def _rewrite(body: tuple, taken: set[str], from_dot: set[str]) -> tuple:
             if not (isinstance(init.value, S.Full) and init.value.value == S.REDUCE_IDENTITY[reduce.op]) \
                     or _refers(reduce.x, s.name) or any(_touches(t, s.name) for t in others):
                 continue
-            lanes = _fresh(f"{s.name}_lanes", taken)
+            lanes = S.fresh_name(f"{s.name}_lanes", taken)
             out[inits[s.name]] = S.Assign(lanes, S.Full(init.value.value, reduce.x.dims, init.value.dtype),
                                           init.dt_name, init.loc)
             loop_body[k] = S.Assign(lanes, S.Binary(s.value.op, S.Ref(lanes, reduce.x.dims), reduce.x),
