@@ -22,10 +22,15 @@ Entries that match no run of the whole catalogue are reported too: they usually 
 """
 from __future__ import annotations
 
-import tomllib
+import sys
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from pathlib import Path
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # the same parser, before it joined the standard library
+    import tomli as tomllib
 
 from conformance.case import DTYPES
 

@@ -5,18 +5,19 @@ Each test draws a few hundred cases in CI. A longer run (docs/security.md gives 
 
     DT_FUZZ_EXAMPLES=20000 python -m pytest tests/test_fuzz.py -q -p no:cacheprovider
 
-On a failure hypothesis prints the falsifying case (the mutated source or the call) and the
-seed to reproduce it (`--hypothesis-seed=N`).
+Each run draws from a new seed; on a failure the report shows the falsifying case (the mutated
+source or the call) and `DT_FUZZ_SEED=N`, which runs the same cases again.
 """
 from __future__ import annotations
 
 import os
+import random
 import re
 from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, given, note, seed, settings
 from hypothesis import strategies as st
 
 import dt
@@ -24,6 +25,7 @@ from dt.errors import DTError
 from dt.testing import compare, random_inputs
 
 EXAMPLES = int(os.environ.get("DT_FUZZ_EXAMPLES", "300"))
+SEED = int(os.environ.get("DT_FUZZ_SEED") or random.randrange(2 ** 32))
 FUZZ = settings(max_examples=EXAMPLES, deadline=None, print_blob=True,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
                                        HealthCheck.filter_too_much])
@@ -107,6 +109,7 @@ def _run_and_check(prog, extents: dict, backend: str):
 
 
 def _load_run_and_check(source: str, extent: int, backend: str):
+    note(f"run these cases again with DT_FUZZ_SEED={SEED}")
     try:
         prog = dt.loads(source, name="fuzz", file="fuzz.dt")
     except DTError as e:
@@ -116,6 +119,7 @@ def _load_run_and_check(source: str, extent: int, backend: str):
     _run_and_check(prog, {d: extent for d in _dims(prog)}, backend)
 
 
+@seed(SEED)
 @FUZZ
 @given(source=mutated_programs(), extent=st.integers(1, 9))
 def test_mutated_programs_fail_only_with_located_dt_errors(source, extent):
@@ -123,6 +127,7 @@ def test_mutated_programs_fail_only_with_located_dt_errors(source, extent):
 
 
 @pytest.mark.slow
+@seed(SEED)
 @settings(FUZZ, max_examples=max(EXAMPLES // 10, 1))
 @given(source=mutated_programs(), extent=st.integers(1, 9))
 def test_mutated_programs_on_numba(source, extent):
@@ -178,9 +183,11 @@ def bad_calls(draw):
     return source, args, kwargs
 
 
+@seed(SEED)
 @FUZZ
 @given(call=bad_calls())
 def test_bad_calls_fail_only_with_dt_errors(call):
+    note(f"run these cases again with DT_FUZZ_SEED={SEED}")
     source, args, kwargs = call
     prog = dt.loads(source, name="fuzz")
     positional = kwargs.pop("_positional", ())
