@@ -9,7 +9,7 @@ import pytest
 import dt
 from dt import backends
 from dt.cli import main
-from dt.errors import DTError, DTExtentError, DTInputError, DTNameError, DTScheduleError, DTSyntaxError
+from dt.errors import DTDimensionError, DTError, DTExtentError, DTInputError, DTNameError, DTScheduleError, DTSyntaxError
 from dt.ir.algorithm import MAX_DEPTH
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -154,6 +154,27 @@ def test_a_1000_term_sum_parses_checks_and_evaluates():
     a = np.arange(3, dtype=np.float32)
     np.testing.assert_allclose(prog.reference(A=a), 1000 * a)
     np.testing.assert_allclose(prog(A=a, backend="interp"), 1000 * a)
+
+
+@pytest.mark.parametrize("fused", [False, True])
+def test_a_chain_of_1500_funcs_declared_last_first_runs(fused):
+    """Checking walks Funcs in depth-first order; declared last first, the chain is as deep as it
+    is long."""
+    n = 1500
+    lines = ["Func " + ", ".join(f"f{i}" for i in reversed(range(n))) + ";", "In A;", "Var x;",
+             "f0[x] = A[x] + 1;"]
+    lines += [f"f{i}[x] = f{i - 1}[x] + 1;" for i in reversed(range(1, n))]
+    lines += [f"f{i}.fuse_at(f{n - 1}, x);" for i in range(n - 1)] if fused else []
+    prog = dt.loads("\n".join(lines + [f"f{n - 1}.compile();"]), file="chain.dt")
+    a = np.arange(3, dtype=np.float32)
+    np.testing.assert_allclose(prog(A=a, backend="interp"), a + n)
+
+
+def test_a_cycle_of_funcs_is_named_in_order():
+    with pytest.raises(DTDimensionError) as info:
+        dt.loads("Func f, g, h;\nIn A;\nVar x;\nf[x] = g[x] + A[x];\ng[x] = h[x];\nh[x] = f[x];\nf.compile();\n",
+                 file="bad.dt")
+    error_at(info.value, 4, 1, "Funcs depend on each other in a cycle: f -> g -> h -> f")
 
 
 # ---------------------------------------------------------------- 8: bad calls

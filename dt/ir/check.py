@@ -323,25 +323,40 @@ def _uses_outside(e: A.Expr, skip: set[int]) -> list[A.Access]:
     return uses
 
 
+def _post_order(nodes, successors):
+    """The nodes in depth-first post-order (each after all it reaches), without recursion:
+    programs may chain thousands of Funcs. `successors(n)` yields (m, label) pairs. Returns
+    (order, None), or (None, cycle) at the first cycle: [(node, label of its edge onward), ...]."""
+    order, state = [], {}
+    for root in nodes:
+        if root in state:
+            continue
+        state[root] = "open"
+        stack = [[root, iter(successors(root)), None]]  # node, successors left, label of the edge taken
+        while stack:
+            frame = stack[-1]
+            step = next(frame[1], None)
+            if step is None:
+                stack.pop()
+                state[frame[0]] = "done"
+                order.append(frame[0])
+                continue
+            node, frame[2] = step
+            if state.get(node) == "open":
+                start = next(i for i, f in enumerate(stack) if f[0] == node)
+                return None, [(f[0], f[2]) for f in stack[start:]]
+            if node not in state:
+                state[node] = "open"
+                stack.append([node, iter(successors(node)), None])
+    return order, None
+
+
 def _topological_order(defs: dict[str, A.FuncDef]) -> list[str]:
-    order: list[str] = []
-    state: dict[str, int] = {}
-
-    def visit(name, path):
-        if state.get(name) == 2:
-            return
-        if state.get(name) == 1:
-            cycle = path[path.index(name):] + [name]
-            raise _err(DTDimensionError, f"Funcs depend on each other in a cycle: {' -> '.join(cycle)}",
-                       defs[name].loc, "a Func cannot use itself, directly or through others")
-        state[name] = 1
-        for u in _uses(defs[name].expr):
-            visit(u.name, path + [name])
-        state[name] = 2
-        order.append(name)
-
-    for name in defs:
-        visit(name, [])
+    order, cycle = _post_order(defs, lambda name: ((u.name, None) for u in _uses(defs[name].expr)))
+    if cycle is not None:
+        names = [name for name, _ in cycle] + [cycle[0][0]]
+        raise _err(DTDimensionError, f"Funcs depend on each other in a cycle: {' -> '.join(names)}",
+                   defs[cycle[0][0]].loc, "a Func cannot use itself, directly or through others")
     return order
 
 
@@ -721,27 +736,14 @@ def _check_loop_order(loops, funcs, schedules):
     two RVars can make that a cycle (a reads c's result, c is accumulated in b's loop over z,
     and b in a's loop over y); no order of loops computes it."""
     owner_of = {m: (owner, dim) for (owner, dim), members in loops.items() for m in members}
-
-    state: dict[str, int] = {}
-
-    def visit(f, path):
-        if state.get(f) == 2:
-            return
-        if state.get(f) == 1:
-            cycle = path[next(i for i, (g, _, _) in enumerate(path) if g == f):]
-            member = next(g for g, _, shared in cycle if shared)
-            raise _err(DTScheduleError, "these compute_with leave no order to compute the loops in: "
-                       + "; ".join(why for _, why, _ in cycle), schedules[member].locs.get("compute_with"),
-                       f"remove {member}'s compute_with (then {member} walks '{owner_of[member][1]}' in a loop of "
-                       f"its own)")
-        state[f] = 1
-        for g, why, shared in runs_after(f, loops, funcs):
-            if g in funcs:
-                visit(g, path + [(f, why, shared)])
-        state[f] = 2
-
-    for f in funcs:
-        visit(f, [])
+    _, cycle = _post_order(funcs, lambda f: ((g, (why, shared)) for g, why, shared in runs_after(f, loops, funcs)
+                                             if g in funcs))
+    if cycle is not None:
+        member = next(f for f, (_, shared) in cycle if shared)
+        raise _err(DTScheduleError, "these compute_with leave no order to compute the loops in: "
+                   + "; ".join(why for _, (why, _) in cycle), schedules[member].locs.get("compute_with"),
+                   f"remove {member}'s compute_with (then {member} walks '{owner_of[member][1]}' in a loop of "
+                   f"its own)")
 
 
 def _check_shared_tile(func, owner, dim, schedules, fused):
