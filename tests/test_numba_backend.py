@@ -7,6 +7,7 @@ Numba's compile time dominates: each test compiles one pipeline (one example in 
 runs it at every size, since sizes are run-time arguments of the same compiled code."""
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -104,6 +105,62 @@ def test_reductions_nan_and_inf():
     ref = prog.reference(A=A)
     for name in ("s", "t", "u"):
         np.testing.assert_array_equal(out[name], ref[name].astype(np.float32))
+
+
+REDUCTIONS = ("Func s, t;\nIn A;\nVar x;\nRVar y;\ns[x] = rmax(A[x, y], y);\nt[x] = rmin(A[x, y], y);\n"
+              "s.tensorize(y:512);\nt.tensorize(y:0);\ns.compile();\nt.compile();\n")
+
+
+def _special_rows(dtype, width=1031):
+    """Rows of `width` values with a NaN, an inf or a -inf at each place a vectorised loop may
+    treat apart (first lane, vector body, the end of a 512-wide tile, the scalar remainder),
+    all -inf, all inf, and a NaN beside infinities."""
+    rng = np.random.default_rng(7)
+    rows = []
+    for special in (np.nan, np.inf, -np.inf):
+        for at in (0, 5, 300, 511, 512, 1023, 1030):
+            row = rng.standard_normal(width)
+            row[at] = special
+            rows.append(row)
+    rows += [np.full(width, -np.inf), np.full(width, np.inf), rng.standard_normal(width)]
+    mixed = rng.standard_normal(width)
+    mixed[[3, 600, 1029]] = (np.inf, np.nan, -np.inf)
+    rows.append(mixed)
+    return np.array(rows, dtype)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_max_and_min_reductions_match_the_reference_on_nan_and_inf(dtype):
+    prog = dt.loads(REDUCTIONS, "reductions")
+    A = _special_rows(dtype)
+    out, ref = prog(backend="numba", A=A), prog.reference(A=A)
+    for name in ("s", "t"):
+        np.testing.assert_array_equal(out[name], ref[name].astype(dtype), err_msg=name)
+
+
+def test_safe_softmax_matches_the_reference_on_nan_and_inf():
+    prog = dt.load(example_path("softmax_safe"))
+    A = _special_rows(np.float32)
+    assert_close(prog(backend="numba", A=A), prog.reference(A=A), "f32")
+
+
+def test_max_and_min_reductions_vectorise(tmp_path):
+    # rmax / rmin accumulate with llvm.maximum / llvm.minimum, which LLVM's loop vectoriser turns
+    # into vector operations on every x86-64 (SSE2 and up); a NaN-propagating compare-and-select
+    # stays scalar without 'nnan'. Inspection needs code compiled in this process, not cached.
+    prog = dt.loads(REDUCTIONS, "reductions")
+    source = prog.source("numba", "f32")
+    assert "_reduce_max(max_y, " in source and "_reduce_min(min_y, " in source
+    (tmp_path / "reductions_nocache.py").write_text(source.replace("cache=True", "cache=False"))
+    sys.path.insert(0, str(tmp_path))
+    try:
+        import reductions_nocache as module
+    finally:
+        sys.path.remove(str(tmp_path))
+    module.reductions(np.ones((3, 70), np.float32), 3, 70)
+    for kernel, op in ((module.s_kernel, "maximum"), (module.t_kernel, "minimum")):
+        llvm = kernel.inspect_llvm(kernel.signatures[0])
+        assert re.search(rf"@llvm\.{op}\.v\d+f32\(", llvm), f"no vector llvm.{op} in {kernel.__name__}"
 
 
 def test_rank0_output():

@@ -35,8 +35,8 @@ HELPER_FASTMATH = ("contract", "nsz")
 NUMPY_DTYPE = {"f32": "np.float32", "f64": "np.float64", "f16": "np.float16"}
 DTYPE_NAME = {"f32": "float32", "f64": "float64", "f16": "float16", "bf16": "bfloat16"}
 HALF = ("f16", "bf16")  # stored as uint16 bits
-MODULE_GLOBALS = ("math", "np", "numba", "njit", "ThreadPoolExecutor", "count", "f32", "f64", "i32", "i64", "u16",
-                  "u32", "u64", "_KERNEL", "_HELPER", "_POOL", "_launch", "_operand", "_result")
+MODULE_GLOBALS = ("math", "np", "numba", "njit", "intrinsic", "ir", "ThreadPoolExecutor", "count", "f32", "f64",
+                  "i32", "i64", "u16", "u32", "u64", "_KERNEL", "_HELPER", "_POOL", "_launch", "_operand", "_result")
 
 # Threads run the program instances of a launch: numba's parallel loops (prange) cost seconds of
 # compile time per kernel, several times what the kernel itself costs, while the serial `nogil`
@@ -121,7 +121,9 @@ class _Module:
         w.line("")
         w.line("import numba")
         w.line("import numpy as np")
+        w.line("from llvmlite import ir  # numba's own dependency: the LLVM types of _reduce_max / _reduce_min")
         w.line("from numba import njit")
+        w.line("from numba.extending import intrinsic")
         w.line("")
         w.line("f32, f64, i32, i64 = np.float32, np.float64, np.int32, np.int64")
         w.line("u16, u32, u64 = np.uint16, np.uint32, np.uint64")
@@ -682,9 +684,9 @@ class _Kernel:
         x = self.expr(e.x, env2, levels[:depth + 1] + [child])
         if e.op == "sum":
             child.lines.append(f"{r} += {x}")
-        else:
-            self.helpers.add(f"_{e.op}imum")
-            child.lines.append(f"{r} = _{e.op}imum({r}, {x})")
+        else:  # an LLVM intrinsic, which vectorises where _maximum would not (helpers.py)
+            self.helpers.add(f"_reduce_{e.op}")
+            child.lines.append(f"{r} = _reduce_{e.op}({r}, {x})")
         parent = levels[depth]
         parent.lines.append(f"{r} = {self.const(S.REDUCE_IDENTITY[e.op])}")
         parent.lines.append(child)

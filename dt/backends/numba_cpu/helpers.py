@@ -1,7 +1,8 @@
 """Source text of the helper functions a generated module may carry: float32 transcendentals
 LLVM can vectorise, float16 / bfloat16 conversions on uint16 bits, NaN-propagating maximum and
-minimum, and the register-blocked micro-kernel behind every Dot. The code generator copies the
-ones a pipeline uses into its module, so the module needs numpy and numba only.
+minimum (for rmax / rmin as LLVM intrinsics, which vectorise), and the register-blocked
+micro-kernel behind every Dot. The code generator copies the ones a pipeline uses into its
+module, so the module needs numpy and numba only.
 
 Helpers compile with their own fastmath flags (`_HELPER`: contraction into FMAs, no
 reassociation) so that LLVM cannot regroup the exact range reductions and scalings below; each is
@@ -99,6 +100,29 @@ HELPERS["_minimum"] = '''\
 def _minimum(a, b):
     return a if a <= b or a != a else b
 '''
+
+# rmax / rmin accumulate with LLVM's maximum / minimum (IEEE 754-2019 maximum / minimum: NaN if
+# either operand is NaN, -0 below +0), which the loop vectoriser turns into vector reductions.
+# A NaN-propagating compare-and-select, as _maximum, may vectorise only under 'nnan', which
+# would let LLVM drop the NaNs: such a reduction stays a scalar loop, 10x slower. Only the sign
+# of a zero maximum can differ from NumPy's max (whose own choice depends on its SIMD path).
+_REDUCE_LINES = """\
+@intrinsic
+def {name}(typingctx, a, b):
+    \"\"\"llvm.{op}(a, b) of two floats, in the wider of their types.\"\"\"
+    if not (isinstance(a, numba.types.Float) and isinstance(b, numba.types.Float)):
+        return None
+    t = typingctx.unify_types(a, b)
+
+    def codegen(context, builder, signature, args):
+        value = context.get_value_type(t)
+        fn = builder.module.declare_intrinsic("llvm.{op}", [value], ir.FunctionType(value, [value, value]))
+        return builder.call(fn, [context.cast(builder, v, vt, t) for v, vt in zip(args, signature.args)])
+
+    return t(a, b), codegen
+"""
+HELPERS["_reduce_max"] = _REDUCE_LINES.format(name="_reduce_max", op="maximum")
+HELPERS["_reduce_min"] = _REDUCE_LINES.format(name="_reduce_min", op="minimum")
 
 # float16 and bfloat16 tensors reach the kernels as their uint16 bits (numba has no float16
 # arithmetic on the CPU); they are widened to float32 on load and rounded, to nearest even, on
