@@ -53,6 +53,12 @@ def test_unfinished_file():
     assert err.loc.line == 4
 
 
+@pytest.mark.parametrize("tail", ["", "\n", "\n\n\n", "  # the output\n# end\n\n"])
+def test_unfinished_file_points_just_after_the_last_code(tail):
+    err = error_of("Func f;\nIn A;\nVar x;\nf[x] = A[x];\nf.compile()" + tail, DTSyntaxError)
+    assert_at(err, 5, 12, "unexpected end of file", "f.compile()", "expected ';'")
+
+
 def test_unknown_tensor():
     err = error_of("Func f;\nIn A;\nVar x;\nf[x] = A[x] + B[x];\nf.compile();\n", DTNameError)
     assert_at(err, 4, 15, "unknown name 'B'", "In B;")

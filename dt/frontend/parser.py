@@ -69,8 +69,11 @@ def _syntax_error(e: lark.UnexpectedInput, src: _Source, text: str) -> DTSyntaxE
     token = getattr(e, "token", None)
     expected = sorted(_TERMINALS.get(t, t) for t in (getattr(e, "expected", None) or ()))
     if token is None or token.type == "$END":
-        last = len(src.lines)
-        loc = src.loc(last, len(src.lines[-1]) + 1 if src.lines else 1)
+        # Just after the last code in the file, where the missing text goes (blank lines and
+        # comments after it would leave the caret under nothing).
+        code = [(n, len(t.split("#")[0].rstrip())) for n, t in enumerate(src.lines, 1) if t.split("#")[0].strip()]
+        last, end = code[-1] if code else (1, 0)
+        loc = src.loc(last, end + 1)
         return DTSyntaxError("unexpected end of file", loc,
                              f"expected {' or '.join(expected)}" if expected else "the last statement is unfinished")
     shown = str(token)
