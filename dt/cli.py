@@ -120,23 +120,15 @@ def _file_inputs(prog, pairs: list[str], npz_files: list[str]) -> tuple[dict, di
     return given, origin
 
 
-def _extents_from_files(prog, given: dict, origin: dict[str, str], sizes: dict[str, int]) -> dict[str, int]:
-    """--size extents, completed by the shapes of the inputs read from files."""
+def _extents_from_files(prog, given: dict, sizes: dict[str, int]) -> dict[str, int]:
+    """--size extents, completed by the shapes of the inputs read from files (the runtime's
+    check: ranks, and extents the files disagree on)."""
     extents = dict(sizes)
-    seen: set[str] = set()
-    for access in prog._accesses:
-        if access.name not in given or access.name in seen:
-            continue
-        seen.add(access.name)
-        shape = given[access.name].shape
-        if len(shape) != len(access.indices):
-            raise UsageError(f"{access.name} ({origin[access.name]}) has shape {shape}, but the program indexes it "
-                             f"with {len(access.indices)} dimension(s) ({', '.join(access.indices)})")
-        for dim, n in zip(access.indices, shape):
-            if dim in sizes and sizes[dim] != n:
-                raise UsageError(f"--size {dim}={sizes[dim]}, but {access.name} ({origin[access.name]}) has "
-                                 f"{dim}={n}")
-            extents.setdefault(dim, n)
+    arrays = {n: a for n, a in given.items() if n in prog.inputs}
+    for dim, (n, source, _) in prog._array_extents(arrays).items():
+        if dim in sizes and sizes[dim] != n:
+            raise UsageError(f"--size {dim}={sizes[dim]}, but {source} of the input files has {dim}={n}")
+        extents.setdefault(dim, n)
     return extents
 
 
@@ -163,7 +155,7 @@ def cmd_run(args) -> int:
     twice = sorted(set(scalars) & set(given))
     if twice:
         raise UsageError(f"{', '.join(twice)} given both by --scalar and by {origin[twice[0]]}")
-    sizes = _extents_from_files(prog, given, origin, _sizes(args.size))
+    sizes = _extents_from_files(prog, given, _sizes(args.size))
     missing = [d for d in prog.checked.needed_dims if d not in sizes]
     if missing:
         print(f"dt: give the extent of every dimension: missing {' '.join(f'--size {d}=N' for d in missing)}",

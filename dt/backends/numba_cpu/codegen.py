@@ -35,6 +35,7 @@ HELPER_FASTMATH = ("contract", "nsz")
 NUMPY_DTYPE = {"f32": "np.float32", "f64": "np.float64", "f16": "np.float16"}
 DTYPE_NAME = {"f32": "float32", "f64": "float64", "f16": "float16", "bf16": "bfloat16"}
 HALF = ("f16", "bf16")  # stored as uint16 bits
+INTRINSICS = {"_reduce_max", "_reduce_min"}  # helpers written with numba.extending.intrinsic and llvmlite
 MODULE_GLOBALS = ("math", "np", "numba", "njit", "intrinsic", "ir", "ThreadPoolExecutor", "count", "f32", "f64",
                   "i32", "i64", "u16", "u32", "u64", "_KERNEL", "_HELPER", "_POOL", "_launch", "_operand", "_result")
 
@@ -121,9 +122,12 @@ class _Module:
         w.line("")
         w.line("import numba")
         w.line("import numpy as np")
-        w.line("from llvmlite import ir  # numba's own dependency: the LLVM types of _reduce_max / _reduce_min")
+        intrinsics = bool(self.helpers & INTRINSICS)
+        if intrinsics:
+            w.line("from llvmlite import ir  # numba's own dependency: the LLVM types of _reduce_max / _reduce_min")
         w.line("from numba import njit")
-        w.line("from numba.extending import intrinsic")
+        if intrinsics:
+            w.line("from numba.extending import intrinsic")
         w.line("")
         w.line("f32, f64, i32, i64 = np.float32, np.float64, np.int32, np.int64")
         w.line("u16, u32, u64 = np.uint16, np.uint32, np.uint64")
