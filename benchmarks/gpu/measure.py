@@ -4,15 +4,11 @@ from __future__ import annotations
 
 import argparse
 import functools
-import json
 import math
 import platform
-import re
 import statistics
 import subprocess
 import time
-from datetime import datetime, timezone
-from pathlib import Path
 
 import torch
 
@@ -56,13 +52,6 @@ class Timer:
             times.append((time.perf_counter() - t) * 1e3)
         return statistics.median(times)
 
-    def rounds(self, calls: dict, rounds: int) -> dict[str, list[float]]:
-        """Each call's times over `rounds` round-robin rounds (round_robin)."""
-        times: dict[str, list[float]] = {name: [] for name in calls}
-        for name, ms in round_robin(self, calls, rounds):
-            times[name].append(ms)
-        return times
-
 
 # A row is compute-bound when it does this many FLOPs per byte or more (about the H100's ridge point:
 # cuBLAS's 650-760 TFLOP/s over a copy's ~3,000 GB/s is 220-250); bench.py and tune.py then time it
@@ -72,10 +61,12 @@ RIDGE_FLOP_PER_BYTE = 200
 
 def row_timer(mode: str, flops: float | None, nbytes: int, warmup: float = 25, rep: float = 100) -> Timer:
     """The Timer for a row doing `flops` and moving `nbytes`: `mode`'s, or for "auto" (bench.py's
-    default, and what tune.py always uses) do_bench if it is compute-bound and cold otherwise. Cold, because lines an earlier kernel kept in L2 would serve part of the bytes a
-    memory-bound row is measured for (first_timing.py); do_bench, because L2 cannot change a
+    default, and what tune.py always uses) do_bench if it is compute-bound and cold otherwise.
+    Cold, because lines an earlier kernel kept in L2 would serve part of the bytes a memory-bound
+    row is measured for (docs/studies.md, first_timing); do_bench, because L2 cannot change a
     compute-bound row's time, and after the cold timer's idle GPU 4096^3 products ran 6-12%
-    slower, every provider alike, with rounds 8% apart (median) against 3.5% (timer_rounds.py)."""
+    slower, every provider alike, with rounds 8% apart (median) against 3.5% (docs/studies.md,
+    timer_rounds)."""
     if mode == "auto":
         mode = "do_bench" if flops and flops >= RIDGE_FLOP_PER_BYTE * nbytes else "cold"
     return Timer(mode, warmup, rep)
@@ -217,47 +208,6 @@ def list_arg(choices):
     return parse
 
 
-def study_parser(doc: str, rounds: int | None = None, dtypes: bool = False) -> argparse.ArgumentParser:
-    """A study's command line: --out DIR, with `rounds` --rounds N (that default), with `dtypes`
-    --dtypes (f32 and bf16 by default); described by the first paragraph of `doc`."""
-    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
-    parser.add_argument("--out", required=True)
-    if rounds:
-        parser.add_argument("--rounds", type=positive_int, default=rounds)
-    if dtypes:
-        parser.add_argument("--dtypes", nargs="+", default=["f32", "bf16"])
-    return parser
-
-
-def check_calls(calls: dict, ref: torch.Tensor, dtype: str, title: str, out: torch.Tensor | None = None) -> None:
-    """Run each call once and compare what it returns, or `out` when it returns no tensor, with
-    `ref` within the dtype's tolerance; `out` is filled with NaN before each call, so that what a
-    kernel leaves unwritten fails."""
-    for name, call in calls.items():
-        if out is not None:
-            out.fill_(float("nan"))
-        result = call()
-        error = relative_error(result if isinstance(result, torch.Tensor) else out, ref)
-        if not error < TOLERANCE[dtype]:
-            raise AssertionError(f"{title} {name}: relative error {error:.2e}")
-
-
-def write_study(out_dir, name: str, device: torch.device, records: list[dict], markdown) -> None:
-    """Write a study's results (one of the benchmarks/gpu measurement scripts) as
-    out_dir/NAME.json and its report, markdown(run, records), as out_dir/NAME.md."""
-    run = dict(device_description(device), started=datetime.now(timezone.utc).isoformat(timespec="seconds"))
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / f"{name}.json").write_text(json.dumps({"run": run, "records": records}, indent=1) + "\n")
-    (out / f"{name}.md").write_text(markdown(run, records))
-
-
-def provenance(run: dict, script: str) -> str:
-    """The opening of a study's report: where and when it ran, and the script that produced it."""
-    return (f"{run['device']}, torch {run['torch']}, triton {run['triton']}, {run['started']}. Produced by "
-            f"`benchmarks/gpu/{script}`")
-
-
 def _driver_version() -> str:
     try:
         import pynvml
@@ -272,14 +222,6 @@ def _driver_version() -> str:
         return out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else "unknown"
     except (OSError, subprocess.TimeoutExpired):
         return "unknown"
-
-
-def without_eviction_hints(source: str) -> str:
-    """Generated Triton source with the eviction hints of its loads (dt's cache hints) removed."""
-    plain = re.sub(r',\s*eviction_policy="evict_\w+"', "", source)
-    if plain == source or "eviction_policy" in plain:
-        raise ValueError("expected loads with eviction hints, and only those")
-    return plain
 
 
 def random_tensor(shape, dtype: torch.dtype, device: torch.device, generator: torch.Generator):
@@ -323,41 +265,11 @@ def copy_bandwidth(timer: Timer, device: torch.device, moved: int | None = None)
     return {"bytes": nbytes, "ms": ms, "gbps": nbytes / ms / 1e6}
 
 
-def against_copy(moved: int, ms: float, copy: dict) -> dict:
-    """A study record's speed fields: the kernel's time, its GB/s for `moved` bytes, and that as
-    a percentage of `copy["gbps"]`, a copy of `moved` bytes timed in the same run or rounds."""
-    gbps = moved / ms / 1e6
-    return {"ms": ms, "gbps": gbps, "pct_copy_same": 100 * gbps / copy["gbps"]}
-
-
 SAME_SIZE_COPY = "same-size copy"  # the copy's name among the timed calls of a row's rounds
 
 
-def rounds_with_copy(timer: Timer, device: torch.device, calls: dict, moved: int, rounds: int):
-    """Each call's times over `rounds` round-robin rounds that also time a copy moving `moved`
-    bytes (copy_call), so that the copy drifts with the calls; returns (times, the copy's times,
-    its GB/s over its median)."""
-    copy, copy_bytes = copy_call(device, moved)
-    times = timer.rounds({**calls, SAME_SIZE_COPY: copy}, rounds)
-    copy_ms = times.pop(SAME_SIZE_COPY)
-    return times, copy_ms, copy_bytes / statistics.median(copy_ms) / 1e6
-
-
-def timed_variants(timer: Timer, device: torch.device, case, calls: dict, rounds: int, **fields) -> list[dict]:
-    """A study's records for one row: each call timed in `rounds` round-robin rounds with a
-    same-size copy (rounds_with_copy), its median against the copy's, with `fields` and the row's
-    shape and dtype."""
-    times, copy_ms, copy_gbps = rounds_with_copy(timer, device, calls, case.bytes, rounds)
-    records = [dict(shape=case.shape_text, dtype=case.dtype, **fields, variant=name, rounds_ms=ms,
-                    copy_same_rounds_ms=copy_ms, **against_copy(case.bytes, statistics.median(ms), {"gbps": copy_gbps}))
-               for name, ms in times.items()]
-    for record in records:
-        print(record, flush=True)
-    return records
-
-
 def by_row(records: list[dict], *fields: str) -> dict[tuple, list[dict]]:
-    """A study's records grouped by the values of `fields` (its rows), in first-seen order."""
+    """Records grouped by the values of `fields` (a report's rows), in first-seen order."""
     groups: dict[tuple, list[dict]] = {}
     for r in records:
         groups.setdefault(tuple(r[f] for f in fields), []).append(r)

@@ -98,21 +98,6 @@ def markdown_table(head: list[str], rows) -> list[str]:
     return ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)] + ["| " + " | ".join(row) + " |" for row in rows]
 
 
-def variant_tables(records: list[dict], kernel: str, extra: dict | None = None) -> list[str]:
-    """A study's report body: per row (shape, dtype), its variants from fastest to slowest with
-    their median, rounds and % of the same-size copy, and a column per `extra` (name -> cell)."""
-    extra = extra or {}
-    lines = []
-    for shape, dtype in dict.fromkeys((r["shape"], r["dtype"]) for r in records):
-        rows = sorted((r for r in records if (r["shape"], r["dtype"]) == (shape, dtype)), key=lambda r: r["ms"])
-        table = [[r["variant"], f"{r['ms']:.5f}", " / ".join(f"{ms:.5f}" for ms in r["rounds_ms"]),
-                  f"{r['pct_copy_same']:.1f}%", *(cell(r) for cell in extra.values())] for r in rows]
-        lines += [f"## {kernel} {shape}, {dtype}", ""]
-        lines += markdown_table(["variant", "ms", "rounds (ms)", "% of same-size copy", *extra], table)
-        lines.append("")
-    return lines
-
-
 def _num(x, fmt="{:.4g}") -> str:
     return "" if x is None or (isinstance(x, float) and math.isnan(x)) else fmt.format(x)
 

@@ -18,12 +18,13 @@ median was below dt's (a run-off between schedules; tune.py --choose records the
             --kernels add --providers dt,eager,compile,max-autotune --repeats 5 --no-plots
     done
     # anywhere with torch installed
-    python benchmarks/gpu/run_to_run.py --out benchmarks/results --name run_to_run_add $RUNS/gpu-r*.json
+    python benchmarks/gpu/run_to_run.py --out $RUNS --name run_to_run_add $RUNS/gpu-r*.json
 
 writes OUT/NAME.json (every record of the runs, trimmed to the fields the report reads) and OUT/NAME.md.
 """
 from __future__ import annotations
 
+import argparse
 import json
 import statistics
 import sys
@@ -39,7 +40,8 @@ OUTCOMES = ("faster", "tie", "slower")
 
 
 def main(argv=None) -> int:
-    parser = measure.study_parser(__doc__)
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", required=True, help="output directory")
     parser.add_argument("--name", default="run_to_run", help="names the output files NAME.json and NAME.md")
     parser.add_argument("runs", nargs="+", help="gpu-TAG.json files written by bench.py, one per process")
     args = parser.parse_args(argv)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 
 from cases import EXAMPLES, Case
-from dt.ir.check import PRIMITIVES
+from dt.ir.check.schedule import PRIMITIVES
 
 SCHEDULE_LINE = re.compile(rf"^\s*\w+\.({'|'.join(PRIMITIVES)})\s*\(")
 
@@ -33,8 +33,8 @@ ROWWISE = {"softmax": ("_softmax", ("_sum",)), "softmax_safe": ("_softmax", ("_m
            "layernorm": ("layernorm", ("mean", "variance")), "rmsnorm": ("rmsnorm", ("ms",))}
 # Row-wise kernels whose statistics can share one walk over a tiled row (compute_with), offered
 # on walks of one width over rows longer than the given width (layernorm's third pass comes
-# from L2 up to 16384 wide, where the two-pass statistics measured no faster:
-# docs/performance.md), and on every walk whose statistics tiles are wider than its output's.
+# from L2 up to 16384 wide, where the two-pass statistics measured no faster: docs/studies.md,
+# layernorm_onepass), and on every walk whose statistics tiles are wider than its output's.
 ONE_PASS = {"layernorm": ("variance.compute_with(mean, y);\n", 16384),
             "softmax_safe": ("_sum.compute_with(_max, y);\n", 0)}
 # Element-wise kernels: the Func computed, and helpers inlined into it.
@@ -77,8 +77,8 @@ def _rowwise(case: Case):
                                f"{out}.num_warps({warps});\n{pipelining}{out}.compile_to_kernel();\n")
         # the statistics walks read one stream, the output walk several (the row again, a weight,
         # a bias): wider statistics tiles keep more of the row in flight in the same registers
-        # (benchmarks/results/layernorm_streams.md), up to the whole row in one tile, whose one-pass
-        # statistics won at 4096x8192 (benchmarks/results/run_to_run_statistics.md)
+        # (docs/studies.md, layernorm_streams), up to the whole row in one tile, whose one-pass
+        # statistics won at 4096x8192 (docs/studies.md, statistics walks up to the whole row)
         widths, warp_counts = ((4096, 8192, 16384), (16, 32)) if long_rows else ((1024, 2048, 4096), (4, 8, 16))
         for width, warps in ((w, n) for w in widths for n in warp_counts if w < y):
             for statistics in (2 * width, 4 * width):
@@ -109,13 +109,13 @@ def _elementwise(case: Case):
                 continue
             for warps in (4, 8):
                 # down to 2 elements a thread: at 4096x8192 the fastest flat kernels (Inductor's among
-                # them) load 8 bytes a thread, not 16 (results/flat_elementwise.md)
+                # them) load 8 bytes a thread, not 16 (docs/studies.md, flat_elementwise)
                 if not 2 <= _per_thread(elements, warps) <= 32:
                     continue
                 block = f"x:{rows}" + (f", y:{width}" if width else "")
                 # With blocks along y, the default order (block-rows fastest) has consecutive programs
                 # rows apart; map(x, y) walks memory in order (up to 5% faster at 128x65536,
-                # results/offsets_and_order.md).
+                # docs/studies.md, offsets_and_order).
                 for order in ("", f"{out}.map(x, y);\n") if width else ("",):
                     yield (f"x{rows}_y{width or 'all'}_w{warps}" + ("_rowmajor" if order else ""),
                            f"{out}.block({block});\n{out}.tensorize(x:0, y:0);\n{order}{inline}"
@@ -132,7 +132,7 @@ SKINNY_CONFIGS = [(16, n, k, w, s) for n in (32, 64, 128) for k in (128, 256, 51
 
 
 # Launch hints tried on the largest tiles: persistent programs with TMA (what expert Hopper
-# matmuls do; 3-4% over pointer loads in benchmarks/gpu/matmul_ceiling.py), and each alone.
+# matmuls do; 3-4% over pointer loads in docs/studies.md, matmul_ceiling), and each alone.
 HINTS = {"": "", "_persistent_tma": "{out}.persistent();\n{out}.tma();\n", "_tma": "{out}.tma();\n",
          "_persistent": "{out}.persistent();\n"}
 HINTED_CONFIGS = [(128, 256, 64, 8, 3), (256, 128, 64, 8, 3), (128, 128, 64, 4, 5), (128, 128, 64, 8, 4)]

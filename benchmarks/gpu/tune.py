@@ -18,7 +18,7 @@ the search's winner and another schedule are within its noise, a measurement tha
 apart (run_to_run.py over bench.py --contender runs) settles it:
 
     python benchmarks/gpu/tune.py --choose 'add [x=4096, y=8192] bf16' x1_y512_w4_rowmajor \\
-        "it tied or won in each of 8 processes (benchmarks/results/run_to_run_runoff.md)"
+        "in 8 fresh processes it ran faster than the search's pick in each (run_to_run.py)"
 
 records that schedule of space.py as the row's winner in tune.json, with the evidence, and
 writes the schedules again; a later --write keeps it until a new search of the row. Times are

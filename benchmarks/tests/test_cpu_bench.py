@@ -18,7 +18,7 @@ pytest.importorskip("numba", reason="the CPU benchmark times dt's numba backend"
 pytest.importorskip("threadpoolctl", reason="the CPU benchmark records NumPy's BLAS kernel with threadpoolctl "
                                            "(pip install 'dt[bench]')")
 
-CPU_DIR = Path(__file__).resolve().parent.parent / "benchmarks" / "cpu"
+CPU_DIR = Path(__file__).resolve().parent.parent / "cpu"
 sys.path.insert(0, str(CPU_DIR))
 
 import cpu_first_call  # noqa: E402

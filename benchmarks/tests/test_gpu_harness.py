@@ -17,7 +17,7 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="the GPU benchmark harness needs torch (pip install -e '.[triton]')")
 
-GPU_DIR = Path(__file__).resolve().parent.parent / "benchmarks" / "gpu"
+GPU_DIR = Path(__file__).resolve().parent.parent / "gpu"
 sys.path.insert(0, str(GPU_DIR))
 
 import bench  # noqa: E402
@@ -249,30 +249,6 @@ def test_repeats_must_be_positive(tmp_path):
         bench.main(["--dry-run", "--out", str(tmp_path), "--repeats", "0"])
 
 
-def test_a_study_writes_its_records_and_report(tmp_path):
-    import measure
-    measure.write_study(tmp_path / "out", "study", torch.device("cpu"), [{"ms": 1.5}],
-                        lambda run, records: f"{run['device']}: {records[0]['ms']} ms\n")
-    doc = json.loads((tmp_path / "out" / "study.json").read_text())
-    assert doc["records"] == [{"ms": 1.5}] and doc["run"]["started"] and "dry run" in doc["run"]["device"]
-    assert (tmp_path / "out" / "study.md").read_text() == f"{doc['run']['device']}: 1.5 ms\n"
-
-
-def test_a_study_record_compares_with_the_same_size_copy():
-    import measure
-    fields = measure.against_copy(2_000_000, 0.5, {"gbps": 8.0})  # 2 MB in 0.5 ms: 4 GB/s
-    assert fields == {"ms": 0.5, "gbps": 4.0, "pct_copy_same": 50.0}
-
-
-def test_studies_time_their_calls_in_round_robin_rounds(monkeypatch):
-    import measure
-    order = []
-    monkeypatch.setattr(measure.Timer, "__call__", lambda self, fn: fn())
-    calls = {name: (lambda name=name: order.append(name) or float(len(order))) for name in ("a", "b")}
-    assert measure.Timer("do_bench").rounds(calls, 2) == {"a": [2.0, 4.0], "b": [3.0, 5.0]}
-    assert order == ["a", "a", "b", "a", "b"]  # the first timing (1.0) is discarded
-
-
 def test_the_cold_timer_demotes_kept_lines_and_flushes_before_every_timed_run(monkeypatch):
     pytest.importorskip("triton")
     import measure
@@ -448,19 +424,6 @@ def test_round_robin_drops_a_call_that_fails_and_says_so():
     errors.clear()  # every call failing: nothing timed, each failure told once
     assert list(measure.round_robin(time, {"broken": "broken"}, 3, on_error=lambda n, e: errors.append(n))) == []
     assert errors == ["broken"]
-
-
-def test_a_studys_variants_are_timed_in_rounds_with_a_same_size_copy(monkeypatch):
-    import measure
-    case = next(c for c in cases.cases(["add"], ["f32"]) if c.shape == (4096, 1000))
-    monkeypatch.setattr(measure.Timer, "__call__", lambda self, fn: fn())
-    copy_times = iter([1.0, 4.0, 1.0])  # the copy drifts in the second round: its median is kept
-    monkeypatch.setattr(measure, "copy_call", lambda device, moved: (lambda: next(copy_times), moved))
-    records = measure.timed_variants(measure.Timer("do_bench"), torch.device("cpu"), case,
-                                     {"dt": lambda: 2.0, "flat": lambda: 1.0}, 3, kernel="add")
-    assert [(r["variant"], r["rounds_ms"], r["copy_same_rounds_ms"], r["pct_copy_same"], r["kernel"], r["shape"])
-            for r in records] == [("dt", [2.0] * 3, [1.0, 4.0, 1.0], 50.0, "add", case.shape_text),
-                                  ("flat", [1.0] * 3, [1.0, 4.0, 1.0], 100.0, "add", case.shape_text)]
 
 
 def test_report_merges_runs(tmp_path):
@@ -670,18 +633,6 @@ def test_gpu_verification_runs_on_the_cpu_interpreter(tmp_path):
     assert all(r["status"] == "ok" and r["standalone"] == "same bits" for r in results), results
 
 
-def test_the_cache_hint_study_adds_a_hint_only_where_the_call_lacks_it():
-    pytest.importorskip("triton")
-    import memory_hints
-    source = ('A = tl.load(A_ptr + x_offsets[:, None] * A_x_stride, mask=m[None, :], other=0.0).to(tl.float32)\n'
-              'W = tl.load(W_ptr + y_arange, mask=y_mask)\n'
-              'B = tl.load(B_ptr + x_offsets * B_x_stride, eviction_policy="evict_last")\n')
-    hinted = memory_hints.add_keyword(source, *memory_hints.HINTS["loads evict_first"])
-    assert hinted == source.replace('other=0.0)', 'other=0.0, eviction_policy="evict_first")')
-    stores = memory_hints.add_keyword("tl.store(p + f(o), v, mask=m)\n", *memory_hints.HINTS["store .cs"])
-    assert stores == 'tl.store(p + f(o), v, mask=m, cache_modifier=".cs")\n'
-
-
 def test_tune_takes_at_most_six_finalists_and_drops_one_that_fails():
     def time(fn):
         if fn == "v1":
@@ -705,38 +656,6 @@ def test_tune_falls_back_to_a_schedule_that_has_not_failed_when_every_finalist_f
 def test_tune_rounds_must_be_positive():
     with pytest.raises(SystemExit):
         tune.main(["--out", "x", "--rounds", "0"])
-
-
-def test_the_walk_direction_study_reverses_every_second_walk_and_keeps_the_result(monkeypatch):
-    """The edited kernel walks its second pass from the last (partial) tile to the first and
-    computes the same layer norm, on Triton's interpreter."""
-    import walk_direction
-    forward, run = _layernorm_walks(monkeypatch)
-    backward = walk_direction.alternate_walks(forward)
-    assert backward.count("_back in range(0, y_SIZE, 1024):") == 1  # mean forward, variance back, output forward
-    assert "y_iter_2 = (y_SIZE - 1) // 1024 * 1024 - y_iter_2_back" in backward
-    outs = [run(text) for text in (forward, backward)]
-    torch.testing.assert_close(outs[1], outs[0], rtol=1e-5, atol=1e-5)
-    assert not torch.equal(outs[0], torch.zeros_like(outs[0]))
-
-
-def _layernorm_walks(monkeypatch):
-    """The generated Triton source of a three-walk layernorm schedule (1024-wide tiles), and a
-    function running an edit of it on Triton's interpreter over a 3x2500 input."""
-    pytest.importorskip("triton")
-    monkeypatch.setenv("TRITON_INTERPRET", "1")
-    from dt.backends.pysource import load_module
-    from dt.runtime import resolve_backend
-    case = next(c for c in cases.cases(["layernorm"], ["f32"]) if c.shape == (128, 65536))
-    program = dt.loads(dict(space.variants(case))["tiled1024_w4"], "layernorm_walks")
-    g = torch.Generator().manual_seed(0)
-    inputs = {"A": torch.randn(3, 2500, generator=g) * 2 + 5, "W": torch.randn(2500, generator=g),
-              "Bias": torch.randn(2500, generator=g)}
-    modules = itertools.count()
-
-    def run(source: str) -> torch.Tensor:
-        return load_module(source, f"walks_{next(modules)}")[program.pipeline("f32").name](**inputs, eps=1e-5)
-    return program.source(resolve_backend("triton"), "f32"), run
 
 
 def test_long_rows_search_statistics_walks_wider_than_the_output_walk():
@@ -781,201 +700,6 @@ def test_wide_rows_search_statistics_walks_up_to_the_whole_row():
         found = dict(space.variants(case))
         widened = [name for name in found if "_statistics" in name and name.endswith("_onepass")]
         assert len(widened) == one_pass and all("_sum.compute_with(_max, y);" in found[name] for name in widened)
-
-
-def test_the_walk_stages_study_pipelines_only_the_chosen_walks(monkeypatch):
-    """walk_stages.staged asks for stages on the numbered walks only, and the edited kernel
-    computes the same layer norm on Triton's interpreter."""
-    import walk_stages
-    source, run = _layernorm_walks(monkeypatch)
-    edited = walk_stages.staged(source, {0, 2}, 3)
-    walks = [line.strip() for line in edited.splitlines() if line.strip().startswith("for ")]
-    assert walks == ["for y_iter in tl.range(0, y_SIZE, 1024, num_stages=3):",
-                     "for y_iter_2 in range(0, y_SIZE, 1024):",
-                     "for y_iter_3 in tl.range(0, y_SIZE, 1024, num_stages=3):"]
-    outs = [run(text) for text in (source, edited)]
-    torch.testing.assert_close(outs[1], outs[0], rtol=0, atol=0)
-
-
-def test_the_clock_ramp_report_reads_each_mark_from_the_batch_that_started_there():
-    import clock_ramp
-    batches = [{"t_s": t, "us": us, "sm_mhz": 1980} for t, us in ((0.0, 20.0), (0.06, 11.0), (0.5, 10.0), (2.5, 10.0))]
-    assert clock_ramp._at(batches, 0.05) is batches[1] and clock_ramp._at(batches, 3.0) is batches[-1]
-    record = dict(variant="copy", idle_s=2.0, steady_us=10.0, batches=batches)
-    run = {"device": "GPU", "torch": "x", "triton": "y", "started": "now"}
-    row = clock_ramp.markdown(run, [record]).splitlines()[-1]
-    assert row.startswith("| copy | 2 s | 10.00 | 2.00x, 1980 MHz | 1.10x, 1980 MHz | 1.00x, 1980 MHz |")
-
-
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_the_layernorm_studies_hand_written_kernels_compute_layer_norm(dtype):
-    """pass_prefetch's kernels (loads in order, next tile in flight, across walks),
-    layernorm_two_kernels' pair and layernorm_tma's pipelined walks (through TMA descriptors
-    and through pointers), on Triton's interpreter, against PyTorch's layer norm."""
-    pytest.importorskip("triton")
-    import layernorm_tma
-    import layernorm_two_kernels
-    import pass_prefetch
-    from triton.tools.tensor_descriptor import TensorDescriptor
-    g = torch.Generator().manual_seed(3)
-    rows, width = 8, 512
-    x = (torch.randn(rows, width, generator=g) * 2 + 3).to(dtype)
-    w, b = torch.randn(width, generator=g).to(dtype), torch.randn(width, generator=g).to(dtype)
-    ref = torch.nn.functional.layer_norm(x.double(), (width,), w.double(), b.double(), 1e-5)
-    tolerance = 1e-5 if dtype == torch.float32 else 1e-2
-    outs = []
-    for _, kernel, constants in pass_prefetch.STRUCTURES:
-        for tile in (64, 512):  # several tiles per walk, and one
-            out = torch.empty_like(x)
-            kernel[(rows,)](x, w, b, out, 1e-5, width, tile, **constants)
-            outs.append(out)
-    for tma in (True, False):
-        for tile in (64, 512):
-            def box(t, tile=tile, tma=tma):
-                return TensorDescriptor.from_tensor(t, [1, tile]) if tma else None
-            out = torch.empty_like(x)
-            layernorm_tma.pipelined_kernel[(rows,)](box(x), box(w.view(1, width)), box(b.view(1, width)), box(out),
-                                                    x, w, b, out, 1e-5, width, tile, 3, 2, tma)
-            outs.append(out)
-    for splits, tile, output_rows, columns in ((1, 128, 1, 128), (4, 64, 4, 64), (8, 32, 8, 256)):
-        out, partial = torch.empty_like(x), torch.empty((rows, splits, 2))
-        outs.append(layernorm_two_kernels.two_kernels(x, w, b, out, partial, splits, tile, 4, "evict_last",
-                                                       output_rows, columns))
-    for out in outs:
-        assert (out.double() - ref).norm() / ref.norm() < tolerance
-
-
-def test_the_matmul_epilogue_study_stores_the_whole_block_in_any_number_of_slices(monkeypatch):
-    """matmul_epilogue._store_in_slices, on Triton's interpreter: a block stored as 1, 2 or 4
-    column slices through a descriptor of the slice's box lands whole and in place."""
-    pytest.importorskip("triton")
-    import matmul_epilogue
-    import triton
-    import triton.language as tl
-    from triton.tools.tensor_descriptor import TensorDescriptor
-    monkeypatch.setitem(globals(), "matmul_epilogue", matmul_epilogue)  # a jit function sees module globals
-
-    @triton.jit
-    def store_block(c_desc, block_ptr, BM: tl.constexpr, BN: tl.constexpr, SLICES: tl.constexpr):
-        block = tl.load(block_ptr + tl.arange(0, BM)[:, None] * BN + tl.arange(0, BN)[None, :])
-        matmul_epilogue._store_in_slices(c_desc, block, BM, BN, BM, BN, SLICES)
-
-    block = torch.randn(16, 64, generator=torch.Generator().manual_seed(5))
-    for slices in (1, 2, 4):
-        c = torch.full((48, 192), float("nan"))
-        store_block[(1,)](TensorDescriptor.from_tensor(c, [16, 64 // slices]), block, 16, 64, slices)
-        assert torch.equal(c[16:32, 64:128], block)
-        c[16:32, 64:128] = float("nan")
-        assert c.isnan().all()  # nothing written outside the block
-
-
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_the_layernorm_streams_kernels_compute_what_they_say(dtype):
-    """layernorm_streams' kernel, each structure (the output walk with streams taken away,
-    the shared streams kept in L2, staggered walks; statistics tiles wider than the output's)
-    against its own float64 reference, and its rows-a-program kernel without a row split,
-    on Triton's interpreter. (With a row split, its programs wait for each other: the
-    interpreter runs them one at a time, so that part is checked on the GPU, by the study.)"""
-    pytest.importorskip("triton")
-    import layernorm_streams
-    g = torch.Generator().manual_seed(4)
-    rows, width = 8, 512
-    x = (torch.randn(rows, width, generator=g) * 2 + 3).to(dtype)
-    w, b = torch.randn(width, generator=g).to(dtype), torch.randn(width, generator=g).to(dtype)
-    tolerance = 1e-5 if dtype == torch.float32 else 1e-2
-    for structure, flags in layernorm_streams.STRUCTURES.items():
-        ref = layernorm_streams.reference(x, w, b, structure, width)
-        for tile, output_tile in ((64, 64), (128, 32), (512, 512)):
-            out = torch.empty_like(x)
-            eps = layernorm_streams.EPS if flags[0] else layernorm_streams.RMS_EPS
-            layernorm_streams.streams_kernel[(rows,)](x, w, b, out, eps, width, tile, output_tile, *flags)
-            assert (out.double() - ref).norm() / ref.norm() < tolerance, (structure, tile, output_tile)
-    ref = layernorm_streams.reference(x, w, b, "layernorm", width)
-    for group_rows in (1, 2, 4):
-        out = torch.empty_like(x)
-        layernorm_streams.shared_rows_kernel[(rows // group_rows,)](x, w, b, out, None, None, 1e-5, width, 64,
-                                                                   group_rows, 1, rows // group_rows)
-        assert (out.double() - ref).norm() / ref.norm() < tolerance, group_rows
-
-
-def test_the_timer_rounds_report_groups_each_rows_runs_with_the_timer_they_used(tmp_path):
-    import timer_rounds
-    base = {"device": "GPU", "kernel": "matmul", "dtype": "f16"}
-    big = dict(base, shape="x=4096", flops=137e9, bytes=100e6)
-    skinny = dict(base, shape="x=16", flops=5e8, bytes=33e6)
-    records = [dict(big, run="a@1", timer="do_bench", provider="dt", ms=1.0, ms_runs=[1.0, 1.1], speedup_vs_best=1.2),
-               dict(big, run="b@2", timer="cold", provider="dt", ms=1.1, ms_runs=[1.0, 1.2], speedup_vs_best=1.0),
-               dict(skinny, run="a@1", timer="cold", provider="dt", ms=0.5, ms_runs=[0.5, 0.5], speedup_vs_best=None)]
-    runs = [tmp_path / "a.json", tmp_path / "b.json"]
-    runs[0].write_text(json.dumps({"records": [records[0], records[2]]}))
-    runs[1].write_text(json.dumps({"records": [records[1], dict(records[1], provider="eager", ms_runs=[])]}))
-    assert timer_rounds.main(["--out", str(tmp_path / "out"), *map(str, runs)]) == 0
-    report = (tmp_path / "out" / "timer_rounds.md").read_text()
-    assert "## matmul x=4096, f16 (compute-bound)" in report and "## matmul x=16, f16 (memory-bound)" in report
-    assert "| a@1 (do_bench) | 1.0000 (1.100) | 1.20x |" in report and "| b@2 (cold) | 1.1000 (1.200) | 1.00x |" in report
-    assert "| a@1 (cold) | 0.5000 (1.000) |  |" in report  # the same run timed the skinny row cold
-    assert "| compute-bound | cold | 1 | 1.200 | 1.200 |" in report
-    assert len(json.loads((tmp_path / "out" / "timer_rounds.json").read_text())["records"]) == 3  # untimed dropped
-
-
-def test_a_study_checks_each_call_against_the_reference_and_what_it_left_unwritten():
-    import measure
-    ref = torch.ones(4, dtype=torch.float64)
-    out = torch.ones(4)
-    measure.check_calls({"returns": lambda: torch.ones(4), "writes": lambda: out.fill_(1.0).sum().item() and None}, ref, "f32",
-                        "row", out)
-    with pytest.raises(AssertionError, match="row skips: relative error nan"):
-        measure.check_calls({"skips": lambda: out[:2].fill_(1.0).sum().item() and None}, ref, "f32", "row", out)
-    with pytest.raises(AssertionError, match="row wrong: relative error"):
-        measure.check_calls({"wrong": lambda: torch.zeros(4)}, ref, "f32", "row")
-
-
-def test_a_studys_command_line():
-    import measure
-    args = measure.study_parser("Title.\n\nMore.", rounds=3, dtypes=True).parse_args(["--out", "d"])
-    assert (args.out, args.rounds, args.dtypes) == ("d", 3, ["f32", "bf16"])
-    assert not hasattr(measure.study_parser("T.").parse_args(["--out", "d"]), "rounds")
-    with pytest.raises(SystemExit):
-        measure.study_parser("T.", rounds=3).parse_args(["--out", "d", "--rounds", "0"])
-
-
-def test_the_l2_pinning_report_compares_each_consumer_with_its_time_after_no_producer():
-    import l2_pinning
-    records = [dict(producer="nothing", consumer="sum", rounds_ms=[0.02, 0.025], ms=0.02),
-               dict(producer="kept", consumer="sum", rounds_ms=[0.018, 0.017], ms=0.018),
-               dict(producer="kept", consumer=None, rounds_ms=[0.03], ms=0.03)]
-    run = {"device": "GPU", "torch": "x", "triton": "y", "started": "now"}
-    lines = l2_pinning.markdown(run, records).splitlines()
-    assert "| producer | sum ms | producer ms |" in lines
-    assert "| nothing | 0.0200 (1.00x; 0.0200 / 0.0250) |  |" in lines
-    assert "| kept | 0.0180 (0.90x; 0.0180 / 0.0170) | 0.0300 |" in lines
-
-
-def test_eviction_hints_come_off_the_generated_loads():
-    import measure
-    source = ('a = tl.load(p, mask=m, other=0.0, eviction_policy="evict_last")\n'
-              'b = tl.load(q,\n    eviction_policy="evict_first")\n')
-    assert measure.without_eviction_hints(source) == "a = tl.load(p, mask=m, other=0.0)\nb = tl.load(q)\n"
-    with pytest.raises(ValueError):
-        measure.without_eviction_hints("a = tl.load(p)\n")
-
-
-def test_a_layernorm_row_study_writes_every_dtypes_records(tmp_path, monkeypatch):
-    import layernorm_onepass
-    import measure
-    monkeypatch.setattr(measure, "device_description", lambda device: {"device": str(device)})
-    monkeypatch.setattr(measure, "empty_cache", lambda device: None)
-    seen = []
-
-    def records_for(dtype, device, timer, rounds):
-        seen.append((dtype, device.type, timer.mode, rounds))
-        return [{"dtype": dtype}]
-
-    assert layernorm_onepass.row_study("Title.\n\nMore.", "study", lambda run, records: f"{len(records)} records",
-                                       records_for, ["--out", str(tmp_path), "--dtypes", "f32", "bf16"]) == 0
-    assert seen == [("f32", "cuda", "cold", 3), ("bf16", "cuda", "cold", 3)]
-    assert (tmp_path / "study.md").read_text() == "2 records"
-    assert json.loads((tmp_path / "study.json").read_text())["records"] == [{"dtype": "f32"}, {"dtype": "bf16"}]
 
 
 def test_repeated_match_options_select_the_rows_matching_any_of_them(tmp_path, capsys):
