@@ -7,17 +7,15 @@
 """
 from dt.errors import (DTBackendError, DTDimensionError, DTError, DTExtentError, DTInputError, DTNameError,
                        DTScheduleError, DTSyntaxError)
-from dt.frontend.api import (RVar, SIn, Var, In, Func, ceil, cos, dim_len, eq, erf, exp, exp2, floor, log,
-                             log2, maximum, minimum, ne, pow, program, rdot, reshape, rmax, rmin, rsqrt, rsum,
-                             sigmoid, sin, sqrt, tanh, where)
-from dt.frontend.api import abs_ as abs  # noqa: A004 - the DT function's name
-from dt.runtime import Program, load, loads
+from dt.frontend.api import FUNCTIONS, RVar, SIn, Var, In, Func, dim_len, rdot, reshape, rmax, rmin, rsum
+from dt.runtime import Program, load, loads, program
 from dt import debug  # breakpoints, tracing and sanitizers on the interpreter
 
 __version__ = "0.1.0"
 
+# The element-wise functions of the op table (dt.ir.ops): dt.exp, dt.abs, dt.where, dt.eq, ...
+globals().update(FUNCTIONS)
+
 __all__ = ["Program", "load", "loads", "program", "Func", "In", "SIn", "Var", "RVar", "rsum", "rmax", "rmin",
-           "rdot", "exp", "exp2", "log", "log2", "sqrt", "rsqrt", "sigmoid", "tanh", "erf", "sin", "cos",
-           "floor", "ceil", "maximum", "minimum", "pow", "where", "eq", "ne", "reshape", "dim_len",
-           "DTError", "DTSyntaxError", "DTNameError", "DTDimensionError", "DTScheduleError", "DTExtentError",
-           "DTInputError", "DTBackendError"]
+           "rdot", *FUNCTIONS, "reshape", "dim_len", "DTError", "DTSyntaxError", "DTNameError", "DTDimensionError",
+           "DTScheduleError", "DTExtentError", "DTInputError", "DTBackendError"]

@@ -8,11 +8,11 @@ import re
 
 import numpy as np
 
+from dt.dtypes import ITEM_BYTES
 from dt.errors import DTExtentError, DTInputError, Loc
-from dt.ir.check import MAX_EXTENT
+from dt.ir.check.schedule import MAX_EXTENT
 from dt.ir.tiles import value_dims
 
-DTYPE_BYTES = {"f16": 2, "bf16": 2, "f32": 4, "f64": 8}
 _REAL_DTYPE = re.compile(r"(torch\.)?(u?int|float|bfloat)\d+")  # NumPy's, ml_dtypes' and torch's names
 
 
@@ -81,7 +81,7 @@ def check_memory(tensors: list[tuple[str, str, tuple[str, ...], str, Loc | None]
     memory's name). The error names the largest and the bytes each needs."""
     if limit is None or not tensors:
         return
-    needs = [(math.prod(extents[d] for d in dims) * DTYPE_BYTES[dtype], what, name, dims, dtype, loc)
+    needs = [(math.prod(extents[d] for d in dims) * ITEM_BYTES[dtype], what, name, dims, dtype, loc)
              for what, name, dims, dtype, loc in tensors]
     total = sum(n for n, *_ in needs)
     if total <= limit[0]:

@@ -10,9 +10,8 @@ import time
 import warnings
 from pathlib import Path
 
+from dt.dtypes import NAMES as DTYPE_CHOICES
 from dt.errors import DTError
-
-DTYPE_CHOICES = ("f32", "f16", "bf16", "f64")
 
 
 class UsageError(Exception):
@@ -270,12 +269,14 @@ def cmd_compile(args) -> int:
     import dt
     from dt import backends
     from dt.runtime import resolve_backend
-    name = resolve_backend(args.backend)
+    name = "ir" if args.backend == "ir" else resolve_backend(args.backend)
     if args.interpret and name != "triton":
         raise UsageError(f"--interpret is for --backend triton (Triton's interpreter), not {name}")
     prog = dt.load(args.file)
     if args.interpret:
         text = backends.get("triton").source(prog.pipeline(args.dtype), interpret=True)
+    elif name == "ir":
+        text = prog.ir(args.dtype)
     else:
         text = prog.source(name, args.dtype)
     if args.output:
@@ -287,7 +288,7 @@ def cmd_compile(args) -> int:
 
 
 def cmd_conformance(args) -> int:
-    from conformance.runner import run_command
+    from dt.conformance.runner import run_command
     return run_command(backend=args.backend, ops=args.ops, dtypes=args.dtypes, full=args.full, report=args.report,
                        vendor=args.vendor, list_only=args.list)
 
@@ -325,7 +326,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     comp = sub.add_parser("compile", help="write the code a backend generates for a DT file")
     comp.add_argument("file")
-    comp.add_argument("--backend", help="interp, numba, triton, ... (triton needs no GPU to generate its module)")
+    comp.add_argument("--backend", help="interp, numba, triton, ... (triton needs no GPU to generate its module), "
+                                        "or ir: the scheduled IR every backend renders, as text")
     comp.add_argument("--dtype", choices=DTYPE_CHOICES, default="f32")
     comp.add_argument("--interpret", action="store_true",
                       help="triton: the module for Triton's interpreter (no libdevice), to run on a CPU under "

@@ -9,21 +9,20 @@ from pathlib import Path
 import numpy as np
 
 from dt import backends, call_checks, env
-from dt.backends.numpy.runtime import BFLOAT16
 from dt.debug import config as debug_config
-from dt.errors import DTExtentError, DTInputError, DTSyntaxError, Loc, user_facing
+from dt.dtypes import BFLOAT16, NAMES, NUMPY_NAMES, TORCH_NAMES
+from dt.errors import DTError, DTExtentError, DTInputError, DTSyntaxError, Loc, user_facing
+from dt.frontend import api
+from dt.frontend.parser import normalise_source, parse
 from dt.ir import algorithm as A
 from dt.ir import reference, tiles
 from dt.ir.check import check
-from dt.ir.lower import DTYPES, lower
-from dt.ir.scheduled import Pipeline, size_name
+from dt.ir.lower import lower
+from dt.ir.naming import size_name
+from dt.ir.printer import ir_text
+from dt.ir.scheduled import Pipeline
 
 DEFAULT_BACKEND_ORDER = ("numba", "interp")  # for CPU arrays, the first that loads
-DTYPE_NAMES = {np.dtype(np.float32): "f32", np.dtype(np.float16): "f16", np.dtype(np.float64): "f64"}
-if BFLOAT16 is not None:
-    DTYPE_NAMES[BFLOAT16] = "bf16"
-TORCH_DTYPE_NAMES = {"torch.float32": "f32", "torch.float16": "f16", "torch.bfloat16": "bf16",
-                     "torch.float64": "f64"}
 
 
 def _is_torch(x) -> bool:
@@ -150,8 +149,8 @@ class Program:
     def pipeline(self, dtypes: dict[str, str] | str = "f32") -> Pipeline:
         """The scheduled IR for these input dtypes (one dtype name applies to every input)."""
         for dtype in dtypes.values() if isinstance(dtypes, dict) else (dtypes,):
-            if not (isinstance(dtype, str) and dtype in DTYPES):
-                raise DTInputError(f"dtype {dtype!r} is not one dt supports", None, f"use one of {', '.join(DTYPES)}")
+            if not (isinstance(dtype, str) and dtype in NAMES):
+                raise DTInputError(f"dtype {dtype!r} is not one dt supports", None, f"use one of {', '.join(NAMES)}")
         if not isinstance(dtypes, dict):
             dtypes = {n: dtypes for n in self.inputs}
         key = tuple(sorted(dtypes.items()))
@@ -163,6 +162,12 @@ class Program:
     def source(self, backend: str = "interp", dtype: str = "f32") -> str:
         """The code `backend` generates for this program (inputs of `dtype`)."""
         return backends.get(backend).source(self.pipeline(dtype))
+
+    @user_facing
+    def ir(self, dtype: str = "f32") -> str:
+        """The scheduled IR the lowering makes of this program (inputs of `dtype`), as text: what
+        every backend renders."""
+        return ir_text(self.pipeline(dtype))
 
     @user_facing
     def check_extents(self, extents: dict, dtype: str = "f32"):
@@ -224,7 +229,7 @@ class Program:
             a = args[n]
             if _is_torch(a):
                 device = device if device is not None else a.device
-                dtype = TORCH_DTYPE_NAMES.get(str(a.dtype))
+                dtype = TORCH_NAMES.get(str(a.dtype))
                 shown = str(a.dtype)
             else:
                 if not isinstance(a, np.ndarray):
@@ -233,7 +238,7 @@ class Program:
                     except (TypeError, ValueError) as e:  # ragged nested lists, say
                         raise DTInputError(f"input '{n}' is not an array: {e}", self._first_access(n),
                                            "pass a NumPy array or a torch tensor") from None
-                dtype, shown = DTYPE_NAMES.get(a.dtype), str(a.dtype)
+                dtype, shown = NUMPY_NAMES.get(a.dtype), str(a.dtype)
             if dtype is None:
                 raise DTInputError(f"input '{n}' has dtype {shown}, which dt does not support",
                                    self._first_access(n), "pass float32, float16, bfloat16 or float64 data")
@@ -351,7 +356,6 @@ def _numpy_to_torch(a: np.ndarray, device):
 @user_facing
 def load(path: str | os.PathLike) -> Program:
     """Parse and check a .dt file (UTF-8 text)."""
-    from dt.frontend.parser import parse
     path = Path(path)
     return Program(parse(_read_source(path), str(path), path.stem))
 
@@ -365,7 +369,6 @@ def _read_source(path: Path) -> str:
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:
-        from dt.frontend.parser import normalise_source
         before = normalise_source(data[:e.start].decode("utf-8"))
         line = before.count("\n") + 1
         col = len(before) - (before.rfind("\n") + 1) + 1
@@ -378,5 +381,16 @@ def _read_source(path: Path) -> str:
 @user_facing
 def loads(source: str, name: str = "program", file: str = "<string>") -> Program:
     """Parse and check DT source text."""
-    from dt.frontend.parser import parse
     return Program(parse(source, file, name))
+
+
+@user_facing
+def program(*outputs: api.Func, name: str | None = None):
+    """Collect every declaration reachable from `outputs` into a DT program and compile it."""
+    if not outputs or not all(isinstance(o, api.Func) for o in outputs):
+        raise DTError("dt.program takes the output Funcs, e.g. dt.program(out)", api.caller_loc())
+    for o in outputs:
+        if not any(c.primitive in ("compile", "compile_to_kernel") for c in o.schedule):
+            o.compile(loc=o.loc)
+    objects = api.collect(outputs)
+    return Program(api.build(objects, name=name or outputs[0].name))

@@ -6,7 +6,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dt.backends.numpy.runtime import DTYPES
+from dt.dtypes import NUMPY, NUMPY_NAMES, TORCH_NAMES
+from dt.runtime import _to_numpy
 
 # (rtol, atol relative to the largest |reference| value) per output dtype. f16/bf16 round
 # every input, every dot operand and the output; f32 rounds only arithmetic.
@@ -18,9 +19,9 @@ def tolerance(dtype: str) -> tuple[float, float]:
 
 
 def numpy_dtype(dtype: str) -> np.dtype:
-    if dtype not in DTYPES:
-        raise ValueError(f"unknown dtype {dtype!r}: use one of {', '.join(DTYPES)}")
-    return DTYPES[dtype]
+    if dtype not in NUMPY:
+        raise ValueError(f"unknown dtype {dtype!r}: use one of {', '.join(NUMPY)}")
+    return NUMPY[dtype]
 
 
 def random_inputs(prog, extents: dict[str, int], dtype: str = "f32", seed: int = 0) -> dict:
@@ -119,7 +120,6 @@ def assert_close(out, ref, dtype: str, **kw):
 def to_numpy(x):
     """A torch tensor (any device) as a NumPy array; anything else as it is."""
     if type(x).__module__.startswith("torch"):
-        from dt.runtime import _to_numpy
         return _to_numpy(x)
     return x
 
@@ -127,7 +127,6 @@ def to_numpy(x):
 def dtype_name(array) -> str | None:
     """The dt name ('f32', 'f16', 'bf16', 'f64') of a NumPy array's or torch tensor's dtype;
     None for any other dtype."""
-    from dt.runtime import DTYPE_NAMES, TORCH_DTYPE_NAMES
     if type(array).__module__.startswith("torch"):
-        return TORCH_DTYPE_NAMES.get(str(array.dtype))
-    return DTYPE_NAMES.get(np.asarray(array).dtype)
+        return TORCH_NAMES.get(str(array.dtype))
+    return NUMPY_NAMES.get(np.asarray(array).dtype)

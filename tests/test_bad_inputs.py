@@ -69,7 +69,7 @@ def test_the_python_api_gets_the_same_schedule_checks():
 
 
 def test_no_schedule_of_the_examples_benchmarks_or_conformance_is_refused():
-    from conformance.catalogue import CATALOGUE
+    from dt.conformance.catalogue import CATALOGUE
     programs = [(p.read_text(), str(p)) for p in [*ROOT.glob("examples/**/*.dt"), *ROOT.glob("benchmarks/**/*.dt")]]
     programs += [(case.source(name), f"{case.name}:{name}") for case in CATALOGUE for name in case.schedules]
     for source, label in programs:  # checked, and with whole-extent tiles of 1000

@@ -462,7 +462,7 @@ def test_threads_first_naming_a_plugin_backend_all_find_it():
     from importlib.metadata import entry_points
     plugins = [ep.name for ep in entry_points(group="dt.backends")]
     if not plugins:
-        pytest.skip("no backend plugin is installed (pip install -e conformance/example_backend)")
+        pytest.skip("no backend plugin is installed (pip install -e dt/conformance/example_backend)")
     if not backends.available(plugins[0]):
         pytest.skip(f"the {plugins[0]} backend is not available: {backends.failures().get(plugins[0])}")
     script = textwrap.dedent(inspect.getsource(_in_threads)) + FIRST_CALLS

@@ -11,14 +11,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conformance import runner as R
-from conformance import vendor
-from conformance.broken import MUTATIONS, MutantBackend
-from conformance.case import Case
-from conformance.catalogue import CATALOGUE
 from dt import backends
-from dt.backends.base import ALL_OPS, Capabilities
-from dt.ir.check import PRIMITIVES
+from dt.backends.base import Capabilities
+from dt.ir.ops import DT_OPS
+from dt.conformance import runner as R
+from dt.conformance import vendor
+from dt.conformance.broken import MUTATIONS, MutantBackend
+from dt.conformance.case import Case
+from dt.conformance.catalogue import CATALOGUE
+from dt.ir.check.schedule import PRIMITIVES
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -48,7 +49,7 @@ def test_catalogue_covers_every_op_and_schedule_primitive():
         for schedule, text in case.schedules.items():
             used_ops |= R.required_ops(dt.loads(case.source(schedule)))
             used_primitives |= set(re.findall(r"\.(\w+)\(", text))
-    assert ALL_OPS - used_ops == set()
+    assert DT_OPS - used_ops == set()
     assert set(PRIMITIVES) - used_primitives == set()
 
 
@@ -152,7 +153,7 @@ class Interp:
 
 
 def test_unsupported_dtypes_and_ops():
-    caps = Capabilities(dtypes=frozenset({"f32"}), ops=ALL_OPS - {"erf"})
+    caps = Capabilities(dtypes=frozenset({"f32"}), ops=DT_OPS - {"erf"})
     results = results_of(Interp(caps), ops=["erf", "exp"], dtypes=["f32", "bf16"])
     by = {(r.run.case.name, r.run.dtype): r for r in results}
     assert by[("exp", "f32")].status == "pass"
@@ -292,9 +293,9 @@ def test_cli_lists_and_reports(tmp_path):
 
 
 def test_pytest_plugin_runs_the_suite():
-    done = subprocess.run([sys.executable, "-m", "pytest", "conformance", "--dt-backend", "interp", "--dt-ops", "exp",
-                           "--dt-dtypes", "f32", "-q", "-p", "no:cacheprovider"], capture_output=True, text=True,
-                          cwd=ROOT, timeout=300)
+    done = subprocess.run([sys.executable, "-m", "pytest", "dt/conformance", "--dt-backend", "interp",
+                           "--dt-ops", "exp", "--dt-dtypes", "f32", "-q", "-p", "no:cacheprovider"],
+                          capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "9 passed" in done.stdout and "| exp | 9 pass |" in done.stdout
 
@@ -317,7 +318,7 @@ def test_plugin_that_fails_to_load_is_reported(tmp_path):
     done = run_cli("--backend", "acme", "--ops", "exp", env=env)
     assert done.returncode == 2
     assert "backend 'acme' failed to load: ImportError: the ACME driver is not installed" in done.stderr
-    via_pytest = subprocess.run([sys.executable, "-m", "pytest", "conformance", "--dt-backend", "acme", "-q",
+    via_pytest = subprocess.run([sys.executable, "-m", "pytest", "dt/conformance", "--dt-backend", "acme", "-q",
                                  "-p", "no:cacheprovider"], capture_output=True, text=True, cwd=ROOT, env=env,
                                 timeout=300)
     assert via_pytest.returncode == pytest.ExitCode.USAGE_ERROR
@@ -332,15 +333,15 @@ def test_plugin_supporting_nothing_fails_the_pytest_session(tmp_path):
         "    capabilities = Capabilities(dtypes=frozenset())\n"
         "def create():\n"
         "    return Nothing()\n"))
-    done = subprocess.run([sys.executable, "-m", "pytest", "conformance", "--dt-backend", "nothing", "--dt-ops", "exp",
-                           "-q", "-p", "no:cacheprovider"], capture_output=True, text=True, cwd=ROOT, env=env,
-                          timeout=300)
+    done = subprocess.run([sys.executable, "-m", "pytest", "dt/conformance", "--dt-backend", "nothing",
+                           "--dt-ops", "exp", "-q", "-p", "no:cacheprovider"],
+                          capture_output=True, text=True, cwd=ROOT, env=env, timeout=300)
     assert done.returncode == pytest.ExitCode.TESTS_FAILED, done.stdout
     assert "NO CONFORMANCE CASE RAN on backend nothing" in done.stdout
 
 
 @pytest.mark.skipif(not any(e.name == "example" for e in entry_points(group="dt.backends")),
-                    reason="the example backend is not installed: pip install -e conformance/example_backend")
+                    reason="the example backend is not installed: pip install -e dt/conformance/example_backend")
 def test_example_backend_is_found_through_its_entry_point_and_passes():
     backend = backends.get("example")
     assert type(backend).__module__ == "dt_example_backend"

@@ -194,12 +194,12 @@ def test_debugging_makes_the_interpreter_the_default(monkeypatch):
 
 
 def test_plain_runs_never_build_the_instrumented_variant(monkeypatch):
-    from dt.debug import session
+    from dt.debug import instrument
 
     def refuse(self, pipeline):
         raise AssertionError("instrumented variant built without a debugging feature")
 
-    monkeypatch.setattr(session.Instrumented, "__init__", refuse)
+    monkeypatch.setattr(instrument.Instrumented, "__init__", refuse)
     prog = dt.load(SOFTMAX)
     a = softmax_input()
     np.testing.assert_allclose(prog(A=a, backend="interp"), prog.reference(A=a), rtol=1e-5)

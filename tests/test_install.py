@@ -21,7 +21,8 @@ WITHOUT_TORCH_OR_TRITON = textwrap.dedent("""\
 @pytest.mark.slow  # loads every test module
 def test_without_torch_or_triton_the_suite_loads_and_their_tests_skip():
     done = subprocess.run([sys.executable, "-c", WITHOUT_TORCH_OR_TRITON, "-q", "-p", "no:cacheprovider", "-m",
-                           "needs_triton", "-rs", "tests"], capture_output=True, text=True, cwd=ROOT, timeout=600)
+                           "needs_triton", "-rs", "tests", "benchmarks/tests"],
+                          capture_output=True, text=True, cwd=ROOT, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
     summary = done.stdout.strip().splitlines()[-1]
     assert " skipped" in summary and "passed" not in summary and "error" not in summary, summary

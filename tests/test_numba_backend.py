@@ -96,6 +96,17 @@ def test_every_elementwise_op(dtype):
     assert_close(prog(backend="numba", **args), prog.reference(**args), dtype)
 
 
+@pytest.mark.parametrize("expression,op", [("exp(A[x])", "exp"), ("A[x] * 2", "*"),
+                                           ("where(A[x] > 0, A[x], 0)", "where")])
+def test_an_op_missing_from_the_rendering_table_is_an_error_at_compile_time(monkeypatch, expression, op):
+    from dt.backends.numba_cpu import expr
+    monkeypatch.delitem(expr.OPS, op)  # as for an op of dt.ir.ops the backend has not learnt yet
+    prog = dt.loads(f"Func f;\nIn A;\nVar x;\nf[x] = {expression};\nf.compile();\n", "f")
+    with pytest.raises(dt.DTBackendError, match=f"the numba backend does not support the op '{re.escape(op)}'") as e:
+        backends.get("numba").compile(prog.pipeline("f32"))
+    assert e.value.loc.line == 4  # the statement using it
+
+
 def test_reductions_nan_and_inf():
     src = ("Func s, t, u;\nIn A;\nVar x;\nRVar y;\ns[x] = rmax(A[x, y], y);\nt[x] = rmin(A[x, y], y);\n"
            "u[x] = rsum(A[x, y], y);\ns.tensorize(y:4);\nt.tensorize(y:0);\ns.compile();\nt.compile();\nu.compile();\n")

@@ -21,7 +21,6 @@ pytest.importorskip("triton")
 
 import dt  # noqa: E402
 from dt import backends  # noqa: E402
-from dt.backends.base import BackendUnavailable  # noqa: E402
 from dt.backends.triton import codegen  # noqa: E402
 from dt.errors import DTBackendError, DTInputError, DTScheduleError  # noqa: E402
 from dt.ir import scheduled as S  # noqa: E402
@@ -272,6 +271,25 @@ def test_tanh_is_libdevice_compiled_and_a_formula_interpreted():
     assert "libdevice" not in codegen.render(plain).source
 
 
+def test_helpers_are_the_helper_modules_functions():
+    """A module carries its helpers as the text of real functions, which import as they are (and
+    the host's run)."""
+    import inspect
+
+    from dt.backends.triton import device_helpers, host_helpers, libdevice_helpers
+    functions, tma = program("functions").pipeline("f32"), program("persistent_tma").pipeline("f16")
+    compiled, interpreted = codegen.render(functions).source, codegen.render(functions, interpret=True).source
+    assert inspect.getsource(libdevice_helpers._tanh.fn) in compiled
+    assert inspect.getsource(device_helpers._tanh.fn) in interpreted
+    assert all(inspect.getsource(device_helpers._pow.fn) in s for s in (compiled, interpreted))
+    launcher = codegen.render(tma).source
+    assert all(inspect.getsource(f) in launcher
+               for f in (host_helpers._check, host_helpers._multiprocessors, host_helpers._tma_ready))
+    with pytest.raises(ValueError, match="A must be a 2-D torch.float32 tensor on cpu, not a 1-D"):
+        host_helpers._check("A", torch.zeros(3), 2, torch.float32, torch.device("cpu"))
+    assert host_helpers._multiprocessors(torch.device("cpu")) == torch.get_num_threads()
+
+
 def test_same_ir_as_interpreter_for_boolean_ops():
     """'not' and 'and' are in the IR contract though no DT syntax produces them yet: run one
     hand-edited pipeline through both backends."""
@@ -286,7 +304,7 @@ def test_same_ir_as_interpreter_for_boolean_ops():
                 s = dataclasses.replace(s, body=edit(s.body))
             elif isinstance(s, S.Assign) and s.name == "f":
                 where = s.value.a
-                cond = S.Binary("and", where.cond, S.Unary("not", S.Binary("<", where.b, S.Literal(-1.0))))
+                cond = S.Binary("and", where.cond, S.Unary("not", S.Binary("<", where.b, S.Literal(-1.0, "f32"))))
                 s = dataclasses.replace(s, value=dataclasses.replace(where, cond=cond))
             out.append(s)
         return tuple(out)
@@ -469,12 +487,18 @@ def test_out_of_resources_with_whole_extent_tiles_says_stages_may_not_be_enough(
     assert "walk 'l' in tiles" in e.value.hint
 
 
-def test_unavailable_without_its_packages(monkeypatch):
+def test_without_its_packages_it_generates_but_does_not_run(monkeypatch):
+    """Without triton the backend is source only (without torch as well: test_triton_source_without_torch.py)."""
     from dt.backends.triton import create
     monkeypatch.setitem(sys.modules, "triton", None)  # `import triton` raises ImportError
-    with pytest.raises(BackendUnavailable, match="needs the 'triton' package") as e:
-        create()
-    assert "pip install 'dt[triton]'" in e.value.hint
+    backend = create()
+    pipeline = program("matmul").pipeline("f32")
+    assert backend.source(pipeline) == codegen.render(pipeline).source
+    assert backend.capabilities.devices == () and "needs the 'triton' package" in backend.capabilities.notes["mode"]
+    with pytest.raises(DTBackendError, match="backend 'triton' is not available: the triton backend needs the "
+                                             "'triton' package") as e:
+        backend.compile(pipeline)
+    assert e.value.hint == "pip install 'dt[triton]' (installs triton and torch)"
 
 
 def test_without_gpu_or_interpreter_it_generates_but_does_not_run(monkeypatch):
@@ -598,6 +622,6 @@ def test_num_stages_pipelines_a_walk_without_a_product():
 
 def test_an_index_value_that_reads_the_program_id_gets_it_defined():
     from dt.backends.triton.layout import KernelLayout
-    kernel = S.Kernel("k_kernel", "k", S.IConst(4), (S.Assign("first", S.Index(S.IVar("pid"))),))
+    kernel = S.Kernel("k_kernel", "k", S.IConst(4), (S.Assign("first", S.Index(S.IVar("pid"), "f32")),))
     layout = KernelLayout(kernel)
     assert layout.uses_pid and layout.is_int64(S.IVar("pid"))

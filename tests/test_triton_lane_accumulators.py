@@ -65,7 +65,7 @@ def test_an_accumulator_read_inside_its_loop_keeps_its_per_tile_reduction():
     loop = next(s for s in kernel.body if isinstance(s, S.For))
     step = next(t for t in loop.body if isinstance(t, S.Assign) and isinstance(t.value, S.Binary)
                 and isinstance(t.value.b, S.Reduce))
-    reader = S.Assign("peek", S.Ref(step.name, step.value.dims), "peek")
+    reader = S.Assign("peek", S.Ref(step.name, step.value.dims, step.value.dtype), "peek")
     body = tuple(kernel.body[:kernel.body.index(loop)]) + (
         S.For(loop.var, loop.start, loop.stop, loop.step, loop.body + (reader,), loop.dim, loop.kind, loop.loc),
     ) + tuple(kernel.body[kernel.body.index(loop) + 1:])

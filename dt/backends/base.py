@@ -4,11 +4,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Protocol
 
-from dt.ir import algorithm as A
+from dt.dtypes import NAMES
 from dt.ir.scheduled import Pipeline
-
-ALL_OPS = frozenset(("neg",) + A.UNARY_FUNCTIONS + A.BINARY_FUNCTIONS + A.ARITHMETIC + A.COMPARISONS
-                    + ("where", "rsum", "rmax", "rmin", "rdot"))
 
 
 class BackendUnavailable(Exception):
@@ -21,8 +18,10 @@ class BackendUnavailable(Exception):
 
 @dataclass(frozen=True)
 class Capabilities:
-    dtypes: frozenset[str] = frozenset(("f32", "f16", "bf16", "f64"))
-    ops: frozenset[str] = ALL_OPS
+    dtypes: frozenset[str] = frozenset(NAMES)
+    # The DT ops it runs (names of dt.ir.ops.DT_OPS): derive them from the backend's rendering
+    # table with dt.backends.render.supported_ops. A program using another is "unsupported".
+    ops: frozenset[str] = frozenset()
     array: str = "numpy"  # the arrays its compiled pipelines take and return: 'numpy' or 'torch'
     devices: tuple[str, ...] = ("cpu",)
     notes: dict[str, str] = field(default_factory=dict)

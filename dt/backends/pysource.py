@@ -1,6 +1,6 @@
 """Helpers shared by backends that generate Python source: an indented writer, the names of one
-scope of generated code, text made safe to quote in it, and the rendering of scheduled-IR index
-expressions."""
+scope of generated code, text made safe to quote in it, and number literals. (Index expressions
+are written by dt.ir.index_expr.index_source.)"""
 from __future__ import annotations
 
 import keyword
@@ -10,7 +10,6 @@ from itertools import count
 
 from dt.ir import scheduled as S
 
-_PRECEDENCE = {"+": 1, "-": 1, "*": 2, "//": 2, "%": 2}
 _module_ids = count()
 
 
@@ -38,26 +37,6 @@ class _Indent:
 
     def __exit__(self, *exc):
         self.w.depth -= 1
-
-
-def index(e: S.IExpr, minimum: str = "min", parent: int = 0) -> str:
-    """Python source of an index expression; `minimum` names the min function to call."""
-    if isinstance(e, S.IConst):
-        return str(e.value)
-    if isinstance(e, S.IVar):
-        return e.name
-    if e.op in ("min", "max"):
-        fn = minimum if e.op == "min" else "max"
-        return f"{fn}({index(e.a, minimum)}, {index(e.b, minimum)})"
-    p = _PRECEDENCE[e.op]
-    left = index(e.a, minimum, p)
-    right = index(e.b, minimum, p)
-    # The right operand needs parentheses unless it is the same associative operator.
-    if isinstance(e.b, S.IBin) and e.b.op in _PRECEDENCE and _PRECEDENCE[e.b.op] == p \
-            and not (e.b.op == e.op and e.op in ("+", "*")):
-        right = f"({right})"
-    text = f"{left} {e.op} {right}"
-    return f"({text})" if p < parent else text
 
 
 class Names:
@@ -93,11 +72,17 @@ def safe_text(text: str) -> str:
                    else "\\" + c if c in '\\"' else c for c in text)
 
 
-def number(value: float, inf: str = "float('inf')") -> str:
+def loop_bounds(start: str, stop: str, step: int) -> str:
+    """The arguments of a `range` over [start, stop) by `step`, a step of 1 left out."""
+    return f"{start}, {stop}, {step}" if step != 1 else f"{start}, {stop}"
+
+
+def number(value: float, inf: str = "float('inf')", nan: str = "float('nan')") -> str:
+    """A float literal of generated code; `inf` and `nan`: how the backend spells those."""
     if math.isinf(value):
         return inf if value > 0 else f"-{inf}"
     if math.isnan(value):
-        return "float('nan')"
+        return nan
     return repr(float(value))
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from dt.debug import config
+from dt.debug import config, instrument
 from dt.debug.breakpoints import Breakpoint, parse_spec
 from dt.debug.errors import (DTDebugError, DTDebugWarning, DTNonFiniteError, DTOutOfBoundsError, DTRaceError,
                              DTSanitizerError, DTUninitializedReadError)
@@ -27,6 +27,8 @@ from dt.debug.trace import TileRecord, Trace
 __all__ = ["break_at", "clear", "breakpoints", "trace", "sanitize", "shuffle", "statements", "instrumented_source",
            "Breakpoint", "Frame", "Tile", "Trace", "TileRecord", "DTDebugError", "DTDebugWarning", "DTSanitizerError",
            "DTOutOfBoundsError", "DTUninitializedReadError", "DTRaceError", "DTNonFiniteError"]
+
+instrument.install()  # the interpreter runs instrumented while a debugging feature is on
 
 
 def break_at(where: str | int | None = None, *, func: str | None = None, pid=None,
@@ -112,5 +114,4 @@ def statements(program, dtype: str = "f32") -> str:
 
 def instrumented_source(program, dtype: str = "f32") -> str:
     """The instrumented interpreter source dt.debug runs for a program (or Pipeline)."""
-    from dt.backends.numpy.codegen import render
-    return render(program.pipeline(dtype) if hasattr(program, "pipeline") else program, instrument=True)
+    return instrument.render(program.pipeline(dtype) if hasattr(program, "pipeline") else program)

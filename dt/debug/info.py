@@ -6,11 +6,26 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from dt.backends.numpy.codegen import statement_source, tile_statements
+from dt.backends.numpy.codegen import Renderer
+from dt.backends.pysource import Writer
 from dt.errors import Loc
 from dt.ir import scheduled as S
+from dt.ir.ops import REDUCTIONS
 
-REDUCTIONS = ("rsum", "rmax", "rmin", "rdot")
+REDUCTION_FUNCTIONS = frozenset(r.function for r in REDUCTIONS.values())  # rsum, rmax, ...
+
+
+def tile_statements(pipeline: S.Pipeline):
+    """(kernel index, statement) for every Assign and Store, in the order their hooks are numbered."""
+    return [(k, s) for k, kernel in enumerate(pipeline.kernels) for s in S.walk_statements(kernel.body)
+            if isinstance(s, (S.Assign, S.Store))]
+
+
+def statement_source(pipeline: S.Pipeline, stmt) -> str:
+    """The plain (uninstrumented) Python line of one Assign or Store."""
+    w = Writer()
+    Renderer(pipeline).statement(stmt, w)
+    return w.lines[0].strip()
 
 
 @dataclass(frozen=True)
@@ -107,7 +122,7 @@ class _Walker:
     def role(self, s: S.Assign) -> str:
         if isinstance(s.value, S.Load):
             return "load"
-        if s.dt_name in REDUCTIONS:  # an accumulator, or a one-pass update's running max, mean, ...
+        if s.dt_name in REDUCTION_FUNCTIONS:  # an accumulator, or a one-pass update's running max, mean, ...
             return "accumulator"
         return "func"
 

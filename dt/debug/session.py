@@ -9,9 +9,7 @@ from collections import defaultdict
 
 import numpy as np
 
-from dt.backends.numpy.codegen import render
 from dt.backends.numpy.runtime import load, store
-from dt.backends.pysource import load_module
 from dt.debug import config as debug_config
 from dt.debug.errors import (DTNonFiniteError, DTOutOfBoundsError, DTRaceError, DTSanitizerError,
                              DTUninitializedReadError)
@@ -276,19 +274,3 @@ def _place(st: Statement) -> str:
     loc = st.loc
     return f"{os.path.basename(loc.file)}:{loc.line}{f':{loc.col}' if loc.col else ''}" if loc else str(st.sid)
 
-
-class Instrumented:
-    """The instrumented variant of one pipeline, built on first use."""
-
-    def __init__(self, pipeline: S.Pipeline):
-        self.info = ProgramInfo(pipeline)
-        self.source = render(pipeline, instrument=True)
-        self.launcher = load_module(self.source, f"interp {pipeline.name} (dt.debug)")[pipeline.name]
-
-    def run(self, config: debug_config.Config, args: dict, sizes: dict) -> dict:
-        session = Session(self.info, config, sizes)
-        debug_config.live_sessions.append(session)
-        try:
-            return self.launcher(**args, _dbg=session)
-        finally:
-            debug_config.live_sessions.remove(session)

@@ -13,13 +13,15 @@
 """
 from __future__ import annotations
 
+import inspect
 import linecache
 import os
 import re
 import sys
 
-from dt.errors import DTDimensionError, DTError, DTNameError, DTScheduleError, Loc, user_facing
+from dt.errors import DTDimensionError, DTError, DTNameError, DTScheduleError, Loc
 from dt.ir import algorithm as A
+from dt.ir.ops import OPS_LIST
 
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # A DT name, as the grammar's NAME: ASCII only, so that generated code holds it as it is (Python
@@ -213,44 +215,26 @@ def _map_entry(o):
     return (dim, inner, group)
 
 
-# Element-wise functions and reductions of the language.
-def _unary(op):
-    def fn(x):
-        return A.Unary(op, A.as_expr(x), caller_loc())
-    fn.__name__ = op
-    fn.__doc__ = f"Element-wise {op}."
+# The element-wise functions of the language (dt.exp, dt.where, dt.eq, ...), one per function of
+# the op table (dt.ir.ops), by their public name; dt/__init__.py exports them.
+_PARAMETERS = {1: ("x",), 2: ("a", "b"), 3: ("cond", "a", "b")}
+
+
+def _function(op):
+    def fn(*args):
+        loc = caller_loc()
+        if len(args) != op.arity:
+            raise DTError(f"{op.python or op.name} takes {op.arity} argument(s), got {len(args)}", loc)
+        return A.elementwise(op.name, tuple(A.as_expr(a) for a in args), loc)
+    fn.__name__ = fn.__qualname__ = op.python or op.name
+    fn.__doc__ = f"Element-wise {op.name} (dt.ir.ops)."
+    fn.__signature__ = inspect.Signature(
+        [inspect.Parameter(p, inspect.Parameter.POSITIONAL_ONLY) for p in _PARAMETERS[op.arity]])
     return fn
 
 
-exp, exp2, log, log2, sqrt, rsqrt, sigmoid, tanh, erf, sin, cos, floor, ceil = (
-    _unary(n) for n in ("exp", "exp2", "log", "log2", "sqrt", "rsqrt", "sigmoid", "tanh", "erf", "sin", "cos",
-                        "floor", "ceil"))
-abs_ = _unary("abs")
-
-
-def maximum(a, b):
-    return A.Binary("maximum", A.as_expr(a), A.as_expr(b), caller_loc())
-
-
-def minimum(a, b):
-    return A.Binary("minimum", A.as_expr(a), A.as_expr(b), caller_loc())
-
-
-def pow(a, b):  # noqa: A001 - the DT function's name
-    return A.Binary("pow", A.as_expr(a), A.as_expr(b), caller_loc())
-
-
-def where(cond, a, b):
-    return A.Where(A.as_expr(cond), A.as_expr(a), A.as_expr(b), caller_loc())
-
-
-def _compare(op):
-    def fn(a, b):
-        return A.Binary(op, A.as_expr(a), A.as_expr(b), caller_loc())
-    return fn
-
-
-eq, ne = _compare("=="), _compare("!=")
+FUNCTIONS = {op.python or op.name: _function(op) for op in OPS_LIST
+             if op.dt_function or (op.python and op.syntax == "operator")}
 
 
 def _reduction(op):
@@ -295,21 +279,7 @@ def check_reshape(e: A.Expr, names: tuple[str, ...], loc):
                                "list each dimension of the argument once, with 1 for each new unit axis")
 
 
-@user_facing
-def program(*outputs: Func, name: str | None = None):
-    """Collect every declaration reachable from `outputs` into a DT program and compile it."""
-    from dt.runtime import Program
-
-    if not outputs or not all(isinstance(o, Func) for o in outputs):
-        raise DTError("dt.program takes the output Funcs, e.g. dt.program(out)", caller_loc())
-    for o in outputs:
-        if not any(c.primitive in ("compile", "compile_to_kernel") for c in o.schedule):
-            o.compile(loc=o.loc)
-    objects = _collect(outputs)
-    return Program(build(objects, name=name or outputs[0].name))
-
-
-def _collect(outputs) -> list[_Named]:
+def collect(outputs) -> list[_Named]:
     seen: dict[int, _Named] = {}
     stack: list[_Named] = list(outputs)
     while stack:

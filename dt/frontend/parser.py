@@ -10,12 +10,13 @@ import lark
 from dt.errors import DTNameError, DTSyntaxError, Loc
 from dt.frontend import api
 from dt.ir import algorithm as A
+from dt.ir.ops import FUNCTIONS, REDUCTIONS
 
 _TERMINALS = {"SEMICOLON": "';'", "LSQB": "'['", "RSQB": "']'", "LPAR": "'('", "RPAR": "')'", "COMMA": "','",
               "EQUAL": "'='", "DOT": "'.'", "COLON": "':'", "SLASH": "'/'", "NAME": "a name", "INT": "an integer",
               "FLOAT": "a number", "DECL_KIND": "a declaration", "COMPARE": "a comparison", "ADD": "'+' or '-'",
               "STAR": "'*'", "POW": "'**'", "MINUS": "'-'", "PLUS": "'+'", "$END": "the end of the file"}
-_FUNCTIONS = set(A.UNARY_FUNCTIONS) | set(A.BINARY_FUNCTIONS) | set(A.REDUCTIONS) | {"where", "reshape", "len"}
+_FUNCTIONS = set(FUNCTIONS) | {r.function for r in REDUCTIONS.values()} | {"reshape", "len"}
 
 
 @lru_cache(maxsize=1)
@@ -230,19 +231,13 @@ class _Builder:
                 raise DTSyntaxError(f"the last argument of {fn} must be a dimension name", self.src.of(a))
             return self._name(a.children[0]), self.src.of(a)
 
-        if fn in A.UNARY_FUNCTIONS:
-            arity(1)
-            return A.Unary(fn, (yield arg_nodes[0]), fn_loc)
-        if fn in A.BINARY_FUNCTIONS:
-            arity(2)
-            a = yield arg_nodes[0]
-            return A.Binary(fn, a, (yield arg_nodes[1]), fn_loc)
-        if fn == "where":
-            arity(3)
+        op = FUNCTIONS.get(fn)
+        if op is not None:
+            arity(op.arity)
             args = []
             for a in arg_nodes:
                 args.append((yield a))
-            return A.Where(*args, fn_loc)
+            return A.elementwise(fn, tuple(args), fn_loc)
         if fn in ("rsum", "rmax", "rmin"):
             arity(2)
             dim, dim_loc = dim_arg(arg_nodes[1])

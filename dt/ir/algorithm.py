@@ -1,7 +1,7 @@
 """The algorithm IR: what a DT program computes, independent of any schedule.
 
 Expressions are small frozen dataclasses. Dimensions are referred to by name; tensors and
-Funcs by name. The frontend (DT text or the Python API) builds these nodes.
+Funcs by name; element-wise ops by their name in the op table (dt.ir.ops). The frontend (DT text or the Python API) builds these nodes.
 """
 from __future__ import annotations
 
@@ -10,12 +10,6 @@ from typing import Callable, Generator
 
 from dt.errors import Loc
 
-UNARY_FUNCTIONS = ("exp", "exp2", "log", "log2", "sqrt", "rsqrt", "sigmoid", "tanh", "abs", "erf",
-                   "sin", "cos", "floor", "ceil")
-BINARY_FUNCTIONS = ("maximum", "minimum", "pow")
-ARITHMETIC = ("+", "-", "*", "/")
-COMPARISONS = ("<", "<=", ">", ">=", "==", "!=")
-REDUCTIONS = ("rsum", "rmax", "rmin", "rdot")
 # How deeply an expression may nest: operations inside operations, `-(-(-x))` or the left-leaning
 # tree of a 1000-term sum `a + a + ... + a`. The frontend and checker walk any depth without
 # Python recursion; this bound is what the rest of the compiler (lowering, the backends, the
@@ -106,14 +100,14 @@ class Access(Expr):
 
 @dataclass(frozen=True, eq=False)
 class Unary(Expr):
-    op: str  # 'neg' or one of UNARY_FUNCTIONS
+    op: str  # an op of one operand of dt.ir.ops ('neg', 'exp', ...)
     x: Expr
     loc: Loc | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True, eq=False)
 class Binary(Expr):
-    op: str  # ARITHMETIC, COMPARISONS or BINARY_FUNCTIONS
+    op: str  # an op of two operands of dt.ir.ops ('+', '<', 'maximum', ...)
     a: Expr
     b: Expr
     loc: Loc | None = field(default=None, compare=False)
@@ -136,6 +130,15 @@ class Reduce(Expr):
     loc: Loc | None = field(default=None, compare=False)
     dim_loc: Loc | None = field(default=None, compare=False)
     dim_decl: object = field(default=None, compare=False, repr=False)
+
+
+def elementwise(op: str, operands: tuple[Expr, ...], loc: Loc | None = None) -> Expr:
+    """Element-wise op `op` (a name of the op table, dt.ir.ops) applied to `operands`."""
+    if len(operands) == 1:
+        return Unary(op, operands[0], loc)
+    if len(operands) == 2:
+        return Binary(op, *operands, loc)
+    return Where(*operands, loc)
 
 
 def children(e: Expr) -> tuple[Expr, ...]:

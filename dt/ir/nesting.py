@@ -83,7 +83,9 @@ class _Splitter:
             if any(new is not old for (new, _), old in zip(kids, children)):
                 rewritten = S.with_children(node, tuple(new for new, _ in kids))
             depth = 1 + max((d for _, d in kids), default=0)
-            if depth >= MAX_NESTING and node is not e and not isinstance(node, S.Dot):
+            # a boolean part is stored as a number: the Cast around it is one level more
+            limit = MAX_NESTING - 1 if rewritten.dtype == "bool" else MAX_NESTING
+            if depth >= limit and node is not e and not isinstance(node, S.Dot):
                 rewritten, depth = self.bind(rewritten, target, loc, parts)
             done[id(node)] = (rewritten, depth)
         return done[id(e)][0], parts
@@ -93,10 +95,10 @@ class _Splitter:
         is kept as a number (1.0 / 0.0, as the lowering keeps comparisons in tiles) and compared
         with 0 where it is read."""
         name = S.fresh_name(f"{target}_part", self.taken)
-        boolean = S.is_boolean(value)
+        boolean = value.dtype == "bool"
         if boolean:
             value = S.Cast(value, self.compute)
         parts.append(S.Assign(name, value, name, loc))
         self.parts += 1
-        ref = S.Ref(name, value.dims, value.unit)
-        return (S.Binary("!=", ref, S.Literal(0.0)), 2) if boolean else (ref, 1)
+        ref = S.Ref(name, value.dims, value.dtype, value.unit)
+        return (S.Binary("!=", ref, S.Literal(0.0, ref.dtype)), 2) if boolean else (ref, 1)

@@ -3,24 +3,11 @@ schedule. It is the oracle every backend is checked against, so it is written fo
 named-axis arrays in float64, broadcasting by dimension name."""
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from dt.ir import algorithm as A
-from dt.ir.check import CheckedProgram
-
-_UNARY = {
-    "neg": np.negative, "exp": np.exp, "exp2": np.exp2, "log": np.log, "log2": np.log2, "sqrt": np.sqrt,
-    "rsqrt": lambda x: 1.0 / np.sqrt(x), "sigmoid": lambda x: 1.0 / (1.0 + np.exp(-x)), "tanh": np.tanh,
-    "abs": np.abs, "erf": np.vectorize(math.erf, otypes=[np.float64]), "sin": np.sin, "cos": np.cos,
-    "floor": np.floor, "ceil": np.ceil,
-}
-_BINARY = {
-    "+": np.add, "-": np.subtract, "*": np.multiply, "/": np.divide, "maximum": np.maximum,
-    "minimum": np.minimum, "pow": np.power, "<": np.less, "<=": np.less_equal, ">": np.greater,
-    ">=": np.greater_equal, "==": np.equal, "!=": np.not_equal,
-}
+from dt.ir.ops import OPS, REDUCTIONS
+from dt.ir.check.program import CheckedProgram
 
 
 class _Named:
@@ -64,7 +51,7 @@ def evaluate(cp: CheckedProgram, inputs: dict[str, np.ndarray], scalars: dict[st
         if isinstance(e, A.Unary):
             x = yield e.x
             with np.errstate(all="ignore"):
-                return _Named(_UNARY[e.op](x.array), x.dims)
+                return _Named(OPS[e.op].reference(x.array), x.dims)
         if isinstance(e, (A.Binary, A.Where)):
             args = []
             for c in A.children(e):
@@ -72,7 +59,7 @@ def evaluate(cp: CheckedProgram, inputs: dict[str, np.ndarray], scalars: dict[st
             dims = _union(*args)
             arrays = [a.aligned(dims) for a in args]
             with np.errstate(all="ignore"):
-                out = _BINARY[e.op](*arrays) if isinstance(e, A.Binary) else np.where(*arrays)
+                out = OPS[e.op if isinstance(e, A.Binary) else "where"].reference(*arrays)
             return _Named(np.asarray(out, dtype=np.float64), dims)
         if isinstance(e, A.Reduce):
             args = []
@@ -97,10 +84,9 @@ def evaluate(cp: CheckedProgram, inputs: dict[str, np.ndarray], scalars: dict[st
                        x.dims + (e.dim,))
         axis = x.dims.index(e.dim)
         if x.array.shape[axis] == 0:
-            identity = {"sum": 0.0, "max": -np.inf, "min": np.inf}[e.op]
+            identity = REDUCTIONS[e.op].identity
             return _Named(np.full([s for i, s in enumerate(x.array.shape) if i != axis], identity), out_dims)
-        fn = {"sum": np.sum, "max": np.max, "min": np.min}[e.op]
-        return _Named(fn(x.array, axis=axis), out_dims)
+        return _Named(REDUCTIONS[e.op].reference(x.array, axis=axis), out_dims)
 
     for name, f in cp.funcs.items():
         v = A.recurse(ev, f.expr)

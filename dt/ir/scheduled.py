@@ -4,18 +4,21 @@ A `Pipeline` is a sequence of `Kernel`s. Each kernel is launched over `program_c
 program instances; its body is a list of statements executed by every program instance:
 scalar `Let`s (program-id decomposition, block starts), `Axis` definitions (the index range
 of one tile dimension), sequential `For` loops over tiles, tile `Assign`ments and masked
-`Store`s. Tile values are expressions over axes (`TExpr`), each carrying its `dims`: the
-names of the axes it spans, in order. Every node carries its DT source location and names.
+`Store`s. Tile values are expressions over axes (`TExpr`), each carrying its `dims` (the
+names of the axes it spans, in order) and its `dtype` ('f32', 'bf16', ... or 'bool'): leaves
+hold theirs, every other node's follows from its operands by the op table's type rules
+(dt.ir.ops.result_dtype). Every node carries its DT source location and names.
 
 Sizes are symbolic: `IVar("x_SIZE")` is the extent of dimension x, bound at call time, so one
-pipeline serves every shape. Nothing here depends on the frontend.
+pipeline serves every shape (index expressions: dt.ir.index_expr). Nothing here depends on the
+frontend.
 
 Names: every name of the IR is an ASCII Python identifier that generated code may use as it is. The
 pipeline's launcher (`Pipeline.name`), its kernels' functions (`Kernel.name`), the parameters for
 scalars and tensors (`Pipeline.global_names`) and the extents (`{dim}_SIZE`) follow one scheme
-(`function_names`, `global_names`) that gives each a distinct name, never one generated code keeps
-for itself (RESERVED_NAMES); the names of Lets, Axes, Assigns and loop variables differ from all
-of those but the launcher's (which no kernel calls), and from one another within a kernel.
+(dt.ir.naming) that gives each a distinct name, never one generated code keeps for itself
+(RESERVED_NAMES); the names of Lets, Axes, Assigns and loop variables differ from all of those but
+the launcher's (which no kernel calls), and from one another within a kernel.
 
 Backends interpret or render these nodes and nothing else. The rules they rely on:
 - Element-wise operands already have identical `dims` (or are rank-0 scalars); an operand
@@ -27,130 +30,22 @@ Backends interpret or render these nodes and nothing else. The rules they rely o
   power-of-two shapes pad it and mask the padding.
 - No statement's expression nests more than dt.ir.nesting.MAX_NESTING levels deep (one more
   where a `Dot` is in the way): the lowering computes deeper ones in parts.
+dt.ir.verify checks these rules on every pipeline the lowering makes.
+
+Longer than 500 lines: it is the whole contract, every node a backend renders, in one place.
 """
 from __future__ import annotations
 
-import builtins
-import keyword
-import re
 from dataclasses import dataclass, field, replace
-from typing import Iterable, Mapping, Union
+from typing import Union
 
 from dt.errors import Loc
-from dt.ir.algorithm import COMPARISONS
-
-# Names that generated code may use for itself at module level: Python's keywords and builtins,
-# the modules backends import, the dtype aliases and the interpreter's debugging hooks. No name of
-# the IR takes them.
-RESERVED_NAMES = frozenset(keyword.kwlist) | frozenset(dir(builtins)) | frozenset(
-    ("np", "rt", "tl", "triton", "torch", "numba", "math", "libdevice", "f32", "f16", "bf16", "f64", "pid", "_dbg",
-     "_on", "_post"))
-
-# ---------------------------------------------------------------- index (integer) expressions
-
-
-@dataclass(frozen=True)
-class IConst:
-    value: int
-
-
-@dataclass(frozen=True)
-class IVar:
-    """A named integer: an extent `x_SIZE`, `pid`, a Let-bound name or a loop variable."""
-    name: str
-
-
-@dataclass(frozen=True)
-class IBin:
-    op: str  # '+', '-', '*', '//', '%', 'min', 'max'
-    a: "IExpr"
-    b: "IExpr"
-
-
-IExpr = Union[IConst, IVar, IBin]
-
-
-def size_name(dim: str) -> str:
-    """The IR's name for the extent of `dim` (an IVar), and its key in the sizes a compiled
-    pipeline is called with."""
-    return f"{dim}_SIZE"
-
-
-def iconst(v) -> IExpr:
-    return v if isinstance(v, (IConst, IVar, IBin)) else IConst(int(v))
-
-
-def iadd(a, b) -> IExpr:
-    a, b = iconst(a), iconst(b)
-    if a == IConst(0):
-        return b
-    if b == IConst(0):
-        return a
-    if isinstance(a, IConst) and isinstance(b, IConst):
-        return IConst(a.value + b.value)
-    return IBin("+", a, b)
-
-
-def isub(a, b) -> IExpr:
-    a, b = iconst(a), iconst(b)
-    if b == IConst(0):
-        return a
-    if a == b:
-        return IConst(0)
-    if isinstance(a, IConst) and isinstance(b, IConst):
-        return IConst(a.value - b.value)
-    return IBin("-", a, b)
-
-
-def imul(a, b) -> IExpr:
-    a, b = iconst(a), iconst(b)
-    if a == IConst(1):
-        return b
-    if b == IConst(1):
-        return a
-    if IConst(0) in (a, b):
-        return IConst(0)
-    if isinstance(a, IConst) and isinstance(b, IConst):
-        return IConst(a.value * b.value)
-    return IBin("*", a, b)
-
-
-def ifloordiv(a, b) -> IExpr:
-    a, b = iconst(a), iconst(b)
-    if b == IConst(1):
-        return a
-    if isinstance(a, IConst) and isinstance(b, IConst):
-        return IConst(a.value // b.value)
-    return IBin("//", a, b)
-
-
-def imod(a, b) -> IExpr:
-    a, b = iconst(a), iconst(b)
-    if b == IConst(1):
-        return IConst(0)
-    return IBin("%", a, b)
-
-
-def imin(a, b) -> IExpr:
-    a, b = iconst(a), iconst(b)
-    if isinstance(a, IConst) and isinstance(b, IConst):
-        return IConst(min(a.value, b.value))
-    return IBin("min", a, b)
-
-
-def icdiv(a, b) -> IExpr:
-    return ifloordiv(iadd(a, isub(b, 1)), b)
-
-
-def evaluate_index(e: IExpr, env: dict[str, int]) -> int:
-    """Evaluate an index expression with Python integers (a reference for backends)."""
-    if isinstance(e, IConst):
-        return e.value
-    if isinstance(e, IVar):
-        return env[e.name]
-    a, b = evaluate_index(e.a, env), evaluate_index(e.b, env)
-    return {"+": a + b, "-": a - b, "*": a * b, "//": a // b if b else 0, "%": a % b if b else 0,
-            "min": min(a, b), "max": max(a, b)}[e.op]
+from dt.ir.ops import result_dtype
+from dt.ir.index_expr import IBin, IExpr, IVar, index_names
+from dt.ir.naming import RESERVED_NAMES, GlobalNames, size_name
+# Reached as S.<name> (`from dt.ir import scheduled as S`) by backends and tests:
+from dt.ir.index_expr import IConst, evaluate_index, iadd, ifloordiv, imin  # noqa: F401
+from dt.ir.naming import fresh_name, function_names, identifier  # noqa: F401
 
 
 # ---------------------------------------------------------------- tile expressions
@@ -158,6 +53,10 @@ def evaluate_index(e: IExpr, env: dict[str, int]) -> int:
 
 @dataclass(frozen=True)
 class TExpr:
+    """A tile value. Each node class provides `dtype`: a field of a leaf, worked out from the
+    operands for every other node (a property: a base-class declaration would become a default
+    value of the leaves' dataclass fields)."""
+
     @property
     def dims(self) -> tuple[str, ...]:
         raise NotImplementedError
@@ -171,6 +70,7 @@ class TExpr:
 @dataclass(frozen=True)
 class Literal(TExpr):
     value: float
+    dtype: str
 
     @property
     def dims(self):
@@ -179,8 +79,9 @@ class Literal(TExpr):
 
 @dataclass(frozen=True)
 class Param(TExpr):
-    """A scalar input (SIn), by its DT name."""
+    """A scalar input (SIn), by its DT name, in the compute dtype."""
     name: str
+    dtype: str
 
     @property
     def dims(self):
@@ -191,6 +92,7 @@ class Param(TExpr):
 class Extent(TExpr):
     """len(dim) as a number in the compute dtype."""
     dim: str
+    dtype: str
 
     @property
     def dims(self):
@@ -201,6 +103,7 @@ class Extent(TExpr):
 class IndexOf(TExpr):
     """The indices along an axis (its offsets), as numbers in the compute dtype."""
     axis: str
+    dtype: str
 
     @property
     def dims(self):
@@ -211,6 +114,7 @@ class IndexOf(TExpr):
 class Index(TExpr):
     """An index value (a loop variable, a tile's start) as a number in the compute dtype."""
     value: IExpr
+    dtype: str
 
     @property
     def dims(self):
@@ -219,9 +123,10 @@ class Index(TExpr):
 
 @dataclass(frozen=True)
 class Ref(TExpr):
-    """A tile variable assigned earlier."""
+    """A tile variable assigned earlier: its dims, dtype and unit axes are the assigned value's."""
     name: str
     ref_dims: tuple[str, ...]
+    dtype: str
     ref_unit: frozenset[str] = frozenset()
 
     @property
@@ -249,13 +154,15 @@ class Load(TExpr):
 
 
 class _Composite:
-    """A node whose dims and unit follow from its children's (`_layout`): worked out once, when
-    the node is made, so that asking them of a node of any depth costs one lookup."""
+    """A node whose dims, unit and dtype follow from its children's (`_layout`, `_dtype_rule`):
+    worked out once, when the node is made, so that asking them of a node of any depth costs one
+    lookup."""
 
     def __post_init__(self):
         dims, unit = self._layout()
         object.__setattr__(self, "_dims", dims)
         object.__setattr__(self, "_unit", unit)
+        object.__setattr__(self, "_dtype", self._dtype_rule())
 
     @property
     def dims(self):
@@ -265,19 +172,29 @@ class _Composite:
     def unit(self):
         return self._unit
 
+    @property
+    def dtype(self) -> str:
+        return self._dtype
+
+    def _dtype_rule(self) -> str:
+        return self.x.dtype
+
 
 @dataclass(frozen=True)
 class Unary(_Composite, TExpr):
-    op: str  # 'neg', 'not' or a function of dt.ir.algorithm.UNARY_FUNCTIONS
+    op: str  # an op of one operand of dt.ir.ops
     x: TExpr
 
     def _layout(self):
         return self.x.dims, self.x.unit
 
+    def _dtype_rule(self):
+        return result_dtype(self.op, (self.x.dtype,))
+
 
 @dataclass(frozen=True)
 class Binary(_Composite, TExpr):
-    op: str  # + - * / maximum minimum pow < <= > >= == != and
+    op: str  # an op of two operands of dt.ir.ops
     a: TExpr
     b: TExpr
 
@@ -287,6 +204,9 @@ class Binary(_Composite, TExpr):
         if not self.b.dims:
             return self.a.dims, self.a.unit
         return self.a.dims, self.a.unit & self.b.unit
+
+    def _dtype_rule(self):
+        return result_dtype(self.op, (self.a.dtype, self.b.dtype))
 
 
 @dataclass(frozen=True)
@@ -300,6 +220,9 @@ class Where(_Composite, TExpr):
         if not ranked:
             return (), frozenset()
         return ranked[0].dims, frozenset.intersection(*(x.unit for x in ranked))
+
+    def _dtype_rule(self):
+        return result_dtype("where", (self.cond.dtype, self.a.dtype, self.b.dtype))
 
 
 @dataclass(frozen=True)
@@ -331,6 +254,10 @@ class Mask(TExpr):
     def dims(self):
         return (self.axis,)
 
+    @property
+    def dtype(self) -> str:
+        return "bool"
+
 
 @dataclass(frozen=True)
 class Full(TExpr):
@@ -345,17 +272,17 @@ class Full(TExpr):
 
 
 @dataclass(frozen=True)
-class Cast(_Composite, TExpr):
+class Cast(TExpr):
     x: TExpr
     dtype: str
 
-    def _layout(self):
-        return self.x.dims, self.x.unit
+    @property
+    def dims(self):
+        return self.x.dims
 
-
-# Each Reduce op's identity (what masked lanes hold) and the binary op that combines partials.
-REDUCE_IDENTITY = {"sum": 0.0, "max": float("-inf"), "min": float("inf")}
-REDUCE_COMBINE = {"sum": "+", "max": "maximum", "min": "minimum"}
+    @property
+    def unit(self):
+        return self.x.unit
 
 
 @dataclass(frozen=True)
@@ -380,6 +307,9 @@ class Dot(_Composite, TExpr):
 
     def _layout(self):
         return (self.a.dims[0], self.b.dims[1]), frozenset()
+
+    def _dtype_rule(self):
+        return self.acc_dtype
 
 
 # ---------------------------------------------------------------- statements
@@ -436,65 +366,6 @@ class Store:
 
 
 Stmt = Union[Let, Axis, Assign, For, Store]
-
-
-# ---------------------------------------------------------------- names
-
-
-def fresh_name(base: str, taken: set[str]) -> str:
-    """`base`, or the first of `base_2`, `base_3`, ... not in `taken`; taken from then on."""
-    name, n = base, 2
-    while name in taken:
-        name, n = f"{base}_{n}", n + 1
-    taken.add(name)
-    return name
-
-
-def identifier(text: str) -> str:
-    """`text` as an ASCII Python identifier: every character but an ASCII letter, digit or '_'
-    becomes '_' (Python folds some other letters when it parses source, 'ﬁ' to 'fi', so names
-    that differ here could be one name there), and one that cannot start a name gets the prefix
-    `dt_`."""
-    name = re.sub(r"[^A-Za-z0-9_]", "_", text)
-    return name if name.isidentifier() else f"dt_{name}"
-
-
-def pointer_name(tensor: str) -> str:
-    """What generated code calls a tensor's memory (an array or a pointer), clashes aside."""
-    return f"{tensor}_global"
-
-
-def kernel_name(func: str) -> str:
-    """What generated code calls the kernel computing `func`, clashes aside."""
-    return f"{func}_kernel"
-
-
-def function_names(program: str, funcs: Iterable[str], dims: Iterable[str]) -> tuple[str, dict[str, str]]:
-    """The launcher's name (the program's) and the name of the kernel computing each of `funcs`:
-    identifiers, distinct, none an extent's or reserved."""
-    taken = set(RESERVED_NAMES) | {size_name(d) for d in dims}
-    launcher = fresh_name(identifier(program), taken)
-    return launcher, {f: fresh_name(kernel_name(f), taken) for f in funcs}
-
-
-@dataclass(frozen=True)
-class GlobalNames:
-    """What generated code calls the parameters for a pipeline's scalars (`scalars`, by DT name)
-    and for its tensors' memory (`tensors`, by DT name): a scalar's DT name, and `{tensor}_global`
-    (`pointer_name`), each with the first free suffix `_2`, `_3`, ... where it is reserved or
-    already given (to an extent, the launcher, a kernel, or a scalar or tensor before it)."""
-    scalars: dict[str, str]
-    tensors: dict[str, str]
-
-    def all(self) -> set[str]:
-        return set(self.scalars.values()) | set(self.tensors.values())
-
-
-def global_names(launcher: str, kernels: Iterable[str], dims: Iterable[str], scalars: Iterable[str],
-                 tensors: Iterable[str]) -> GlobalNames:
-    taken = set(RESERVED_NAMES) | {size_name(d) for d in dims} | {launcher, *kernels}
-    scalar_names = {s: fresh_name(s, taken) for s in scalars}
-    return GlobalNames(scalar_names, {t: fresh_name(pointer_name(t), taken) for t in tensors})
 
 
 # ---------------------------------------------------------------- pipeline
@@ -560,27 +431,6 @@ class Pipeline:
                 elif not isinstance(s, Store):
                     names.add(s.name)
         return names
-
-
-def is_boolean(e: TExpr, inlined: Mapping[str, TExpr] | None = None) -> bool:
-    """Whether `e` holds booleans: a comparison, `and`, `not` or a Mask, or an Expand, BroadcastTo
-    or Where of one (a Where's branches are alike). An assigned tile holds numbers (the lowering
-    casts the comparisons it assigns), unless it is one of `inlined`, tiles a backend renders as
-    their values (by name) where they are read."""
-    while True:
-        if isinstance(e, (Expand, BroadcastTo)):
-            e = e.x
-        elif isinstance(e, Where):
-            e = e.a
-        elif isinstance(e, Ref) and inlined and e.name in inlined:
-            e = inlined[e.name]
-        else:
-            break
-    if isinstance(e, Binary):
-        return e.op in COMPARISONS or e.op == "and"
-    if isinstance(e, Unary):
-        return e.op == "not"
-    return isinstance(e, Mask)
 
 
 def walk_statements(body):
@@ -674,14 +524,6 @@ def kernel_params(kernel: Kernel, pipeline: Pipeline) -> KernelParams:
     return KernelParams(tuple(t for t in order if t in tensors),
                         tuple(s for s in pipeline.scalars if s in scalars),
                         tuple(size_name(d) for d in pipeline.sizes if size_name(d) in sizes))
-
-
-def index_names(e: IExpr | None) -> set[str]:
-    if isinstance(e, IVar):
-        return {e.name}
-    if isinstance(e, IBin):
-        return index_names(e.a) | index_names(e.b)
-    return set()
 
 
 def used_index_names(body) -> set[str]:

@@ -7,15 +7,7 @@ import math
 
 import numpy as np
 
-try:
-    import ml_dtypes
-    BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
-except ImportError:  # bf16 then is not available on the CPU backends
-    BFLOAT16 = None
-
-DTYPES = {"f32": np.dtype(np.float32), "f16": np.dtype(np.float16), "f64": np.dtype(np.float64)}
-if BFLOAT16 is not None:
-    DTYPES["bf16"] = BFLOAT16
+from dt.dtypes import NUMPY as DTYPES  # the generated code's rt.DTYPES["f32"], ...
 
 
 def span(start: int, size: int, limit: int | None) -> tuple[int, int, int]:

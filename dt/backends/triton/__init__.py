@@ -2,9 +2,10 @@
 `@triton.jit` kernel per Kernel and a host launcher), run on CUDA tensors, or on CPU tensors
 through Triton's interpreter when TRITON_INTERPRET=1.
 
-Generating the module needs no GPU: `source` always gives the module compiled for a GPU
-(`source(pipeline, interpret=True)`, the interpreter's, only when asked). Running needs a CUDA
-GPU or the interpreter; without either, `compile` refuses with a hint.
+Generating the module needs no GPU, and neither torch nor triton: `source` always gives the
+module compiled for a GPU (`source(pipeline, interpret=True)`, the interpreter's, only when
+asked). Running needs torch and triton, and a CUDA GPU or the interpreter; without them,
+`compile` refuses with a hint.
 
 The float32 dot precision is read from DT_TRITON_F32_DOT ("ieee", the default, "tf32" or
 "tf32x3") each time a pipeline is compiled or its source generated, and written into the
@@ -12,7 +13,6 @@ generated code as `input_precision=`.
 """
 from __future__ import annotations
 
-import math
 import os
 import sys
 import threading
@@ -20,10 +20,11 @@ import threading
 from dt.backends.base import BackendUnavailable, Capabilities
 from dt.backends.pysource import load_module
 from dt.backends.triton import interpreter_fix
-from dt.backends.triton.codegen import DTYPES, Module, render, tile_padding
-from dt.errors import DTBackendError, DTScheduleError
+from dt.backends.triton.codegen import DTYPES, Module, render
+from dt.backends.triton.kernel import SUPPORTED_OPS
+from dt.backends.triton.limits import check_at_launch
+from dt.errors import DTBackendError
 from dt.ir import scheduled as S
-from dt.ir.tiles import MAX_TILE
 
 
 F32_DOT_ENV = "DT_TRITON_F32_DOT"
@@ -36,15 +37,18 @@ def f32_dot_precision() -> str:
 class TritonBackend:
     name = "triton"
 
-    def __init__(self, device: str | None):
-        """`device`: 'cuda', 'cpu' (Triton's interpreter), or None where kernels cannot run
-        (no GPU, no interpreter): the source can still be generated."""
+    def __init__(self, device: str | None, missing: BackendUnavailable | None = None):
+        """`device`: 'cuda', 'cpu' (Triton's interpreter), or None where kernels cannot run:
+        no GPU and no interpreter, or (`missing` says which) no torch or triton installed. The
+        source can still be generated."""
         self.device = device
+        self.missing = missing
         self.interpret = device == "cpu"
         mode = {"cuda": "CUDA", "cpu": "Triton interpreter on CPU tensors",
-                None: "source only: no CUDA GPU and TRITON_INTERPRET is not set"}[device]
+                None: f"source only: {missing}" if missing else
+                "source only: no CUDA GPU and TRITON_INTERPRET is not set"}[device]
         self.capabilities = Capabilities(
-            dtypes=frozenset(DTYPES), array="torch", devices={"cuda": ("cuda",), "cpu": ("cpu",), None: ()}[device],
+            dtypes=frozenset(DTYPES), ops=SUPPORTED_OPS, array="torch", devices={"cuda": ("cuda",), "cpu": ("cpu",), None: ()}[device],
             notes={"f32_dot": f"input_precision from ${F32_DOT_ENV} (default ieee)", "mode": mode,
                    "nan": "rmax/rmin follow tl.max/tl.min, which may drop NaN on the GPU"})
 
@@ -58,6 +62,8 @@ class TritonBackend:
         return render(pipeline, f32_dot_precision(), interpret=interpret).source
 
     def compile(self, pipeline: S.Pipeline):
+        if self.missing is not None:
+            raise DTBackendError(f"backend 'triton' is not available: {self.missing}", None, self.missing.hint)
         if self.device is None:
             raise DTBackendError("the triton backend cannot run kernels here: " + NO_DEVICE, None, NO_DEVICE_HINT)
         module = self.module(pipeline)
@@ -87,7 +93,7 @@ class TritonBackend:
                 result = replay(*args, *scalar_args)
             else:  # the launcher: recording this key's launches the first time (None: not replayable)
                 if module.tile_checks:
-                    _check_tiles(module, sizes)
+                    check_at_launch(module.tile_checks, module.dot_dims, sizes)
                 extent_args = [sizes[f"{d}_SIZE"] for d in module.call_extents]
                 try:
                     if replay is _UNRECORDED:
@@ -115,17 +121,6 @@ def _one_at_a_time(launcher):
         with _INTERPRETER_LOCK:
             return launcher(*args, **kwargs)
     return launch
-
-
-def _check_tiles(module: Module, sizes: dict):
-    for check in module.tile_checks:
-        factors = [f if isinstance(f, int) else tile_padding(sizes[f], f in module.dot_dims) for f in check.factors]
-        numel = math.prod(factors)
-        if numel > MAX_TILE:
-            extents = ", ".join(f"{f[:-len('_SIZE')]}={sizes[f]}" for f in check.factors if isinstance(f, str))
-            raise DTScheduleError(f"{check.what} is a tile of {' x '.join(map(str, factors))} = {numel} elements at "
-                                  f"{extents} (whole extents are padded to a power of two); Triton allows at most "
-                                  f"{MAX_TILE} (2**20) per tile", check.loc, check.hint)
 
 
 def _raise_resource_error(e: Exception, module: Module, filename: str):
@@ -169,7 +164,10 @@ NO_DEVICE_HINT = ("run on a machine with an NVIDIA GPU, or set TRITON_INTERPRET=
 
 
 def create() -> TritonBackend:
-    where = device()
+    try:
+        where = device()
+    except BackendUnavailable as e:  # generating source needs neither torch nor triton
+        return TritonBackend(None, missing=e)
     if where == "cpu":
         interpreter_fix.apply()
     return TritonBackend(where)

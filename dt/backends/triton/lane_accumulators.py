@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 
 from dt.ir import scheduled as S
+from dt.ir.ops import REDUCTIONS
 
 
 def with_lane_accumulators(kernel: S.Kernel) -> S.Kernel:
@@ -72,7 +73,7 @@ def _step(s, loop_axes: set[str], from_dot: set[str]):
         wrappers.append(reduced)
         reduced = reduced.x
     if not (isinstance(reduced, S.Reduce) and reduced.axis in loop_axes
-            and combine == S.REDUCE_COMBINE[reduced.op]):
+            and combine == REDUCTIONS[reduced.op].combine):
         return None
     if any(isinstance(n, S.Dot) or (isinstance(n, S.Ref) and n.name in from_dot) for n in S.walk_texpr(reduced.x)):
         return None
@@ -117,16 +118,15 @@ def _rewrite(body: tuple, taken: set[str], from_dot: set[str]) -> tuple:
             reduce, wrap = step
             init = out[inits[s.name]]
             others = out[inits[s.name] + 1:i] + loop_body[:k] + loop_body[k + 1:]
-            if not (isinstance(init.value, S.Full) and init.value.value == S.REDUCE_IDENTITY[reduce.op]) \
+            if not (isinstance(init.value, S.Full) and init.value.value == REDUCTIONS[reduce.op].identity) \
                     or _refers(reduce.x, s.name) or any(_touches(t, s.name) for t in others):
                 continue
             lanes = S.fresh_name(f"{s.name}_lanes", taken)
             out[inits[s.name]] = S.Assign(lanes, S.Full(init.value.value, reduce.x.dims, init.value.dtype),
                                           init.dt_name, init.loc)
-            loop_body[k] = S.Assign(lanes, S.Binary(s.value.op, S.Ref(lanes, reduce.x.dims), reduce.x),
-                                    s.dt_name, s.loc)
-            after.append(S.Assign(s.name, wrap(S.Reduce(reduce.op, S.Ref(lanes, reduce.x.dims), reduce.axis)),
-                                  s.dt_name, s.loc))
+            lanes_ref = S.Ref(lanes, reduce.x.dims, init.value.dtype)
+            loop_body[k] = S.Assign(lanes, S.Binary(s.value.op, lanes_ref, reduce.x), s.dt_name, s.loc)
+            after.append(S.Assign(s.name, wrap(S.Reduce(reduce.op, lanes_ref, reduce.axis)), s.dt_name, s.loc))
         out[i] = S.For(loop.var, loop.start, loop.stop, loop.step, tuple(loop_body), loop.dim, loop.kind, loop.loc)
         out[i + 1:i + 1] = after
         i += 1 + len(after)

@@ -9,9 +9,9 @@ A run is one case under one schedule, at one set of sizes, in one dtype. It ends
                'compile' (backend.compile), 'run' (the compiled pipeline), or 'reference'
                / 'runner' (the catalogue's reference or the runner: a bug in the suite)
   unsupported  the backend's Capabilities lack the dtype or one of the DT ops used
-  skip, xfail, xpass   decided by a vendor expectations file (conformance.vendor)
+  skip, xfail, xpass   decided by a vendor expectations file (dt.conformance.vendor)
 
-Used by `dt conformance` (run_command) and by the pytest plugin (conformance/conftest.py).
+Used by `dt conformance` (run_command) and by the pytest plugin (dt/conformance/conftest.py).
 """
 from __future__ import annotations
 
@@ -31,14 +31,15 @@ from typing import Iterable
 import numpy as np
 
 import dt
-from conformance.case import DTYPES, Case
-from conformance.catalogue import CATALOGUE
-from conformance.vendor import Entry, Expectations, VendorFileError
-from conformance.vendor import load as load_expectations
 from dt import backends
+from dt.conformance.case import Case
+from dt.conformance.catalogue import CATALOGUE
+from dt.conformance.vendor import Entry, Expectations, VendorFileError
+from dt.conformance.vendor import load as load_expectations
+from dt.dtypes import NAMES as DTYPES
 from dt.errors import DTBackendError, DTError
 from dt.ir import algorithm as A
-from dt.ir.scheduled import size_name
+from dt.ir.naming import size_name
 from dt.runtime import _to_numpy, _to_torch
 from dt.testing import compare, numpy_dtype
 
@@ -154,7 +155,7 @@ def load_backend(backend=None):
 
 
 def required_ops(prog) -> set[str]:
-    """The Capabilities op names (dt.backends.base.ALL_OPS) a checked program uses."""
+    """The Capabilities op names (dt.ir.ops.DT_OPS) a checked program uses."""
     ops = set()
     for f in prog.checked.funcs.values():
         for e in A.walk(f.expr):

@@ -32,7 +32,7 @@ if sys.version_info >= (3, 11):
 else:  # the same parser, before it joined the standard library
     import tomli as tomllib
 
-from conformance.case import DTYPES
+from dt.dtypes import NAMES as DTYPES
 
 KINDS = ("skip", "xfail")
 _KEYS = {"case", "schedule", "dtypes", "sizes_at_least", "reason"}

@@ -1,7 +1,7 @@
 """What one conformance case is: a DT algorithm, the schedules it runs under, its sizes and
 dtypes, how its inputs are drawn, an independent NumPy reference, and its tolerances.
 
-The catalogue (`conformance.catalogue`) is a list of these, written as data.
+The catalogue (`dt.conformance.catalogue`) is a list of these, written as data.
 """
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Callable, Mapping
 
 import numpy as np
 
-DTYPES = ("f32", "f16", "bf16", "f64")
+from dt.dtypes import NAMES as DTYPES  # the dtypes a case runs in
 
 # (rtol, atol) per output dtype; atol is relative to the largest |reference| value of the output
 # (dt.testing.compare). f16/bf16 round every input, every dot operand, every stored temporary

@@ -1,9 +1,9 @@
 """The conformance suite as pytest tests: one test per run (case x schedule x sizes x dtype).
 
-    pytest conformance --dt-backend NAME [--dt-ops PATTERN] [--dt-dtypes f32,f16] [--dt-full]
+    pytest dt/conformance --dt-backend NAME [--dt-ops PATTERN] [--dt-dtypes f32,f16] [--dt-full]
                        [--dt-vendor FILE.toml] [--dt-report FILE.json|FILE.md] [-n 2]
 
-The options and the summary table come from conformance/conftest.py.
+The options and the summary table come from dt/conformance/conftest.py.
 """
 import warnings
 

@@ -1,21 +1,21 @@
 """The op catalogue: every case the conformance suite runs, as data.
 
 Each `Case` pairs a DT algorithm with the schedules it runs under and a NumPy reference
-written for it here (never dt's own reference evaluator, which is itself under test).
+written for it (never dt's own reference evaluator, which is itself under test). The
+element-wise ops' cases come from the op table (dt.ir.ops: each op's `checks`).
 Element-wise families share an algorithm template and a schedule set; everything else is
 spelled out. Sizes include 1, primes, non-powers of two and extents of several blocks;
 `full_sizes` are for GPUs (`--full`). The talk's kernels (examples/*.dt) appear verbatim as
 `talk.<file name>`, with the talk's schedule named "talk".
+
+Longer than 500 lines: it is data, one case after another, read by searching for a case's name.
 """
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
-from conformance.case import Case
-
-_erf = np.vectorize(math.erf, otypes=[np.float64])
+from dt.conformance.case import Case
+from dt.ir.ops import OPS_LIST, Check, Op
 
 
 def _sigmoid(v):
@@ -98,6 +98,20 @@ def matmul(name, expr, reference, **kw) -> Case:
     return Case(name, MATMUL.format(expr), MM, reference, SMM, FMM, **kw)
 
 
+def _op_case(op: Op, check: Check) -> Case:
+    """An op's conformance check from the op table, as a case over A (and B)."""
+    operands = ("A[x, y]", "B[x, y]")[:len(check.domains)]
+    if check.expression is not None:
+        expression = check.expression
+    elif op.syntax == "function":
+        expression = f"{op.name}({', '.join(operands)})"
+    else:
+        expression = f" {op.name} ".join(operands)
+    if len(check.domains) == 1:
+        return unary(check.name, expression, check.expected, check.domains[0])
+    return binary(check.name, expression, check.expected, *check.domains)
+
+
 def talk(stem, *args, **kw) -> Case:
     """A kernel of the talk, as in examples/{stem}.dt: a summary row of its own."""
     return Case(f"talk.{stem}", *args, op=f"talk.{stem}", **kw)
@@ -136,41 +150,8 @@ ATTENTION_CHECK = (
 
 
 CATALOGUE: tuple[Case, ...] = (
-    # ------------------------------------------------------------ element-wise functions
-    unary("neg", "-A[x, y]", lambda A: -A),
-    unary("exp", "exp(A[x, y])", lambda A: np.exp(A)),
-    unary("exp2", "exp2(A[x, y])", lambda A: 2.0 ** A),
-    unary("log", "log(A[x, y])", lambda A: np.log(A), "positive"),
-    unary("log2", "log2(A[x, y])", lambda A: np.log(A) / np.log(2.0), "positive"),
-    unary("sqrt", "sqrt(A[x, y])", lambda A: np.sqrt(A), "positive"),
-    unary("rsqrt", "rsqrt(A[x, y])", lambda A: A ** -0.5, "positive"),
-    unary("sigmoid", "sigmoid(A[x, y])", lambda A: _sigmoid(A), "wide"),
-    unary("tanh", "tanh(A[x, y])", lambda A: np.tanh(A), "wide"),
-    unary("abs", "abs(A[x, y])", lambda A: np.where(A < 0, -A, A)),
-    unary("erf", "erf(A[x, y])", lambda A: _erf(A)),
-    unary("sin", "sin(A[x, y])", lambda A: np.sin(A), "wide"),
-    unary("cos", "cos(A[x, y])", lambda A: np.cos(A), "wide"),
-    unary("floor", "floor(A[x, y])", lambda A: np.floor(A), "wide"),
-    unary("ceil", "ceil(A[x, y])", lambda A: -np.floor(-A), "wide"),
-    binary("add", "A[x, y] + B[x, y]", lambda A, B: A + B),
-    binary("sub", "A[x, y] - B[x, y]", lambda A, B: A - B),
-    binary("mul", "A[x, y] * B[x, y]", lambda A, B: A * B),
-    binary("div", "A[x, y] / B[x, y]", lambda A, B: A / B, domain_b="nonzero"),
-    binary("maximum", "maximum(A[x, y], B[x, y])", lambda A, B: np.where(A > B, A, B), "ints"),
-    binary("minimum", "minimum(A[x, y], B[x, y])", lambda A, B: np.where(A < B, A, B), "ints"),
-    binary("pow", "pow(A[x, y], B[x, y])", lambda A, B: np.exp(B * np.log(A)), domain_a="positive"),
-    binary("lt", "A[x, y] < B[x, y]", lambda A, B: A < B, "ints", "ints"),
-    binary("le", "A[x, y] <= B[x, y]", lambda A, B: A <= B, "ints", "ints"),
-    binary("gt", "A[x, y] > B[x, y]", lambda A, B: A > B, "ints", "ints"),
-    binary("ge", "A[x, y] >= B[x, y]", lambda A, B: A >= B, "ints", "ints"),
-    binary("eq", "A[x, y] == B[x, y]", lambda A, B: A == B, "ints", "ints"),
-    binary("ne", "A[x, y] != B[x, y]", lambda A, B: A != B, "ints", "ints"),
-    binary("where", "where(A[x, y] > B[x, y], A[x, y], B[x, y] * 0.5)",
-           lambda A, B: np.where(A > B, A, B * 0.5)),
-    binary("where.number_condition", "where(A[x, y], B[x, y], -B[x, y])",
-           lambda A, B: np.where(A != 0, B, -B), "ints"),
-    binary("where.boolean_branches", "where(A[x, y] > 0, A[x, y] < B[x, y], A[x, y] >= B[x, y])",
-           lambda A, B: np.where(A > 0, A < B, A >= B), "ints", "ints"),
+    # ------------------------------------------------------------ element-wise ops (dt.ir.ops)
+    *(_op_case(op, check) for op in OPS_LIST for check in op.checks),
     unary("arith.literals", "(A[x, y] - 2.5) * 0.5 + 1 / (1 + A[x, y] * A[x, y])",
           lambda A: (A - 2.5) * 0.5 + 1.0 / (1.0 + A * A)),
     binary("arith.associativity", "A[x, y] - B[x, y] - B[x, y] * 2 / 4 - -A[x, y]",

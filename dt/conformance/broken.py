@@ -64,7 +64,7 @@ def zero_identity(pipeline: S.Pipeline) -> S.Pipeline:
         if isinstance(e, S.Full) and math.isinf(e.value):
             return replace(e, value=0.0)
         if isinstance(e, S.Where) and _is_mask(e.cond) and isinstance(e.b, S.Literal) and math.isinf(e.b.value):
-            return replace(e, b=S.Literal(0.0))
+            return replace(e, b=replace(e.b, value=0.0))
         return e
     return map_values(pipeline, fn)
 

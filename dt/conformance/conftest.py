@@ -1,6 +1,6 @@
-"""pytest plugin for the conformance suite: `pytest conformance --dt-backend NAME`.
+"""pytest plugin for the conformance suite: `pytest dt/conformance --dt-backend NAME`.
 
-Adds the --dt-* options, parametrizes conformance/test_suite.py over the planned runs, and
+Adds the --dt-* options, parametrizes dt/conformance/test_suite.py over the planned runs, and
 ends the session with the same op x dtype table as `dt conformance`. A backend that does not
 load, a bad vendor file, or a selection matching no case stops the session with the reason;
 a session in which no run executed fails.
@@ -9,10 +9,10 @@ import os
 
 import pytest
 
-from conformance import runner as R
-from conformance import vendor
-from conformance.case import DTYPES
 from dt import backends
+from dt.conformance import runner as R
+from dt.conformance import vendor
+from dt.dtypes import NAMES as DTYPES
 from dt.errors import DTBackendError
 
 _STATE = pytest.StashKey[dict]()

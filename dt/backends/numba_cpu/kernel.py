@@ -1,0 +1,191 @@
+"""One kernel of the scheduled IR as an `@njit` function of the Numba module: its statements.
+
+The function runs the kernel body for program ids first..last-1. Every tile statement becomes
+scalar loops over the *valid* lanes of its axes (masked lanes are never computed, loaded or
+stored), with the element-wise work fused into one loop body LLVM vectorises; `KernelPlan`
+says which tiles are inlined into their uses and where the others are kept, `ExprRenderer`
+renders the values. A `Dot` calls the `_dot` micro-kernel, on operands in memory (a tensor, a
+stored tile) in place, on others after packing them into a scratch tile.
+"""
+from __future__ import annotations
+
+from dt.backends.numba_cpu.expr import ExprRenderer, Level
+from dt.backends.numba_cpu.plan import KernelPlan, Storage, is_mask
+from dt.backends.pysource import Names, Writer, loop_bounds
+from dt.ir import scheduled as S
+
+NUMPY_DTYPE = {"f32": "np.float32", "f64": "np.float64", "f16": "np.float16"}
+
+
+class KernelRenderer(ExprRenderer):
+    """Renders one kernel's function: its statements here, their values through ExprRenderer."""
+
+    def __init__(self, pipeline: S.Pipeline, kernel: S.Kernel, fn: str, module_names: Names):
+        super().__init__(KernelPlan(pipeline, kernel, module_names))
+        self.fn = fn
+        # (name, shape) of each scratch array: the stored tiles', then the packed Dot operands'
+        self.scratch = list(self.plan.scratch)
+
+    def render(self) -> str:
+        plan = self.plan
+        body = Writer()
+        body.depth = 2
+        self.body(body, plan.k.body)  # first: it adds the Dots' operand tiles to the scratch
+        w = Writer()
+        w.line("@njit(**_KERNEL)")
+        w.line(f"def {self.fn}({', '.join(['first', 'last'] + self.args())}):")
+        with w.indent():
+            where = f" (line {plan.k.loc.line})" if plan.k.loc else ""
+            w.line(f'"""Program instances first..last-1 of the kernel computing {plan.k.func}{where}."""')
+            if self.scratch:
+                w.line("# scratch tiles, reused by every program instance")
+            for name, shape in self.scratch:
+                shape_text = f"({shape[0]},)" if len(shape) == 1 else f"({', '.join(shape)})"
+                w.line(f"{name} = np.empty({shape_text}, {NUMPY_DTYPE[plan.compute]})")
+            w.line(f"for {plan.pid} in range(first, last):")
+        w.lines += body.lines
+        return w.text()
+
+    def args(self) -> list[str]:
+        plan = self.plan
+        return [plan.tensor[t] for t in plan.params.tensors] + [plan.scalar[s] for s in plan.params.scalars] \
+            + [plan.names.ir(s) for s in plan.params.sizes]
+
+    def body(self, w: Writer, stmts):
+        written = len(w.lines)
+        for s in stmts:
+            self.statement(s, w)
+        if len(w.lines) == written:  # nothing, or only tiles inlined into later uses
+            w.line("pass")
+
+    # ---- one method per statement class
+    def Let(self, s: S.Let, w: Writer):
+        w.line(f"{self.plan.names.ir(s.name)} = {self.plan.idx(s.value)}")
+
+    def For(self, s: S.For, w: Writer):
+        bounds = loop_bounds(self.plan.idx(s.start), self.plan.idx(s.stop), s.step)
+        w.line(f"for {self.plan.names.ir(s.var)} in range({bounds}):")
+        with w.indent():
+            self.body(w, s.body)
+
+    def Axis(self, a: S.Axis, w: Writer):
+        # Indices are uint64: numba then skips its negative-index wraparound, whose selects
+        # would keep LLVM from vectorising the lane loops.
+        plan = self.plan
+        start = plan.idx(a.start)
+        self.start[a.name] = plan.names.fresh(f"{a.name}_start")
+        w.line(f"{self.start[a.name]} = u64({start})")
+        if a.name in plan.count:
+            size = plan.idx(a.size)
+            if not isinstance(a.start, (S.IVar, S.IConst)):
+                start = f"({start})"
+            valid = size if a.limit is None else f"min({size}, {plan.idx(a.limit)} - {start})"
+            w.line(f"{plan.count[a.name]} = u64({valid})  # valid lanes of {a.dim}")
+
+    def Assign(self, s: S.Assign, w: Writer):
+        if s.name in self.plan.inlined:
+            return
+        store = self.plan.storage[s.name]
+        if isinstance(s.value, S.Dot):
+            self.dot(w, s, store)
+            return
+        self.nest(w, store.dims, lambda env: f"{self.at(store, env)} = ", s.value)
+
+    def Store(self, s: S.Store, w: Writer):
+        spec = self.plan.p.tensor(s.tensor)
+        tensor = self.plan.tensor[s.tensor]
+        convert = {"f16": "_f32_to_f16", "bf16": "_f32_to_bf16"}.get(spec.dtype)
+        if convert:
+            self.helpers.add(convert)
+
+        def target(env):
+            return f"{tensor}[{self.subscript(s.indices, env)}] = " + (f"{convert}(" if convert else "")
+
+        self.nest(w, s.indices, target, s.value, ")" if convert else "")
+
+    # ---- lane loops
+    def nest(self, w: Writer, dims, target, value: S.TExpr, close: str = ""):
+        """target(env) + value + close, for every valid lane of `dims` (loops over those with
+        more than one lane, the first outermost)."""
+        looped = [d for d in dims if not self.plan.single(d)]
+        levels = [Level(None)] + [Level(d) for d in looped]
+        for outer, inner in zip(levels, levels[1:]):
+            outer.inner = inner
+        env = {d: self.plan.lane[d] for d in looped}
+        env.update({d: "0" for d in dims if self.plan.single(d)})
+        text = self.texpr(value, env, levels)
+        levels[-1].lines.append(f"{target(env)}{text}{close}")
+        self.emit(w, levels[0])
+
+    def emit(self, w: Writer, level: Level):
+        for item in level.lines:
+            if isinstance(item, Level):
+                self.loop(w, item)
+            else:
+                w.line(item)
+        if level.inner is not None:
+            self.loop(w, level.inner)
+
+    def loop(self, w: Writer, level: Level):
+        if level.axis is None:
+            self.emit(w, level)
+            return
+        w.line(f"for {self.plan.lane[level.axis]} in range({self.plan.count[level.axis]}):")
+        with w.indent():
+            self.emit(w, level)
+
+    def counted(self, axis: str) -> str:
+        return "u64(1)" if self.plan.single(axis) else self.plan.count[axis]
+
+    # ---- Dot: the micro-kernel reads operands in memory in place, others are packed first
+    def dot(self, w: Writer, s: S.Assign, store: Storage):
+        plan = self.plan
+        d: S.Dot = s.value
+        i, j, k = d.a.dims[0], d.b.dims[1], d.axis
+        assert store.dims == (i, j), (store.dims, i, j)
+        operands = []
+        for operand, dims, side in ((d.a, (i, k), "lhs"), (d.b, (k, j), "rhs")):
+            found = self.in_memory(operand, dims)
+            if found is None:
+                base = _operand_name(operand) or f"{s.name}_{side}"
+                pack = Storage(plan.names.fresh(f"{base}_tile"), dims)
+                self.scratch.append((pack.name, tuple(plan.idx(plan.axes[x].size) for x in dims)))
+                self.nest(w, dims, lambda env, pack=pack: f"{self.at(pack, env)} = ", operand)
+                found = pack.name, "u64(0)", "u64(0)"
+            operands.append(", ".join(found))
+        if d.acc is None:
+            self.nest(w, (i, j), lambda env: f"{self.at(store, env)} = ", S.Literal(0.0, d.acc_dtype))
+        elif not (isinstance(d.acc, S.Ref) and d.acc.name == s.name):
+            self.nest(w, (i, j), lambda env: f"{self.at(store, env)} = ", d.acc)
+        self.helpers.add("_dot")
+        w.line(f"_dot({store.name}, {operands[0]}, {operands[1]}, {self.counted(i)}, {self.counted(j)}, "
+               f"{self.counted(k)})")
+
+    def in_memory(self, e: S.TExpr, dims) -> tuple[str, str, str] | None:
+        """(array, first row, first column) holding operand e over `dims` as it is, if any: a load
+        without conversion, or a stored tile laid out as `dims`."""
+        plan = self.plan
+        while True:
+            if isinstance(e, S.Where) and is_mask(e.cond):
+                e = e.a  # only valid lanes are read
+            elif isinstance(e, S.Cast) and (e.dtype == plan.compute or plan.exact_in(e.x, e.dtype)):
+                e = e.x
+            elif isinstance(e, S.Expand) and e.x.dims == e.dims:
+                e = e.x
+            elif isinstance(e, S.Ref) and e.name in plan.inlined:
+                e = plan.inlined[e.name]
+            else:
+                break
+        if isinstance(e, S.Ref) and plan.storage[e.name].dims == tuple(dims):
+            return plan.storage[e.name].name, "u64(0)", "u64(0)"
+        if isinstance(e, S.Load) and e.indices == tuple(dims) \
+                and plan.p.tensor(e.tensor).dtype == e.dtype == plan.compute:
+            return (plan.tensor[e.tensor],) + tuple(self.absolute(a, {}) for a in dims)
+        return None
+
+
+def _operand_name(e: S.TExpr) -> str | None:
+    """The tile a Dot operand is, under relayouts, casts and masks: what its packed copy is named after."""
+    while isinstance(e, (S.Expand, S.BroadcastTo, S.Cast)) or (isinstance(e, S.Where) and is_mask(e.cond)):
+        e = e.a if isinstance(e, S.Where) else e.x
+    return e.name if isinstance(e, S.Ref) else None

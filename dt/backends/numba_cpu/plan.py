@@ -1,0 +1,209 @@
+"""The plan of one kernel of the Numba module, made before any of it is rendered: the names of
+its parameters, axes and tiles, the lanes of each axis, and which tile assignments become loops.
+
+A tile assigned once and used where it is computed is *inlined* into its uses (its value is
+rendered again wherever it is read); the others (accumulators, tiles used twice or in a deeper
+loop, Dot results) are *stored*: in a scratch array over their looped axes, allocated once per
+call of the kernel function, or in a scalar where every axis has one lane.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from dt.backends.pysource import Names
+from dt.ir import scheduled as S
+from dt.ir.index_expr import index_source as index, renamed
+from dt.ir.nesting import MAX_NESTING
+
+
+@dataclass
+class Storage:
+    """Where a materialised tile lives, in the compute dtype: a scratch array over `dims`, or a
+    scalar (no dims)."""
+    name: str
+    dims: tuple[str, ...]
+
+
+class KernelPlan:
+    """What the renderer of one kernel works from: the kernel's names, its axes with their lane
+    counts and lane variables, and for each tile whether it is `inlined` (its value) or kept
+    (its `storage`)."""
+
+    def __init__(self, pipeline: S.Pipeline, kernel: S.Kernel, module_names: Names):
+        self.p = pipeline
+        self.k = kernel
+        self.compute = pipeline.compute_dtype
+        # The kernel's IR names first (as they are), then the names it derives (`x_valid`, `sum_y`).
+        self.names = Names(module_names.taken | {"first", "last"})
+        self.params = S.kernel_params(kernel, pipeline)
+        self.pid = self.names.ir("pid")
+        global_names = pipeline.global_names
+        self.tensor = {t: self.names.ir(global_names.tensors[t]) for t in self.params.tensors}  # its parameter
+        self.scalar = {s: self.names.ir(global_names.scalars[s]) for s in self.params.scalars}
+        for size in self.params.sizes:
+            self.names.ir(size)
+        self.axes: dict[str, S.Axis] = {}
+        self.assigns: dict[str, list[S.Assign]] = {}
+        for s in S.walk_statements(kernel.body):
+            if isinstance(s, S.Axis):
+                self.axes[s.name] = s
+            elif isinstance(s, S.Assign):
+                self.assigns.setdefault(s.name, []).append(s)
+            if isinstance(s, (S.Let, S.Assign)):
+                self.names.ir(s.name)
+            elif isinstance(s, S.For):
+                self.names.ir(s.var)
+        # per looped axis: its number of valid lanes and its lane variable
+        self.count: dict[str, str] = {}
+        self.lane: dict[str, str] = {}
+        for a in self.axes.values():
+            if not self.single(a.name):
+                self.count[a.name] = self.names.fresh(f"{a.name}_valid")
+                self.lane[a.name] = self.names.fresh(f"{a.name}_i")
+        self.dot_targets = {s.name for ss in self.assigns.values() for s in ss if isinstance(s.value, S.Dot)}
+        self.inlined: dict[str, S.TExpr] = {}
+        self.storage: dict[str, Storage] = {}
+        self.scratch: list[tuple[str, tuple[str, ...]]] = []  # (name, shape) of each stored tile's array
+        self.plan()
+
+    def single(self, axis: str) -> bool:
+        """An axis of one lane that is always valid: no loop, lane 0."""
+        a = self.axes[axis]
+        return a.size == S.IConst(1) and a.limit is None
+
+    def idx(self, e: S.IExpr) -> str:
+        """An index expression in the kernel's names."""
+        return index(renamed(e, self.names.ir))
+
+    def plan(self):
+        """Which tiles are inlined into their uses, and where the others are kept."""
+        order = []  # statements in program order with their enclosing loops
+        def visit(body, loops):
+            for s in body:
+                order.append((s, loops))
+                if isinstance(s, S.For):
+                    visit(s.body, loops + (id(s),))
+        visit(self.k.body, ())
+        writes: dict[str, list[int]] = {}
+        for i, (s, _) in enumerate(order):
+            if isinstance(s, S.Assign):
+                writes.setdefault(s.name, []).append(i)
+        uses: dict[str, list[tuple[int, tuple, tuple[str, ...]]]] = {}
+        for i, (s, loops) in enumerate(order):
+            if isinstance(s, (S.Assign, S.Store)):
+                for name, lanes in self.refs(s.value, self.lanes_of(s.value)):
+                    uses.setdefault(name, []).append((i, loops, lanes))
+        reads: dict[str, set[str]] = {}  # the stored tiles an inlined tile's value reads
+        for i, (s, loops) in enumerate(order):
+            if not isinstance(s, S.Assign):
+                continue
+            own = {r for r, _ in self.refs(s.value, ())}
+            reads[s.name] = set().union(*(reads.get(r, {r}) for r in own)) if own else set()
+            if self.inlinable(s, i, loops, writes, uses.get(s.name, []), reads[s.name], order):
+                self.inlined[s.name] = s.value
+            else:
+                reads[s.name] = {s.name}
+        for name, ss in self.assigns.items():
+            if name in self.inlined:
+                continue
+            value = ss[0].value
+            if name in self.dot_targets:
+                dims = value.dims
+            else:
+                dims = tuple(d for d in value.dims if d not in value.unit and not self.single(d))
+            self.storage[name] = Storage(self.names.ir(name), dims)
+            if dims:
+                self.scratch.append((self.names.ir(name), tuple(self.idx(self.axes[d].size) for d in dims)))
+
+    def inlinable(self, s: S.Assign, i, loops, writes, uses, reads, order) -> bool:
+        if len(writes[s.name]) > 1 or any(isinstance(n, (S.Reduce, S.Dot)) for n in S.walk_texpr(s.value)):
+            return False
+        cheap = self.cheap(s.value)
+        if not cheap:
+            if len(uses) > 1:
+                return False
+            value_lanes = tuple(sorted(self.lanes_of(s.value)))
+            if any(use_loops != loops or tuple(sorted(lanes)) != value_lanes for _, use_loops, lanes in uses):
+                return False  # it would be recomputed per iteration of a loop, or per lane of an axis
+        for j, use_loops, _ in uses:
+            entered = set(use_loops) - set(loops)
+            for w in (w for r in reads for w in writes.get(r, ())):
+                if i < w < j or entered & set(order[w][1]):
+                    return False  # what it reads changes before the use, or in a loop around the use
+        # the lowering split deep expressions into tiles (dt.ir.nesting): inlining must not join them again
+        return self.inlined_nesting(s.value) <= MAX_NESTING
+
+    def inlined_nesting(self, e: S.TExpr) -> int:
+        """How deep e nests with the tiles inlined into it."""
+        if isinstance(e, S.Ref) and e.name in self.inlined:
+            return self.inlined_nesting(self.inlined[e.name])
+        return 1 + max((self.inlined_nesting(c) for c in S.texpr_children(e)), default=0)
+
+    def cheap(self, e: S.TExpr) -> bool:
+        """Costs no more to recompute than to keep: loads, references, constants, relayouts."""
+        if isinstance(e, (S.Load, S.Literal, S.Param, S.Extent, S.IndexOf, S.Mask, S.Full)):
+            return True
+        if isinstance(e, S.Ref):
+            return e.name not in self.inlined or self.cheap(self.inlined[e.name])
+        if isinstance(e, (S.Expand, S.BroadcastTo)):
+            return self.cheap(e.x)
+        if isinstance(e, S.Cast):
+            return e.dtype == self.compute and self.cheap(e.x)
+        return False
+
+    def lanes_of(self, e: S.TExpr) -> tuple[str, ...]:
+        """The axes whose lanes a value is computed over."""
+        return tuple(d for d in e.dims if d not in e.unit and not self.single(d))
+
+    def refs(self, e: S.TExpr, lanes):
+        """(tile name, axes of the loops it is evaluated in) for every Ref in e."""
+        if isinstance(e, S.Ref):
+            yield e.name, lanes
+            return
+        if isinstance(e, S.Reduce):
+            yield from self.refs(e.x, self.lanes_of(e.x))
+            return
+        if isinstance(e, S.Dot):
+            yield from self.refs(e.a, self.lanes_of(e.a))
+            yield from self.refs(e.b, self.lanes_of(e.b))
+            if e.acc is not None:
+                yield from self.refs(e.acc, lanes)
+            return
+        for c in S.texpr_children(e):
+            yield from self.refs(c, lanes)
+
+    def deps(self, e: S.TExpr) -> set[str]:
+        """The looped axes a value varies along."""
+        if isinstance(e, S.Load):
+            return {a for a in e.indices if not self.single(a)}
+        if isinstance(e, S.IndexOf):
+            return set() if self.single(e.axis) else {e.axis}
+        if isinstance(e, S.Ref):
+            if e.name in self.inlined:
+                return self.deps(self.inlined[e.name])
+            return {d for d in self.storage[e.name].dims if not self.single(d)}
+        if isinstance(e, S.Reduce):
+            return self.deps(e.x) - {e.axis}
+        out: set[str] = set()
+        for c in S.texpr_children(e):
+            out |= self.deps(c)
+        return out
+
+    def exact_in(self, e: S.TExpr, dtype: str) -> bool:
+        """e's values are already representable in `dtype` (a load of a tensor of that dtype)."""
+        while True:
+            if isinstance(e, (S.Expand, S.BroadcastTo)):
+                e = e.x
+            elif isinstance(e, S.Where) and is_mask(e.cond):
+                e = e.a
+            elif isinstance(e, S.Ref) and e.name in self.inlined:
+                e = self.inlined[e.name]
+            else:
+                return isinstance(e, S.Load) and dtype in (e.dtype, self.p.tensor(e.tensor).dtype)
+
+
+def is_mask(e: S.TExpr) -> bool:
+    """e is a Mask, relaid out or not: true wherever a lane is computed."""
+    while isinstance(e, (S.Expand, S.BroadcastTo)):
+        e = e.x
+    return isinstance(e, S.Mask)

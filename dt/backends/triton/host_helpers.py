@@ -1,0 +1,32 @@
+"""Host functions a generated module's launcher calls: `_check` always, `_multiprocessors` for
+persistent kernels, `_tma_ready` for kernels with TMA.
+
+The code generator copies each function's source text into the module it writes
+(dt/backends/triton/helpers.py reads this file; generating code imports neither it nor torch).
+"""
+import torch
+
+
+def _check(name, tensor, rank, dtype, device):
+    if tensor.dim() != rank or tensor.dtype != dtype or tensor.device != device:
+        raise ValueError(f"{name} must be a {rank}-D {dtype} tensor on {device}, "
+                         f"not a {tensor.dim()}-D {tensor.dtype} tensor on {tensor.device}")
+
+
+def _multiprocessors(device):
+    # A persistent kernel launches one program per multiprocessor (per thread under Triton's interpreter).
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).multi_processor_count
+    return torch.get_num_threads()
+
+
+def _tma_ready(device, *boxes):
+    # TMA (Hopper and later) moves boxes of at most 256 a side and 16 bytes or more along the
+    # last, of tensors whose rows start 16-byte aligned and whose last dimension is contiguous,
+    # zero-filling where a box leaves the tensor: the tensor must end where the kernel's
+    # extents do. Elsewhere the kernel loads and stores through pointers.
+    if device.type == "cuda" and torch.cuda.get_device_capability(device) < (9, 0):
+        return False
+    return all(tuple(t.shape) == extents and t.data_ptr() % 16 == 0 and t.stride(-1) == 1
+               and all(stride * t.element_size() % 16 == 0 for stride in t.stride()[:-1])
+               and max(box) <= 256 and box[-1] * t.element_size() >= 16 for t, box, extents in boxes)

@@ -1,0 +1,93 @@
+"""What checking produces: each Func's resolved schedule (`FuncSchedule`, `MapEntry`) and the
+`CheckedProgram` the lowering and the reference evaluator take."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+
+from dt.errors import Loc
+from dt.ir import algorithm as A
+from dt.ir.tiles import Tile
+
+
+@dataclass(frozen=True)
+class MapEntry:
+    """One entry of f.map(...): a whole block index, or the outer / inner part of a split."""
+    name: str  # the name shown in generated code: 'x' or the inner name 'x1'
+    dim: str
+    part: str  # 'whole' | 'outer' | 'inner'
+    group: int = 0  # group size of a split
+
+
+@dataclass
+class FuncSchedule:
+    block: dict[str, int] = field(default_factory=dict)
+    tensorize: dict[str, int] = field(default_factory=dict)
+    map: tuple[MapEntry, ...] | None = None
+    num_warps: int | None = None
+    num_stages: int | None = None
+    persistent: bool = False  # programs walk the blocks (one program per multiprocessor, or persistent_programs)
+    persistent_programs: int | None = None
+    tma: bool = False  # load and store tiles through tensor descriptors where the hardware has them
+    fuse_at: tuple[str, str] | None = None
+    compute_with: tuple[str, str] | None = None  # (sibling Func, reduction dim): share its loop
+    inline: bool = False
+    compiled: str | None = None  # None | 'compile' | 'compile_to_kernel'
+    locs: dict[str, Loc | None] = field(default_factory=dict)  # primitive -> where it was written
+    dim_locs: dict[tuple[str, str], Loc | None] = field(default_factory=dict)  # (primitive, dim)
+
+
+@dataclass(frozen=True)
+class CheckedProgram:
+    program: A.Program
+    funcs: dict[str, A.FuncDef]  # computed Funcs (inlined ones substituted away), topological order
+    inputs: tuple[str, ...]
+    scalars: tuple[str, ...]
+    dim_kinds: dict[str, str]  # dim -> 'Var' | 'RVar'
+    schedules: dict[str, FuncSchedule]
+    outputs: tuple[str, ...]
+    kernel_roots: tuple[str, ...]  # Funcs computed at root, in launch order
+    fused: dict[str, tuple[str, str]]  # producer -> (consumer, loop dim)
+    input_ranks: dict[str, int]
+    # (sibling, reduction dim) -> Funcs whose reductions over that dim run in the sibling's loop; the
+    # sibling is the end of each chain of compute_with, so it is computed with none over that dim
+    computed_with: dict[tuple[str, str], tuple[str, ...]] = field(default_factory=dict)
+    tiles: tuple[Tile, ...] = ()  # every tile shape of every kernel (dt.ir.tiles)
+
+    @cached_property  # computed once: every call of a program checks its extents against it
+    def needed_dims(self) -> tuple[str, ...]:
+        """The dimensions whose extents running the program needs, in the order it first uses them:
+        every Func's own, those it indexes, reduces over, takes the len of or uses as a value."""
+        dims: dict[str, None] = {}
+        for f in self.funcs.values():
+            dims.update(dict.fromkeys(f.dims))
+            for e in A.walk(f.expr):
+                if isinstance(e, A.Access):
+                    dims.update(dict.fromkeys(e.indices))
+                elif isinstance(e, (A.Len, A.DimRef, A.Reduce)):
+                    dims[e.dim] = None
+        return tuple(dims)
+
+    def root_of(self, func: str) -> str:
+        while func in self.fused:
+            func = self.fused[func][0]
+        return func
+
+    def reduction_dims(self, func: str) -> tuple[str, ...]:
+        seen: list[str] = []
+        for e in A.walk(self.funcs[func].expr):
+            if isinstance(e, A.Reduce) and e.dim not in seen:
+                seen.append(e.dim)
+        return tuple(seen)
+
+    def kernel_dims(self, root: str) -> tuple[str, ...]:
+        """Every dimension the kernel of `root` loops over: root's dims first."""
+        dims: list[str] = []
+        for f in self.kernel_funcs(root):
+            for d in self.funcs[f].dims + self.reduction_dims(f):
+                if d not in dims:
+                    dims.append(d)
+        return tuple(dims)
+
+    def kernel_funcs(self, root: str) -> tuple[str, ...]:
+        return (root,) + tuple(f for f in self.funcs if f != root and self.root_of(f) == root)

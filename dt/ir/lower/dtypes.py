@@ -1,0 +1,39 @@
+"""Dtype promotion: the storage dtype of a pipeline's outputs and temporaries, the dtype its
+arithmetic runs in, the dtype dot products feed the matrix units, and which DT expressions are
+booleans (comparisons) rather than numbers."""
+from __future__ import annotations
+
+from dt.ir import algorithm as A
+from dt.ir.ops import OPS
+
+
+def promote(dtypes) -> str:
+    """The storage dtype of outputs and temporaries: the inputs' common dtype."""
+    kinds = set(dtypes)
+    if not kinds:
+        return "f32"
+    if len(kinds) == 1:
+        return kinds.pop()
+    return "f64" if "f64" in kinds else "f32"
+
+
+def compute_dtype_of(storage: str) -> str:
+    return "f64" if storage == "f64" else "f32"
+
+
+def dot_dtype_of(storage: str, compute: str) -> str:
+    """The dtype of a dot product's operands: half-precision storage feeds the matrix units as it
+    is (the product accumulates in `compute`), any other in the compute dtype."""
+    return storage if storage in ("f16", "bf16") else compute
+
+
+def is_bool(e: A.Expr) -> bool:
+    """Whether e is a comparison, or a where choosing between comparisons (at any depth)."""
+    branches = [e]
+    while branches:
+        e = branches.pop()
+        if isinstance(e, A.Where):
+            branches += (e.a, e.b)
+        elif not (isinstance(e, A.Binary) and OPS[e.op].result == "bool"):
+            return False
+    return True

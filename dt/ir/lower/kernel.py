@@ -1,0 +1,117 @@
+"""One kernel's lowering: the Func computed at root and the producers fused into it, in one walk
+over the algorithm: the program-id grid (grid), the loop nests (loops), the expressions
+(expressions), the reductions (reductions) and the online statistics of shared loops
+(online_statistics), each a part of `KernelLowering`, built with KernelBuilder (builder)."""
+from __future__ import annotations
+
+from dt.ir import algorithm as A
+from dt.ir import scheduled as S
+from dt.ir.check.compute_with import runs_after
+from dt.ir.check.program import CheckedProgram
+from dt.ir.check.uses import reachable
+from dt.ir.lower.builder import KernelBuilder
+from dt.ir.lower.dtypes import dot_dtype_of
+from dt.ir.lower.expressions import ExpressionLowering
+from dt.ir.lower.grid import GridLowering
+from dt.ir.lower.loops import LoopNestLowering
+from dt.ir.lower.online_statistics import OnlineStatistics
+from dt.ir.lower.reductions import ReductionLowering
+from dt.ir.naming import RESERVED_NAMES, size_name
+
+
+class KernelLowering(GridLowering, LoopNestLowering, ExpressionLowering, ReductionLowering, OnlineStatistics,
+                     KernelBuilder):
+    """Lowers the kernel computing one root Func. Its parts share the state set here: the names
+    taken, the statements emitted and their scopes, the axes, the producers fused at each loop and
+    the reductions already accumulated in a sibling's loop."""
+
+    def __init__(self, cp: CheckedProgram, root: str, compute: str, storage: str, name: str, taken: set[str]):
+        """Lowers the kernel computing `root`, called `name`; its own names avoid `taken`."""
+        self.cp = cp
+        self.root = root
+        self.name = name
+        self.compute = compute
+        self.storage = storage
+        self.dot_dtype = dot_dtype_of(storage, compute)
+        # One namespace for every generated name; scalars, extents and the pipeline's names keep their own.
+        self.used: set[str] = set(cp.scalars) | RESERVED_NAMES | {size_name(d) for d in cp.dim_kinds} | taken
+        self.dim_order: list[str] = list(cp.funcs[root].dims)
+        self.axes: dict[str, S.Axis] = {}
+        self.out: list = []
+        self.scopes: list[dict] = [{}]
+        self.fused_at: dict[tuple[str, str], list[str]] = {}
+        for p in cp.funcs:  # topological: producers before their users
+            if p in cp.fused:
+                self.fused_at.setdefault(cp.fused[p], []).append(p)
+        for key, producers in self.fused_at.items():
+            self.fused_at[key] = self.in_loop_order(producers)
+        # Reductions accumulated in a sibling's loop (compute_with): the A.Reduce's id -> its result
+        self.shared_reductions: dict[int, S.Ref] = {}
+        self.walking_funcs = self._walking_funcs()
+        self.accumulator_stems = self._accumulator_stems()
+        self.reads: list[str] = []
+        self.load_dtypes: dict[str, str] = {}  # tile variables holding a Load, and its dtype
+
+    def lower(self) -> S.Kernel:
+        root = self.cp.funcs[self.root]
+        sched = self.cp.schedules[self.root]
+        program_count, ranges = self.grid(root, sched)
+        self.block_ranges = ranges
+        self.emit_func(self.root, {}, ranges)
+        return S.Kernel(self.name, self.root, program_count, S.prune_lets(tuple(self.out)), sched.num_warps,
+                        sched.num_stages, tuple(self.reads), (self.root,), root.loc, persistent=sched.persistent,
+                        persistent_programs=sched.persistent_programs, tma=sched.tma)
+
+    def _walking_funcs(self) -> dict[str, set[str]]:
+        """dim -> the Funcs of this kernel that walk it in reduction loops of their own, nested
+        in another reduction's loop or not (a Func computed with another reduces in that one's loop)."""
+        in_kernel = {self.root}
+        for p in reversed(list(self.cp.funcs)):  # consumers before their producers
+            if p in self.cp.fused and self.cp.fused[p][0] in in_kernel:
+                in_kernel.add(p)
+        followers = {(g, dim) for (_, dim), gs in self.cp.computed_with.items() for g in gs}
+        walking: dict[str, set[str]] = {}
+
+        for f in in_kernel:
+            stack = [(self.cp.funcs[f].expr, False)]  # (expression, inside a sibling's loop)
+            while stack:
+                e, in_sibling_loop = stack.pop()
+                # a follower's reduction, and whatever it nests, runs in its sibling's loops
+                if isinstance(e, A.Reduce):
+                    in_sibling_loop = in_sibling_loop or (f, e.dim) in followers
+                    if not in_sibling_loop:
+                        walking.setdefault(e.dim, set()).add(f)
+                stack += ((child, in_sibling_loop) for child in A.children(e))
+        return walking
+
+    def _accumulator_stems(self) -> dict[str, dict[str, str]]:
+        """dim -> Func -> what its accumulators over dim are named after: `_sum` -> `sum`, unless
+        another Func named there (walking dim, or computed with a sibling over it) would read the same."""
+        named = {dim: set(funcs) for dim, funcs in self.walking_funcs.items()}
+        for (_, dim), followers in self.cp.computed_with.items():
+            named.setdefault(dim, set()).update(followers)
+        stems = {}
+        for dim, funcs in named.items():
+            short = [f.lstrip("_") or f for f in funcs]
+            stems[dim] = {f: s if short.count(s) == 1 else f for f, s in zip(funcs, short)}
+        return stems
+
+    def in_loop_order(self, producers: list[str]) -> list[str]:
+        """Producers fused at one loop (in topological order), reordered so that a loop shared by
+        compute_with runs after whatever its members' reductions read, and each member after
+        the loop (compute_with.runs_after; the check rejects the orders that cannot be met)."""
+        pool = set(producers)
+        needs: dict[str, set[str]] = {}
+        for f in producers:
+            needs[f] = set()
+            for g, _, shared in runs_after(f, self.cp.computed_with, self.cp.funcs):
+                # a Func accumulated in g's loop follows g itself; any other g, through what it uses
+                needs[f] |= {g} if shared else reachable(self.cp.funcs, {g}, stop=pool) & pool
+        order: list[str] = []
+        pending = list(producers)
+        while pending:
+            f = next((f for f in pending if needs[f] <= set(order)), None)
+            assert f is not None, f"no order for {pending} (the checker rejects compute_with cycles)"
+            pending.remove(f)
+            order.append(f)
+        return order

@@ -1,0 +1,204 @@
+"""Reductions: an accumulator per reduction set to its identity, a loop over the reduced dimension
+in tiles, and in it each tile's values masked and reduced into the accumulator (a product of 2-D
+tiles as a hardware-style Dot). The reductions of Funcs computed with this one (compute_with)
+accumulate in the same loop; a variance around a mean of the loop, and sums and products of
+exponentials shifted by a max of it, accumulate online (online_statistics)."""
+from __future__ import annotations
+
+import math
+
+from dt.ir import algorithm as A
+from dt.ir import scheduled as S
+from dt.ir.check.compute_with import top_reductions
+from dt.ir.check.statistics import loop_statistic, mean_reduction
+from dt.ir.index_expr import IVar
+from dt.ir.ops import REDUCTIONS
+
+
+
+class ReductionLowering:
+    """The reduction part of a kernel's lowering (dt.ir.lower.kernel.KernelLowering)."""
+
+    def reduction(self, e: A.Reduce, func: str, env):
+        shared = self.shared_reductions.get(id(e))
+        if shared is not None:
+            return shared
+        siblings = self.siblings(e, func)
+        # a loop that accumulates several Funcs' reductions, or one of several Funcs' loops over the
+        # same dim, names each accumulator after its Func (`y_mean_accumulator`, `y_variance_accumulator`)
+        named = siblings or len(self.walking_funcs.get(e.dim, ())) > 1
+        acc = self.accumulator(e, env, func if named else None)
+        tile = self.tile_of(func, e.dim)
+        tile = 1 if tile is None else tile
+        rng = self.whole(e.dim)
+        # e's own accumulator, then those of reductions computed with func (compute_with)
+        updates = []
+        variances: dict[str, list[A.Reduce]] = {}  # a mean of this loop -> the variances around it
+        # a max of this loop -> the sums and products of exponentials it shifts: (Func, reduction, accumulator)
+        exp_sums: dict[str, list[tuple[str, A.Reduce, S.Ref]]] = {}
+        # the Funcs whose producers this loop computes: func's, and those of Funcs accumulated here
+        # (func's first loop over the dim accumulates them all; a later one, such as rsum's in
+        # rmax(..) + rsum(..), only func's own)
+        in_loop = [func, *dict.fromkeys(g for g, _ in siblings)]
+        for g, r in [(func, e), *siblings]:
+            # a variance around a mean of this loop, or a sum or product shifted by a max of it (loop_statistic)
+            kind, statistic = next(((k, m) for m in self.loop_funcs(func, e.dim)
+                                    if (k := loop_statistic(r, m, self.cp.funcs[m])) is not None), (None, None))
+            r_acc = acc if r is e else None
+            if kind == "variance":
+                variances.setdefault(statistic, []).append(r)
+            elif kind == "exp_sum":
+                exp_sums.setdefault(statistic, []).append((g, r, r_acc or self.accumulator(r, env, g)))
+            else:
+                updates.append((g, r, r_acc or self.accumulator(r, env, g)))
+        accumulators = {id(r): r_acc for _, r, r_acc in updates}
+        mean_sums = {mean: mean_reduction(self.cp.funcs[mean].expr, e.dim) for mean in variances}
+        # one sum of squared deviations per mean (over the mean's axes), however many Funcs read it
+        m2s = {mean: self.assign(f"{e.dim}_m2", S.Full(0.0, accumulators[id(mean_sums[mean])].dims, self.compute),
+                                 "rsum", rs[0].loc)
+               for mean, rs in variances.items()}
+        # Chan's update needs the mean of the lanes seen so far. It is carried, not taken from the
+        # mean's running sum: an f32 sum of a long row drifts (each add rounds once the sum is
+        # large), while the running mean only ever moves by a tile's deviation from it.
+        running_means = {mean: self.assign(f"{e.dim}_mean", S.Full(0.0, m2.dims, self.compute), "rsum",
+                                           variances[mean][0].loc)
+                         for mean, m2 in m2s.items()} if tile != 0 else {}
+
+        def body(start, size, limit):
+            env2 = {**env, e.dim: self.axis(e.dim, start, size, limit, env, e.loc)}
+            for f in in_loop:
+                self.emit_fused(f, e.dim, env2)
+            ax = env2[e.dim]
+            tile_sums = {}
+            if m2s:
+                seen, tile_count = self.tile_counts(ax, start, tile)
+            for mean, m2 in m2s.items():
+                # the mean's tile is reduced once: its sum feeds both the mean and the deviations
+                r_mean = mean_sums[mean]
+                mean_acc = accumulators[id(r_mean)]
+                values = self.fit(self.number(r_mean.args[0], mean, env2), self.canonical(mean_acc.dims + (ax,)))
+                tile_sums[id(r_mean)] = self.assign(f"{e.dim}_tile_sum", self.fit(
+                    S.Reduce("sum", self.masked(values, ax, 0.0), ax), mean_acc.dims), "rsum", r_mean.loc)
+                self.merge_deviations(m2, running_means.get(mean), values, tile_sums[id(r_mean)], ax, seen,
+                                      tile_count)
+            new_maxima = {}
+            for maximum, sums in exp_sums.items():
+                r_max = self.cp.funcs[maximum].expr  # rmax(e, dim) itself (statistics.max_reduction)
+                max_acc = accumulators[id(r_max)]
+                values = self.fit(self.number(r_max.args[0], maximum, env2), self.canonical(max_acc.dims + (ax,)))
+                if not isinstance(values, S.Ref):  # computed once, for the max and the exponentials
+                    values = self.assign(f"{e.dim}_max_input", values, "rmax", r_max.loc)
+                new_maxima[id(r_max)] = self.rescale_exp_sums(maximum, max_acc, sums, values, ax, env2, r_max.loc,
+                                                              tile != 0)
+            for f, r, r_acc in updates:
+                tile_sum, new_max = tile_sums.get(id(r)), new_maxima.get(id(r))
+                update = S.Binary("+", r_acc, tile_sum) if tile_sum is not None else new_max if new_max is not None \
+                    else self.update(r, f, env2, ax, r_acc)
+                self.emit(S.Assign(r_acc.name, update, f"r{r.op}", r.loc))
+
+        if tile == 0:
+            body(rng.start, rng.size, rng.limit)
+        else:
+            var = self.fresh(f"{e.dim}_iter")
+            self.loop(var, rng.length, tile, e.dim, "reduction", e.loc,
+                      lambda: body(IVar(var), tile, rng.end if tile > 1 else None))
+        for _, r, r_acc in updates:
+            if r is not e:
+                self.shared_reductions[id(r)] = r_acc
+        for mean, rs in variances.items():
+            for r in rs:
+                self.shared_reductions[id(r)] = m2s[mean]
+        for maximum, sums in exp_sums.items():
+            max_acc = accumulators[id(self.cp.funcs[maximum].expr)]
+            for _, r, r_acc in sums:
+                # a row that is -inf throughout has sum exp(-inf - -inf) = NaN, not the 0 that shifting by 0 left
+                max_tile = self.fit(max_acc, r_acc.dims)
+                minus_inf = S.Literal(REDUCTIONS["max"].identity, max_tile.dtype)
+                all_minus_inf = S.Binary("==", max_tile, minus_inf)
+                nan = S.Literal(math.nan, r_acc.dtype)
+                self.emit(S.Assign(r_acc.name, S.Where(all_minus_inf, nan, r_acc), f"r{r.op}", r.loc))
+                if r is not e:
+                    self.shared_reductions[id(r)] = r_acc
+        return acc
+
+    def loop_funcs(self, func: str, dim: str) -> list[str]:
+        """func and the Funcs computed with it over dim: those whose reductions share its loop."""
+        return [func, *self.cp.computed_with.get((func, dim), ())]
+
+    def siblings(self, e: A.Reduce, func: str) -> list[tuple[str, A.Reduce]]:
+        """The reductions of Funcs computed with `func` over e's dim (compute_with): they are
+        updated in e's loop, tile by tile (in func's tiles, which the checker made theirs)."""
+        out = []
+        for g in self.cp.computed_with.get((func, e.dim), ()):
+            out += [(g, r) for r in top_reductions(self.cp.funcs[g].expr, e.dim)
+                    if id(r) not in self.shared_reductions]  # else accumulated in an earlier reduction of func
+        return out
+
+    def accumulator(self, e: A.Reduce, env, func: str | None = None) -> S.Ref:
+        """A new accumulator of reduction e, set to its identity over e's free dims: `y_accumulator`,
+        or with `func`, `y_sum_accumulator` (Func `_sum`)."""
+        axes = self.canonical(env[d] for d in A.free_dims(e))
+        stem = self.accumulator_stems.get(e.dim, {}).get(func, func) if func else None
+        name = f"{e.dim}_{stem}_accumulator" if func else f"{e.dim}_accumulator"
+        return self.assign(name, S.Full(REDUCTIONS[e.op].identity, axes, self.compute), f"r{e.op}", e.loc)
+
+    def update(self, e: A.Reduce, func: str, env, ax: str, acc: S.TExpr, given=None) -> S.TExpr:
+        """The accumulator after one step of reduction e over the current tile `ax`; `given`:
+        operands already computed as tiles, by index (the shifted exponentials of a product)."""
+        op, identity = e.op, REDUCTIONS[e.op].identity
+        given = given or {}
+        update = self.dot_update(e, func, env, ax, acc, given) if op == "dot" else None
+        if update is None:
+            if op == "dot":
+                a, b = self.align(*(given[k] if k in given else self.number(x, func, env)
+                                    for k, x in enumerate(e.args)))
+                value = S.Binary("*", a, b)
+            else:
+                value = self.number(e.args[0], func, env)
+            full = self.canonical(acc.dims + (ax,))
+            value = self.fit(value, full)
+            value = self.masked(value, ax, identity)
+            reduced = S.Reduce("sum" if op == "dot" else op, value, ax)
+            update = S.Binary(REDUCTIONS[op].combine, acc, self.fit(reduced, acc.dims))
+        return update
+
+    def dot_update(self, e: A.Reduce, func, env, ax, acc: S.TExpr, given):
+        """acc + a @ b as a hardware-style Dot, when both operands are 2-D tiles (i, k) and (k, j)."""
+        free = [set(A.free_dims(x)) - {e.dim} for x in e.args]
+        if len(acc.dims) != 2 or any(len(f) != 1 for f in free) or free[0] == free[1] \
+                or any(e.dim not in A.free_dims(x) for x in e.args):
+            return None
+        i_axis, j_axis = acc.dims
+        first = 0 if env[next(iter(free[0]))] == i_axis else 1
+
+        def operand(k, layout):
+            if k not in given:
+                return self.dot_operand(e.args[k], func, env, layout, ax)
+            tile = self.fit(given[k], layout)  # already zero past the end of ax
+            return S.Cast(tile, self.dot_dtype) if self.dot_dtype != self.compute else tile
+        a, b = operand(first, (i_axis, ax)), operand(1 - first, (ax, j_axis))
+        if a is None or b is None:
+            return None
+        return S.Dot(a, b, ax, acc, self.compute)
+
+    def dot_operand(self, e: A.Expr, func, env, layout, ax) -> S.TExpr | None:
+        """An operand of a Dot laid out as `layout`, zero past the end of reduction axis `ax`, in
+        the dot dtype. Inputs and temporaries load straight in that dtype: no round trip via f32."""
+        if isinstance(e, A.Access) and e.name not in self.cp.fused:
+            return self.access(e, func, env, layout, self.dot_dtype)
+        x = self.number(e, func, env)
+        if x.unit:
+            return None
+        if x.dims != layout:
+            x = S.Expand(x, layout)
+        if not self._is_load(x):
+            x = self.masked(x, ax, 0.0)
+        if self.load_dtypes.get(getattr(x, "name", None)) == self.dot_dtype:
+            return x
+        return S.Cast(x, self.dot_dtype) if self.dot_dtype != self.compute else x
+
+    def _is_load(self, x: S.TExpr) -> bool:
+        """Loads fill masked lanes with 0 already (a permuted load too)."""
+        if isinstance(x, S.Expand) and not x.unit:
+            x = x.x
+        return isinstance(x, S.Ref) and x.name in self.load_dtypes

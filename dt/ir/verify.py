@@ -1,0 +1,160 @@
+"""The scheduled IR's verifier: checks the rules scheduled.py's docstring promises backends.
+
+A pipeline that breaks one is a compiler bug, never a user's: `verify` raises
+IRVerificationError naming the kernel, the statement and the rule, so a bad lowering fails where
+it happens instead of as wrong numbers in some backend. The lowering runs it on every pipeline.
+"""
+from __future__ import annotations
+
+from dt.ir import scheduled as S
+from dt.ir.nesting import MAX_NESTING, nesting
+from dt.dtypes import NAMES as DTYPES
+from dt.ir.ops import OPS, REDUCTIONS
+
+
+class IRVerificationError(AssertionError):
+    """A scheduled-IR invariant does not hold: a bug in dt's lowering."""
+
+
+def verify(pipeline: S.Pipeline) -> S.Pipeline:
+    """`pipeline`, after checking every invariant; raises IRVerificationError at the first broken one."""
+    tensors = {t.name for t in pipeline.inputs + pipeline.temporaries + pipeline.outputs}
+    for t in pipeline.inputs + pipeline.temporaries + pipeline.outputs:
+        if len(set(t.dims)) != len(t.dims):
+            raise IRVerificationError(f"tensor {t.name} repeats a dimension: {t.dims}")
+    sizes = {S.size_name(d) for d in pipeline.sizes}
+    for kernel in pipeline.kernels:
+        _KernelVerifier(pipeline, kernel, tensors, sizes).run()
+    return pipeline
+
+
+class _KernelVerifier:
+    def __init__(self, pipeline: S.Pipeline, kernel: S.Kernel, tensors: set[str], sizes: set[str]):
+        self.pipeline, self.kernel, self.tensors, self.sizes = pipeline, kernel, tensors, sizes
+        # the launcher's name is free for tiles (no kernel calls it); kernels' and parameters' are not
+        self.global_names = pipeline.global_names.all() | {k.name for k in pipeline.kernels}
+        self.declared: set[str] = set()  # every name this kernel binds, to catch a second binding
+
+    def fail(self, what: str, stmt=None):
+        where = f" in {type(stmt).__name__} {getattr(stmt, 'name', getattr(stmt, 'var', ''))}" if stmt else ""
+        raise IRVerificationError(f"kernel {self.kernel.name}{where}: {what}")
+
+    def run(self):
+        self.index(self.kernel.program_count, {"pid"} | self.sizes, None)
+        self.body(self.kernel.body, index_names={"pid"} | self.sizes, axes={}, tiles={})
+
+    def bind(self, name: str, stmt):
+        if not name.isidentifier() or not name.isascii() or name in S.RESERVED_NAMES:
+            self.fail(f"'{name}' is not a name generated code may bind", stmt)
+        if name in self.declared or name in self.global_names or name in self.sizes:
+            self.fail(f"'{name}' is bound twice", stmt)
+        self.declared.add(name)
+
+    def body(self, stmts, index_names: set[str], axes: dict[str, S.Axis], tiles: dict[str, S.TExpr]):
+        index_names, axes, tiles = set(index_names), dict(axes), dict(tiles)  # scopes end with their loop
+        for s in stmts:
+            if isinstance(s, S.Let):
+                self.index(s.value, index_names, s)
+                self.bind(s.name, s)
+                index_names.add(s.name)
+            elif isinstance(s, S.Axis):
+                for e in (s.start, s.size, s.limit):
+                    self.index(e, index_names, s)
+                self.bind(s.name, s)
+                axes[s.name] = s
+            elif isinstance(s, S.For):
+                self.index(s.start, index_names, s)
+                self.index(s.stop, index_names, s)
+                if s.step < 1:
+                    self.fail(f"step {s.step} is not positive", s)
+                if s.kind not in ("tile", "reduction"):
+                    self.fail(f"unknown loop kind '{s.kind}'", s)
+                self.bind(s.var, s)
+                self.body(s.body, index_names | {s.var}, axes, tiles)
+            elif isinstance(s, S.Assign):
+                self.value(s.value, index_names, axes, tiles, s)
+                self.number(s.value, s)
+                if s.name in tiles:
+                    if tiles[s.name].dims != s.value.dims:
+                        self.fail(f"reassigned over {s.value.dims}, first assigned over {tiles[s.name].dims}", s)
+                else:
+                    self.bind(s.name, s)
+                tiles[s.name] = s.value
+            elif isinstance(s, S.Store):
+                if s.tensor not in self.tensors:
+                    self.fail(f"stores to unknown tensor '{s.tensor}'", s)
+                self.value(s.value, index_names, axes, tiles, s)
+                self.number(s.value, s)
+                self.axes_in_scope(s.indices, axes, s)
+                if s.value.dims != s.indices or s.value.unit:
+                    self.fail(f"stores a value over {s.value.dims} (unit {sorted(s.value.unit)}) to "
+                              f"{s.tensor}[{', '.join(s.indices)}]: it must be full-size over the store's axes", s)
+            else:
+                self.fail(f"unknown statement {type(s).__name__}")
+
+    def number(self, e: S.TExpr, stmt):
+        if e.dtype not in DTYPES:
+            self.fail(f"holds {e.dtype} values: tiles and stores hold numbers (comparisons are cast)", stmt)
+
+    def index(self, e: S.IExpr | None, names: set[str], stmt):
+        unknown = S.index_names(e) - names
+        if unknown:
+            self.fail(f"index expression reads {', '.join(sorted(unknown))}, bound nowhere before it", stmt)
+
+    def axes_in_scope(self, names, axes, stmt):
+        missing = [a for a in names if a not in axes]
+        if missing:
+            self.fail(f"uses axis {', '.join(missing)} outside its scope", stmt)
+
+    def value(self, e: S.TExpr, index_names, axes, tiles, stmt):
+        limit = MAX_NESTING + (1 if any(isinstance(n, S.Dot) for n in S.walk_texpr(e)) else 0)
+        if nesting(e) > limit:
+            self.fail(f"expression nests {nesting(e)} levels deep (at most {limit})", stmt)
+        for node in reversed(list(S.walk_texpr(e))):  # operands before the nodes that use them
+            self.axes_in_scope(node.dims, axes, stmt)
+            if not node.unit <= set(node.dims):
+                self.fail(f"{type(node).__name__} is unit along {sorted(node.unit)}, not all its axes", stmt)
+            self.node(node, index_names, tiles, stmt)
+
+    def node(self, e: S.TExpr, index_names, tiles, stmt):
+        if isinstance(e, S.Ref):
+            if e.name not in tiles:
+                self.fail(f"reads tile '{e.name}' before any assignment to it", stmt)
+            if tiles[e.name].dims != e.dims:
+                self.fail(f"reads '{e.name}' over {e.dims}, assigned over {tiles[e.name].dims}", stmt)
+        elif isinstance(e, S.Load):
+            if e.tensor not in self.tensors:
+                self.fail(f"loads unknown tensor '{e.tensor}'", stmt)
+            if sorted(e.order) != sorted(e.indices):
+                self.fail(f"load order {e.order} is not a permutation of {e.indices}", stmt)
+        elif isinstance(e, S.Index):
+            self.index(e.value, index_names, stmt)
+        elif isinstance(e, S.Param):
+            if e.name not in self.pipeline.scalars:
+                self.fail(f"reads unknown scalar '{e.name}'", stmt)
+        elif isinstance(e, (S.Unary, S.Binary)):
+            op = OPS.get(e.op)
+            if op is None or op.arity != len(S.texpr_children(e)):
+                self.fail(f"'{e.op}' is not an op of {len(S.texpr_children(e))} operand(s) (dt.ir.ops)", stmt)
+            self.same_dims(S.texpr_children(e), e, stmt)
+        elif isinstance(e, S.Where):
+            self.same_dims((e.cond, e.a, e.b), e, stmt)
+        elif isinstance(e, S.Expand):
+            if not set(e.x.dims) <= set(e.target):
+                self.fail(f"expands {e.x.dims} to {e.target}, which lacks some of them", stmt)
+        elif isinstance(e, S.Reduce):
+            if e.op not in REDUCTIONS or e.op == "dot":
+                self.fail(f"'{e.op}' is not a reduction of one operand", stmt)
+            if e.axis not in e.x.dims or e.axis in e.x.unit:
+                self.fail(f"reduces over '{e.axis}', not a full-size axis of its operand {e.x.dims}", stmt)
+        elif isinstance(e, S.Dot):
+            if len(e.a.dims) != 2 or len(e.b.dims) != 2 or e.a.dims[1] != e.axis or e.b.dims[0] != e.axis:
+                self.fail(f"product of {e.a.dims} and {e.b.dims} over '{e.axis}': operands must be "
+                          f"(i, {e.axis}) and ({e.axis}, j)", stmt)
+            if e.acc is not None and e.acc.dims != e.dims:
+                self.fail(f"accumulator over {e.acc.dims}, product over {e.dims}", stmt)
+
+    def same_dims(self, operands, e, stmt):
+        ranked = {x.dims for x in operands if x.dims}
+        if len(ranked) > 1:
+            self.fail(f"operands of {type(e).__name__} over different axes: {sorted(ranked)}", stmt)
