@@ -32,6 +32,14 @@ def test_each_function_of_the_table_is_dt_text_and_python_api(op):
     np.testing.assert_allclose(prog.reference(A=a, B=b), expected, rtol=1e-12)
 
 
+def test_the_language_reference_lists_every_function():
+    from pathlib import Path
+    rows = [line for line in (Path(__file__).resolve().parents[1] / "docs" / "language.md").read_text().splitlines()
+            if "element-wise functions of" in line]
+    listed = {word.strip("`(),") .split("(")[0] for line in rows for word in line.split("|")[1].split()}
+    assert set(FUNCTIONS) - {"where"} <= listed, set(FUNCTIONS) - {"where"} - listed
+
+
 def test_the_python_api_calls_operators_by_their_table_name():
     assert dt.eq.__name__ == "eq" and dt.ne.__name__ == "ne"
     x = dt.Var("x")
