@@ -96,6 +96,8 @@ OPS_LIST: tuple[Op, ...] = (
     _unary("cos", np.cos, lambda A: np.cos(A), "wide"),
     _unary("floor", np.floor, lambda A: np.floor(A), "wide"),
     _unary("ceil", np.ceil, lambda A: -np.floor(-A), "wide"),
+    _unary("softplus", lambda x: np.logaddexp(0.0, x), lambda A: np.maximum(A, 0) + np.log1p(np.exp(-np.abs(A))),
+           "wide"),
     # ------------------------------------------------------------ arithmetic
     _binary("+", np.add, lambda A, B: A + B, case="add"),
     _binary("-", np.subtract, lambda A, B: A - B, case="sub"),

@@ -44,6 +44,7 @@ OPS = {
     "cos": "np.cos({0})",
     "floor": "np.floor({0})",
     "ceil": "np.ceil({0})",
+    "softplus": {"f32": "np.logaddexp(f32(0.0), {0})", "f64": "np.logaddexp(0.0, {0})"},
     "+": "({0} + {1})",
     "-": "({0} - {1})",
     "*": "({0} * {1})",

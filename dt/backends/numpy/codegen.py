@@ -22,7 +22,7 @@ OPS = {
     "neg": "np.negative({0})", "exp": "np.exp({0})", "exp2": "np.exp2({0})", "log": "np.log({0})",
     "log2": "np.log2({0})", "sqrt": "np.sqrt({0})", "rsqrt": "rt.rsqrt({0})", "sigmoid": "rt.sigmoid({0})",
     "tanh": "np.tanh({0})", "abs": "np.abs({0})", "erf": "rt.erf({0})", "sin": "np.sin({0})", "cos": "np.cos({0})",
-    "floor": "np.floor({0})", "ceil": "np.ceil({0})",
+    "floor": "np.floor({0})", "ceil": "np.ceil({0})", "softplus": "np.logaddexp(0.0, {0})",
     "maximum": "np.maximum({0}, {1})", "minimum": "np.minimum({0}, {1})", "pow": "np.power({0}, {1})",
     "+": "({0} + {1})", "-": "({0} - {1})", "*": "({0} * {1})", "/": "({0} / {1})",
     "<": "({0} < {1})", "<=": "({0} <= {1})", ">": "({0} > {1})", ">=": "({0} >= {1})", "==": "({0} == {1})",

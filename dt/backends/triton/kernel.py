@@ -51,6 +51,7 @@ OPS = {
     "sqrt": "tl.sqrt({0})", "rsqrt": "tl.rsqrt({0})", "sigmoid": "tl.sigmoid({0})", "tanh": Helper("_tanh"),
     "abs": "tl.abs({0})", "erf": "tl.erf({0})", "sin": "tl.sin({0})", "cos": "tl.cos({0})",
     "floor": "tl.floor({0})", "ceil": "tl.ceil({0})",
+    "softplus": "(tl.maximum({0}, 0.0) + tl.log(1.0 + tl.exp(-tl.abs({0}))))",
     "+": Infix("+", SUM), "-": Infix("-", SUM), "*": Infix("*", PRODUCT), "/": Infix("/", PRODUCT),
     "maximum": "tl.maximum({0}, {1}, propagate_nan=tl.PropagateNan.ALL)",
     "minimum": "tl.minimum({0}, {1}, propagate_nan=tl.PropagateNan.ALL)", "pow": Helper("_pow"),

@@ -23,7 +23,7 @@ DTYPES = {"f32": np.float32, "f16": np.float16, "bf16": ml_dtypes.bfloat16, "f64
 OPS = {
     "neg": np.negative, "exp": np.exp, "exp2": np.exp2, "log": np.log, "log2": np.log2, "sqrt": np.sqrt,
     "rsqrt": lambda v: 1 / np.sqrt(v), "sigmoid": lambda v: 1 / (1 + np.exp(-v)), "tanh": np.tanh, "abs": np.abs,
-    "sin": np.sin, "cos": np.cos, "floor": np.floor, "ceil": np.ceil,
+    "sin": np.sin, "cos": np.cos, "floor": np.floor, "ceil": np.ceil, "softplus": lambda v: np.logaddexp(0.0, v),
     "erf": lambda v: np.vectorize(math.erf, otypes=[v.dtype])(v),
     "+": np.add, "-": np.subtract, "*": np.multiply, "/": np.divide, "pow": np.power,
     "maximum": np.maximum, "minimum": np.minimum,
