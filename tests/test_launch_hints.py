@@ -80,6 +80,9 @@ try:
     import torch
 except ImportError:
     torch = None
+# A compiled pipeline takes tensors on the device it runs on: the GPU where there is one, else the
+# CPU (Triton's interpreter).
+DEVICE = "cuda" if torch is not None and torch.cuda.is_available() else "cpu"
 
 from dt import backends  # noqa: E402
 from dt.backends.triton import codegen  # noqa: E402
@@ -128,8 +131,8 @@ def test_tma_where_rows_are_aligned_pointers_elsewhere(dtype):
     launches = run.namespace["mm_kernel"] = Launches(run.namespace["mm_kernel"])
     torch_dtype = {"f32": torch.float32, "bf16": torch.bfloat16}[dtype]
     for (x, k, y), tma in (((37, 40, 48), True), ((37, 40, 13), False)):
-        A = torch.randn(x, k, dtype=torch_dtype)
-        B = torch.randn(k, y, dtype=torch_dtype)
+        A = torch.randn(x, k, dtype=torch_dtype, device=DEVICE)
+        B = torch.randn(k, y, dtype=torch_dtype, device=DEVICE)
         out = run({"A": A, "B": B}, {}, {"x_SIZE": x, "y_SIZE": y, "k_SIZE": k})["mm"]
         ref = A.double() @ B.double()
         assert float((out.double() - ref).norm() / ref.norm()) < (1e-5 if dtype == "f32" else 1e-2)
@@ -142,8 +145,8 @@ def test_a_misaligned_view_goes_through_pointers():
     prog = dt.loads(MATMUL.format(hints="mm.tma();"))
     run = backends.get("triton").compile(prog.pipeline("f32"))
     launches = run.namespace["mm_kernel"] = Launches(run.namespace["mm_kernel"])
-    A = torch.randn(20, 41)[:, 1:]  # rows of 40 floats that start 4 bytes past 16-byte boundaries
-    B = torch.randn(40, 32)
+    A = torch.randn(20, 41, device=DEVICE)[:, 1:]  # rows of 40 floats that start 4 bytes past 16-byte boundaries
+    B = torch.randn(40, 32, device=DEVICE)
     out = run({"A": A, "B": B}, {}, {"x_SIZE": 20, "y_SIZE": 32, "k_SIZE": 40})["mm"]
     assert torch.allclose(out, A @ B, atol=1e-4) and launches.tma == [False]
 
@@ -153,7 +156,7 @@ def test_fewer_blocks_than_programs_launch_one_program_per_block():
     prog = dt.loads(MATMUL.format(hints="mm.persistent(64);"))
     run = backends.get("triton").compile(prog.pipeline("f32"))
     launches = run.namespace["mm_kernel"] = Launches(run.namespace["mm_kernel"])
-    A, B = torch.randn(20, 16), torch.randn(16, 40)
+    A, B = torch.randn(20, 16, device=DEVICE), torch.randn(16, 40, device=DEVICE)
     assert torch.allclose(run({"A": A, "B": B}, {}, {"x_SIZE": 20, "y_SIZE": 40, "k_SIZE": 16})["mm"], A @ B, atol=1e-4)
     assert launches.grids == [(4,)]
 
@@ -280,7 +283,7 @@ out.block(x:2); out.tensorize(x:2, y:0); out.tma(); out.compile();
     run = backends.get("triton").compile(prog.pipeline("f32"))
     launches = run.namespace["out_kernel"] = Launches(run.namespace["out_kernel"])
     for y, tma in ((200, True), (300, False)):  # tiles of 256 and 512 lanes
-        A = torch.randn(7, y)
+        A = torch.randn(7, y, device=DEVICE)
         out = run({"A": A}, {}, {"x_SIZE": 7, "y_SIZE": y})["out"]
         assert torch.allclose(out, A.exp().sum(axis=1), rtol=1e-5) and launches.tma[-1] is tma
 
