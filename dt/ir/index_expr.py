@@ -76,13 +76,6 @@ def ifloordiv(a, b) -> IExpr:
     return IBin("//", a, b)
 
 
-def imod(a, b) -> IExpr:
-    a, b = iconst(a), iconst(b)
-    if b == IConst(1):
-        return IConst(0)
-    return IBin("%", a, b)
-
-
 def imin(a, b) -> IExpr:
     a, b = iconst(a), iconst(b)
     if isinstance(a, IConst) and isinstance(b, IConst):

@@ -41,7 +41,7 @@ def check(program: A.Program) -> CheckedProgram:
     funcs = {n: funcs[n] for n in order if n in needed and not schedules[n].inline}
     fused = {n: schedules[n].fuse_at for n in funcs if schedules[n].fuse_at}
     for n, (consumer, dim) in fused.items():
-        check_fuse(n, consumer, dim, funcs, schedules, fused, dim_kinds)
+        check_fuse(n, consumer, dim, funcs, schedules, fused)
     kernel_roots = tuple(n for n in funcs if n not in fused)
     check_launch_primitives(schedules, fused)
     computed_with = shared_loops(funcs, schedules, fused, dim_kinds)

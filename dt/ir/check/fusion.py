@@ -9,7 +9,7 @@ from dt.ir.check.program import CheckedProgram
 from dt.ir.check.uses import reachable, uses
 
 
-def check_fuse(producer, consumer, dim, funcs, schedules, fused, dim_kinds):
+def check_fuse(producer, consumer, dim, funcs, schedules, fused):
     loc = schedules[producer].locs.get("fuse_at")
     if consumer not in funcs:
         raise DTScheduleError(f"'{producer}' is fused into '{consumer}', which is not computed "

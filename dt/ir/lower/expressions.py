@@ -14,10 +14,6 @@ from dt.ir.lower.dtypes import is_bool
 class ExpressionLowering:
     """The expression part of a kernel's lowering (dt.ir.lower.kernel.KernelLowering)."""
 
-    def lower_expr(self, e: A.Expr, func: str, env: dict[str, str]) -> S.TExpr:
-        """e over the tiles bound in env; a comparison is a boolean."""
-        return A.recurse(lambda item: self._lower_step(*item, func, env), (e, False))
-
     def number(self, e: A.Expr, func: str, env) -> S.TExpr:
         """e as a number: comparison results (booleans) become 1.0 / 0.0."""
         return A.recurse(lambda item: self._lower_step(*item, func, env), (e, True))
