@@ -33,7 +33,7 @@ CPU_EXAMPLES = sorted(p.stem for p in (EXAMPLES_DIR / "cpu").glob("*.dt"))
 CPU_DIVISIBLE = {"add": dict(x=2, y=2048), "relu": dict(x=2, y=2048), "swish": dict(x=2, y=2048),
                  "dyt": dict(x=2, y=4096), "matmul": dict(x=256, y=512, k=256),
                  "2mm_outer": dict(m=64, n=1024, k=32, l=32), "2mm_inner": dict(m=64, n=128, k=64, l=128),
-                 "attention": dict(m=32, l=128, k=16, n=32)}
+                 "attention": dict(m=32, l=128, k=16, n=32), "softmax_safe": dict(x=2, y=4096)}
 ROOT = EXAMPLES_DIR.parent
 
 

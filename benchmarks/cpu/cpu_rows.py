@@ -244,7 +244,7 @@ KERNEL_ROWS: dict[str, CpuKernel] = {name: CpuKernel({**KERNELS, HEADS.name: HEA
     ("dyt", ROWWISE, (5, 100), (CPU / "dyt.dt",), _eager_dyt, _numpy_dyt,
      {"eager": "torch.mul, torch.tanh, torch.addcmul, each with out=out",
       "numpy": "np.multiply, np.tanh, np.multiply, np.add, each with out=out"}),
-    ("softmax_safe", ROWWISE, (5, 100), (EXAMPLES / "softmax_safe.dt",), _eager_softmax, _numpy_softmax,
+    ("softmax_safe", ROWWISE, (5, 100), (CPU / "softmax_safe.dt",), _eager_softmax, _numpy_softmax,
      {"eager": "torch.softmax(A, 1, out=out)", "numpy": "max, subtract, exp, sum, divide (out=out)"}),
     ("layernorm", ROWWISE, (5, 100), (EXAMPLES / "layernorm.dt",), _eager_layernorm, _numpy_layernorm,
      {"eager": "torch.ops.aten.native_layer_norm.out(..., out0=out, ...) (F.layer_norm has no out=; this op "

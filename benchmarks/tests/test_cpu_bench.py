@@ -78,7 +78,7 @@ def test_quick_run_checks_every_provider_and_reports_medians_over_processes(tmp_
             assert r["speedup_range"] == [min(ratios), max(ratios)]
             assert r["schedule"].endswith(".dt")
     assert [f["file"] for f in run["first_call"]] == [
-        "examples/softmax_safe.dt", "benchmarks/cpu/schedules/attention_safe_rows.dt",
+        "examples/cpu/softmax_safe.dt", "benchmarks/cpu/schedules/attention_safe_rows.dt",
         "examples/attention_safe_onepass.dt"]
     assert all(f["empty_cache_s"] > f["cached_s"] > 0 for f in run["first_call"])
     assert "## Memory-bound rows" in md and "## Matmul-like rows" in md and "## First call of each DT file" in md
