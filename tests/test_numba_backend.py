@@ -351,3 +351,15 @@ def test_float32_transcendentals(name, ulps):
     assert err.max() <= ulps, (x[ok][np.argmax(err)], err.max())
     f["apply"](f[name], np.array([np.nan], np.float32), got[:1])
     assert np.isnan(got[0])
+
+
+def test_a_reduction_over_the_lanes_just_computed_runs_in_their_loop():
+    """examples/cpu/softmax_safe.dt: e = exp(A - max) and the sum over e share one walk over
+    the row (three walks: max, e and its sum, output), with results unchanged."""
+    prog = dt.load(EXAMPLES_DIR / "cpu" / "softmax_safe.dt")
+    source = prog.source("numba")
+    kernel = source[source.index("def _softmax_kernel"):source.index("def softmax_safe")]
+    assert kernel.count("for y_i in range(y_valid):") == 3
+    walk = kernel[kernel.index("e[y_i] = _exp_f32("):].splitlines()
+    assert walk[1].strip() == "sum_y += e[y_i]"
+    _check_every_size(EXAMPLES_DIR / "cpu" / "softmax_safe.dt", [dict(x=3, y=1), dict(x=2, y=1031)], "f32")

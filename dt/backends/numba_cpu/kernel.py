@@ -6,6 +6,12 @@ stored), with the element-wise work fused into one loop body LLVM vectorises; `K
 says which tiles are inlined into their uses and where the others are kept, `ExprRenderer`
 renders the values. A `Dot` calls the `_dot` micro-kernel, on operands in memory (a tensor, a
 stored tile) in place, on others after packing them into a scratch tile.
+
+A statement's loop nest is written when the next statement comes: a reduction whose only loop
+walks the lanes the previous statement's loop just walked (the sum over a row of e after the
+row of e) runs in that loop (`merged`), one walk over the row instead of two. Statements without
+loops in between (an accumulator set to 0) move before the walk where neither side reads what
+the other writes.
 """
 from __future__ import annotations
 
@@ -25,6 +31,9 @@ class KernelRenderer(ExprRenderer):
         self.fn = fn
         # (name, shape) of each scratch array: the stored tiles', then the packed Dot operands'
         self.scratch = list(self.plan.scratch)
+        # the last statement's loop nest, not written yet, then loop-free statements after it;
+        # each with the names it reads and writes
+        self.pending: list[tuple[Level, set[str], set[str]]] = []
 
     def render(self) -> str:
         plan = self.plan
@@ -55,14 +64,17 @@ class KernelRenderer(ExprRenderer):
         written = len(w.lines)
         for s in stmts:
             self.statement(s, w)
+        self.flush(w)
         if len(w.lines) == written:  # nothing, or only tiles inlined into later uses
             w.line("pass")
 
     # ---- one method per statement class
     def Let(self, s: S.Let, w: Writer):
+        self.flush(w)
         w.line(f"{self.plan.names.ir(s.name)} = {self.plan.idx(s.value)}")
 
     def For(self, s: S.For, w: Writer):
+        self.flush(w)
         bounds = loop_bounds(self.plan.idx(s.start), self.plan.idx(s.stop), s.step)
         w.line(f"for {self.plan.names.ir(s.var)} in range({bounds}):")
         with w.indent():
@@ -71,6 +83,7 @@ class KernelRenderer(ExprRenderer):
     def Axis(self, a: S.Axis, w: Writer):
         # Indices are uint64: numba then skips its negative-index wraparound, whose selects
         # would keep LLVM from vectorising the lane loops.
+        self.flush(w)
         plan = self.plan
         start = plan.idx(a.start)
         self.start[a.name] = plan.names.fresh(f"{a.name}_start")
@@ -89,7 +102,7 @@ class KernelRenderer(ExprRenderer):
         if isinstance(s.value, S.Dot):
             self.dot(w, s, store)
             return
-        self.nest(w, store.dims, lambda env: f"{self.at(store, env)} = ", s.value)
+        self.nest(w, store.dims, lambda env: f"{self.at(store, env)} = ", s.value, writes=s.name)
 
     def Store(self, s: S.Store, w: Writer):
         spec = self.plan.p.tensor(s.tensor)
@@ -101,12 +114,12 @@ class KernelRenderer(ExprRenderer):
         def target(env):
             return f"{tensor}[{self.subscript(s.indices, env)}] = " + (f"{convert}(" if convert else "")
 
-        self.nest(w, s.indices, target, s.value, ")" if convert else "")
+        self.nest(w, s.indices, target, s.value, ")" if convert else "", writes=s.tensor)
 
     # ---- lane loops
-    def nest(self, w: Writer, dims, target, value: S.TExpr, close: str = ""):
+    def nest(self, w: Writer, dims, target, value: S.TExpr, close: str = "", writes: str = ""):
         """target(env) + value + close, for every valid lane of `dims` (loops over those with
-        more than one lane, the first outermost)."""
+        more than one lane, the first outermost); `writes`, the tile or tensor it writes."""
         looped = [d for d in dims if not self.plan.single(d)]
         levels = [Level(None)] + [Level(d) for d in looped]
         for outer, inner in zip(levels, levels[1:]):
@@ -115,7 +128,42 @@ class KernelRenderer(ExprRenderer):
         env.update({d: "0" for d in dims if self.plan.single(d)})
         text = self.texpr(value, env, levels)
         levels[-1].lines.append(f"{target(env)}{text}{close}")
-        self.emit(w, levels[0])
+        self.queue(w, levels[0], self.reads(value), {writes})
+
+    def queue(self, w: Writer, nest: Level, reads: set[str], writes: set[str]):
+        if self.pending:
+            (first, first_reads, first_writes), between = self.pending[0], self.pending[1:]
+            if not _has_loops(nest) and not (reads & first_writes) and not (writes & (first_reads | first_writes)):
+                self.pending.append((nest, reads, writes))
+                return
+            joined = merged(first, nest)
+            if joined is not None:
+                hoisted = [line for level, _, _ in between for line in level.lines]
+                every_read = reads.union(*(r for _, r, _ in self.pending))
+                every_write = writes.union(*(wr for _, _, wr in self.pending))
+                self.pending = [(Level(None, hoisted + joined.lines), every_read, every_write)]
+                return
+        self.flush(w)
+        self.pending = [(nest, reads, writes)]
+
+    def flush(self, w: Writer):
+        """Write the pending loop nests."""
+        for nest, _, _ in self.pending:
+            self.emit(w, nest)
+        self.pending = []
+
+    def reads(self, e: S.TExpr) -> set[str]:
+        """The tiles and tensors e reads (through the tiles inlined into it)."""
+        names, stack = set(), [e]
+        while stack:
+            for node in S.walk_texpr(stack.pop()):
+                if isinstance(node, S.Ref):
+                    names.add(node.name)
+                    if node.name in self.plan.inlined:
+                        stack.append(self.plan.inlined[node.name])
+                elif isinstance(node, S.Load):
+                    names.add(node.tensor)
+        return names
 
     def emit(self, w: Writer, level: Level):
         for item in level.lines:
@@ -158,6 +206,7 @@ class KernelRenderer(ExprRenderer):
         elif not (isinstance(d.acc, S.Ref) and d.acc.name == s.name):
             self.nest(w, (i, j), lambda env: f"{self.at(store, env)} = ", d.acc)
         self.helpers.add("_dot")
+        self.flush(w)
         w.line(f"_dot({store.name}, {operands[0]}, {operands[1]}, {self.counted(i)}, {self.counted(j)}, "
                f"{self.counted(k)})")
 
@@ -182,6 +231,29 @@ class KernelRenderer(ExprRenderer):
                 and plan.p.tensor(e.tensor).dtype == e.dtype == plan.compute:
             return (plan.tensor[e.tensor],) + tuple(self.absolute(a, {}) for a in dims)
         return None
+
+
+def _has_loops(nest: Level) -> bool:
+    return nest.inner is not None or any(isinstance(x, Level) for x in nest.lines)
+
+
+def merged(first: Level, second: Level) -> Level | None:
+    """One nest doing `first`'s loop and then `second`'s reduction loop in each lane, where
+    `first` is a plain loop over the lanes of an axis and `second` a reduction whose one loop walks
+    the same lanes: the reduction's accumulators start before the loop and its result is taken
+    after. Sound because a lane loop reads stored tiles at its own lane only (no IR node reads a
+    tile at another lane), so the reduction's lane reads what the first loop wrote in that lane."""
+    loop = first.inner
+    if first.lines or loop is None or loop.axis is None or loop.inner is not None \
+            or any(isinstance(x, Level) for x in loop.lines) or second.inner is not None:
+        return None
+    inner = [x for x in second.lines if isinstance(x, Level)]
+    if len(inner) != 1 or inner[0].axis != loop.axis or inner[0].inner is not None \
+            or any(isinstance(x, Level) for x in inner[0].lines):
+        return None
+    at = second.lines.index(inner[0])
+    walk = Level(loop.axis, loop.lines + inner[0].lines)
+    return Level(None, second.lines[:at] + [walk] + second.lines[at + 1:])
 
 
 def _operand_name(e: S.TExpr) -> str | None:
