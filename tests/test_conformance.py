@@ -195,6 +195,15 @@ def test_zero_selected_cases_fail_loudly(capsys):
     assert "zero cases ran" in capsys.readouterr().err
 
 
+def test_a_backend_that_runs_nowhere_here_is_refused_before_any_case(capsys):
+    source_only = Interp(Capabilities(dtypes=frozenset({"f32"}), ops=DT_OPS, devices=(),
+                                      notes={"mode": "source only: the triton backend needs the 'torch' package"}))
+    assert R.run_command(backend=source_only, ops=["exp"]) == 2
+    err = capsys.readouterr().err
+    assert "backend 'interp-variant' cannot run kernels here (source only: the triton backend needs" in err
+    assert "TRITON_INTERPRET=1" in err and "pass" not in err
+
+
 def test_all_unsupported_fails_loudly(capsys):
     nothing = Interp(Capabilities(dtypes=frozenset()))
     assert R.run_command(backend=nothing, ops=["exp"]) == 1

@@ -147,11 +147,17 @@ def prepare_environment():
 
 def load_backend(backend=None):
     """The backend to certify: a Backend object as is, or the backend of that name, else of
-    $DT_BACKEND, else interp. Raises DTBackendError (with the reason) when it does not load."""
+    $DT_BACKEND, else interp. Raises DTBackendError (with the reason) when it does not load, or
+    when it loads but runs on no device here (Triton without torch generates code only)."""
     prepare_environment()
-    if backend is not None and not isinstance(backend, str):
-        return backend
-    return backends.get(backend or os.environ.get("DT_BACKEND") or "interp")
+    if backend is None or isinstance(backend, str):
+        backend = backends.get(backend or os.environ.get("DT_BACKEND") or "interp")
+    if not backend.capabilities.devices:
+        why = backend.capabilities.notes.get("mode", "it lists no device")
+        raise DTBackendError(f"backend '{backend.name}' cannot run kernels here ({why}), so it cannot be certified",
+                             None, "run the suite where the backend runs: for triton, with torch and triton "
+                                   "installed, on a CUDA GPU or under TRITON_INTERPRET=1")
+    return backend
 
 
 def required_ops(prog) -> set[str]:
