@@ -224,17 +224,16 @@ def _function(op):
     def fn(*args):
         loc = caller_loc()
         if len(args) != op.arity:
-            raise DTError(f"{op.python or op.name} takes {op.arity} argument(s), got {len(args)}", loc)
+            raise DTError(f"{op.api_name} takes {op.arity} argument(s), got {len(args)}", loc)
         return A.elementwise(op.name, tuple(A.as_expr(a) for a in args), loc)
-    fn.__name__ = fn.__qualname__ = op.python or op.name
+    fn.__name__ = fn.__qualname__ = op.api_name
     fn.__doc__ = f"Element-wise {op.name} (dt.ir.ops)."
     fn.__signature__ = inspect.Signature(
         [inspect.Parameter(p, inspect.Parameter.POSITIONAL_ONLY) for p in _PARAMETERS[op.arity]])
     return fn
 
 
-FUNCTIONS = {op.python or op.name: _function(op) for op in OPS_LIST
-             if op.dt_function or (op.python and op.syntax == "operator")}
+FUNCTIONS = {op.api_name: _function(op) for op in OPS_LIST if op.api_name}
 
 
 def _reduction(op):

@@ -64,6 +64,11 @@ class Op:
     def dt_function(self) -> bool:
         return self.syntax == "function"
 
+    @property
+    def api_name(self) -> str | None:
+        """The Python API's function for this op (dt.exp, dt.eq), if it has one."""
+        return self.python or (self.name if self.dt_function else None)
+
 
 def _unary(name, reference, expected, domain="normal", **kw) -> Op:
     return Op(name, 1, "float", reference, checks=(Check(name, expected, (domain,)),), **kw)
@@ -155,7 +160,6 @@ REDUCTIONS: dict[str, Reduction] = {r.name: r for r in (
 
 # The names DT text and the Python API call as functions, by arity.
 FUNCTIONS: dict[str, Op] = {op.name: op for op in OPS_LIST if op.dt_function}
-COMPARISONS = tuple(op.name for op in OPS_LIST if op.result == "bool" and op.syntax == "operator")
 # Every op a DT program can ask a backend for (what `Capabilities.ops` lists): element-wise ops
 # by name, reductions by their DT function's name.
 DT_OPS = frozenset(op.name for op in OPS_LIST if op.syntax != "internal") | frozenset(

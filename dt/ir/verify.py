@@ -107,10 +107,12 @@ class _KernelVerifier:
             self.fail(f"uses axis {', '.join(missing)} outside its scope", stmt)
 
     def value(self, e: S.TExpr, index_names, axes, tiles, stmt):
-        limit = MAX_NESTING + (1 if any(isinstance(n, S.Dot) for n in S.walk_texpr(e)) else 0)
-        if nesting(e) > limit:
-            self.fail(f"expression nests {nesting(e)} levels deep (at most {limit})", stmt)
-        for node in reversed(list(S.walk_texpr(e))):  # operands before the nodes that use them
+        nodes = list(S.walk_texpr(e))
+        limit = MAX_NESTING + (1 if any(isinstance(n, S.Dot) for n in nodes) else 0)
+        depth = nesting(e)
+        if depth > limit:
+            self.fail(f"expression nests {depth} levels deep (at most {limit})", stmt)
+        for node in reversed(nodes):  # operands before the nodes that use them
             self.axes_in_scope(node.dims, axes, stmt)
             if not node.unit <= set(node.dims):
                 self.fail(f"{type(node).__name__} is unit along {sorted(node.unit)}, not all its axes", stmt)
