@@ -7,7 +7,7 @@
 """
 from dt.errors import (DTBackendError, DTDimensionError, DTError, DTExtentError, DTInputError, DTNameError,
                        DTScheduleError, DTSyntaxError)
-from dt.frontend.api import FUNCTIONS, RVar, SIn, Var, In, Func, dim_len, rdot, reshape, rmax, rmin, rsum
+from dt.frontend.api import FUNCTIONS, RVar, SIn, Var, In, Func, cast, dim_len, rdot, reshape, rmax, rmin, rsum
 from dt.runtime import Program, load, loads, program
 from dt import debug  # breakpoints, tracing and sanitizers on the interpreter
 
@@ -17,5 +17,5 @@ __version__ = "0.1.0"
 globals().update(FUNCTIONS)
 
 __all__ = ["Program", "load", "loads", "program", "Func", "In", "SIn", "Var", "RVar", "rsum", "rmax", "rmin",
-           "rdot", *FUNCTIONS, "reshape", "dim_len", "DTError", "DTSyntaxError", "DTNameError", "DTDimensionError",
+           "rdot", *FUNCTIONS, "reshape", "cast", "dim_len", "DTError", "DTSyntaxError", "DTNameError", "DTDimensionError",
            "DTScheduleError", "DTExtentError", "DTInputError", "DTBackendError"]

@@ -16,12 +16,19 @@ from dt.ir.tiles import value_dims
 _REAL_DTYPE = re.compile(r"(torch\.)?(u?int|float|bfloat)\d+")  # NumPy's, ml_dtypes' and torch's names
 
 
-def scalar_value(name: str, value, loc: Loc | None) -> float:
-    """A scalar argument as the float the kernels take: Python and NumPy integers and floats,
-    0-d arrays and tensors of those, and other real numbers; nan and inf as they are. Not bools,
-    complex numbers, strings, arrays of more than one element, or integers beyond a float."""
+I64 = (-2 ** 63, 2 ** 63)  # the range of an integer scalar
+
+
+def scalar_value(name: str, value, loc: Loc | None) -> float | int:
+    """A scalar argument as the kernels take it: Python and NumPy integers as integers (within
+    i64), floats, 0-d arrays and tensors of those, and other real numbers as floats; nan and inf
+    as they are. Not bools, complex numbers, strings or arrays of more than one element."""
     what = _not_real(value)
-    if what is None:
+    if what is None and isinstance(value, (int, np.integer)):
+        if I64[0] <= int(value) < I64[1]:
+            return int(value)
+        what = f"an integer of {int(value).bit_length()} bits, too large for i64"
+    elif what is None:
         try:
             return float(value)
         except OverflowError:

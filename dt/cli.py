@@ -174,7 +174,7 @@ def cmd_run(args) -> int:
             print("dt: no CUDA GPU: running the Triton kernels under Triton's interpreter (TRITON_INTERPRET=1), "
                   "on the CPU: slow, and its times are not a GPU's", file=sys.stderr)
         inputs, device = _to_device(inputs)
-    extra = {d: n for d, n in sizes.items() if not any(d in a.indices for a in prog._accesses)}
+    extra = {d: n for d, n in sizes.items() if d not in prog.input_dims}
     start = time.perf_counter()
     out = prog(backend=backend, sizes=extra or None, **inputs)
     _sync(device)

@@ -69,6 +69,10 @@ class DTDimensionError(DTError):
     kind = "dimension error"
 
 
+class DTTypeError(DTError):
+    kind = "type error"
+
+
 class DTScheduleError(DTError):
     kind = "schedule error"
 

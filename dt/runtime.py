@@ -10,8 +10,8 @@ import numpy as np
 
 from dt import backends, call_checks, env
 from dt.debug import config as debug_config
-from dt.dtypes import BFLOAT16, NAMES, NUMPY_NAMES, TORCH_NAMES
-from dt.errors import DTError, DTExtentError, DTInputError, DTSyntaxError, Loc, user_facing
+from dt.dtypes import ALL, BFLOAT16, NUMPY_NAMES, TORCH_NAMES
+from dt.errors import DTBackendError, DTError, DTExtentError, DTInputError, DTSyntaxError, Loc, user_facing
 from dt.frontend import api
 from dt.frontend.parser import normalise_source, parse
 from dt.ir import algorithm as A
@@ -20,7 +20,7 @@ from dt.ir.check import check
 from dt.ir.lower import lower
 from dt.ir.naming import size_name
 from dt.ir.printer import ir_text
-from dt.ir.scheduled import Pipeline
+from dt.ir.scheduled import Assign, Gather, Pipeline, Store, walk_statements, walk_texpr
 
 DEFAULT_BACKEND_ORDER = ("numba", "interp")  # for CPU arrays, the first that loads
 
@@ -49,13 +49,19 @@ class Program:
         self._pipelines: dict[tuple, Pipeline] = {}
         self._compiled: dict[tuple, object] = {}
         self._plans: dict[tuple, object] = {}  # call signature -> planned call, see _call_key
-        self._accesses = [e for f in self.checked.funcs.values() for e in A.walk(f.expr)
-                          if isinstance(e, A.Access) and e.kind == "input"]
+        self._accesses = self.checked.input_accesses
         self.inputs = tuple(n for n in self.checked.inputs if any(a.name == n for a in self._accesses))
         used_scalars = {e.name for f in self.checked.funcs.values() for e in A.walk(f.expr)
                         if isinstance(e, A.ScalarRef)}
         self.scalars = tuple(s for s in self.checked.scalars if s in used_scalars)
         self.outputs = self.checked.outputs
+
+    @property
+    def input_dims(self) -> frozenset[str]:
+        """The dimensions whose extents the inputs' shapes give (and the axes of inputs that no
+        dimension spans): what a call needs no `sizes=` for."""
+        bound = {A.binding_dim(s, self.checked.dim_kinds) for a in self._accesses for s in a.subscripts}
+        return frozenset(d for axes in self.checked.input_axes.values() for d in axes) | (bound - {None})
 
     def __repr__(self):
         return (f"<dt.Program {self.name}: inputs {', '.join(self.inputs) or '-'}; "
@@ -110,6 +116,7 @@ class Program:
         wants_torch = backend_obj.capabilities.array == "torch"
         size_args = {size_name(d): n for d, n in b.extents.items() if d in pipeline.sizes}
         device, inputs, scalars, outputs = b.torch_device, self.inputs, self.scalars, self.outputs
+        integer_scalars = {n for n in scalars if n in b.dtypes}
         # Arguments already in the backend's array type pass through untouched (the call key
         # fixes each argument's type, so this holds for every call with this plan).
         as_given = all(_is_torch(args[n]) if wants_torch else isinstance(args[n], np.ndarray) for n in inputs)
@@ -118,7 +125,11 @@ class Program:
         def run(args):
             arrays = {n: args[n] for n in inputs} if as_given else {n: convert_in(args[n]) for n in inputs}
             try:  # the call key fixes each scalar's type: only a value (an int past a float's range) can fail
-                scalar_values = {n: float(args[n]) for n in scalars}
+                scalar_values = {n: float(args[n]) for n in scalars if n not in integer_scalars}
+                for n in integer_scalars:
+                    scalar_values[n] = int(args[n])
+                    if not call_checks.I64[0] <= scalar_values[n] < call_checks.I64[1]:
+                        raise OverflowError(n)
             except (TypeError, ValueError, OverflowError):
                 scalar_values = {n: self._scalar(n, args[n]) for n in scalars}
             outs = compiled(arrays, scalar_values, size_args)
@@ -138,8 +149,9 @@ class Program:
         b = self._bind(args, sizes)
         call_checks.check_memory(call_checks.reference_tensors(self.checked, b.extents), b.extents,
                                  call_checks.cpu_memory())
+        compute = "f64" if "f64" in b.dtypes.values() else "f32"
         values = reference.evaluate(self.checked, {n: _to_numpy(a).astype(np.float64) for n, a in b.arrays.items()},
-                                    b.scalars, b.extents)
+                                    b.scalars, b.extents, compute)
         outs = {n: values[n] for n in self.outputs}
         if b.torch_device is not None:
             outs = {n: _numpy_to_torch(o, b.torch_device) for n, o in outs.items()}
@@ -147,12 +159,13 @@ class Program:
 
     @user_facing
     def pipeline(self, dtypes: dict[str, str] | str = "f32") -> Pipeline:
-        """The scheduled IR for these input dtypes (one dtype name applies to every input)."""
+        """The scheduled IR for these input dtypes (one dtype name applies to every input but
+        those that index others, which are i64)."""
         for dtype in dtypes.values() if isinstance(dtypes, dict) else (dtypes,):
-            if not (isinstance(dtype, str) and dtype in NAMES):
-                raise DTInputError(f"dtype {dtype!r} is not one dt supports", None, f"use one of {', '.join(NAMES)}")
-        if not isinstance(dtypes, dict):
-            dtypes = {n: dtypes for n in self.inputs}
+            if not (isinstance(dtype, str) and dtype in ALL):
+                raise DTInputError(f"dtype {dtype!r} is not one dt supports", None, f"use one of {', '.join(ALL)}")
+        if not isinstance(dtypes, dict):  # one float dtype: the inputs that index others hold int64
+            dtypes = {n: "i64" if n in self.checked.index_inputs else dtypes for n in self.inputs}
         key = tuple(sorted(dtypes.items()))
         if key not in self._pipelines:
             self._pipelines[key] = lower(self.checked, dtypes)
@@ -195,6 +208,13 @@ class Program:
                 raise DTInputError(f"backend '{backend_obj.name}' does not support dtype {t.dtype} "
                                    f"('{t.name}')", self._first_access(t.name),
                                    f"it supports {', '.join(sorted(caps.dtypes))}")
+        if not getattr(caps, "gathers", False):
+            gather = next((node for k in pipeline.kernels for s in walk_statements(k.body)
+                           if isinstance(s, (Assign, Store)) for node in walk_texpr(s.value)
+                           if isinstance(node, Gather)), None)
+            if gather is not None:
+                raise DTBackendError(f"backend '{backend_obj.name}' cannot read '{gather.tensor}' at computed indices",
+                                     gather.loc, "run it on a backend that can (interp, numba, triton)")
 
     # ------------------------------------------------------------------ binding
     def _refuse_positional(self, positional: tuple):
@@ -204,7 +224,7 @@ class Program:
                                f"argument(s)", None, f"call it as {self.name}("
                                f"{', '.join(f'{n}=...' for n in names)})" if names else f"call it as {self.name}()")
 
-    def _scalar(self, name: str, value) -> float:
+    def _scalar(self, name: str, value) -> float | int:
         decl = self.ast.decl(name)
         return call_checks.scalar_value(name, value, decl.loc if decl else None)
 
@@ -241,13 +261,16 @@ class Program:
                 dtype, shown = NUMPY_NAMES.get(a.dtype), str(a.dtype)
             if dtype is None:
                 raise DTInputError(f"input '{n}' has dtype {shown}, which dt does not support",
-                                   self._first_access(n), "pass float32, float16, bfloat16 or float64 data")
+                                   self._first_access(n), "pass float32, float16, bfloat16 or float64 data, or "
+                                                          "bool, int8, uint8, int16, int32 or int64 data")
             arrays[n], dtypes[n] = a, dtype
         for n in self.scalars:
             if n not in args:
                 decl = self.ast.decl(n)
                 raise DTInputError(f"missing scalar '{n}'", decl.loc if decl else None, f"pass {n}=<number>")
             scalars[n] = self._scalar(n, args[n])
+            if isinstance(scalars[n], int):  # an integer scalar: it may index (K[l + start])
+                dtypes[n] = "i64"
         devices = {str(a.device) for a in arrays.values() if _is_torch(a)}
         if len(devices) > 1:
             raise DTInputError(f"inputs are on different devices ({', '.join(sorted(devices))})", None,
@@ -280,18 +303,24 @@ class Program:
             if access.name not in arrays:
                 continue
             shape = tuple(arrays[access.name].shape)
-            if len(shape) != len(access.indices):
-                raise DTExtentError(f"'{access.name}' is indexed with {len(access.indices)} dimension(s) "
-                                    f"({', '.join(access.indices)}) but the tensor passed has rank {len(shape)} "
-                                    f"(shape {shape})", access.loc, f"pass a {len(access.indices)}-D tensor")
-            for axis, (dim, n) in enumerate(zip(access.indices, shape)):
-                source = f"{access.name}[{', '.join(access.indices)}] axis {axis}"
-                if dim in extents and extents[dim][0] != n:
-                    have, where, first = extents[dim]
-                    raise DTExtentError(f"the extent of '{dim}' disagrees: {have} from {where}, but {n} from "
-                                        f"{source}", access.loc, "pass tensors whose shapes agree on every dimension",
-                                        ((f"{dim} = {have} from {where}", first),))
-                extents.setdefault(dim, (n, source, access.loc))
+            rank = len(access.subscripts)
+            if len(shape) != rank:
+                raise DTExtentError(f"'{access.name}' is indexed with {rank} dimension(s) ({access.text}) but the "
+                                    f"tensor passed has rank {len(shape)} (shape {shape})", access.loc,
+                                    f"pass a {rank}-D tensor")
+            axis_dims = self.checked.input_axes[access.name]
+            for axis, (sub, n) in enumerate(zip(access.subscripts, shape)):
+                source = f"{access.text} axis {axis}"
+                for dim in dict.fromkeys((A.binding_dim(sub, self.checked.dim_kinds), axis_dims[axis])):
+                    if dim is None:
+                        continue
+                    if dim in extents and extents[dim][0] != n:
+                        have, where, first = extents[dim]
+                        raise DTExtentError(f"the extent of '{dim}' disagrees: {have} from {where}, but {n} from "
+                                            f"{source}", access.loc,
+                                            "pass tensors whose shapes agree on every dimension",
+                                            ((f"{dim} = {have} from {where}", first),))
+                    extents.setdefault(dim, (n, source, access.loc))
         return extents
 
     def _given_extents(self, sizes, argument: str) -> dict[str, int]:
@@ -300,10 +329,13 @@ class Program:
             raise DTExtentError(f"{argument} must be a dict of extents by dimension name, got {type(sizes).__name__}",
                                 None, f"e.g. {argument}={{'n': 64}}")
         given = {}
+        # besides the declared dimensions, the axes of inputs no dimension spans (`E_axis0` of E[I[t], d])
+        known = dict.fromkeys(self.checked.dim_kinds) | dict.fromkeys(d for axes in self.checked.input_axes.values()
+                                                                       for d in axes)
         for dim, n in sizes.items():
-            if dim not in self.checked.dim_kinds:
+            if dim not in known:
                 raise DTExtentError(f"{argument} names {dim!r}, which is not a dimension of {self.name}", None,
-                                    f"its dimensions: {', '.join(self.checked.dim_kinds)}")
+                                    f"its dimensions: {', '.join(known)}")
             decl = self.ast.decl(dim)
             given[dim] = call_checks.extent_value(dim, n, decl.loc if decl else None, argument)
         return given

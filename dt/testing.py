@@ -26,14 +26,19 @@ def numpy_dtype(dtype: str) -> np.dtype:
 
 def random_inputs(prog, extents: dict[str, int], dtype: str = "f32", seed: int = 0) -> dict:
     """Seeded standard-normal inputs of `dtype` for every input of `prog`, shaped by `extents`
-    (dimension name -> extent), and a value in [0.5, 1.5) for every scalar."""
+    (dimension name -> extent), and a value in [0.5, 1.5) for every scalar. An input that indexes
+    another (I in E[I[t], d]) holds int64 indices within the axis it indexes."""
     prog.check_extents(extents, dtype)  # a DTError for an extent missing, unknown, bad or too large
     rng = np.random.default_rng(seed)
     args: dict = {}
+    indexed = prog.checked.index_inputs
     for access in prog._accesses:
         if access.name in args:
             continue
-        shape = [extents[d] for d in access.indices]
+        shape = [extents[d] for d in prog.checked.input_axes[access.name]]
+        if access.name in indexed:
+            args[access.name] = rng.integers(0, max(extents[indexed[access.name]], 1), shape, dtype=np.int64)
+            continue
         args[access.name] = rng.standard_normal(shape).astype(np.float32).astype(numpy_dtype(dtype))
     for s in prog.scalars:
         args[s] = float(0.5 + rng.random())

@@ -92,7 +92,7 @@ def _run_and_check(prog, extents: dict, backend: str):
         args = random_inputs(prog, extents, "f32", seed=3)
     except DTError:
         return
-    bound = {d for a in prog._accesses for d in a.indices}
+    bound = prog.input_dims
     sizes = {d: n for d, n in extents.items() if d not in bound} or None
     before = _snapshot(args)
     try:

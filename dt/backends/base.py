@@ -23,6 +23,7 @@ class Capabilities:
     # table with dt.backends.render.supported_ops. A program using another is "unsupported".
     ops: frozenset[str] = frozenset()
     array: str = "numpy"  # the arrays its compiled pipelines take and return: 'numpy' or 'torch'
+    gathers: bool = False  # whether it renders S.Gather: loads at computed indices (A[x + 1], E[I[t], d])
     devices: tuple[str, ...] = ("cpu",)
     notes: dict[str, str] = field(default_factory=dict)
 

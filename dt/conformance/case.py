@@ -32,6 +32,8 @@ DOMAINS: Mapping[str, Callable[[np.random.Generator, tuple], np.ndarray]] = {
     "negative": lambda rng, shape: -rng.uniform(0.25, 4.0, shape),  # rmax: a 0 identity would win
     "nonzero": lambda rng, shape: rng.choice([-1.0, 1.0], shape) * rng.uniform(0.5, 2.0, shape),  # divisors
     "ints": lambda rng, shape: rng.integers(-3, 4, shape).astype(np.float64),  # ties for comparisons, zeros
+    "integers": lambda rng, shape: rng.integers(-50, 51, shape).astype(np.float64),  # exact in every float dtype
+    "divisors": lambda rng, shape: rng.choice([-7, -4, -3, -2, -1, 1, 2, 3, 4, 7], shape).astype(np.float64),
     "scalar": lambda rng, shape: rng.uniform(0.5, 1.5, shape),  # the default for SIn scalars
     "offset": lambda rng, shape: 50.0 + rng.standard_normal(shape),  # a mean far from 0: variances that cancel
     "logits": lambda rng, shape: 100.0 + 10.0 * rng.standard_normal(shape),  # exp overflows f32 unless shifted

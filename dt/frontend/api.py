@@ -19,6 +19,7 @@ import os
 import re
 import sys
 
+from dt.dtypes import ALL
 from dt.errors import DTDimensionError, DTError, DTNameError, DTScheduleError, Loc
 from dt.ir import algorithm as A
 from dt.ir.ops import OPS_LIST
@@ -84,6 +85,7 @@ class SIn(_Named, A.ExprOps):
 
 
 def _dims(obj, indices, loc) -> tuple[tuple[str, ...], tuple[Var, ...]]:
+    """The dimensions on the left of a definition: Var objects only."""
     if not isinstance(indices, tuple):
         indices = (indices,)
     names, decls = [], []
@@ -92,9 +94,25 @@ def _dims(obj, indices, loc) -> tuple[tuple[str, ...], tuple[Var, ...]]:
             names.append(i.name)
             decls.append(i)
         else:
-            raise DTNameError(f"index {i!r} of '{obj.name}' is not a Var or RVar", loc,
-                              "index tensors with dimension objects: A[x, y]")
+            raise DTNameError(f"index {i!r} on the left of '{obj.name}' is not a Var", loc,
+                              "a definition names the dimensions it defines: f[x, y] = ...; write the arithmetic "
+                              "on the right-hand side")
     return tuple(names), tuple(decls)
+
+
+def _subscripts(obj, indices, loc) -> tuple[A.Expr, ...]:
+    """The subscripts of an access: dimensions, integers and index expressions of them."""
+    if not isinstance(indices, tuple):
+        indices = (indices,)
+    subscripts = []
+    for i in indices:
+        try:
+            subscripts.append(A.as_expr(i))
+        except TypeError:
+            raise DTNameError(f"index {i!r} of '{obj.name}' is not a dimension or an index expression", loc,
+                              "index tensors with dimension objects and integer arithmetic of them: "
+                              "A[x, y + 1]") from None
+    return tuple(subscripts)
 
 
 class In(_Named):
@@ -103,8 +121,7 @@ class In(_Named):
 
     def __getitem__(self, indices):
         loc = caller_loc()
-        names, decls = _dims(self, indices, loc)
-        return A.Access(self.name, "input", names, loc, (), decl=self, index_decls=decls)
+        return A.Access(self.name, "input", _subscripts(self, indices, loc), loc, decl=self)
 
 
 class Func(_Named):
@@ -121,8 +138,7 @@ class Func(_Named):
 
     def __getitem__(self, indices):
         loc = caller_loc()
-        names, decls = _dims(self, indices, loc)
-        return A.Access(self.name, "func", names, loc, (), decl=self, index_decls=decls)
+        return A.Access(self.name, "func", _subscripts(self, indices, loc), loc, decl=self)
 
     def __setitem__(self, indices, expr):
         self.define(indices, expr, loc=caller_loc())
@@ -255,6 +271,14 @@ def rdot(a, b, dim):
     return A.Reduce("dot", (A.as_expr(a), A.as_expr(b)), dim.name, caller_loc(), None, dim_decl=dim)
 
 
+def cast(x, dtype: str):
+    """cast(x, dtype): x converted to `dtype` ('i64', 'i32', 'bf16', ...); a Func defined as a
+    cast is stored in that dtype. Floats convert to integers rounding toward zero."""
+    if dtype not in ALL:
+        raise DTError(f"{dtype!r} is not a dtype", caller_loc(), f"cast to one of {', '.join(ALL)}")
+    return A.Cast(A.as_expr(x), dtype, caller_loc())
+
+
 def dim_len(dim: Var):
     """len(v): the extent of v as a number."""
     return A.Len(dim.name, caller_loc(), decl=dim)
@@ -292,7 +316,6 @@ def collect(outputs) -> list[_Named]:
                 if d is not None:
                     for node in A.walk(d.expr):
                         stack += [x for x in (getattr(node, "decl", None), getattr(node, "dim_decl", None)) if x]
-                        stack += list(getattr(node, "index_decls", ()))
     # Consumers that fuse these producers in are reachable through fuse_targets; producers of
     # consumers through their definitions. Order: as created, for stable output.
     return sorted(seen.values(), key=lambda o: (o.loc.file, o.loc.line, o.loc.col) if o.loc else ("", 0, 0))

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import lark
 
+from dt.dtypes import ALL
 from dt.errors import DTNameError, DTSyntaxError, Loc
 from dt.frontend import api
 from dt.ir import algorithm as A
@@ -16,13 +17,16 @@ _TERMINALS = {"SEMICOLON": "';'", "LSQB": "'['", "RSQB": "']'", "LPAR": "'('", "
               "EQUAL": "'='", "DOT": "'.'", "COLON": "':'", "SLASH": "'/'", "NAME": "a name", "INT": "an integer",
               "FLOAT": "a number", "DECL_KIND": "a declaration", "COMPARE": "a comparison", "ADD": "'+' or '-'",
               "STAR": "'*'", "POW": "'**'", "MINUS": "'-'", "PLUS": "'+'", "$END": "the end of the file"}
-_FUNCTIONS = set(FUNCTIONS) | {r.function for r in REDUCTIONS.values()} | {"reshape", "len"}
+_FUNCTIONS = set(FUNCTIONS) | {r.function for r in REDUCTIONS.values()} | {"reshape", "len", "cast"}
 
 
 @lru_cache(maxsize=1)
 def _parser() -> lark.Lark:
     grammar = (Path(__file__).parent / "grammar.lark").read_text()
     return lark.Lark(grammar, parser="lalr", propagate_positions=True, maybe_placeholders=True)
+
+
+_PRODUCTS = {"mul": "*", "div": "/", "floordiv": "//", "mod": "%"}
 
 
 class _Source:
@@ -117,18 +121,27 @@ class _Builder:
     def _name(node) -> str:
         return str(node.children[0])
 
-    def _dims(self, nodes) -> tuple[str, ...]:
-        return tuple(self._name(n) for n in nodes if n is not None)
+    def _lhs_dims(self, name: str, nodes) -> tuple[str, ...]:
+        """The dimensions on the left of `name[...] = ...`: names only, never computed indices."""
+        dims = []
+        for n in nodes:
+            if n.data != "name_ref":
+                raise DTSyntaxError(f"the left-hand side of '{name}' has a computed index", self.src.of(n),
+                                    f"a definition names the dimensions it defines, e.g. {name}[x, y] = ...; "
+                                    "write the arithmetic on the right-hand side (indexed writes come with gradients)")
+            dims.append(self._name(n.children[0]))
+        return tuple(dims)
 
     def _definition(self, st):
         name_node, *index_nodes, expr_node = st.children
+        index_nodes = [n for n in index_nodes if n is not None]
         name = self._name(name_node)
         loc = self.src.of(name_node)
-        dims = self._dims(index_nodes)
+        dims = self._lhs_dims(name, index_nodes)
         expr = self._expr(expr_node)
         target = self.table.get(name)
         if isinstance(target, api.Func):
-            target.define(tuple(self._dim_obj(n) for n in index_nodes if n is not None), expr, loc=loc)
+            target.define(tuple(self._dim_obj(n.children[0]) for n in index_nodes), expr, loc=loc)
         else:
             self.orphan_funcs.append(A.FuncDef(name, dims, expr, loc))
 
@@ -170,15 +183,16 @@ class _Builder:
         loc = self.src.of(node)
         kind = node.data
         if kind == "number":
-            return A.Num(float(node.children[0]), loc)
+            token = node.children[0]
+            return A.Num(float(token), loc, integer=token.type == "INT")
         if kind in ("sum", "comparison"):
             a, op, b = node.children
             a = yield a
             return A.Binary(str(op), a, (yield b), self.src.of(op))
-        if kind in ("mul", "div"):
+        if kind in _PRODUCTS:
             a, b = node.children
             a = yield a
-            return A.Binary("*" if kind == "mul" else "/", a, (yield b), loc)
+            return A.Binary(_PRODUCTS[kind], a, (yield b), loc)
         if kind == "power":
             a, op, b = node.children
             a = yield a
@@ -191,15 +205,17 @@ class _Builder:
             return self._name_ref(node.children[0])
         if kind == "access":
             name_node, *index_nodes = node.children
-            index_nodes = [n for n in index_nodes if n is not None]
             name = self._name(name_node)
             obj = self.table.get(name)
             access_kind = "func" if isinstance(obj, api.Func) else "input"
             if isinstance(obj, (api.Var, api.SIn)):
                 raise DTNameError(f"'{name}' is declared as {obj.kind} and cannot be indexed", loc,
                                   "only input tensors (In) and Funcs are indexed")
-            return A.Access(name, access_kind, self._dims(index_nodes), loc,
-                            tuple(self.src.of(n) for n in index_nodes))
+            subscripts = []
+            for n in index_nodes:
+                if n is not None:
+                    subscripts.append((yield n))
+            return A.Access(name, access_kind, tuple(subscripts), loc)
         if kind == "call":
             return (yield from self._call(node, loc))
         raise AssertionError(f"unknown node {kind}")
@@ -228,7 +244,8 @@ class _Builder:
 
         def dim_arg(a):
             if not (not isinstance(a, lark.Token) and a.data == "name_ref"):
-                raise DTSyntaxError(f"the last argument of {fn} must be a dimension name", self.src.of(a))
+                what = "a dtype name, e.g. cast(x, i64)" if fn == "cast" else "a dimension name"
+                raise DTSyntaxError(f"the last argument of {fn} must be {what}", self.src.of(a))
             return self._name(a.children[0]), self.src.of(a)
 
         op = FUNCTIONS.get(fn)
@@ -247,6 +264,12 @@ class _Builder:
             dim, dim_loc = dim_arg(arg_nodes[2])
             a = yield arg_nodes[0]
             return A.Reduce("dot", (a, (yield arg_nodes[1])), dim, fn_loc, dim_loc)
+        if fn == "cast":
+            arity(2)
+            target, target_loc = dim_arg(arg_nodes[1])
+            if target not in ALL:
+                raise DTSyntaxError(f"'{target}' is not a dtype", target_loc, f"cast to one of {', '.join(ALL)}")
+            return A.Cast((yield arg_nodes[0]), target, fn_loc)
         if fn == "len":
             arity(1)
             dim, dim_loc = dim_arg(arg_nodes[0])

@@ -29,6 +29,10 @@ class ExprOps:
     def __rmul__(self, o): return Binary("*", as_expr(o), as_expr(self))
     def __truediv__(self, o): return Binary("/", as_expr(self), as_expr(o))
     def __rtruediv__(self, o): return Binary("/", as_expr(o), as_expr(self))
+    def __floordiv__(self, o): return Binary("//", as_expr(self), as_expr(o))
+    def __rfloordiv__(self, o): return Binary("//", as_expr(o), as_expr(self))
+    def __mod__(self, o): return Binary("%", as_expr(self), as_expr(o))
+    def __rmod__(self, o): return Binary("%", as_expr(o), as_expr(self))
     def __neg__(self): return Unary("neg", as_expr(self))
     def __pow__(self, o): return Binary("pow", as_expr(self), as_expr(o))
     def __rpow__(self, o): return Binary("pow", as_expr(o), as_expr(self))
@@ -43,8 +47,10 @@ def as_expr(value) -> "Expr":
         return value
     if isinstance(value, bool):
         raise TypeError("booleans are not DT values; use comparisons")
-    if isinstance(value, (int, float)):
-        return Num(float(value))
+    if isinstance(value, int):
+        return Num(float(value), integer=True)
+    if isinstance(value, float):
+        return Num(value)
     to_expr = getattr(value, "as_expr", None)
     if to_expr is not None:
         return to_expr()
@@ -58,8 +64,10 @@ class Expr(ExprOps):
 
 @dataclass(frozen=True, eq=False)
 class Num(Expr):
+    """A number; `integer` when written without a point or exponent (an index: `x + 1`)."""
     value: float
     loc: Loc | None = field(default=None, compare=False)
+    integer: bool = False
 
 
 @dataclass(frozen=True, eq=False)
@@ -88,14 +96,26 @@ class Len(Expr):
 
 @dataclass(frozen=True, eq=False)
 class Access(Expr):
-    """T[i, j, ...] where T is an input tensor ('input') or a Func ('func')."""
+    """T[s0, s1, ...] where T is an input tensor ('input') or a Func ('func') and each subscript
+    an integer index expression: a dimension (`A[x, y]`), arithmetic of dimensions, constants and
+    lens (`X[t - j]`, `K[h // 4]`), or a read of an integer tensor (a gather: `E[I[t], d]`)."""
     name: str
     kind: str
-    indices: tuple[str, ...]
+    subscripts: tuple[Expr, ...]
     loc: Loc | None = field(default=None, compare=False)
-    index_locs: tuple[Loc | None, ...] = field(default=(), compare=False)
     decl: object = field(default=None, compare=False, repr=False)  # the frontend object, for dt.program
-    index_decls: tuple = field(default=(), compare=False, repr=False)
+
+    @property
+    def dims(self) -> tuple[str, ...] | None:
+        """The dimension each subscript names when every one is a bare dimension (`A[x, y]`), else None."""
+        if all(isinstance(s, DimRef) for s in self.subscripts):
+            return tuple(s.dim for s in self.subscripts)
+        return None
+
+    @property
+    def text(self) -> str:
+        """The access as DT writes it: `A[x, y + 1]`."""
+        return f"{self.name}[{', '.join(expr_text(s) for s in self.subscripts)}]"
 
 
 @dataclass(frozen=True, eq=False)
@@ -122,6 +142,14 @@ class Where(Expr):
 
 
 @dataclass(frozen=True, eq=False)
+class Cast(Expr):
+    """cast(x, dtype): x converted to `dtype` (a dt dtype name; floats to integers round toward 0)."""
+    x: Expr
+    dtype: str
+    loc: Loc | None = field(default=None, compare=False)
+
+
+@dataclass(frozen=True, eq=False)
 class Reduce(Expr):
     """rsum / rmax / rmin over `dim` of `body`; rdot(a, b, k) is Reduce('dot', (a, b), k)."""
     op: str  # 'sum' | 'max' | 'min' | 'dot'
@@ -142,8 +170,10 @@ def elementwise(op: str, operands: tuple[Expr, ...], loc: Loc | None = None) -> 
 
 
 def children(e: Expr) -> tuple[Expr, ...]:
-    if isinstance(e, Unary):
+    if isinstance(e, (Unary, Cast)):
         return (e.x,)
+    if isinstance(e, Access):
+        return e.subscripts
     if isinstance(e, Binary):
         return (e.a, e.b)
     if isinstance(e, Where):
@@ -191,7 +221,8 @@ def depth(e: Expr) -> tuple[int, Expr]:
         path = (node, above)
         if d > best:
             best, deepest_path = d, path
-        stack.extend((c, d + 1, path) for c in children(node))
+        # a bare dimension as a subscript (A[x]) is a name, not a level of nesting
+        stack.extend((c, d + 1, path) for c in children(node) if not (isinstance(node, Access) and isinstance(c, DimRef)))
     chain = []
     while deepest_path is not None:
         chain.append(deepest_path[0])
@@ -203,6 +234,10 @@ def depth(e: Expr) -> tuple[int, Expr]:
 def rebuild(e: Expr, kids: tuple[Expr, ...]) -> Expr:
     if isinstance(e, Unary):
         return Unary(e.op, kids[0], e.loc)
+    if isinstance(e, Cast):
+        return Cast(kids[0], e.dtype, e.loc)
+    if isinstance(e, Access):
+        return Access(e.name, e.kind, tuple(kids), e.loc, e.decl)
     if isinstance(e, Binary):
         return Binary(e.op, kids[0], kids[1], e.loc)
     if isinstance(e, Where):
@@ -240,14 +275,64 @@ def free_dims(e: Expr) -> frozenset[str]:
 
 
 def _free_dims(e: Expr):
-    if isinstance(e, Access):
-        return frozenset(e.indices)
     if isinstance(e, DimRef):
         return frozenset((e.dim,))
     dims = frozenset()
     for c in children(e):
         dims |= yield c
     return dims - {e.dim} if isinstance(e, Reduce) else dims
+
+
+_PRECEDENCE = {"+": 1, "-": 1, "*": 2, "/": 2, "//": 2, "%": 2}
+
+
+def expr_text(e: Expr, parent: int = 0) -> str:
+    """An index expression (or any small expression) as DT writes it, for messages."""
+    if isinstance(e, Num):
+        return str(int(e.value)) if e.integer else repr(e.value)
+    if isinstance(e, (DimRef,)):
+        return e.dim
+    if isinstance(e, Len):
+        return f"len({e.dim})"
+    if isinstance(e, ScalarRef):
+        return e.name
+    if isinstance(e, Access):
+        return e.text
+    if isinstance(e, Binary) and e.op in _PRECEDENCE:
+        p = _PRECEDENCE[e.op]
+        text = f"{expr_text(e.a, p)} {e.op} {expr_text(e.b, p + 1)}"
+        return f"({text})" if p < parent else text
+    if isinstance(e, Unary) and e.op == "neg":
+        return f"-{expr_text(e.x, 3)}"
+    if isinstance(e, Cast):
+        return f"cast({expr_text(e.x)}, {e.dtype})"
+    args = children(e)
+    name = e.op if isinstance(e, (Unary, Binary)) else type(e).__name__.lower()
+    return f"{name}({', '.join(expr_text(a) for a in args)})"
+
+
+def binding_dim(subscript: Expr, dim_kinds: dict[str, str]) -> str | None:
+    """The dimension a subscript binds to its tensor axis's extent: `d`, or `d` plus or minus
+    terms without pure dimensions (`x + 1`, `t - j` with `j` a reduction dimension, bound
+    elsewhere); None for anything else (`h // 4`, `2 * i`, a gather) and when two readings
+    compete."""
+    terms: list[tuple[int, Expr]] = []
+    stack = [(1, subscript)]
+    while stack:
+        sign, e = stack.pop()
+        if isinstance(e, Binary) and e.op in ("+", "-"):
+            stack += [(sign, e.a), (sign if e.op == "+" else -sign, e.b)]
+        else:
+            terms.append((sign, e))
+    found = []
+    for i, (sign, term) in enumerate(terms):
+        if sign != 1 or not isinstance(term, DimRef):
+            continue
+        rest = [t for j, (_, t) in enumerate(terms) if j != i]
+        if all(not any(isinstance(n, Access) for n in walk(t)) and
+               all(dim_kinds.get(d) == "RVar" and d != term.dim for d in free_dims(t)) for t in rest):
+            found.append(term.dim)
+    return found[0] if len(found) == 1 else None
 
 
 @dataclass(frozen=True)

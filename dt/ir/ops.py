@@ -20,6 +20,8 @@ from typing import Callable
 
 import numpy as np
 
+from dt.dtypes import INTEGERS, promote_integers
+
 _erf = np.vectorize(math.erf, otypes=[np.float64])
 
 
@@ -51,6 +53,8 @@ class Op:
                (made only by the lowering: the mask logic 'not' and 'and')
     python     the Python API's function for an operator (dt.eq for ==), if it has one
     checks     the op's conformance cases
+    integer    whether integer operands give an integer result (x + 1, i // 4); any other op
+               computes integers as floats of the compute dtype (exp(i), i / 2)
     """
     name: str
     arity: int
@@ -59,6 +63,7 @@ class Op:
     syntax: str = "function"
     python: str = ""
     checks: tuple[Check, ...] = ()
+    integer: bool = False
 
     @property
     def dt_function(self) -> bool:
@@ -74,10 +79,10 @@ def _unary(name, reference, expected, domain="normal", **kw) -> Op:
     return Op(name, 1, "float", reference, checks=(Check(name, expected, (domain,)),), **kw)
 
 
-def _binary(name, reference, expected, domains=("normal", "normal"), case="") -> Op:
+def _binary(name, reference, expected, domains=("normal", "normal"), case="", integer=False) -> Op:
     """A function of two operands, or (with the `case` its conformance check is called) an operator."""
     return Op(name, 2, "float", reference, "operator" if case else "function",
-              checks=(Check(case or name, expected, domains),))
+              checks=(Check(case or name, expected, domains),), integer=integer)
 
 
 def _comparison(name, reference, expected, case, python="") -> Op:
@@ -86,7 +91,8 @@ def _comparison(name, reference, expected, case, python="") -> Op:
 
 OPS_LIST: tuple[Op, ...] = (
     # ------------------------------------------------------------ one operand
-    Op("neg", 1, "float", np.negative, "operator", checks=(Check("neg", lambda A: -A, ("normal",), "-A[x, y]"),)),
+    Op("neg", 1, "float", np.negative, "operator", checks=(Check("neg", lambda A: -A, ("normal",), "-A[x, y]"),),
+       integer=True),
     _unary("exp", np.exp, lambda A: np.exp(A)),
     _unary("exp2", np.exp2, lambda A: 2.0 ** A),
     _unary("log", np.log, lambda A: np.log(A), "positive"),
@@ -95,7 +101,7 @@ OPS_LIST: tuple[Op, ...] = (
     _unary("rsqrt", lambda x: 1.0 / np.sqrt(x), lambda A: A ** -0.5, "positive"),
     _unary("sigmoid", _sigmoid, lambda A: _sigmoid(A), "wide"),
     _unary("tanh", np.tanh, lambda A: np.tanh(A), "wide"),
-    _unary("abs", np.abs, lambda A: np.where(A < 0, -A, A)),
+    _unary("abs", np.abs, lambda A: np.where(A < 0, -A, A), integer=True),
     _unary("erf", _erf, lambda A: _erf(A)),
     _unary("sin", np.sin, lambda A: np.sin(A), "wide"),
     _unary("cos", np.cos, lambda A: np.cos(A), "wide"),
@@ -104,13 +110,17 @@ OPS_LIST: tuple[Op, ...] = (
     _unary("softplus", lambda x: np.logaddexp(0.0, x), lambda A: np.maximum(A, 0) + np.log1p(np.exp(-np.abs(A))),
            "wide"),
     # ------------------------------------------------------------ arithmetic
-    _binary("+", np.add, lambda A, B: A + B, case="add"),
-    _binary("-", np.subtract, lambda A, B: A - B, case="sub"),
-    _binary("*", np.multiply, lambda A, B: A * B, case="mul"),
+    _binary("+", np.add, lambda A, B: A + B, case="add", integer=True),
+    _binary("-", np.subtract, lambda A, B: A - B, case="sub", integer=True),
+    _binary("*", np.multiply, lambda A, B: A * B, case="mul", integer=True),
     _binary("/", np.divide, lambda A, B: A / B, ("normal", "nonzero"), case="div"),
+    # Floor division and its remainder, as in Python: the quotient rounds toward -inf and the
+    # remainder takes the divisor's sign (Triton's and C's own truncate toward zero).
+    _binary("//", np.floor_divide, lambda A, B: np.floor(A / B), ("integers", "divisors"), case="floordiv", integer=True),
+    _binary("%", np.mod, lambda A, B: A - B * np.floor(A / B), ("integers", "divisors"), case="mod", integer=True),
     # ------------------------------------------------------------ functions of two operands
-    _binary("maximum", np.maximum, lambda A, B: np.where(A > B, A, B), ("ints", "normal")),
-    _binary("minimum", np.minimum, lambda A, B: np.where(A < B, A, B), ("ints", "normal")),
+    _binary("maximum", np.maximum, lambda A, B: np.where(A > B, A, B), ("ints", "normal"), integer=True),
+    _binary("minimum", np.minimum, lambda A, B: np.where(A < B, A, B), ("ints", "normal"), integer=True),
     _binary("pow", np.power, lambda A, B: np.exp(B * np.log(A)), ("positive", "normal")),
     # ------------------------------------------------------------ comparisons (true is 1 in a float result)
     _comparison("<", np.less, lambda A, B: A < B, "lt"),
@@ -120,7 +130,7 @@ OPS_LIST: tuple[Op, ...] = (
     _comparison("==", np.equal, lambda A, B: A == B, "eq", python="eq"),
     _comparison("!=", np.not_equal, lambda A, B: A != B, "ne", python="ne"),
     # ------------------------------------------------------------ selection
-    Op("where", 3, "branches", lambda c, a, b: np.where(c != 0, a, b), checks=(
+    Op("where", 3, "branches", lambda c, a, b: np.where(c != 0, a, b), integer=True, checks=(
         Check("where", lambda A, B: np.where(A > B, A, B * 0.5), ("normal", "normal"),
               "where(A[x, y] > B[x, y], A[x, y], B[x, y] * 0.5)"),
         Check("where.number_condition", lambda A, B: np.where(A != 0, B, -B), ("ints", "normal"),
@@ -168,8 +178,9 @@ DT_OPS = frozenset(op.name for op in OPS_LIST if op.syntax != "internal") | froz
 
 def result_dtype(op: str, operands: tuple[str, ...]) -> str:
     """The dtype of element-wise op `op` applied to values of dtypes `operands` ('bool' for a
-    comparison or mask): alike operands keep their dtype; mixed ones compute in f64 if any is
-    f64, else f32 (as the lowering's arithmetic does)."""
+    comparison or mask): alike operands keep their dtype; integers alone promote as torch's do;
+    floats with others compute in f64 if any is f64, else f32 (as the lowering's arithmetic
+    does, which makes the operands of an op not `integer` floats first)."""
     if op not in OPS:
         raise ValueError(f"'{op}' is not an op of dt.ir.ops")
     rule = OPS[op].result
@@ -181,4 +192,9 @@ def result_dtype(op: str, operands: tuple[str, ...]) -> str:
     kinds.discard("bool")  # a comparison used as a number: the lowering casts it
     if len(kinds) == 1:
         return kinds.pop()
-    return "f64" if "f64" in kinds else "f32"
+    floats = kinds - set(INTEGERS)
+    if not floats:
+        return promote_integers(kinds)
+    if len(floats) == 1:
+        return floats.pop()
+    return "f64" if "f64" in floats else "f32"

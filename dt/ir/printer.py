@@ -7,6 +7,7 @@ Meant for people reading what the lowering made of a schedule, and for tests.
 from __future__ import annotations
 
 from dt.errors import Loc
+from dt.dtypes import is_integer
 from dt.ir import scheduled as S
 from dt.ir.index_expr import index_source
 from dt.ir.ops import OPS
@@ -71,7 +72,7 @@ class _Printer(Visitor):
 
     # ------------------------------------------------------------ tile expressions
     def Literal(self, e: S.Literal):
-        return repr(e.value)
+        return str(int(e.value)) if is_integer(e.dtype) else repr(e.value)
 
     def Param(self, e: S.Param):
         return e.name
@@ -91,6 +92,9 @@ class _Printer(Visitor):
     def Load(self, e: S.Load):
         order = f" as [{', '.join(e.order)}]" if e.order != e.indices else ""
         return f"load({e.tensor}[{', '.join(e.indices)}]{order}, {e.dtype})"
+
+    def Gather(self, e: S.Gather):
+        return f"gather({e.tensor}[{', '.join(self.texpr(x) for x in e.subscripts)}], {e.dtype})"
 
     def Unary(self, e: S.Unary):
         return f"{e.op}({self.texpr(e.x)})"

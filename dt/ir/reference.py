@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from dt.dtypes import NUMPY, is_integer
 from dt.ir import algorithm as A
 from dt.ir.ops import OPS, REDUCTIONS
 from dt.ir.check.program import CheckedProgram
@@ -31,9 +32,37 @@ def _union(*values: _Named) -> tuple[str, ...]:
     return tuple(dims)
 
 
+def _gather(source: np.ndarray, subscripts: list[_Named]) -> _Named:
+    """source at computed indices, one index array per axis; 0 wherever an index falls outside."""
+    dims = _union(*subscripts)
+    index = np.broadcast_arrays(*(s.aligned(dims) for s in subscripts))
+    index = [np.floor(i).astype(np.int64) for i in index]
+    inside = np.ones(index[0].shape, dtype=bool) if index else np.ones((), dtype=bool)
+    for i, n in zip(index, source.shape):
+        inside &= (i >= 0) & (i < n)
+    clipped = tuple(np.clip(i, 0, max(n - 1, 0)) for i, n in zip(index, source.shape))
+    values = source[clipped] if source.size else np.zeros(inside.shape)
+    return _Named(np.where(inside, values, 0.0), dims)
+
+
+def _cast(x: _Named, dtype: str, compute: str) -> _Named:
+    """x converted to dtype as the backends convert it: the operand rounded to the compute dtype
+    first, floats to integers toward zero, integers wrapping as NumPy's casts do."""
+    value = np.asarray(x.array, dtype=np.float64).astype(NUMPY[compute])
+    if dtype == "bool":
+        out = value != 0
+    elif is_integer(dtype):
+        with np.errstate(all="ignore"):
+            out = np.trunc(value).astype(np.int64).astype(NUMPY[dtype])
+    else:
+        out = value.astype(NUMPY[dtype])
+    return _Named(np.asarray(out, dtype=np.float64), x.dims)
+
+
 def evaluate(cp: CheckedProgram, inputs: dict[str, np.ndarray], scalars: dict[str, float],
-             extents: dict[str, int]) -> dict[str, np.ndarray]:
-    """Every computed Func as a float64 array over its LHS dims."""
+             extents: dict[str, int], compute: str = "f32") -> dict[str, np.ndarray]:
+    """Every computed Func as a float64 array over its LHS dims; casts round their operand to
+    `compute`, the dtype the backends compute in."""
     values: dict[str, np.ndarray] = {}
 
     def ev(e: A.Expr):  # a step of A.recurse: expressions nest deeper than Python recursion goes
@@ -46,8 +75,15 @@ def evaluate(cp: CheckedProgram, inputs: dict[str, np.ndarray], scalars: dict[st
         if isinstance(e, A.DimRef):
             return _Named(np.arange(extents[e.dim], dtype=np.float64), (e.dim,))
         if isinstance(e, A.Access):
-            source = inputs[e.name] if e.kind == "input" else values[e.name]
-            return _Named(np.asarray(source, dtype=np.float64), e.indices)
+            source = np.asarray(inputs[e.name] if e.kind == "input" else values[e.name], dtype=np.float64)
+            if e.dims is not None:
+                return _Named(source, e.dims)
+            subscripts = []
+            for sub in e.subscripts:
+                subscripts.append((yield sub))
+            return _gather(source, subscripts)
+        if isinstance(e, A.Cast):
+            return _cast((yield e.x), e.dtype, compute)
         if isinstance(e, A.Unary):
             x = yield e.x
             with np.errstate(all="ignore"):

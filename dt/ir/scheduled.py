@@ -5,7 +5,8 @@ program instances; its body is a list of statements executed by every program in
 scalar `Let`s (program-id decomposition, block starts), `Axis` definitions (the index range
 of one tile dimension), sequential `For` loops over tiles, tile `Assign`ments and masked
 `Store`s. Tile values are expressions over axes (`TExpr`), each carrying its `dims` (the
-names of the axes it spans, in order) and its `dtype` ('f32', 'bf16', ... or 'bool'): leaves
+names of the axes it spans, in order) and its `dtype` ('f32', 'bf16', ..., an integer dtype
+('i32', 'i64', ...: index arithmetic, integer data) or 'bool'): leaves
 hold theirs, every other node's follows from its operands by the op table's type rules
 (dt.ir.ops.result_dtype). Every node carries its DT source location and names.
 
@@ -23,7 +24,8 @@ the launcher's (which no kernel calls), and from one another within a kernel.
 Backends interpret or render these nodes and nothing else. The rules they rely on:
 - Element-wise operands already have identical `dims` (or are rank-0 scalars); an operand
   whose `unit` set contains an axis has size 1 along it and broadcasts (NumPy rules).
-- `Load` masks every lane whose index along an axis reaches that axis's `limit` (value 0).
+- `Load` masks every lane whose index along an axis reaches that axis's `limit` (value 0);
+  `Gather` masks every lane whose computed index falls outside its tensor (value 0).
 - `Reduce` and `Dot` operands are already masked for the reduced axis, and full-size.
 - `Store` writes exactly the valid lanes; its value has the store's axes, in order, full-size.
 - An `Axis` with `size` a non-constant (`IVar`) spans a whole extent; backends that need
@@ -144,6 +146,25 @@ class Load(TExpr):
     converted to `dtype`; the result's axes are ordered as `order`."""
     tensor: str
     indices: tuple[str, ...]
+    order: tuple[str, ...]
+    dtype: str
+    loc: Loc | None = field(default=None, compare=False)
+
+    @property
+    def dims(self):
+        return self.order
+
+
+@dataclass(frozen=True)
+class Gather(TExpr):
+    """tensor[subscripts]: a load at computed indices (`A[x + 1]`, `E[I[t], d]`). One integer
+    tile per tensor axis, each over the axes of `order` (size 1 along those it lacks, as an
+    `Expand` to `order` makes it) or rank 0; a lane reads 0 where any subscript falls outside
+    [0, extent) of its tensor axis (`extents`, one per axis); the values are converted to `dtype`
+    and the result spans `order`, full size."""
+    tensor: str
+    subscripts: tuple[TExpr, ...]
+    extents: tuple[IExpr, ...]
     order: tuple[str, ...]
     dtype: str
     loc: Loc | None = field(default=None, compare=False)
@@ -450,6 +471,8 @@ def walk_texpr(e: TExpr):
 
 
 def texpr_children(e: TExpr) -> tuple[TExpr, ...]:
+    if isinstance(e, Gather):
+        return e.subscripts
     if isinstance(e, (Unary, Expand, BroadcastTo, Cast, Reduce)):
         return (e.x,)
     if isinstance(e, Binary):
@@ -463,6 +486,8 @@ def texpr_children(e: TExpr) -> tuple[TExpr, ...]:
 
 def with_children(e: TExpr, kids: tuple[TExpr, ...]) -> TExpr:
     """e with its children (texpr_children's order) replaced by `kids`."""
+    if isinstance(e, Gather):
+        return replace(e, subscripts=tuple(kids))
     if isinstance(e, (Unary, Expand, BroadcastTo, Cast, Reduce)):
         return replace(e, x=kids[0])
     if isinstance(e, Binary):
@@ -497,6 +522,10 @@ def kernel_params(kernel: Kernel, pipeline: Pipeline) -> KernelParams:
         for node in walk_texpr(e):
             if isinstance(node, Load):
                 tensors.add(node.tensor)
+            elif isinstance(node, Gather):
+                tensors.add(node.tensor)
+                for extent in node.extents:
+                    index_names(extent)
             elif isinstance(node, Param):
                 scalars.add(node.name)
             elif isinstance(node, Extent):
@@ -540,6 +569,9 @@ def used_index_names(body) -> set[str]:
             for node in walk_texpr(s.value):
                 if isinstance(node, Index):
                     used |= index_names(node.value)
+                elif isinstance(node, Gather):
+                    for extent in node.extents:
+                        used |= index_names(extent)
     return used
 
 

@@ -120,10 +120,7 @@ def value_dims(fd: A.FuncDef) -> list[tuple[str, ...]]:
     dims_of: dict[int, frozenset[str]] = {}
 
     def step(e):
-        if isinstance(e, A.Access):
-            dims = frozenset(e.indices)
-        else:
-            dims = frozenset((e.dim,)) if isinstance(e, A.DimRef) else frozenset()
+        dims = frozenset((e.dim,)) if isinstance(e, A.DimRef) else frozenset()
         for c in A.children(e):
             dims |= yield c
         if isinstance(e, A.Reduce):

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from dt.ir import scheduled as S
 from dt.ir.nesting import MAX_NESTING, nesting
-from dt.dtypes import NAMES as DTYPES
+from dt.dtypes import ALL as DTYPES
+from dt.dtypes import is_integer
 from dt.ir.ops import OPS, REDUCTIONS
 
 
@@ -93,7 +94,8 @@ class _KernelVerifier:
                 self.fail(f"unknown statement {type(s).__name__}")
 
     def number(self, e: S.TExpr, stmt):
-        if e.dtype not in DTYPES:
+        loaded_bool = e.dtype == "bool" and isinstance(e, (S.Load, S.Gather))  # a bool tensor, as it is
+        if e.dtype not in DTYPES or (e.dtype == "bool" and not loaded_bool):
             self.fail(f"holds {e.dtype} values: tiles and stores hold numbers (comparisons are cast)", stmt)
 
     def index(self, e: S.IExpr | None, names: set[str], stmt):
@@ -129,6 +131,19 @@ class _KernelVerifier:
                 self.fail(f"loads unknown tensor '{e.tensor}'", stmt)
             if sorted(e.order) != sorted(e.indices):
                 self.fail(f"load order {e.order} is not a permutation of {e.indices}", stmt)
+        elif isinstance(e, S.Gather):
+            if e.tensor not in self.tensors:
+                self.fail(f"gathers from unknown tensor '{e.tensor}'", stmt)
+            elif len(e.subscripts) != len(self.pipeline.tensor(e.tensor).dims) or len(e.extents) != len(e.subscripts):
+                self.fail(f"gathers from {e.tensor} with {len(e.subscripts)} subscripts and {len(e.extents)} "
+                          f"extents; it has {len(self.pipeline.tensor(e.tensor).dims)} axes", stmt)
+            for sub in e.subscripts:
+                if not is_integer(sub.dtype):
+                    self.fail(f"a subscript of {e.tensor} is {sub.dtype}, not an integer", stmt)
+                if sub.dims and sub.dims != e.order:
+                    self.fail(f"a subscript of {e.tensor} spans {sub.dims}, not the gather's axes {e.order}", stmt)
+            for extent in e.extents:
+                self.index(extent, self.sizes, stmt)
         elif isinstance(e, S.Index):
             self.index(e.value, index_names, stmt)
         elif isinstance(e, S.Param):

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dt.backends.render import Renderer as BaseRenderer, supported_ops
 from dt.backends.pysource import Writer, loop_bounds, number, safe_text
+from dt.dtypes import is_integer
 from dt.ir import scheduled as S
 from dt.ir.index_expr import index_source as index
 
@@ -26,7 +27,7 @@ OPS = {
     "maximum": "np.maximum({0}, {1})", "minimum": "np.minimum({0}, {1})", "pow": "np.power({0}, {1})",
     "+": "({0} + {1})", "-": "({0} - {1})", "*": "({0} * {1})", "/": "({0} / {1})",
     "<": "({0} < {1})", "<=": "({0} <= {1})", ">": "({0} > {1})", ">=": "({0} >= {1})", "==": "({0} == {1})",
-    "!=": "({0} != {1})",
+    "!=": "({0} != {1})", "//": "({0} // {1})", "%": "({0} % {1})",
     "where": "np.where({0}, {1}, {2})",
     "not": "np.logical_not({0})", "and": "({0} & {1})",
 }
@@ -68,8 +69,7 @@ class Renderer(BaseRenderer):
         w.line("")
         w.line("from dt.backends.numpy import runtime as rt")
         w.line("")
-        for name in sorted({t.dtype for t in pipeline.inputs + pipeline.outputs + pipeline.temporaries}
-                           | {pipeline.compute_dtype, "f32"}):
+        for name in sorted(_dtypes(pipeline) - {"bool"}):  # Python's own bool is NumPy's
             w.line(f'{name} = rt.DTYPES["{name}"]')
         for kernel in pipeline.kernels:
             w.line("")
@@ -93,7 +93,9 @@ class Renderer(BaseRenderer):
             for t in pipeline.temporaries + pipeline.outputs:
                 shape = ", ".join(S.size_name(d) for d in t.dims)
                 # NaN-filled, so an element no program writes shows up instead of passing as stale memory.
-                alloc = f"np.full(({shape}{',' if len(t.dims) == 1 else ''}), np.nan, dtype={t.dtype})"
+                unwritten = "np.nan" if not is_integer(t.dtype) else "False" if t.dtype == "bool" else \
+                    f"np.iinfo({t.dtype}).min"
+                alloc = f"np.full(({shape}{',' if len(t.dims) == 1 else ''}), {unwritten}, dtype={t.dtype})"
                 w.line(f"{pipeline.global_names.tensors[t.name]} = {self.allocate(t.name, alloc)}")
             w.line('with np.errstate(all="ignore"):  # masked lanes may hold inf/nan; they are never stored')
             with w.indent():
@@ -162,6 +164,11 @@ class Renderer(BaseRenderer):
         """rt.store's arguments: the tensor, its spans, the value."""
         return f"{self.names.tensors[s.tensor]}, {_tuple(s.indices)}, {self.texpr(s.value)}"
 
+    def gather_args(self, e: S.Gather) -> str:
+        """rt.gather's arguments: the tensor, the subscripts, the result's shape, the dtype."""
+        subscripts = _tuple(self.texpr(x) for x in e.subscripts)
+        return f"{self.names.tensors[e.tensor]}, {subscripts}, {self.shape(e.order) if e.order else '()'}, {e.dtype}"
+
     def load_args(self, e: S.Load) -> str:
         """rt.load's arguments: the tensor, its spans, the axis permutation, the dtype."""
         perm = [e.indices.index(d) for d in e.order]
@@ -175,25 +182,28 @@ class Renderer(BaseRenderer):
 
     # ------------------------------------------------------------ tile expressions
     def Literal(self, e: S.Literal) -> str:
-        return number(e.value, "np.inf")
+        return str(int(e.value)) if is_integer(e.dtype) else number(e.value, "np.inf")
 
     def Param(self, e: S.Param) -> str:
         return self.names.scalars[e.name]
 
     def Extent(self, e: S.Extent) -> str:
-        return f"float({S.size_name(e.dim)})"
+        return S.size_name(e.dim) if is_integer(e.dtype) else f"float({S.size_name(e.dim)})"
 
     def IndexOf(self, e: S.IndexOf) -> str:
-        return f"rt.offsets({e.axis}, {self.compute})"
+        return f"rt.offsets({e.axis}, {e.dtype})"
 
     def Index(self, e: S.Index) -> str:
-        return f"rt.number({index(e.value)}, {self.compute})"
+        return index(e.value) if is_integer(e.dtype) else f"rt.number({index(e.value)}, {self.compute})"
 
     def Ref(self, e: S.Ref) -> str:
         return e.name
 
     def Load(self, e: S.Load) -> str:
         return f"rt.load({self.load_args(e)})"
+
+    def Gather(self, e: S.Gather) -> str:
+        return f"rt.gather({self.gather_args(e)})"
 
     def Unary(self, e: S.Unary) -> str:
         return self.call(e.op, self.texpr(e.x))
@@ -224,6 +234,8 @@ class Renderer(BaseRenderer):
         return f"np.full({self.shape(e.axes)}, {number(e.value, 'np.inf')}, {e.dtype})"
 
     def Cast(self, e: S.Cast) -> str:
+        if not e.x.dims:  # a Python number has no astype
+            return f"rt.cast({self.texpr(e.x)}, {e.dtype})"
         return f"{self.texpr(e.x)}.astype({e.dtype})"
 
     def Reduce(self, e: S.Reduce) -> str:
@@ -232,6 +244,16 @@ class Renderer(BaseRenderer):
     def Dot(self, e: S.Dot) -> str:
         acc = self.texpr(e.acc) if e.acc is not None else "0.0"
         return f"rt.dot({self.texpr(e.a)}, {self.texpr(e.b)}, {acc}, {e.acc_dtype})"
+
+
+def _dtypes(pipeline: S.Pipeline) -> set[str]:
+    """Every dtype the generated code names: the tensors', the compute dtype and each tile's."""
+    names = {t.dtype for t in pipeline.inputs + pipeline.outputs + pipeline.temporaries} | {pipeline.compute_dtype, "f32"}
+    for kernel in pipeline.kernels:
+        for s in S.walk_statements(kernel.body):
+            if isinstance(s, (S.Assign, S.Store)):
+                names |= {node.dtype for node in S.walk_texpr(s.value)}
+    return names
 
 
 def _tuple(items) -> str:

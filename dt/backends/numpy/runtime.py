@@ -27,6 +27,24 @@ def load(tensor: np.ndarray, spans, perm, dtype) -> np.ndarray:
     return view.astype(dtype, copy=False) if view.dtype == dtype else view.astype(dtype)
 
 
+def gather(tensor: np.ndarray, subscripts, shape, dtype) -> np.ndarray:
+    """tensor at computed indices (one integer array or number per axis, broadcast to `shape`);
+    0 wherever an index falls outside the tensor."""
+    index = np.broadcast_arrays(*(np.asarray(s, dtype=np.int64) for s in subscripts), np.empty(shape, dtype=bool))[:-1]
+    inside = np.ones(shape, dtype=bool)
+    for i, n in zip(index, tensor.shape):
+        inside &= (i >= 0) & (i < n)
+    if not tensor.size:
+        return np.zeros(shape, dtype=dtype)
+    values = tensor[tuple(np.clip(i, 0, n - 1) for i, n in zip(index, tensor.shape))].astype(dtype)
+    return np.where(inside, values, np.zeros((), dtype=dtype))
+
+
+def cast(value, dtype):
+    """A number converted to dtype (a NumPy scalar of it)."""
+    return np.asarray(value).astype(dtype)[()]
+
+
 def store(tensor: np.ndarray, spans, value: np.ndarray):
     tensor[tuple(slice(s, s + v) for s, _, v in spans)] = value[tuple(slice(0, v) for _, _, v in spans)]
 

@@ -5,7 +5,7 @@ the schedule of each Func resolved, and the kernel structure (which Func is comp
 Every problem raises a DTError pointing at the DT source.
 
 The phases, in the order `check` runs them, each in its own module: names and dimensions
-(`names`), the order of Funcs (`uses`), schedule resolution (`schedule`), inlining (`inlining`),
+(`names`), index expressions (`subscripts`), the order of Funcs (`uses`), schedule resolution (`schedule`), inlining (`inlining`),
 fuse_at legality and the kernel structure (`fusion`), compute_with legality (`compute_with`, with
 the statistic patterns of `statistics`), and the tiles each kernel makes (dt.ir.tiles).
 """
@@ -21,6 +21,7 @@ from dt.ir.check.inlining import check_inlined_depth, inline
 from dt.ir.check.names import check_expressions, declared_kinds, definitions
 from dt.ir.check.program import CheckedProgram
 from dt.ir.check.schedule import compiled_outputs, resolve_schedule
+from dt.ir.check.subscripts import check_subscripts
 from dt.ir.check.uses import reachable, topological_order
 from dt.ir.tiles import tiles
 
@@ -30,6 +31,7 @@ def check(program: A.Program) -> CheckedProgram:
     dim_kinds = {n: k for n, k in kinds.items() if k in ("Var", "RVar")}
     defs = definitions(program, kinds, dim_kinds)
     input_ranks = check_expressions(defs, kinds, dim_kinds)
+    check_subscripts(defs)
     order = topological_order(defs)
     schedules = resolve_schedule(program, defs, kinds)
     outputs = compiled_outputs(program, defs, order, schedules)
@@ -45,8 +47,9 @@ def check(program: A.Program) -> CheckedProgram:
     kernel_roots = tuple(n for n in funcs if n not in fused)
     check_launch_primitives(schedules, fused)
     computed_with = shared_loops(funcs, schedules, fused, dim_kinds)
+    written = {n: defs[n] for n in order if n in reachable(defs, outputs)}
     checked = CheckedProgram(program, funcs, program.names_of("In"), program.names_of("SIn"), dim_kinds,
-                             schedules, outputs, kernel_roots, fused, input_ranks, computed_with)
+                             schedules, outputs, kernel_roots, fused, input_ranks, computed_with, written=written)
     check_fused_uses(checked)
     for root in kernel_roots:
         check_func_schedule(checked, root)

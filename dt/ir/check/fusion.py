@@ -66,11 +66,15 @@ def check_fused_uses(cp: CheckedProgram):
         loc = cp.schedules[producer].locs.get("fuse_at")
         for f in cp.funcs.values():
             for use in uses(f.expr):
-                if use.name == producer and use.indices != cp.funcs[producer].dims:
+                if use.name == producer and use.dims is None:
+                    raise DTScheduleError(f"'{producer}' is fused, so it is computed only over the tiles of the loop it "
+                                          f"is fused at, but '{f.name}' reads it at computed indices, {use.text}",
+                                          use.loc, f"compute {producer} at root (remove its fuse_at), or inline it: "
+                                                   f"either reads it anywhere")
+                if use.name == producer and use.dims != cp.funcs[producer].dims:
                     own = ", ".join(cp.funcs[producer].dims)
                     raise DTScheduleError(f"'{producer}' is fused, so it must be indexed by its own dimension "
-                                          f"names, {producer}[{own}], but '{f.name}' indexes it {producer}"
-                                          f"[{', '.join(use.indices)}]", use.loc,
+                                          f"names, {producer}[{own}], but '{f.name}' indexes it {use.text}", use.loc,
                                           f"rename the dimensions in the definition of {producer}, or compute it at "
                                           f"root (remove its fuse_at)")
         users = [n for n, f in cp.funcs.items() if any(u.name == producer for u in uses(f.expr))]

@@ -1,5 +1,5 @@
-"""Inlining: each inlined Func's definition substituted at its uses, its dimensions renamed to the
-use's indices."""
+"""Inlining: each inlined Func's definition substituted at its uses, its dimensions replaced by the
+use's subscripts; read at computed subscripts, it gives 0 outside its own extents."""
 from __future__ import annotations
 
 from dt.errors import DTScheduleError
@@ -34,39 +34,57 @@ def substitute(e: A.Expr, funcs: dict[str, A.FuncDef], inline: set[str]) -> A.Ex
 
 def _substitute_step(e: A.Expr, funcs: dict[str, A.FuncDef], inline: set[str]):
     if isinstance(e, A.Access) and e.kind == "func" and e.name in inline:
+        subscripts = []
+        for sub in e.subscripts:  # a gather's own subscripts may read inlined Funcs too
+            subscripts.append((yield sub))
         f = funcs[e.name]
-        rename = dict(zip(f.dims, e.indices))
+        used = frozenset().union(*(A.free_dims(sub) for sub in subscripts)) if subscripts else frozenset()
         bound = {n.dim for n in A.walk(f.expr) if isinstance(n, A.Reduce)}
-        clash = bound & set(e.indices) - set(f.dims)
+        clash = bound & used - set(f.dims)
         if clash:
             raise DTScheduleError(f"cannot inline '{f.name}' here: its reduction dimension "
                                   f"'{sorted(clash)[0]}' is also an index of this use", e.loc,
                                   "rename the reduction dimension in the inlined Func")
-        return _rename(f.expr, rename)
+        body = _replace_dims(f.expr, dict(zip(f.dims, subscripts)))
+        return _within_extents(body, f, subscripts, e.loc)
     kids = []
     for c in A.children(e):
         kids.append((yield c))
     return A.rebuild(e, tuple(kids)) if kids else e
 
 
-def _rename(e: A.Expr, rename: dict[str, str]) -> A.Expr:
-    return A.recurse(lambda item: _rename_step(*item), (e, rename))
+def _within_extents(body: A.Expr, f: A.FuncDef, subscripts, loc) -> A.Expr:
+    """`body` where every computed subscript lies within f's extent along its axis, else 0: an
+    inlined Func read outside itself gives 0, as a stored one does."""
+    guard = None
+    for dim, sub in zip(f.dims, subscripts):
+        if isinstance(sub, A.DimRef):
+            continue
+        inside = A.Binary("and", A.Binary("<=", A.Num(0.0, loc, integer=True), sub, loc),
+                          A.Binary("<", sub, A.Len(dim, loc), loc), loc)
+        guard = inside if guard is None else A.Binary("and", guard, inside, loc)
+    return body if guard is None else A.Where(guard, body, A.Num(0.0, loc, integer=True), loc)
 
 
-def _rename_step(e: A.Expr, rename: dict[str, str]):
-    if isinstance(e, A.Access):
-        return A.Access(e.name, e.kind, tuple(rename.get(i, i) for i in e.indices), e.loc, e.index_locs)
+def _replace_dims(e: A.Expr, subscripts: dict[str, A.Expr]) -> A.Expr:
+    """e with each of its free dimensions in `subscripts` replaced by that expression (a
+    dimension renamed, or an index expression); a Len of a renamed dimension is renamed too."""
+    return A.recurse(lambda item: _replace_step(*item), (e, subscripts))
+
+
+def _replace_step(e: A.Expr, subscripts: dict[str, A.Expr]):
     if isinstance(e, A.DimRef):
-        return A.DimRef(rename.get(e.dim, e.dim), e.loc)
+        return subscripts.get(e.dim, e)
     if isinstance(e, A.Len):
-        return A.Len(rename.get(e.dim, e.dim), e.loc)
+        sub = subscripts.get(e.dim)
+        return A.Len(sub.dim, e.loc) if isinstance(sub, A.DimRef) else e
     if isinstance(e, A.Reduce):
-        inner = {k: v for k, v in rename.items() if k != e.dim}
+        inner = {k: v for k, v in subscripts.items() if k != e.dim}
         args = []
         for a in e.args:
             args.append((yield a, inner))
         return A.Reduce(e.op, tuple(args), e.dim, e.loc, e.dim_loc)
     kids = []
     for c in A.children(e):
-        kids.append((yield c, rename))
+        kids.append((yield c, subscripts))
     return A.rebuild(e, tuple(kids)) if kids else e

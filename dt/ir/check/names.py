@@ -90,9 +90,6 @@ def _check_lhs(f: A.FuncDef, dim_kinds):
 
 def _dim_use_loc(e: A.Expr, dim: str) -> Loc | None:
     for node in A.walk(e):
-        if isinstance(node, A.Access) and dim in node.indices:
-            i = node.indices.index(dim)
-            return node.index_locs[i] if i < len(node.index_locs) and node.index_locs[i] else node.loc
         if isinstance(node, A.DimRef) and node.dim == dim:
             return node.loc
     return None
@@ -109,32 +106,33 @@ def _check_expr(f, e, bound, kinds, defs, input_ranks):
         if kind not in ("In", "Func"):
             raise DTNameError(f"'{e.name}' is declared as {kind} and cannot be indexed", e.loc,
                               "only input tensors (In) and Funcs are indexed")
-        for i, d in enumerate(e.indices):
-            loc = e.index_locs[i] if i < len(e.index_locs) else e.loc
-            if kinds.get(d) not in ("Var", "RVar"):
-                what = "unknown name" if d not in kinds else f"'{d}' is declared as {kinds[d]}, not a dimension:"
-                raise DTNameError(f"{what} '{d}' used as an index of '{e.name}'" if d not in kinds
-                                  else f"{what} it cannot index '{e.name}'", loc or e.loc,
-                                  f"declare it with `Var {d};`")
-        if len(set(e.indices)) != len(e.indices):
+        for s in e.subscripts:
+            if isinstance(s, A.ScalarRef) and s.name not in kinds:
+                raise DTNameError(f"unknown name '{s.name}' used as an index of '{e.name}'", s.loc or e.loc,
+                                  f"declare it with `Var {s.name};`")
+        plain = [s.dim for s in e.subscripts if isinstance(s, A.DimRef)]
+        if len(set(plain)) != len(plain):
             raise DTDimensionError(f"'{e.name}' is indexed with a repeated dimension", e.loc,
                                    "each index names a different dimension")
+        rank = len(e.subscripts)
         if kind == "Func":
             if e.name not in defs:
                 raise DTNameError(f"Func '{e.name}' is used but never defined", e.loc,
                                   f"define it: `{e.name}[...] = ...;`")
             want = len(defs[e.name].dims)
-            if len(e.indices) != want:
+            if rank != want:
                 raise DTDimensionError(f"'{e.name}' has {want} dimension(s) "
-                                       f"({', '.join(defs[e.name].dims)}) but is indexed with {len(e.indices)}", e.loc,
+                                       f"({', '.join(defs[e.name].dims)}) but is indexed with {rank}", e.loc,
                                        f"index it as {e.name}[{', '.join(defs[e.name].dims)}]",
                                        (("defined here", defs[e.name].loc),))
         else:
-            rank = input_ranks.setdefault(e.name, (len(e.indices), e.loc))
-            if rank[0] != len(e.indices):
-                raise DTDimensionError(f"input '{e.name}' is indexed with {len(e.indices)} dimension(s) here "
-                                       f"but with {rank[0]} elsewhere", e.loc, "every access of an input has its rank",
-                                       (("indexed here", rank[1]),))
+            first = input_ranks.setdefault(e.name, (rank, e.loc))
+            if first[0] != rank:
+                raise DTDimensionError(f"input '{e.name}' is indexed with {rank} dimension(s) here "
+                                       f"but with {first[0]} elsewhere", e.loc, "every access of an input has its rank",
+                                       (("indexed here", first[1]),))
+        for s in e.subscripts:
+            yield s, bound
         return
     if isinstance(e, A.ScalarRef):
         if kinds.get(e.name) != "SIn":

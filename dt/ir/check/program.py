@@ -53,6 +53,10 @@ class CheckedProgram:
     # sibling is the end of each chain of compute_with, so it is computed with none over that dim
     computed_with: dict[tuple[str, str], tuple[str, ...]] = field(default_factory=dict)
     tiles: tuple[Tile, ...] = ()  # every tile shape of every kernel (dt.ir.tiles)
+    # The definitions as written (before inlining) of every Func the outputs need: their accesses
+    # bind the extents, those of inlined Funcs too (an inlined Func read at a shifted index is
+    # masked by its own extents)
+    written: dict[str, A.FuncDef] = field(default_factory=dict)
 
     @cached_property  # computed once: every call of a program checks its extents against it
     def needed_dims(self) -> tuple[str, ...]:
@@ -62,11 +66,54 @@ class CheckedProgram:
         for f in self.funcs.values():
             dims.update(dict.fromkeys(f.dims))
             for e in A.walk(f.expr):
-                if isinstance(e, A.Access):
-                    dims.update(dict.fromkeys(e.indices))
+                if isinstance(e, A.Access) and e.kind == "input":
+                    dims.update(dict.fromkeys(self.input_axes[e.name]))
                 elif isinstance(e, (A.Len, A.DimRef, A.Reduce)):
                     dims[e.dim] = None
         return tuple(dims)
+
+    @cached_property
+    def input_accesses(self) -> tuple[A.Access, ...]:
+        """Every access of an input in the written definitions (gathers' index reads included):
+        what binds extents when the program is called."""
+        return tuple(e for f in self.written.values() for e in A.walk(f.expr)
+                     if isinstance(e, A.Access) and e.kind == "input")
+
+    @cached_property
+    def index_inputs(self) -> dict[str, str]:
+        """Each input read inside another's subscript (I of E[I[t], d]) -> the dimension of the
+        axis it indexes."""
+        found: dict[str, str] = {}
+        for access in self.input_accesses:
+            for axis, sub in enumerate(access.subscripts):
+                for node in A.walk(sub):
+                    if isinstance(node, A.Access) and node.kind == "input":
+                        found.setdefault(node.name, self.input_axes[access.name][axis])
+        return found
+
+    @cached_property
+    def input_axes(self) -> dict[str, tuple[str, ...]]:
+        """The dimension each axis of each input spans: the first dimension an access binds to it
+        (A.binding_dim: `A[x]`, `X[t - j]`), else one of its own, `{input}_axis{i}`, that only the
+        tensor passed gives an extent (`E[I[t], d]`: the rows of E)."""
+        binding: dict[str, list[str | None]] = {}
+        for e in self.input_accesses:
+            axes = binding.setdefault(e.name, [None] * len(e.subscripts))
+            for i, s in enumerate(e.subscripts):
+                axes[i] = axes[i] or A.binding_dim(s, self.dim_kinds)
+        taken = {d.name for d in self.program.declarations}
+        result = {}
+        for name, axes in binding.items():
+            dims = []
+            for i, dim in enumerate(axes):
+                if dim is None:
+                    dim = f"{name}_axis{i}"
+                    while dim in taken:
+                        dim += "_"
+                    taken.add(dim)
+                dims.append(dim)
+            result[name] = tuple(dims)
+        return result
 
     def root_of(self, func: str) -> str:
         while func in self.fused:

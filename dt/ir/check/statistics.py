@@ -27,7 +27,7 @@ def centered_value(r: A.Reduce, mean: str, mean_def: A.FuncDef) -> A.Expr | None
     if e is None or deviation is None:
         return None
     value, access = deviation
-    if access.name == mean and access.indices == mean_def.dims and A.same(value, e):
+    if access.name == mean and access.dims == mean_def.dims and A.same(value, e):
         return e
     return None
 
@@ -42,7 +42,7 @@ def shifted_exp_value(r: A.Reduce, maximum: str, max_def: A.FuncDef) -> A.Expr |
     if m is None or shifted is None:
         return None
     value, access = shifted
-    if access.name == maximum and access.indices == max_def.dims and A.same(value, m.args[0]) \
+    if access.name == maximum and access.dims == max_def.dims and A.same(value, m.args[0]) \
             and sum(u.name == maximum for u in uses(r)) == 1:  # the other operand of a product does not read it
         return value
     return None

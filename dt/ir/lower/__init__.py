@@ -16,26 +16,35 @@ checks the result against the IR's invariants (dt.ir.verify).
 """
 from __future__ import annotations
 
+from dt.dtypes import is_integer
 from dt.ir import algorithm as A
 from dt.ir import naming
 from dt.ir import scheduled as S
 from dt.ir.check.program import CheckedProgram
 from dt.ir.lower.dtypes import compute_dtype_of, promote
 from dt.ir.lower.kernel import KernelLowering
+from dt.ir.lower.types import Types
 from dt.ir.nesting import split_deep_expressions
 from dt.ir.verify import verify
 
 
-def lower(cp: CheckedProgram, input_dtypes: dict[str, str]) -> S.Pipeline:
-    storage = promote(input_dtypes[n] for n in cp.inputs if n in input_dtypes)
+def lower(cp: CheckedProgram, dtypes: dict[str, str]) -> S.Pipeline:
+    """The pipeline for inputs of `dtypes` (by input name; an integer scalar's name maps to 'i64')."""
+    input_dtypes = {n: d for n, d in dtypes.items() if n not in cp.scalars}
+    storage = promote(d for n, d in input_dtypes.items() if n in cp.inputs and not is_integer(d))
     compute = compute_dtype_of(storage)
-    input_dims = _input_dims(cp)
+    types = Types(cp.funcs, {n: input_dtypes.get(n, storage) for n in cp.inputs},
+                  {n: d for n, d in dtypes.items() if n in cp.scalars}, storage)
+    types.check_indices(cp.written)
+    input_dims = cp.input_axes
     inputs = tuple(S.TensorSpec(n, input_dims[n], input_dtypes.get(n, storage), "input")
                    for n in cp.inputs if n in input_dims)
-    outputs = tuple(S.TensorSpec(n, cp.funcs[n].dims, storage, "output") for n in cp.outputs)
-    temporaries = tuple(S.TensorSpec(n, cp.funcs[n].dims, storage, "temporary")
+    outputs = tuple(S.TensorSpec(n, cp.funcs[n].dims, types.func_dtypes[n], "output") for n in cp.outputs)
+    temporaries = tuple(S.TensorSpec(n, cp.funcs[n].dims, types.func_dtypes[n], "temporary")
                         for n in cp.kernel_roots if n not in cp.outputs)
-    sizes = tuple(d for d in cp.dim_kinds if d in cp.needed_dims)
+    # the declared dimensions the kernels use, then the axes of inputs no dimension spans (E_axis0)
+    sizes = tuple(d for d in cp.dim_kinds if d in cp.needed_dims) + \
+        tuple(d for d in cp.needed_dims if d not in cp.dim_kinds)
     scalars = tuple(s for s in cp.scalars if s in _all_scalars(cp))
     # The names of the module-level code first: the names a kernel makes for itself differ from its
     # parameters' and from the kernels' (not from the launcher's: no kernel calls it, and a Func is
@@ -44,20 +53,11 @@ def lower(cp: CheckedProgram, input_dtypes: dict[str, str]) -> S.Pipeline:
     global_names = naming.global_names(launcher, kernel_names.values(), sizes, scalars,
                                        (t.name for t in inputs + temporaries + outputs))
     taken = set(kernel_names.values()) | global_names.all()
-    kernels = tuple(KernelLowering(cp, root, compute, storage, kernel_names[root], taken).lower()
+    kernels = tuple(KernelLowering(cp, root, compute, storage, kernel_names[root], taken, types).lower()
                     for root in cp.kernel_roots)
     pipeline = S.Pipeline(launcher, inputs, scalars, sizes, temporaries, outputs, kernels, compute, global_names,
                           cp.program.file)
     return verify(split_deep_expressions(pipeline))
-
-
-def _input_dims(cp: CheckedProgram) -> dict[str, tuple[str, ...]]:
-    dims: dict[str, tuple[str, ...]] = {}
-    for f in cp.funcs.values():
-        for e in A.walk(f.expr):
-            if isinstance(e, A.Access) and e.kind == "input":
-                dims.setdefault(e.name, e.indices)
-    return dims
 
 
 def _all_scalars(cp: CheckedProgram) -> set[str]:

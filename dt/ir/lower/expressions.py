@@ -4,53 +4,118 @@ a scope) and the tiles of fused producers; element-wise operations on operands a
 comparisons as booleans, or as numbers where a number is wanted; and masking."""
 from __future__ import annotations
 
+import dataclasses
+
+from dt.dtypes import is_integer
 from dt.errors import DTScheduleError
 from dt.ir import algorithm as A
 from dt.ir import scheduled as S
-from dt.ir.index_expr import IConst, IExpr
+from dt.ir.index_expr import IConst, IExpr, IVar
 from dt.ir.lower.dtypes import is_bool
+from dt.ir.naming import size_name
+from dt.ir.ops import OPS
+
+INDEX = "i32"  # the dtype of dimensions, lens and integer constants: what tile indices are
 
 
 class ExpressionLowering:
     """The expression part of a kernel's lowering (dt.ir.lower.kernel.KernelLowering)."""
 
     def number(self, e: A.Expr, func: str, env) -> S.TExpr:
-        """e as a number: comparison results (booleans) become 1.0 / 0.0."""
+        """e as a number: comparison results (booleans) become 1.0 / 0.0; integers stay integers."""
         return A.recurse(lambda item: self._lower_step(*item, func, env), (e, True))
+
+    def real(self, e: A.Expr, func: str, env) -> S.TExpr:
+        """e as a number in the compute dtype (what reductions accumulate)."""
+        return self.as_dtype(self.number(e, func, env), self.compute)
+
+    @staticmethod
+    def as_dtype(value: S.TExpr, dtype: str) -> S.TExpr:
+        """value converted to dtype: a leaf that holds its own dtype is made in it (a literal, an
+        index, an extent, a scalar), anything else cast."""
+        if value.dtype == dtype:
+            return value
+        if isinstance(value, (S.Literal, S.Param, S.Extent, S.IndexOf, S.Index)):
+            return dataclasses.replace(value, dtype=dtype)
+        return S.Cast(value, dtype)
+
+    def _operands(self, op: str, operands: list[S.TExpr]) -> list[S.TExpr]:
+        """The operands of `op` in the dtypes it computes in: integers stay integers for an op
+        closed over them (x + 1, i // 4) when no operand is a float; otherwise every integer
+        becomes a float of the compute dtype."""
+        values = operands[1:] if op == "where" else operands
+        integers = [v for v in values if is_integer(v.dtype)]
+        if integers and (not OPS[op].integer or len(integers) < len([v for v in values if v.dtype != "bool"])):
+            values = [self.as_dtype(v, self.compute) if is_integer(v.dtype) else v for v in values]
+        return [operands[0], *values] if op == "where" else values
+
+    def index(self, e: A.Expr, func: str, env) -> S.TExpr:
+        """A subscript as an integer tile (i32, or i64 where a gathered value or scalar is)."""
+        value = self.number(e, func, env)
+        if not is_integer(value.dtype):
+            raise AssertionError(f"subscript {A.expr_text(e)} lowered to {value.dtype} (the checker admits integers only)")
+        return value
 
     def _lower_step(self, e: A.Expr, as_number: bool, func: str, env):
         """A step of A.recurse lowering e (expressions nest deeper than Python recursion goes):
         yields (operand, as a number) for each operand it needs lowered."""
         if isinstance(e, A.Num):
-            value = S.Literal(e.value, self.compute)
+            value = S.Literal(e.value, INDEX if e.integer else self.compute)
         elif isinstance(e, A.ScalarRef):
-            value = S.Param(e.name, self.compute)
+            value = S.Param(e.name, self.types.scalar_dtypes.get(e.name, self.compute))
         elif isinstance(e, A.Len):
-            value = S.Extent(e.dim, self.compute)
+            value = S.Extent(e.dim, INDEX)
         elif isinstance(e, A.DimRef):
-            value = S.IndexOf(env[e.dim], self.compute)
+            value = S.IndexOf(env[e.dim], INDEX)
         elif isinstance(e, A.Access):
-            value = self.access(e, func, env, None)
+            if e.dims is None:
+                subscripts = []
+                for sub in e.subscripts:
+                    subscripts.append((yield sub, True))
+                value = self.gather(e, subscripts, env)
+            else:
+                value = self.access(e, func, env, None)
+        elif isinstance(e, A.Cast):
+            value = S.Cast((yield e.x, True), e.dtype)
         elif isinstance(e, A.Unary):
-            value = S.Unary(e.op, (yield e.x, True))
+            value = S.Unary(e.op, *self._operands(e.op, [(yield e.x, True)]))
+        elif isinstance(e, A.Binary) and OPS[e.op].syntax == "internal":  # mask logic: 'and' of booleans
+            a = yield e.a, False
+            value = S.Binary(e.op, *self.align(a, (yield e.b, False)))
         elif isinstance(e, A.Binary):
             a = yield e.a, True
-            value = S.Binary(e.op, *self.align(a, (yield e.b, True)))
+            value = S.Binary(e.op, *self.align(*self._operands(e.op, [a, (yield e.b, True)])))
         elif isinstance(e, A.Where):
             cond = yield e.cond, False
             if not is_bool(e.cond):
                 cond = S.Binary("!=", cond, S.Literal(0.0, cond.dtype))
             both_bool = is_bool(e.a) and is_bool(e.b)
             a = yield e.a, not both_bool
-            value = S.Where(*self.align(cond, a, (yield e.b, not both_bool)))
+            value = S.Where(*self.align(*self._operands("where", [cond, a, (yield e.b, not both_bool)])))
         elif isinstance(e, A.Reduce):
             value = self.reduction(e, func, env)
         else:
             raise AssertionError(f"cannot lower {e!r}")
         return S.Cast(value, self.compute) if as_number and is_bool(e) else value
 
+    def gather(self, e: A.Access, subscripts: list[S.TExpr], env) -> S.TExpr:
+        """e read at computed subscripts: a Gather over the axes its subscripts span, 0 outside
+        the tensor; a fused producer is never read so (the checker refuses it)."""
+        order = self.canonical(tuple(dict.fromkeys(d for s in subscripts for d in s.dims)))
+        aligned = tuple(s if not s.dims else s if s.dims == order else S.Expand(s, order) for s in subscripts)
+        if e.kind == "input":
+            dims, dtype = self.cp.input_axes[e.name], self.types.input_dtypes[e.name]
+        else:
+            dims, dtype = self.cp.funcs[e.name].dims, self.types.func_dtypes[e.name]
+        if not is_integer(dtype):
+            dtype = self.compute
+        if e.name not in self.reads:
+            self.reads.append(e.name)
+        extents = tuple(IVar(size_name(d)) for d in dims)
+        return self.assign(e.name, S.Gather(e.name, aligned, extents, order, dtype, e.loc), e.name, e.loc)
+
     def access(self, e: A.Access, func: str, env, order, dtype: str | None = None):
-        axes = tuple(env[i] for i in e.indices)
+        axes = tuple(env[i] for i in e.dims)
         if e.kind == "func" and e.name in self.cp.fused:
             produced = self.lookup(("func", e.name))
             if produced is None:
@@ -62,6 +127,12 @@ class ExpressionLowering:
             if have != axes:
                 raise self.tile_mismatch(e, func, have, axes)
             return S.Ref(name, have, dtype)
+        stored = self.types.input_dtypes.get(e.name) if e.kind == "input" else self.types.func_dtypes[e.name]
+        if is_integer(stored):  # integer data loads as it is; a product's operand is converted after
+            loaded = self.access(e, func, env, order, stored) if dtype != stored else None
+            if loaded is not None:
+                return self.as_dtype(loaded, dtype) if dtype else loaded
+            dtype = stored
         dtype = dtype or self.compute
         key = ("load", e.name, axes, order, dtype)
         cached = self.lookup(key)

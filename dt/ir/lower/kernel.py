@@ -15,6 +15,7 @@ from dt.ir.lower.expressions import ExpressionLowering
 from dt.ir.lower.grid import GridLowering
 from dt.ir.lower.loops import LoopNestLowering
 from dt.ir.lower.online_statistics import OnlineStatistics
+from dt.ir.lower.types import Types
 from dt.ir.lower.reductions import ReductionLowering
 from dt.ir.naming import RESERVED_NAMES, size_name
 
@@ -25,9 +26,12 @@ class KernelLowering(GridLowering, LoopNestLowering, ExpressionLowering, Reducti
     taken, the statements emitted and their scopes, the axes, the producers fused at each loop and
     the reductions already accumulated in a sibling's loop."""
 
-    def __init__(self, cp: CheckedProgram, root: str, compute: str, storage: str, name: str, taken: set[str]):
-        """Lowers the kernel computing `root`, called `name`; its own names avoid `taken`."""
+    def __init__(self, cp: CheckedProgram, root: str, compute: str, storage: str, name: str, taken: set[str],
+                 types: Types):
+        """Lowers the kernel computing `root`, called `name`; its own names avoid `taken`; `types`
+        gives each expression's static type and each Func's dtype."""
         self.cp = cp
+        self.types = types
         self.root = root
         self.name = name
         self.compute = compute

@@ -76,7 +76,7 @@ class ReductionLowering:
                 # the mean's tile is reduced once: its sum feeds both the mean and the deviations
                 r_mean = mean_sums[mean]
                 mean_acc = accumulators[id(r_mean)]
-                values = self.fit(self.number(r_mean.args[0], mean, env2), self.canonical(mean_acc.dims + (ax,)))
+                values = self.fit(self.real(r_mean.args[0], mean, env2), self.canonical(mean_acc.dims + (ax,)))
                 tile_sums[id(r_mean)] = self.assign(f"{e.dim}_tile_sum", self.fit(
                     S.Reduce("sum", self.masked(values, ax, 0.0), ax), mean_acc.dims), "rsum", r_mean.loc)
                 self.merge_deviations(m2, running_means.get(mean), values, tile_sums[id(r_mean)], ax, seen,
@@ -85,7 +85,7 @@ class ReductionLowering:
             for maximum, sums in exp_sums.items():
                 r_max = self.cp.funcs[maximum].expr  # rmax(e, dim) itself (statistics.max_reduction)
                 max_acc = accumulators[id(r_max)]
-                values = self.fit(self.number(r_max.args[0], maximum, env2), self.canonical(max_acc.dims + (ax,)))
+                values = self.fit(self.real(r_max.args[0], maximum, env2), self.canonical(max_acc.dims + (ax,)))
                 if not isinstance(values, S.Ref):  # computed once, for the max and the exponentials
                     values = self.assign(f"{e.dim}_max_input", values, "rmax", r_max.loc)
                 new_maxima[id(r_max)] = self.rescale_exp_sums(maximum, max_acc, sums, values, ax, env2, r_max.loc,
@@ -150,11 +150,11 @@ class ReductionLowering:
         update = self.dot_update(e, func, env, ax, acc, given) if op == "dot" else None
         if update is None:
             if op == "dot":
-                a, b = self.align(*(given[k] if k in given else self.number(x, func, env)
+                a, b = self.align(*(given[k] if k in given else self.real(x, func, env)
                                     for k, x in enumerate(e.args)))
                 value = S.Binary("*", a, b)
             else:
-                value = self.number(e.args[0], func, env)
+                value = self.real(e.args[0], func, env)
             full = self.canonical(acc.dims + (ax,))
             value = self.fit(value, full)
             value = self.masked(value, ax, identity)
@@ -184,9 +184,9 @@ class ReductionLowering:
     def dot_operand(self, e: A.Expr, func, env, layout, ax) -> S.TExpr | None:
         """An operand of a Dot laid out as `layout`, zero past the end of reduction axis `ax`, in
         the dot dtype. Inputs and temporaries load straight in that dtype: no round trip via f32."""
-        if isinstance(e, A.Access) and e.name not in self.cp.fused:
+        if isinstance(e, A.Access) and e.dims is not None and e.name not in self.cp.fused:
             return self.access(e, func, env, layout, self.dot_dtype)
-        x = self.number(e, func, env)
+        x = self.real(e, func, env)
         if x.unit:
             return None
         if x.dims != layout:

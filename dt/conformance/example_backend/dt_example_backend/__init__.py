@@ -17,7 +17,8 @@ from dt.backends.render import Renderer, supported_ops
 from dt.ir import scheduled as S
 from dt.ir.printer import ir_text
 
-DTYPES = {"f32": np.float32, "f16": np.float16, "bf16": ml_dtypes.bfloat16, "f64": np.float64}
+DTYPES = {"f32": np.float32, "f16": np.float16, "bf16": ml_dtypes.bfloat16, "f64": np.float64, "bool": np.bool_,
+          "i8": np.int8, "u8": np.uint8, "i16": np.int16, "i32": np.int32, "i64": np.int64}
 
 # How this backend computes each op of dt.ir.ops: the keys are the ops it supports.
 OPS = {
@@ -26,6 +27,7 @@ OPS = {
     "sin": np.sin, "cos": np.cos, "floor": np.floor, "ceil": np.ceil, "softplus": lambda v: np.logaddexp(0.0, v),
     "erf": lambda v: np.vectorize(math.erf, otypes=[v.dtype])(v),
     "+": np.add, "-": np.subtract, "*": np.multiply, "/": np.divide, "pow": np.power,
+    "//": np.floor_divide, "%": np.mod,  # Python's floor division and remainder, as DT's
     "maximum": np.maximum, "minimum": np.minimum,
     "<": np.less, "<=": np.less_equal, ">": np.greater, ">=": np.greater_equal, "==": np.equal, "!=": np.not_equal,
     "where": np.where, "not": np.logical_not, "and": np.logical_and,
@@ -36,7 +38,7 @@ REDUCE = {"sum": np.sum, "max": np.max, "min": np.min}
 class ExampleBackend:
     name = "example"
     capabilities = Capabilities(dtypes=frozenset(DTYPES), ops=supported_ops(OPS, (*REDUCE, "dot")), array="numpy",
-                                devices=("cpu",))
+                                devices=("cpu",), gathers=True)
 
     def source(self, pipeline: S.Pipeline) -> str:
         """There is no generated code: the IR itself is what runs, so show that."""
@@ -45,8 +47,10 @@ class ExampleBackend:
     def compile(self, pipeline: S.Pipeline):
         def run(tensors: dict, scalars: dict, sizes: dict) -> dict:
             memory = dict(tensors)
-            for t in pipeline.temporaries + pipeline.outputs:  # NaN: an unwritten element shows
-                memory[t.name] = np.full([sizes[S.size_name(d)] for d in t.dims], np.nan, DTYPES[t.dtype])
+            for t in pipeline.temporaries + pipeline.outputs:  # NaN (or the least integer): an unwritten element shows
+                unwritten = np.nan if t.dtype in ("f32", "f16", "bf16", "f64") else 0 if t.dtype == "bool" else \
+                    np.iinfo(DTYPES[t.dtype]).min
+                memory[t.name] = np.full([sizes[S.size_name(d)] for d in t.dims], unwritten, DTYPES[t.dtype])
             for kernel in pipeline.kernels:
                 for pid in range(S.evaluate_index(kernel.program_count, sizes)):
                     Instance(pipeline, memory, scalars, sizes, pid).execute(kernel.body)
@@ -105,20 +109,20 @@ class Instance(Renderer):
 
     # ------------------------------------------------------------ tile expressions
     def Literal(self, e: S.Literal):
-        return self.compute(e.value)
+        return DTYPES[e.dtype](e.value)
 
     def Param(self, e: S.Param):
-        return self.compute(self.scalars[e.name])
+        return DTYPES[e.dtype](self.scalars[e.name])
 
     def Extent(self, e: S.Extent):
-        return self.compute(self.sizes[S.size_name(e.dim)])
+        return DTYPES[e.dtype](self.sizes[S.size_name(e.dim)])
 
     def IndexOf(self, e: S.IndexOf):
         start, lanes, _ = self.axes[e.axis]
-        return np.arange(start, start + lanes).astype(self.compute)
+        return np.arange(start, start + lanes).astype(DTYPES[e.dtype])
 
     def Index(self, e: S.Index):
-        return self.compute(S.evaluate_index(e.value, self.ints))
+        return DTYPES[e.dtype](S.evaluate_index(e.value, self.ints))
 
     def Mask(self, e: S.Mask):
         _, lanes, valid = self.axes[e.axis]
@@ -132,6 +136,16 @@ class Instance(Renderer):
         valid = tuple(slice(0, self.axes[a][2]) for a in e.indices)
         tile[valid] = self.memory[e.tensor][self.window(e.indices)]
         return tile.transpose([e.indices.index(a) for a in e.order])
+
+    def Gather(self, e: S.Gather):  # zero wherever an index falls outside the tensor
+        tensor, shape = self.memory[e.tensor], self.shape(e.order)
+        index = [np.broadcast_to(self.value(x).astype(np.int64), shape) for x in e.subscripts]
+        inside = np.ones(shape, bool)
+        for i, n in zip(index, tensor.shape):
+            inside &= (i >= 0) & (i < n)
+        tile = np.zeros(shape, DTYPES[e.dtype])
+        tile[inside] = tensor[tuple(i[inside] for i in index)]
+        return tile
 
     def Unary(self, e: S.Unary):
         return self.op(e.op)(self.value(e.x))

@@ -1,0 +1,68 @@
+"""Subscripts: each is an integer index expression. Dimensions, integer constants, `len`, scalar
+inputs and reads of input tensors (gathers) combine with `+`, `-`, `*`, and with `//` and `%` by
+a positive divisor; a cast to an integer dtype makes any value an index. Whether a scalar or a
+gathered tensor holds integers is known only when the program is called (dt.ir.lower.types)."""
+from __future__ import annotations
+
+from dt.dtypes import INTEGERS
+from dt.errors import DTTypeError
+from dt.ir import algorithm as A
+
+_ARITHMETIC = ("+", "-", "*", "maximum", "minimum")
+
+
+def check_subscripts(defs: dict[str, A.FuncDef]):
+    for f in defs.values():
+        for e in A.walk(f.expr):
+            if isinstance(e, A.Access):
+                for s in e.subscripts:
+                    _check_index(s, e)
+
+
+def _check_index(s: A.Expr, access: A.Access):
+    stack = [s]
+    while stack:
+        e = stack.pop()
+        if isinstance(e, (A.DimRef, A.Len, A.ScalarRef)):
+            continue
+        if isinstance(e, A.Num):
+            if not e.integer:
+                raise DTTypeError(f"the index {A.expr_text(s)} of '{access.name}' is not an integer: {e.value!r} is "
+                                  "a float", e.loc or access.loc, "write an integer constant")
+        elif isinstance(e, A.Access):
+            if e.kind != "input":
+                raise DTTypeError(f"'{access.name}' is indexed by Func '{e.name}': a gather reads an integer input",
+                                  e.loc or access.loc, f"pass the indices as an input tensor (In {e.name};)")
+        elif isinstance(e, A.Cast):
+            if e.dtype not in INTEGERS:
+                raise DTTypeError(f"the index {A.expr_text(s)} of '{access.name}' is cast to {e.dtype}, not an integer",
+                                  e.loc or access.loc, "cast an index to an integer dtype, e.g. cast(..., i32)")
+        elif isinstance(e, A.Unary) and e.op == "neg":
+            stack.append(e.x)
+        elif isinstance(e, A.Binary) and e.op in _ARITHMETIC:
+            stack += [e.a, e.b]
+        elif isinstance(e, A.Binary) and e.op in ("//", "%"):
+            _check_divisor(e, s, access)
+            stack += [e.a, e.b]
+        else:
+            what = "'/' divides as floats" if isinstance(e, A.Binary) and e.op == "/" else \
+                f"{A.expr_text(e)} is not integer arithmetic"
+            raise DTTypeError(f"the index {A.expr_text(s)} of '{access.name}' is not an integer: {what}",
+                              e.loc or access.loc, "a subscript is integer arithmetic of dimensions, integer constants, "
+                                                   "len(...) and integer inputs: + - * // %")
+
+
+def _check_divisor(e: A.Binary, s: A.Expr, access: A.Access):
+    """`//` and `%` in a subscript divide by a positive integer: a constant, a len, an integer
+    scalar (checked when called), or sums and products of those."""
+    stack = [e.b]
+    while stack:
+        d = stack.pop()
+        if isinstance(d, (A.Len, A.ScalarRef)) or (isinstance(d, A.Num) and d.integer and d.value > 0):
+            continue
+        if isinstance(d, A.Binary) and d.op in ("+", "*"):
+            stack += [d.a, d.b]
+            continue
+        raise DTTypeError(f"'{e.op}' in the index {A.expr_text(s)} of '{access.name}' divides by "
+                          f"{A.expr_text(e.b)}, which may not be a positive integer", e.loc or access.loc,
+                          "divide by a positive integer constant, a len(...) or an integer scalar")

@@ -1,0 +1,88 @@
+"""Static types: whether each DT expression is an integer, a float or a boolean, and the dtype each
+Func is stored in. Dimensions, `len`, integer constants, integer inputs and integer scalars are
+integers; `+ - * // %` (and the other ops closed over integers, dt.ir.ops) of integers are
+integers; an operand that is a float makes the result a float; comparisons are booleans. A Func
+defined as a `cast` is stored in that dtype, one whose definition is an integer as `i64`, any
+other in the storage dtype of the pipeline.
+
+Reductions compute in the compute dtype, integers included (their sum is a float)."""
+from __future__ import annotations
+
+from dt.dtypes import INTEGERS, is_integer
+from dt.errors import DTTypeError
+from dt.ir import algorithm as A
+from dt.ir.ops import OPS
+
+
+class Types:
+    def __init__(self, funcs: dict[str, A.FuncDef], input_dtypes: dict[str, str], scalar_dtypes: dict[str, str],
+                 storage: str):
+        self.input_dtypes = input_dtypes
+        self.scalar_dtypes = scalar_dtypes  # an integer scalar's dtype ('i64'); absent: a float
+        self.func_dtypes: dict[str, str] = {}
+        self._kinds: dict[int, str] = {}
+        for name, f in funcs.items():  # producers first
+            kind = self.kind(f.expr)
+            self.func_dtypes[name] = f.expr.dtype if isinstance(f.expr, A.Cast) else \
+                "i64" if kind == "int" else storage
+
+    def kind(self, e: A.Expr) -> str:
+        """'int', 'float' or 'bool'."""
+        return A.recurse(self._kind_step, e)
+
+    def _kind_step(self, e: A.Expr):
+        known = self._kinds.get(id(e))
+        if known is not None:
+            return known
+        if isinstance(e, (A.DimRef, A.Len)):
+            kind = "int"
+        elif isinstance(e, A.Num):
+            kind = "int" if e.integer else "float"
+        elif isinstance(e, A.ScalarRef):
+            kind = "int" if e.name in self.scalar_dtypes else "float"
+        elif isinstance(e, A.Access):
+            for s in e.subscripts:
+                yield s
+            dtype = self.input_dtypes.get(e.name) if e.kind == "input" else self.func_dtypes.get(e.name)
+            kind = "bool" if dtype == "bool" else "int" if dtype in INTEGERS else "float"
+        elif isinstance(e, A.Cast):
+            yield e.x
+            kind = "bool" if e.dtype == "bool" else "int" if is_integer(e.dtype) else "float"
+        elif isinstance(e, A.Reduce):
+            for a in e.args:
+                yield a
+            kind = "float"
+        else:
+            kinds = []
+            for c in A.children(e):
+                kinds.append((yield c))
+            op = OPS[e.op if isinstance(e, (A.Unary, A.Binary)) else "where"]
+            if op.result == "bool":
+                kind = "bool"
+            else:
+                operands = kinds[1:] if op.result == "branches" else kinds
+                if op.integer and all(k in ("int", "bool") for k in operands) and "int" in operands:
+                    kind = "int"
+                elif op.result == "branches" and all(k == "bool" for k in operands):
+                    kind = "bool"
+                else:
+                    kind = "float"
+        self._kinds[id(e)] = kind
+        return kind
+
+    def check_indices(self, funcs: dict[str, A.FuncDef]):
+        """Every subscript an integer now that the inputs' and scalars' dtypes are known."""
+        for f in funcs.values():
+            for e in A.walk(f.expr):
+                if not isinstance(e, A.Access):
+                    continue
+                for s in e.subscripts:
+                    for node in A.walk(s):
+                        if isinstance(node, A.Access) and node.kind == "input" and \
+                                self.input_dtypes.get(node.name) not in INTEGERS:
+                            raise DTTypeError(f"'{node.name}' indexes '{e.name}' ({e.text}) but holds "
+                                              f"{self.input_dtypes.get(node.name)} values, not integers", node.loc,
+                                              f"pass {node.name} as an integer tensor (int32 or int64)")
+                        if isinstance(node, A.ScalarRef) and node.name not in self.scalar_dtypes:
+                            raise DTTypeError(f"scalar '{node.name}' indexes '{e.name}' ({e.text}) but is a float",
+                                              node.loc, f"pass {node.name} as a Python int")

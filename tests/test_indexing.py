@@ -1,0 +1,267 @@
+"""Index expressions, gathers, integer data and casts (issue 27), on every backend: each
+construct against the reference evaluator and, where the answer is easy to state, against an
+independent NumPy formula; reads outside a tensor give 0 whatever the schedule."""
+import numpy as np
+import pytest
+
+import dt
+import dt.testing
+from dt import backends
+from dt.errors import DTScheduleError, DTSyntaxError, DTTypeError
+from dt.testing import assert_close
+
+BACKENDS = ("interp", "example", "numba", pytest.param("triton", marks=pytest.mark.needs_triton))
+
+
+def run(prog, backend, sizes=None, **args):
+    """prog on `backend` (torch tensors on the GPU, or the CPU under Triton's interpreter, for
+    Triton), as NumPy arrays."""
+    if not backends.available(backend):
+        pytest.skip(f"backend {backend} is not available: {backends.failures().get(backend)}")
+    if backend == "triton":
+        import torch
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+        args = {k: torch.from_numpy(v).to(device) if isinstance(v, np.ndarray) else v for k, v in args.items()}
+        out = prog(backend=backend, sizes=sizes, **args)
+        return {k: v.cpu().numpy() for k, v in out.items()} if isinstance(out, dict) else out.cpu().numpy()
+    return prog(backend=backend, sizes=sizes, **args)
+
+
+def check(prog, backend, sizes=None, want=None, **args):
+    """prog's output on `backend` equals its reference (and `want`, when given), exactly for
+    integer outputs; returns the output."""
+    out = run(prog, backend, sizes, **args)
+    reference = prog.reference(sizes=sizes, **args)
+    if np.issubdtype(out.dtype, np.integer) or out.dtype == bool:
+        np.testing.assert_array_equal(out, reference)
+    else:
+        assert_close(out, reference, "f32")
+    if want is not None:
+        np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-6)
+    return out
+
+
+rng = np.random.default_rng(0)
+
+SHIFT = """In A; Var x; Func o;
+o[x] = A[x + 1] * 2.0 + A[x - 2];
+o.compile();
+"""
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("schedule", ("", "o.block(x:8);", "o.block(x:16); o.tensorize(x:4);", "o.tensorize(x:0);"))
+def test_a_shifted_read_gives_zero_past_either_end(backend, schedule):
+    prog = dt.loads(SHIFT + schedule)
+    a = rng.standard_normal(37).astype(np.float32)
+    padded = np.concatenate([[0, 0], a, [0]]).astype(np.float32)
+    want = 2 * padded[3:] + padded[:-3]
+    out = check(prog, backend, A=a, want=want)
+    assert out.shape == (37,)
+
+
+CONV = """In W, X; Var c, t; RVar j; Func o;
+o[c, t] = rsum(W[c, j] * X[c, t - j], j);
+o.compile();
+"""
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("schedule", ("", "o.block(c:2, t:16); o.tensorize(c:0, t:16, j:0);"))
+def test_causal_conv1d_binds_t_to_the_input_length(backend, schedule):
+    """X[c, t - j] binds t to X's length (j is bound by W): no sizes= needed."""
+    prog = dt.loads(CONV + schedule)
+    w = rng.standard_normal((3, 4)).astype(np.float32)
+    x = rng.standard_normal((3, 50)).astype(np.float32)
+    want = np.stack([np.convolve(x[c], w[c])[:50] for c in range(3)])
+    check(prog, backend, W=w, X=x, want=want)
+
+
+ROW_MAX = """In A; Var x; RVar y; Func o;
+o[x] = rmax(A[x, y - 1], y);
+o.compile();
+"""
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("schedule", ("", "o.tensorize(y:16);", "o.tensorize(y:0);"))
+def test_a_max_over_shifted_reads_sees_the_zero_shifted_in_and_no_padding(backend, schedule):
+    """y - 1 reads 0 at y = 0 (inside the reduction): negative rows max to 0; lanes past the
+    reduction's end still hold its identity, not a 0."""
+    prog = dt.loads(ROW_MAX + schedule)
+    a = -rng.uniform(1, 2, (5, 21)).astype(np.float32)
+    a[3] = rng.standard_normal(21)
+    want = np.maximum(a[:, :-1].max(axis=1), 0.0)
+    check(prog, backend, A=a, want=want)
+
+
+GROUPED = """In K; Var h, l; Func o;
+o[h, l] = K[h // 4, l] + K[(h + 1) % len(h), l];
+o.compile();
+"""
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_floor_division_and_remainder_select_rows(backend):
+    """h // 4 binds nothing: h's extent comes from sizes=; K's rows from K itself."""
+    prog = dt.loads(GROUPED + "o.block(h:3); o.tensorize(l:8);")
+    k = rng.standard_normal((2, 13)).astype(np.float32)
+    h = np.arange(8)
+    rows = np.concatenate([k, np.zeros((6, 13), np.float32)])
+    want = rows[h // 4] + rows[(h + 1) % 8]
+    check(prog, backend, sizes={"h": 8}, K=k, want=want)
+
+
+ROPE = """In X; Var s, i, d; Func even, rotated;
+even[s, i] = X[s, 2 * i] - X[s, 2 * i + 1];
+rotated[s, d] = X[s, (d + len(d) // 2) % len(d)];
+even.compile(); rotated.compile();
+"""
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_interleaved_and_rotate_half_subscripts(backend):
+    prog = dt.loads(ROPE)
+    x = rng.standard_normal((5, 12)).astype(np.float32)
+    out = run(prog, backend, sizes={"i": 6, "d": 12}, X=x)
+    np.testing.assert_allclose(out["even"], x[:, 0::2] - x[:, 1::2], rtol=1e-6)
+    np.testing.assert_array_equal(out["rotated"], np.roll(x, -6, axis=1))
+
+
+EMBEDDING = """In E, I; Var t, d; Func o;
+o[t, d] = E[I[t], d];
+o.compile();
+"""
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("index_dtype", (np.int32, np.int64, np.int16, np.uint8))
+@pytest.mark.parametrize("schedule", ("", "o.block(t:4, d:16); o.tensorize(t:0, d:0);"))
+def test_an_embedding_gathers_rows_repeated_and_out_of_range_give_zero(backend, index_dtype, schedule):
+    prog = dt.loads(EMBEDDING + schedule)
+    e = rng.standard_normal((10, 19)).astype(np.float32)
+    ids = np.array([3, 3, 0, 9, 10, 255 if index_dtype == np.uint8 else -1, 7], dtype=index_dtype)
+    inside = (ids.astype(np.int64) >= 0) & (ids.astype(np.int64) < 10)
+    want = np.where(inside[:, None], e[np.where(inside, ids, 0)], 0.0)
+    check(prog, backend, E=e, I=ids, want=want)
+
+
+PAGED = """In Kc, T; Var b, l, k; Func o;
+SIn page;
+o[b, l, k] = Kc[T[b, l // page], l % page, k];
+o.compile();
+"""
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_paged_cache_reads_through_its_block_table(backend):
+    prog = dt.loads(PAGED + "o.block(b:1, l:8); o.tensorize(l:0, k:0);")
+    page, pages, k = 4, 6, 5
+    cache = rng.standard_normal((pages, page, k)).astype(np.float32)
+    table = np.array([[5, 0, 2], [1, 1, 4]], dtype=np.int32)
+    want = np.stack([cache[table[b]].reshape(-1, k)[:10] for b in range(2)])
+    check(prog, backend, sizes={"l": 10}, Kc=cache, T=table, page=page, want=want)
+
+
+INTEGERS = """In A; Var x; Func q, r, s;
+q[x] = (x - 5) // 3;
+r[x] = (x - 5) % 3 + A[x] * 0;
+s[x] = cast(A[x] * 10.0, i32);
+q.compile(); r.compile(); s.compile();
+"""
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_integer_funcs_are_stored_as_integers_and_casts_truncate(backend):
+    prog = dt.loads(INTEGERS)
+    a = np.array([-1.27, -0.05, 0.0, 0.31, 2.99, 7.5, -9.99, 1e-3, 3.3], np.float32)
+    out = run(prog, backend, A=a)
+    x = np.arange(9)
+    assert out["q"].dtype == np.int64 and out["s"].dtype == np.int32
+    np.testing.assert_array_equal(out["q"], (x - 5) // 3)
+    np.testing.assert_allclose(out["r"], (x - 5) % 3)
+    np.testing.assert_array_equal(out["s"], np.trunc(a * np.float32(10)).astype(np.int32))
+    for name, value in prog.reference(A=a).items():
+        np.testing.assert_array_equal(out[name], value)
+
+
+TARGETS = """In L, T; Var r, v; Func o;
+o[r, v] = where(T[r] == -100, 0.0, L[r, v] * (T[r] == v));
+o.compile();
+"""
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_integer_inputs_compare_with_dimensions(backend):
+    prog = dt.loads(TARGETS)
+    logits = rng.standard_normal((4, 7)).astype(np.float32)
+    targets = np.array([2, -100, 6, 0], np.int64)
+    want = np.where(targets[:, None] == -100, 0, logits * (targets[:, None] == np.arange(7)))
+    check(prog, backend, L=logits, T=targets, want=want)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_an_integer_scalar_offsets_a_subscript_and_a_bool_input_selects(backend):
+    prog = dt.loads("In K, M; SIn start; Var l; Func o;\no[l] = where(M[l], K[l + start], -1.0);\no.compile();")
+    k = rng.standard_normal(9).astype(np.float32)
+    mask = np.array([1, 0, 1, 1, 0, 1, 1, 1, 1], bool)
+    check(prog, backend, K=k, M=mask, start=3, want=np.where(mask, np.concatenate([k[3:], np.zeros(3)]), -1))
+
+
+PRODUCER = """In A; Var x; Func f, g;
+f[x] = exp(A[x]);
+g[x] = f[x + 1];
+g.compile();
+"""
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("schedule", ("", "f.inline();", "g.block(x:4); f.inline();"))
+def test_a_producer_read_past_its_end_gives_zero_stored_or_inlined(backend, schedule):
+    prog = dt.loads(PRODUCER + schedule)
+    a = rng.standard_normal(11).astype(np.float32)
+    check(prog, backend, A=a, want=np.append(np.exp(a[1:]), 0.0))
+
+
+def test_a_fused_producer_read_at_a_shift_is_refused_naming_the_shift():
+    with pytest.raises(DTScheduleError) as info:
+        dt.loads(PRODUCER + "g.block(x:4); f.fuse_at(g, x);")
+    assert "reads it at computed indices, f[x + 1]" in info.value.message
+    assert "inline it" in info.value.hint
+
+
+@pytest.mark.parametrize("source,error,fragment", [
+    ("In A; Var x; Func o;\no[x + 1] = A[x];\no.compile();", DTSyntaxError, "left-hand side of 'o' has a computed index"),
+    ("In A; Var x; Func o;\no[x] = A[x / 2];\no.compile();", DTTypeError, "'/' divides as floats"),
+    ("In A; Var x; Func o;\no[x] = A[x * 0.5];\no.compile();", DTTypeError, "0.5 is a float"),
+    ("In A; Var x, y; Func o;\no[x, y] = A[x // y];\no.compile();", DTTypeError, "may not be a positive integer"),
+    ("In A; Var x; Func o;\no[x] = A[x % 0];\no.compile();", DTTypeError, "divides by 0"),
+    ("In A; Var x; Func o;\no[x] = A[exp(x)];\no.compile();", DTTypeError, "exp(x) is not integer arithmetic"),
+])
+def test_subscript_errors_point_at_the_subscript(source, error, fragment):
+    with pytest.raises(error) as info:
+        dt.loads(source)
+    assert fragment in info.value.message
+    assert info.value.loc is not None and info.value.loc.line == 2 and info.value.hint
+
+
+def test_a_float_tensor_used_as_gather_indices_is_a_type_error_at_the_call():
+    prog = dt.loads(EMBEDDING)
+    with pytest.raises(DTTypeError) as info:
+        prog(backend="interp", E=np.ones((3, 2), np.float32), I=np.zeros(4, np.float32))
+    assert "'I' indexes 'E' (E[I[t], d]) but holds f32 values" in info.value.message
+    assert info.value.loc.line == 2
+
+
+def test_a_float_scalar_in_a_subscript_is_a_type_error_at_the_call():
+    prog = dt.loads("In K; SIn start; Var l; Func o;\no[l] = K[l + start];\no.compile();")
+    with pytest.raises(DTTypeError, match="scalar 'start' indexes 'K'"):
+        prog(backend="interp", K=np.ones(4, np.float32), start=1.5)
+
+
+def test_an_unbound_input_axis_is_named_after_its_tensor():
+    prog = dt.loads(EMBEDDING)
+    assert prog.checked.input_axes == {"E": ("E_axis0", "d"), "I": ("t",)}
+    args = dt.testing.random_inputs(prog, {"t": 30, "d": 4, "E_axis0": 5})
+    assert args["E"].shape == (5, 4) and args["I"].shape == (30,)
+    assert args["I"].dtype == np.int64 and set(args["I"]) == set(range(5))  # indices within E's rows
