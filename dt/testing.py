@@ -6,12 +6,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dt.dtypes import NUMPY, NUMPY_NAMES, TORCH_NAMES
+from dt.dtypes import INTEGERS, NUMPY, NUMPY_NAMES, TORCH_NAMES
 from dt.runtime import _to_numpy
 
 # (rtol, atol relative to the largest |reference| value) per output dtype. f16/bf16 round
 # every input, every dot operand and the output; f32 rounds only arithmetic.
-TOLERANCES = {"f64": (1e-9, 1e-12), "f32": (1e-4, 1e-5), "f16": (1e-2, 5e-3), "bf16": (5e-2, 2e-2)}
+TOLERANCES = {"f64": (1e-9, 1e-12), "f32": (1e-4, 1e-5), "f16": (1e-2, 5e-3), "bf16": (5e-2, 2e-2),
+              **{d: (0.0, 0.0) for d in INTEGERS}}  # integers agree exactly
 
 
 def tolerance(dtype: str) -> tuple[float, float]:

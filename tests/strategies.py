@@ -131,8 +131,34 @@ def batched(draw):
     return src, {"b": draw(st.integers(1, 5)), "x": draw(st.integers(1, 20)), "y": draw(st.integers(1, 40))}
 
 
+SUBSCRIPTS = ("x", "x + {c}", "x - {c}", "{k} * x + {c}", "x // {k}", "(x + {c}) % len(x)", "x * x - {c}", "I[x]")
+
+
+@st.composite
+def indexed(draw):
+    """Reads at random index expressions (shifts, strides, floor division, remainders, a gather),
+    in an element-wise Func, a reduction or through a producer stored or inlined: 0 outside."""
+    sub = draw(st.sampled_from(SUBSCRIPTS)).format(c=draw(st.integers(0, 5)), k=draw(st.integers(1, 4)))
+    shift = draw(st.integers(0, 3))
+    gather = "I" if "I[" in sub else ""
+    form = draw(st.sampled_from(("elementwise", "reduction", "producer")))
+    if form == "elementwise":
+        schedule = draw(_blocked("o", ["x", "z"]))
+        body = f"o[x, z] = A[{sub}, z + {shift}] * 2.0 + A[x, z];"
+    elif form == "reduction":
+        op = draw(st.sampled_from(("rsum", "rmax", "rmin")))
+        schedule = draw(_blocked("o", ["x"], ["z"]))
+        body = f"o[x] = {op}(A[{sub}, z - {shift}] + A[x, z], z);"
+    else:
+        schedule = draw(_blocked("o", ["x", "z"])) + ("\nf.inline();" if draw(st.booleans()) else "")
+        body = f"f[x, z] = exp(A[x, z]);\no[x, z] = f[{sub}, z] - A[x, z];"
+    dims = "Var x;\nRVar z;" if form == "reduction" else "Var x, z;"
+    src = (f"Func o, f;\nIn A{', I' if gather else ''};\n{dims}\n{body}\n{schedule}\no.compile();\n")
+    return src, {"x": draw(st.integers(1, 30)), "z": draw(st.integers(1, 40))}
+
+
 @st.composite
 def cases(draw, dtypes=("f32", "f16", "bf16")):
-    family = draw(st.sampled_from((elementwise, row_reduction, matmul, two_matmuls, batched)))
+    family = draw(st.sampled_from((elementwise, row_reduction, matmul, two_matmuls, batched, indexed)))
     src, extents = draw(family())
     return Case(src, extents, draw(st.sampled_from(dtypes)))

@@ -1,12 +1,16 @@
 """Index expressions, gathers, integer data and casts (issue 27), on every backend: each
 construct against the reference evaluator and, where the answer is easy to state, against an
 independent NumPy formula; reads outside a tensor give 0 whatever the schedule."""
+import warnings
+
 import numpy as np
 import pytest
 
 import dt
+import dt.debug
 import dt.testing
 from dt import backends
+from dt.debug.errors import DTOutOfRangeWarning
 from dt.errors import DTScheduleError, DTSyntaxError, DTTypeError
 from dt.testing import assert_close
 
@@ -265,3 +269,26 @@ def test_an_unbound_input_axis_is_named_after_its_tensor():
     args = dt.testing.random_inputs(prog, {"t": 30, "d": 4, "E_axis0": 5})
     assert args["E"].shape == (5, 4) and args["I"].shape == (30,)
     assert args["I"].dtype == np.int64 and set(args["I"]) == set(range(5))  # indices within E's rows
+
+
+def test_the_bounds_sanitizer_reports_reads_outside_a_tensor_once_with_the_element():
+    prog = dt.loads(EMBEDDING + "o.block(t:4); o.tensorize(t:0, d:0);", file="emb.dt")
+    e = np.ones((4, 3), np.float32)
+    with dt.debug.sanitize("bounds"), pytest.warns(DTOutOfRangeWarning) as caught:
+        out = prog(E=e, I=np.array([0, 5, 1, 7, 2], np.int64))
+    assert len(caught) == 1  # once per statement and run, with the first element
+    text = str(caught[0].message)
+    assert text.startswith("emb.dt:2:11: read outside a tensor: 'E' is read at E[5, 0], outside its shape (4, 3)")
+    assert "on 6 lane(s)" in text and "^^^^^^^^^^" in text
+    np.testing.assert_array_equal(out[[1, 3]], 0)
+
+
+def test_the_bounds_sanitizer_is_quiet_for_lanes_past_an_extent():
+    """A tile of 8 over 5 elements computes x + 1 on padding lanes too: those are masked, not reads."""
+    prog = dt.loads("In A; Var x; Func o;\no[x] = A[x + 1] + A[x];\no.tensorize(x:8);\no.compile();")
+    with dt.debug.sanitize("bounds"), pytest.warns(DTOutOfRangeWarning, match="A\\[5\\]"):
+        prog(A=np.ones(5, np.float32))  # x = 4 reads A[5]: reported; padding lanes 5..7 are not
+    with dt.debug.sanitize("bounds"), warnings.catch_warnings():
+        warnings.simplefilter("error")
+        dt.loads("In A; Var x; Func o;\no[x] = A[x - 0] * 2.0;\no.tensorize(x:8);\no.compile();")(
+            A=np.ones(5, np.float32))

@@ -34,6 +34,9 @@ DOMAINS: Mapping[str, Callable[[np.random.Generator, tuple], np.ndarray]] = {
     "ints": lambda rng, shape: rng.integers(-3, 4, shape).astype(np.float64),  # ties for comparisons, zeros
     "integers": lambda rng, shape: rng.integers(-50, 51, shape).astype(np.float64),  # exact in every float dtype
     "divisors": lambda rng, shape: rng.choice([-7, -4, -3, -2, -1, 1, 2, 3, 4, 7], shape).astype(np.float64),
+    # gather indices into a 10-row axis: repeats, and out of range on both ends
+    "ids": lambda rng, shape: rng.integers(-2, 12, shape).astype(np.float64),
+    "ids_u8": lambda rng, shape: rng.choice([0, 1, 2, 5, 9, 10, 200, 255], shape).astype(np.float64),
     "scalar": lambda rng, shape: rng.uniform(0.5, 1.5, shape),  # the default for SIn scalars
     "offset": lambda rng, shape: 50.0 + rng.standard_normal(shape),  # a mean far from 0: variances that cancel
     "logits": lambda rng, shape: 100.0 + 10.0 * rng.standard_normal(shape),  # exp overflows f32 unless shifted
@@ -52,7 +55,9 @@ class Case:
     sizes       extents of every dimension, for the default (small, CI) run
     full_sizes  extents for --full (large: meant for GPUs); default: `sizes`
     domains     input or scalar name -> a DOMAINS name, or a number for a fixed scalar
-    dtypes      the input dtypes it runs in (every input gets the same one)
+    dtypes      the input dtypes it runs in (every input gets the same one but those of input_dtypes
+                and those that index others, i64)
+    input_dtypes  input name -> a dtype of its own (integer data: 'i16', 'bool', ...)
     tolerances  dtype -> (rtol, atol), overriding DEFAULT_TOLERANCES
     op          the row of the summary table; default: the name up to its first '.'
     """
@@ -64,6 +69,7 @@ class Case:
     full_sizes: tuple[Mapping[str, int], ...] = ()
     domains: Mapping[str, object] = field(default_factory=dict)
     dtypes: tuple[str, ...] = DTYPES
+    input_dtypes: Mapping[str, str] = field(default_factory=dict)
     tolerances: Mapping[str, tuple[float, float]] = field(default_factory=dict)
     op: str = ""
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from dt.conformance.case import Case
+from dt.conformance.indexing import CASES as INDEXING_CASES
 from dt.ir.ops import OPS_LIST, Check, Op
 
 
@@ -557,4 +558,6 @@ CATALOGUE: tuple[Case, ...] = (
           "small": "attention.block(m:8);\nattention.tensorize(m:8, n:16, k:8, l:0);\nmm.fuse_at(e, l);\n"
                    "dvsr.fuse_at(sm, m);\nsm.fuse_at(attention, m);\ne.fuse_at(attention, m);\nattention.compile();"},
          *ATTENTION_CHECK),
+    # ------------------------------------------------------------ index expressions, gathers, integers, casts
+    *INDEXING_CASES,
 )

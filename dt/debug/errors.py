@@ -50,3 +50,14 @@ class DTRaceError(DTSanitizerError):
 class DTNonFiniteError(DTSanitizerError):
     """A tile statement produced NaN or Inf on a valid (unmasked) lane."""
     kind = "non-finite value"
+
+
+class DTOutOfRangeRead(DTError):
+    """What the bounds sanitizer reports, as a DTOutOfRangeWarning, of a read at computed
+    indices outside its tensor (A[x + 1] at the last x, an out-of-range gather index): such a
+    read gives 0 by definition, which is what zero padding relies on and what a bad index hides."""
+    kind = "read outside a tensor"
+
+
+class DTOutOfRangeWarning(UserWarning):
+    """A DTOutOfRangeRead, rendered: where, which element, how many lanes; the run goes on."""

@@ -57,6 +57,10 @@ class InstrumentedRenderer(Renderer):
     def Load(self, e: S.Load) -> str:
         return f'_dbg.load({self.sid}, "{e.tensor}", {self.load_args(e)})'
 
+    def Gather(self, e: S.Gather) -> str:
+        spans = f"({e.order[0]},)" if len(e.order) == 1 else f"({', '.join(e.order)})"
+        return f'_dbg.gather({self.sid}, "{e.tensor}", {self.gather_args(e, spans)})'
+
     def _stop_hook(self, w: Writer):
         """Number the tile statement about to be rendered, and call `_dbg.stop` before it."""
         self.sid = next(self.statement_ids)

@@ -5,14 +5,15 @@ from __future__ import annotations
 
 import os
 import sys
+import warnings
 from collections import defaultdict
 
 import numpy as np
 
-from dt.backends.numpy.runtime import load, store
+from dt.backends.numpy.runtime import gather, load, store
 from dt.debug import config as debug_config
-from dt.debug.errors import (DTNonFiniteError, DTOutOfBoundsError, DTRaceError, DTSanitizerError,
-                             DTUninitializedReadError)
+from dt.debug.errors import (DTNonFiniteError, DTOutOfBoundsError, DTOutOfRangeRead, DTOutOfRangeWarning,
+                             DTRaceError, DTSanitizerError, DTUninitializedReadError)
 from dt.debug.frame import Frame
 from dt.debug.info import ProgramInfo, Statement
 from dt.debug.trace import TileRecord
@@ -46,6 +47,7 @@ class Session:
         self.counts: dict[int, int] = {}
         self.writers: dict[str, np.ndarray] = {}  # instance that last wrote each element, -1 if none
         self.buffers: dict[str, np.ndarray] = {}
+        self.reported_reads: set[int] = set()  # statements whose read outside a tensor was reported
         self._resolve(config.breakpoints)
         self.traces = config.traces
         self.run_index = {id(t): t._start_run(info.pipeline.name, self.sizes) for t in self.traces}
@@ -198,6 +200,31 @@ class Session:
         if self.checks:
             self._check_access(sid, name, tensor, spans, "load")
         return load(tensor, spans, perm, dtype)
+
+    def gather(self, sid: int, name: str, tensor: np.ndarray, subscripts, spans, shape, dtype):
+        """A load at computed indices; the bounds sanitizer reports, once per statement, the
+        valid lanes (those within their axes' limits) that read outside the tensor."""
+        if "bounds" in self.checks and sid not in self.reported_reads:
+            valid = np.ones(shape, dtype=bool)
+            for axis, (_, lanes, count) in enumerate(spans):
+                valid &= (np.arange(lanes) < count).reshape([-1 if a == axis else 1 for a in range(len(shape))])
+            index = np.broadcast_arrays(*(np.asarray(s, dtype=np.int64) for s in subscripts), valid)[:-1]
+            outside = np.zeros(shape, dtype=bool)
+            for i, n in zip(index, tensor.shape):
+                outside |= (i < 0) | (i >= n)
+            outside &= valid
+            if outside.any():
+                self.reported_reads.add(sid)
+                lane = tuple(np.argwhere(outside)[0])
+                element = tuple(int(i[lane]) for i in index)
+                st = self.info.statements[sid]
+                report = DTOutOfRangeRead(
+                    f"'{name}' is read at {name}[{', '.join(map(str, element))}], outside its shape "
+                    f"{tuple(tensor.shape)}, on {int(outside.sum())} lane(s) (program {self.pid} of "
+                    f"{self.info.kernel_of(sid)}): each reads 0", st.loc,
+                    "zero padding reads there on purpose (a shifted read at an edge); an index tensor should not")
+                warnings.warn(report.render(), DTOutOfRangeWarning, stacklevel=2)
+        return gather(tensor, subscripts, shape, dtype)
 
     def store(self, sid: int, name: str, tensor: np.ndarray, spans, value):
         if self.checks:

@@ -164,10 +164,12 @@ class Renderer(BaseRenderer):
         """rt.store's arguments: the tensor, its spans, the value."""
         return f"{self.names.tensors[s.tensor]}, {_tuple(s.indices)}, {self.texpr(s.value)}"
 
-    def gather_args(self, e: S.Gather) -> str:
-        """rt.gather's arguments: the tensor, the subscripts, the result's shape, the dtype."""
+    def gather_args(self, e: S.Gather, spans: str = "") -> str:
+        """rt.gather's arguments: the tensor, the subscripts, (`spans`, when given,) the result's
+        shape, the dtype."""
         subscripts = _tuple(self.texpr(x) for x in e.subscripts)
-        return f"{self.names.tensors[e.tensor]}, {subscripts}, {self.shape(e.order) if e.order else '()'}, {e.dtype}"
+        shape = self.shape(e.order) if e.order else "()"
+        return f"{self.names.tensors[e.tensor]}, {subscripts}, {spans + ', ' if spans else ''}{shape}, {e.dtype}"
 
     def load_args(self, e: S.Load) -> str:
         """rt.load's arguments: the tensor, its spans, the axis permutation, the dtype."""

@@ -81,14 +81,18 @@ class CheckedProgram:
 
     @cached_property
     def index_inputs(self) -> dict[str, str]:
-        """Each input read inside another's subscript (I of E[I[t], d]) -> the dimension of the
-        axis it indexes."""
+        """Each input read inside a subscript (I of E[I[t], d]) -> the dimension of the axis it
+        indexes."""
         found: dict[str, str] = {}
-        for access in self.input_accesses:
-            for axis, sub in enumerate(access.subscripts):
-                for node in A.walk(sub):
-                    if isinstance(node, A.Access) and node.kind == "input":
-                        found.setdefault(node.name, self.input_axes[access.name][axis])
+        for f in self.written.values():
+            for access in A.walk(f.expr):
+                if not isinstance(access, A.Access):
+                    continue
+                axes = self.input_axes[access.name] if access.kind == "input" else self.written[access.name].dims
+                for axis, sub in enumerate(access.subscripts):
+                    for node in A.walk(sub):
+                        if isinstance(node, A.Access) and node.kind == "input":
+                            found.setdefault(node.name, axes[axis])
         return found
 
     @cached_property

@@ -1,0 +1,139 @@
+"""The LLM kernels of examples/llm/, each against an independent NumPy reference (written from
+the operation's definition, not from dt's reference evaluator), on every backend, at sizes that
+divide nothing."""
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import dt
+from dt import backends
+from dt.testing import assert_close
+
+LLM = Path(__file__).resolve().parents[1] / "examples" / "llm"
+BACKENDS = ("interp", "numba", pytest.param("triton", marks=pytest.mark.needs_triton))
+rng = np.random.default_rng(7)
+
+
+def run(name, backend, sizes=None, **args):
+    if not backends.available(backend):
+        pytest.skip(f"backend {backend} is not available: {backends.failures().get(backend)}")
+    prog = dt.load(LLM / f"{name}.dt")
+    if backend == "triton":
+        import torch
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+        args = {k: torch.from_numpy(v).to(device) if isinstance(v, np.ndarray) else v for k, v in args.items()}
+        out = prog(backend=backend, sizes=sizes, **args)
+        return {k: v.cpu().numpy() for k, v in out.items()} if isinstance(out, dict) else out.cpu().numpy()
+    return prog(backend=backend, sizes=sizes, **args)
+
+
+def normal(*shape):
+    return rng.standard_normal(shape).astype(np.float32)
+
+
+def rope_tables(s, half):
+    inv_freq = 1.0 / (10000 ** (np.arange(half) / half))
+    angles = np.arange(s)[:, None] * inv_freq[None, :]
+    return np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_rope_rotate_half(backend):
+    b, s, h, kh, d = 2, 5, 3, 1, 12
+    q, k = normal(b, s, h, d), normal(b, s, kh, d)
+    cos, sin = rope_tables(s, d // 2)
+    cos, sin = np.concatenate([cos, cos], 1), np.concatenate([sin, sin], 1)  # Hugging Face's layout
+
+    def rotate_half(x):
+        return np.concatenate([-x[..., d // 2:], x[..., :d // 2]], -1)
+
+    out = run("rope", backend, Q=q, K=k, C=cos, S=sin)
+    assert_close(out["q_out"], q * cos[:, None] + rotate_half(q) * sin[:, None], "f32")
+    assert_close(out["k_out"], k * cos[:, None] + rotate_half(k) * sin[:, None], "f32")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_rope_interleaved(backend):
+    b, s, h, kh, d = 2, 5, 3, 2, 10
+    q, k = normal(b, s, h, d), normal(b, s, kh, d)
+    cos, sin = rope_tables(s, d // 2)
+
+    def rotate(x):  # as complex numbers: (x[2i] + i x[2i+1]) * e^{i angle}
+        z = (x[..., 0::2] + 1j * x[..., 1::2]) * (cos + 1j * sin)[:, None]
+        return np.stack([z.real, z.imag], -1).reshape(x.shape)
+
+    out = run("rope_interleaved", backend, Q=q, K=k, C=cos, S=sin)
+    assert_close(out["q_out"], rotate(q), "f32")
+    assert_close(out["k_out"], rotate(k), "f32")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_embedding(backend):
+    table = normal(50, 33)
+    ids = np.array([0, 49, 3, 3, 17, 49, 0, 8, 25, 1, 2], np.int64)
+    assert_close(run("embedding", backend, E=table, I=ids), table[ids], "f32")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_causal_conv1d(backend):
+    b, c, t, width = 2, 5, 300, 4
+    x, w, bias = normal(b, c, t), normal(c, width), normal(c)
+    padded = np.concatenate([np.zeros((b, c, width - 1), np.float32), x], -1)
+    pre = bias[None, :, None] + sum(w[None, :, j, None] * padded[:, :, j:j + t] for j in range(width))
+    assert_close(run("conv1d", backend, X=x, W=w, B=bias), pre / (1 + np.exp(-pre)), "f32")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_cross_entropy_with_ignored_targets(backend):
+    rows, vocab = 6, 5003
+    logits = (normal(rows, vocab) * 4 + 30).astype(np.float32)  # exp overflows f32 unless shifted
+    targets = np.array([0, vocab - 1, -100, 17, 4096, -100], np.int64)
+    shifted = logits.astype(np.float64) - logits.max(1, keepdims=True)
+    logsumexp = np.log(np.exp(shifted).sum(1)) + logits.max(1)
+    picked = logits[np.arange(rows), np.where(targets < 0, 0, targets)]
+    want = np.where(targets == -100, 0.0, logsumexp - picked)
+    assert_close(run("cross_entropy", backend, L=logits, T=targets), want, "f32")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_group_norm(backend):
+    b, groups, per_group, s = 2, 3, 4, 37
+    x, w, bias = normal(b, groups * per_group, s) + 3, normal(groups * per_group), normal(groups * per_group)
+    grouped = x.reshape(b, groups, -1).astype(np.float64)
+    mean, var = grouped.mean(-1, keepdims=True), grouped.var(-1, keepdims=True)
+    want = ((grouped - mean) / np.sqrt(var + 1e-5)).reshape(x.shape) * w[:, None] + bias[:, None]
+    out = run("group_norm", backend, sizes={"g": groups, "cg": per_group}, X=x, W=w, B=bias, eps=1e-5)
+    assert_close(out, want, "f32")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_weight_only_int8_matmul(backend):
+    m, n, k = 37, 21, 70
+    x = normal(m, k)
+    weights = rng.integers(-127, 128, (n, k)).astype(np.int8)
+    scales = (rng.uniform(0.5, 2.0, n) / 127).astype(np.float32)
+    want = x.astype(np.float64) @ weights.T.astype(np.float64) * scales
+    assert_close(run("int8_matmul", backend, X=x, Wq=weights, S=scales), want, "f32")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_paged_decode_attends_through_the_block_table(backend):
+    batch, heads, kv_heads, d, page = 3, 4, 2, 8, 16
+    lengths = np.array([37, 1, 64], np.int64)
+    pages_per_seq = 4
+    cache_pages = 13
+    kc, vc = normal(cache_pages, page, kv_heads, d), normal(cache_pages, page, kv_heads, d)
+    table = rng.permutation(cache_pages)[:batch * pages_per_seq].reshape(batch, pages_per_seq).astype(np.int32)
+    q = normal(batch, heads, d)
+    want = np.zeros((batch, heads, d))
+    for b in range(batch):  # gather the sequence's tokens, then plain softmax attention
+        keys = kc[table[b]].reshape(-1, kv_heads, d)[:lengths[b]]
+        values = vc[table[b]].reshape(-1, kv_heads, d)[:lengths[b]]
+        for h in range(heads):
+            s = keys[:, h // (heads // kv_heads)] @ q[b, h] / np.sqrt(d)
+            p = np.exp(s - s.max())
+            want[b, h] = p @ values[:, h // (heads // kv_heads)] / p.sum()
+    out = run("paged_decode", backend, sizes={"l": pages_per_seq * page}, Q=q, Kc=kc, Vc=vc, T=table, L=lengths,
+              scale=float(1 / np.sqrt(d)), group=heads // kv_heads)
+    assert_close(out, want, "f32")
