@@ -97,7 +97,8 @@ def _dt(schedule: Path | None):
         path = schedule or schedule_for(case, ctx.overrides)
         prog = ctx.program(path)
         scalars, backend = case.kernel.scalars, ctx.dt_backend
-        return lambda t: (lambda: prog(backend=backend, **t, **scalars))
+        sizes = {d: case.extents[d] for d in case.kernel.dt_sizes} or None
+        return lambda t: (lambda: prog(backend=backend, sizes=sizes, **t, **scalars))
     return build
 
 
@@ -123,6 +124,9 @@ def _liger(case: Case, ctx: Context):
 
 
 def _sdpa(case: Case, ctx: Context):
+    if callable(case.kernel.sdpa):  # the kernel's own call (inputs prepared outside the timing)
+        return lambda t: case.kernel.sdpa(t, case.extents, case.kernel.scalars)
+
     def make(t):
         m, n = case.out_shape
         q = t["A"][None, None]
@@ -164,7 +168,8 @@ def run_case(case: Case, providers: list[Provider], ctx: Context, timer: measure
     device, dtype = ctx.device, DTYPES[case.dtype]
     seed = zlib.crc32(case.title.encode())
     check_inputs = measure.case_inputs(case, device, seed)
-    ref = case.kernel.torch_fn(**{n: t.double() for n, t in check_inputs.items()}, **case.kernel.scalars)
+    ref = case.kernel.torch_fn(**{n: t.double() if t.is_floating_point() else t for n, t in check_inputs.items()},
+                               **case.kernel.scalars)
     time_inputs = measure.case_inputs(case, device, seed + 1)  # fresh data for the timing runs
     ceiling = measure.SAME_SIZE_COPY if case.kernel.kind == MEMORY else measure.CUBLAS
     ceiling_error, ceiling_runs, copy_bytes = None, [], None

@@ -39,8 +39,12 @@ class Kernel:
     torch_fn: Callable                         # fn(**tensors, **scalars) -> tensor
     gemms: Callable[[dict], list] | None = None  # extents -> [(M, N, K)] of its matrix products
     liger: Callable | None = None              # (liger functional module, tensors, scalars) -> fn()
-    sdpa: bool = False                         # attention: also time F.scaled_dot_product_attention
+    sdpa: bool | Callable = False              # attention: also time F.scaled_dot_product_attention
     notes: str = ""
+    # Integer inputs (ids, targets, tables, int8 weights): name -> fn(extents, generator, device)
+    integer_inputs: dict[str, Callable] = field(default_factory=dict)
+    dt_sizes: tuple[str, ...] = ()             # extents the dt provider passes as sizes= (no input gives them)
+    moved: Callable[[dict, int], int] | None = None  # (extents, item bytes) -> bytes, when not every input is read whole
 
     def extents(self, shape: tuple[int, ...]) -> dict[str, int]:
         return dict(zip(self.dims, shape))
@@ -71,9 +75,14 @@ class Case:
 
     @property
     def bytes(self) -> int:
-        """The fewest bytes the kernel must move: each input read once, the output written once."""
-        n = sum(math.prod(self.input_shape(i)) for i in self.kernel.inputs) + math.prod(self.out_shape)
-        return n * DTYPE_BYTES[self.dtype]
+        """The fewest bytes the kernel must move: each input read once, the output written once
+        (or what the kernel's `moved` says, for gathers)."""
+        item = DTYPE_BYTES[self.dtype]
+        if self.kernel.moved is not None:
+            return self.kernel.moved(self.extents, item)
+        floats = [i for i in self.kernel.inputs if i not in self.kernel.integer_inputs]
+        n = sum(math.prod(self.input_shape(i)) for i in floats) + math.prod(self.out_shape)
+        return n * item + sum(math.prod(self.input_shape(i)) * 8 for i in self.kernel.integer_inputs)
 
     @property
     def gemm_shapes(self) -> list[tuple[int, int, int]]:
@@ -242,6 +251,11 @@ def matching(rows: list[Case], patterns: list[str] | None) -> list[Case]:
     """The rows whose title ('softmax [x=128, y=65536] f32') contains any of `patterns`
     (every row when there are none)."""
     return [c for c in rows if any(p in c.title for p in patterns)] if patterns else rows
+
+
+from llm import LLM_KERNELS  # noqa: E402  (the kernels of issue 27: they use Kernel)
+
+KERNELS.update(LLM_KERNELS)
 
 
 # ----------------------------------------------------------------------- DT schedules

@@ -231,9 +231,11 @@ def random_tensor(shape, dtype: torch.dtype, device: torch.device, generator: to
 
 
 def case_inputs(case, device, seed: int) -> dict:
-    """A row's input tensors (cases.Case), by DT name, drawn as random_tensor does."""
+    """A row's input tensors (cases.Case), by DT name: floats drawn as random_tensor does, integer
+    data (ids, targets, tables, int8 weights) by the kernel's own functions."""
     g = generator(device, seed)
-    return {n: random_tensor(case.input_shape(n), DTYPES[case.dtype], device, g) for n in case.kernel.inputs}
+    return {n: case.kernel.integer_inputs[n](case.extents, g, device) if n in case.kernel.integer_inputs
+            else random_tensor(case.input_shape(n), DTYPES[case.dtype], device, g) for n in case.kernel.inputs}
 
 
 def short_error(e: BaseException) -> str:
@@ -308,8 +310,14 @@ def poison_allocator(shape, dtype: torch.dtype, device: torch.device):
     del blocks
 
 
-def relative_error(out, ref: torch.Tensor) -> float:
-    """||out - ref|| / ||ref|| in float64; NaN when out has non-finite values."""
+def relative_error(out, ref) -> float:
+    """||out - ref|| / ||ref|| in float64; NaN when out has non-finite values. Several outputs (a
+    tuple, or dt's dict in output order): the largest of their errors."""
+    if isinstance(ref, tuple):
+        outs = tuple(out.values()) if isinstance(out, dict) else out
+        if not isinstance(outs, (tuple, list)) or len(outs) != len(ref):
+            raise ValueError(f"the provider returned {type(out).__name__}, not {len(ref)} outputs")
+        return max(relative_error(o, r) for o, r in zip(outs, ref))
     if not isinstance(out, torch.Tensor):
         raise TypeError(f"the provider returned {type(out).__name__}, not a tensor")
     if tuple(out.shape) != tuple(ref.shape):

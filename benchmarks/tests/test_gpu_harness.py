@@ -70,6 +70,26 @@ def test_dry_run_checks_times_and_reports(tmp_path):
     assert (tmp_path / "gpu-t-matmul.png").stat().st_size > 0
 
 
+def test_llm_rows_take_integer_inputs_sizes_and_several_outputs(tmp_path):
+    """issue 27's rows: ids, targets, tables and int8 weights drawn by each kernel; extents no
+    tensor gives passed to dt as sizes=; rope's two outputs checked each; SDPA's own call."""
+    doc, md = _run(tmp_path, "--kernels", "rope,embedding,cross_entropy,group_norm,int8_matmul,paged_decode",
+                   "--dtypes", "bf16", "--providers", "dt,eager,sdpa", "--no-plots")
+    records = doc["records"]
+    assert {(r["kernel"], r["provider"]) for r in records} == {
+        (k, p) for k in ("rope", "embedding", "cross_entropy", "group_norm", "int8_matmul", "paged_decode")
+        for p in ("dt", "eager")} | {("paged_decode", "sdpa")}
+    for r in records:
+        assert r["status"] == "ok" and r["rel_err"] <= r["tol"], r
+    e = cases.KERNELS["embedding"].extents((7, 33, 50))
+    assert cases.Case(cases.KERNELS["embedding"], (7, 33, 50), "bf16", e).bytes == 7 * 8 + 2 * 7 * 33 * 2
+    inputs = bench.measure.case_inputs(cases.Case(cases.KERNELS["cross_entropy"], (6, 5003), "bf16",
+                                                   {"r": 400, "v": 5003}), torch.device("cpu"), 1)
+    targets = inputs["T"]
+    assert targets.dtype == torch.int64 and (targets == -100).any() and ((targets >= 0) & (targets < 5003)).any()
+    assert "| paged_decode |" in md and "| int8_matmul |" in md
+
+
 def test_failing_provider_is_a_row_and_the_run_goes_on(tmp_path, monkeypatch):
     def broken(case, ctx):
         raise RuntimeError("compiler exploded")

@@ -1,0 +1,184 @@
+"""The LLM kernels of issue 27 (examples/llm/): the torch function each baseline calls (eager,
+and what torch.compile compiles), their Liger and SDPA calls, the integer data each reads, and
+the bytes each must move. Shapes are Llama 3 8B's (32 query heads, 8 key/value heads of 128,
+a 128,256-entry vocabulary, width 4096), Mamba's and Stable Diffusion's where those apply."""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from cases import EXAMPLES, MATMUL, MEMORY, Kernel
+
+LLM = EXAMPLES / "llm"
+DTYPES = ("f32", "bf16")
+
+
+# ----------------------------------------------------------------------- integer data
+def _ids(rows_dim, count_dim):
+    """Token ids in [0, rows): every id a valid row of the table."""
+    return lambda e, g, device: torch.randint(0, e[rows_dim], (e[count_dim],), generator=g, device=device)
+
+
+def _targets(e, g, device):
+    """Class targets, one in eight the ignore index -100 (padding tokens)."""
+    t = torch.randint(0, e["v"], (e["r"],), generator=g, device=device)
+    ignored = torch.rand(e["r"], generator=g, device=device) < 0.125
+    return torch.where(ignored, torch.full_like(t, -100), t)
+
+
+def _int8_weights(e, g, device):
+    return torch.randint(-127, 128, (e["n"], e["k"]), generator=g, device=device, dtype=torch.int32).to(torch.int8)
+
+
+def _block_table(e, g, device):
+    """Each sequence's pages, scattered over the shared cache (no page shared)."""
+    pages = e["l"] // 16
+    return torch.randperm(e["Kc_axis0"], generator=g, device=device)[:e["b"] * pages].view(e["b"], pages).int()
+
+
+def _lengths(e, g, device):
+    """Sequence lengths between half the context and all of it."""
+    return torch.randint(e["l"] // 2, e["l"] + 1, (e["b"],), generator=g, device=device)
+
+
+# ----------------------------------------------------------------------- torch functions
+def _rotate_half(x):
+    half = x.shape[-1] // 2
+    return torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+
+
+def _rope(Q, K, C, S):
+    cos, sin = C[:, None, :], S[:, None, :]  # [s, 1, d]: broadcast over heads
+    return Q * cos + _rotate_half(Q) * sin, K * cos + _rotate_half(K) * sin
+
+
+def _rope_interleaved(Q, K, C, S):
+    def rotate(x):
+        pairs = x.unflatten(-1, (-1, 2))
+        even, odd = pairs[..., 0], pairs[..., 1]
+        cos, sin = C[:, None, :], S[:, None, :]
+        return torch.stack([even * cos - odd * sin, odd * cos + even * sin], dim=-1).flatten(-2)
+    return rotate(Q), rotate(K)
+
+
+def _embedding(E, I):
+    return F.embedding(I, E)
+
+
+def _cross_entropy(L, T):
+    return F.cross_entropy(L, T, reduction="none", ignore_index=-100)
+
+
+def _conv1d(X, W, B):
+    width = W.shape[1]
+    return F.silu(F.conv1d(X, W[:, None, :], B, padding=width - 1, groups=X.shape[1])[..., :X.shape[2]])
+
+
+def _group_norm(X, W, B, eps):
+    return F.group_norm(X, 32, W, B, eps)
+
+
+def _int8_matmul(X, Wq, S):
+    return (X @ Wq.to(X.dtype).t()) * S  # dequantize, then the product
+
+
+def _gathered(Kc, Vc, T, L, group):
+    """The cache's pages of each sequence gathered in token order, key/value heads expanded:
+    [b, h, l, d], and the mask of tokens within each length."""
+    b, pages = T.shape
+    keys = Kc[T.long()].flatten(1, 2).transpose(1, 2).repeat_interleave(group, dim=1)
+    values = Vc[T.long()].flatten(1, 2).transpose(1, 2).repeat_interleave(group, dim=1)
+    within = torch.arange(pages * Kc.shape[1], device=Kc.device)[None, :] < L[:, None]
+    return keys, values, within[:, None, None, :]
+
+
+def _paged_decode(Q, Kc, Vc, T, L, scale, group):
+    keys, values, within = _gathered(Kc, Vc, T, L, group)
+    return F.scaled_dot_product_attention(Q[:, :, None, :], keys, values, attn_mask=within, scale=scale)[:, :, 0]
+
+
+def _sdpa_paged(t, e, s):
+    """SDPA on K and V already gathered and expanded (outside the timing): SDPA alone."""
+    keys, values, within = _gathered(t["Kc"], t["Vc"], t["T"], t["L"], s["group"])
+    q = t["Q"][:, :, None, :]
+    return lambda: F.scaled_dot_product_attention(q, keys, values, attn_mask=within, scale=s["scale"])[:, :, 0]
+
+
+# ----------------------------------------------------------------------- Liger calls
+def _liger_rope(lf, t, s):
+    # Liger takes q and k as [b, h, s, d] views of [b, s, h, d] memory and rotates them in place:
+    # copies made here, outside the timing, keep the row's inputs intact.
+    q, k = t["Q"].clone().transpose(1, 2), t["K"].clone().transpose(1, 2)
+    cos, sin = t["C"][None], t["S"][None]
+
+    def call():
+        q_out, k_out = lf.liger_rope(q, k, cos, sin)
+        return q_out.transpose(1, 2), k_out.transpose(1, 2)
+    return call
+
+
+def _liger_cross_entropy(lf, t, s):
+    L, T = t["L"], t["T"]
+    return lambda: lf.liger_cross_entropy(L, T, ignore_index=-100, reduction="none")
+
+
+# ----------------------------------------------------------------------- bytes moved
+def _embedding_bytes(e, item):
+    return e["t"] * 8 + 2 * e["t"] * e["d"] * item  # ids, the rows read, the rows written
+
+
+def _paged_bytes(e, item):
+    tokens = e["b"] * e["l"] * 3 // 4  # lengths average three quarters of the context
+    return (2 * tokens * e["Kc_axis2"] * e["d"] + 2 * e["b"] * e["h"] * e["d"]) * item + e["b"] * (e["l"] // 16) * 4
+
+
+def _rope_kernel(name, fn, liger, tables):
+    dims = ("b", "s", "h", "kh", "d") + (("C_axis1",) if tables == "half" else ())
+    half = ("s", "C_axis1") if tables == "half" else ("s", "d")
+    shapes = ((1, 4096, 32, 8, 128), (4, 2048, 32, 8, 128), (8, 1000, 32, 8, 128))
+    if tables == "half":
+        shapes = tuple(sh + (64,) for sh in shapes)
+    return Kernel(name, MEMORY, LLM / f"{name}.dt", {"Q": ("b", "s", "h", "d"), "K": ("b", "s", "kh", "d"),
+                                                     "C": half, "S": half},
+                  ("b", "s", "h", "d"), {}, dims, shapes, shapes[:1],
+                  ((1, 5, 3, 1, 12) + ((6,) if tables == "half" else ()),), DTYPES, fn, liger=liger,
+                  notes="q and k of Llama 3 8B (32 and 8 heads of 128); two outputs. Liger rotates in place.")
+
+
+LLM_KERNELS: dict[str, Kernel] = {k.name: k for k in [
+    _rope_kernel("rope", _rope, _liger_rope, "full"),
+    _rope_kernel("rope_interleaved", _rope_interleaved, None, "half"),
+    Kernel("embedding", MEMORY, LLM / "embedding.dt", {"E": ("E_axis0", "d"), "I": ("t",)}, ("t", "d"), {},
+           ("t", "d", "E_axis0"), ((4096, 4096, 128256), (16384, 4096, 128256), (1000, 2048, 50257)),
+           ((4096, 4096, 128256),), ((7, 33, 50),), DTYPES, _embedding, integer_inputs={"I": _ids("E_axis0", "t")},
+           moved=_embedding_bytes, notes="F.embedding; the bytes count the rows read, not the whole table."),
+    Kernel("cross_entropy", MEMORY, LLM / "cross_entropy.dt", {"L": ("r", "v"), "T": ("r",)}, ("r",), {},
+           ("r", "v"), ((4096, 128256), (8192, 32000), (1000, 50257)), ((4096, 128256),), ((6, 5003),), DTYPES,
+           _cross_entropy, liger=_liger_cross_entropy, integer_inputs={"T": _targets},
+           notes="loss per row, reduction='none', ignore_index -100 (one target in eight). Liger's loss is f32."),
+    Kernel("conv1d", MEMORY, LLM / "conv1d.dt", {"X": ("b", "c", "t"), "W": ("c", "j"), "B": ("c",)},
+           ("b", "c", "t"), {}, ("b", "c", "t", "j"), ((4, 2048, 4096, 4), (8, 5120, 2048, 4), (1, 1536, 1000, 4)),
+           ((4, 2048, 4096, 4),), ((2, 5, 300, 4),), DTYPES, _conv1d,
+           notes="Mamba's causal depthwise conv1d (width 4) with bias and SiLU: F.conv1d(groups=c) then F.silu."),
+    Kernel("group_norm", MEMORY, LLM / "group_norm.dt", {"X": ("b", "c", "s"), "W": ("c",), "B": ("c",)},
+           ("b", "c", "s"), {"eps": 1e-5}, ("b", "c", "s", "g", "cg"),
+           ((8, 512, 4096, 32, 16), (2, 320, 4096, 32, 10), (16, 256, 1000, 32, 8)), ((8, 512, 4096, 32, 16),),
+           ((2, 96, 37, 32, 3),), DTYPES, _group_norm, dt_sizes=("g", "cg"), notes="F.group_norm with 32 groups."),
+    Kernel("int8_matmul", MATMUL, LLM / "int8_matmul.dt", {"X": ("m", "k"), "Wq": ("n", "k"), "S": ("n",)},
+           ("m", "n"), {}, ("m", "n", "k"), ((4096, 4096, 4096), (16, 4096, 4096), (4096, 14336, 4096)),
+           ((4096, 4096, 4096),), ((37, 21, 70),), ("bf16",), _int8_matmul, gemms=lambda e: [(e["m"], e["n"], e["k"])],
+           integer_inputs={"Wq": _int8_weights},
+           notes="weight-only int8 with a scale per output channel; baselines dequantize then multiply."),
+    Kernel("paged_decode", MEMORY, LLM / "paged_decode.dt",
+           {"Q": ("b", "h", "d"), "Kc": ("Kc_axis0", "Kc_axis1", "Kc_axis2", "d"),
+            "Vc": ("Kc_axis0", "Kc_axis1", "Kc_axis2", "d"), "T": ("b", "T_axis1"), "L": ("b",)},
+           ("b", "h", "d"), {"scale": 1 / math.sqrt(128), "group": 4},
+           ("b", "h", "d", "l", "Kc_axis0", "Kc_axis1", "Kc_axis2", "T_axis1"),
+           ((8, 32, 128, 4096, 2048, 16, 8, 256), (32, 32, 128, 2048, 4096, 16, 8, 128)),
+           ((8, 32, 128, 4096, 2048, 16, 8, 256),), ((3, 8, 128, 64, 13, 16, 2, 4),), ("bf16",), _paged_decode,
+           sdpa=_sdpa_paged, dt_sizes=("l",), integer_inputs={"T": _block_table, "L": _lengths}, moved=_paged_bytes,
+           notes="one query token per sequence, pages of 16 tokens (vLLM's layout), 4 query heads per key/value "
+                 "head; SDPA gets K and V gathered and expanded outside its timing, eager includes the gather."),
+]}
