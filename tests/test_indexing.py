@@ -292,3 +292,19 @@ def test_the_bounds_sanitizer_is_quiet_for_lanes_past_an_extent():
         warnings.simplefilter("error")
         dt.loads("In A; Var x; Func o;\no[x] = A[x - 0] * 2.0;\no.tensorize(x:8);\no.compile();")(
             A=np.ones(5, np.float32))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_bool_data_casts_to_bool_and_counts_as_one_in_arithmetic(backend):
+    """A bool Func is stored as bool; bools added are 0/1 floats; a bool with an integer is an
+    integer; a shifted bool read selects."""
+    prog = dt.loads("In A, M; Var x; Func flag, twice, plus, pick;\nflag[x] = cast(A[x], bool);\n"
+                    "twice[x] = M[x - 1] + M[x];\nplus[x] = M[x] + x;\npick[x] = where(M[x + 1], A[x], -1.0);\n"
+                    "flag.compile(); twice.compile(); plus.compile(); pick.compile();")
+    a, m = np.array([0, 1, 2, 0, 5], np.float32), np.array([1, 0, 1, 1, 0], bool)
+    out = run(prog, backend, A=a, M=m)
+    assert out["flag"].dtype == bool and out["plus"].dtype == np.int64 and out["twice"].dtype == np.float32
+    np.testing.assert_array_equal(out["flag"], a != 0)
+    np.testing.assert_array_equal(out["twice"], np.concatenate([[0], m[:-1]]) + m)
+    np.testing.assert_array_equal(out["plus"], m + np.arange(5))
+    np.testing.assert_array_equal(out["pick"], np.where(np.append(m[1:], False), a, -1))

@@ -94,7 +94,8 @@ class _KernelVerifier:
                 self.fail(f"unknown statement {type(s).__name__}")
 
     def number(self, e: S.TExpr, stmt):
-        loaded_bool = e.dtype == "bool" and isinstance(e, (S.Load, S.Gather))  # a bool tensor, as it is
+        # a bool tensor loaded as it is, a value cast to bool (a bool Func), or a tile holding one
+        loaded_bool = e.dtype == "bool" and isinstance(e, (S.Load, S.Gather, S.Cast, S.Ref))
         if e.dtype not in DTYPES or (e.dtype == "bool" and not loaded_bool):
             self.fail(f"holds {e.dtype} values: tiles and stores hold numbers (comparisons are cast)", stmt)
 

@@ -25,7 +25,7 @@ from dt.backends.numba_cpu import cache  # noqa: E402
 from dt.backends.numba_cpu.cache import DTCacheWarning  # noqa: E402,F401  (re-exported)
 from dt.backends.numba_cpu.expr import SUPPORTED_OPS  # noqa: E402
 from dt.backends.numba_cpu.module import entry_name, render  # noqa: E402
-from dt.dtypes import BFLOAT16  # noqa: E402
+from dt.dtypes import BFLOAT16, INTEGERS  # noqa: E402
 
 
 def cache_dir() -> Path:
@@ -57,9 +57,9 @@ class NumbaBackend:
     name = "numba"
 
     def __init__(self):
-        dtypes = {"f32", "f16", "f64"} | ({"bf16"} if BFLOAT16 is not None else set())
+        dtypes = {"f32", "f16", "f64", *INTEGERS} | ({"bf16"} if BFLOAT16 is not None else set())
         self.capabilities = Capabilities(
-            dtypes=frozenset(dtypes), ops=SUPPORTED_OPS, array="numpy", devices=("cpu",),
+            dtypes=frozenset(dtypes), ops=SUPPORTED_OPS, array="numpy", gathers=True, devices=("cpu",),
             notes={"threads": "a launch's program instances run in chunks on a pool of NUMBA_NUM_THREADS threads",
                    "f16/bf16": "loaded as uint16 bits, computed in f32, rounded to nearest even on store",
                    "exp/tanh/sigmoid": "f32: own vectorisable approximations, max error 1 / 1.5 / 2.5 ulp",

@@ -7,7 +7,13 @@ each op is written (`OPS`, `REDUCE`: the backend supports exactly their keys), a
 value ignores the axes it lacks, so `Expand` and `BroadcastTo` render as their operand. Only
 valid lanes are ever computed, so a `Mask` is `True`. A `Reduce` becomes a scalar accumulator
 and a loop over its axis, placed in `levels` (the lane-loop nest of the statement being
-rendered) at the outermost loop its operand allows; the expression reads the accumulator.
+rendered) at the outermost loop its operand allows; the expression reads the accumulator. A
+`Gather`'s subscripts are computed likewise, each at the outermost loop it allows, and its
+value is a load where every subscript is inside the tensor and 0 elsewhere.
+
+Values are held in numba's types: floats in the compute dtype (float16 / bfloat16 values in a
+float32), integers as numba computes them (its arithmetic widens them to int64; a stored tile or
+tensor keeps its own width), booleans as booleans.
 """
 from __future__ import annotations
 
@@ -17,10 +23,18 @@ from dataclasses import dataclass, field
 from dt.backends.numba_cpu.plan import KernelPlan, Storage, is_mask
 from dt.backends.pysource import number
 from dt.backends.render import Renderer, supported_ops
+from dt.dtypes import is_integer
 from dt.ir import scheduled as S
 from dt.ir.ops import REDUCTIONS
 
 HALF = ("f16", "bf16")  # stored as uint16 bits, computed in f32
+# The function converting a number to each dtype but bool and the halves (the module's aliases,
+# else NumPy's scalar types).
+CONVERT = {"f32": "f32", "f64": "f64", "i64": "i64", "i32": "i32", "i16": "np.int16", "i8": "np.int8",
+           "u8": "np.uint8"}
+# Significant bits of each integer dtype's values and of each float dtype: an integer dtype with no
+# more bits than a float dtype converts to it exactly (int8 to bfloat16: no rounding).
+BITS = {"bool": 1, "i8": 7, "u8": 8, "i16": 15, "i32": 31, "i64": 63, "bf16": 8, "f16": 11, "f32": 24, "f64": 53}
 
 # How each op of dt.ir.ops is written, one lane at a time in the compute dtype ({0}, {1}, {2}: the
 # operands); a dict holds one text per compute dtype. A call of a helper (`_exp_f32`) puts that
@@ -49,6 +63,10 @@ OPS = {
     "-": "({0} - {1})",
     "*": "({0} * {1})",
     "/": "({0} / {1})",
+    # numba's own // and % are Python's (floor division, the remainder taking the divisor's sign)
+    # for integers and floats alike
+    "//": "({0} // {1})",
+    "%": "({0} % {1})",
     "<": "({0} < {1})",
     "<=": "({0} <= {1})",
     ">": "({0} > {1})",
@@ -114,6 +132,37 @@ class ExprRenderer(Renderer):
         text = number(value, "np.inf")
         return text if self.plan.compute == "f64" else f"f32({text})"
 
+    def literal(self, value: float, dtype: str) -> str:
+        """A constant of `dtype` as it is held: an integer as an int literal (numba's int64)."""
+        if dtype == "bool":
+            return str(bool(value))
+        return str(int(value)) if is_integer(dtype) else self.const(value)
+
+    def converted(self, x: str, source: str, target: str) -> str:
+        """x, a value of dtype `source` as it is held (a float in the compute dtype), as a value
+        of `target`: a float becomes an integer through int64, truncating toward zero, then
+        wrapping to a narrower integer (as dt.ir.reference casts); an integer becomes a float
+        through the compute dtype; a float16 / bfloat16 result is rounded to it."""
+        compute = self.plan.compute
+        if source == target:
+            return x
+        if target == "bool":
+            return f"({x} != 0)"
+        if is_integer(target):
+            if not is_integer(source) and target != "i64":
+                x = f"i64({_bare(x)})"
+            return f"{CONVERT[target]}({_bare(x)})"
+        if is_integer(source):
+            exact = BITS[source] <= BITS[target]
+            x, source = f"{compute}({_bare(x)})", compute
+            if exact:
+                return x
+        if target == compute or target == "f64":  # (an f32 value is an f64 one)
+            return x
+        name = f"_round_{target}"
+        self.helpers.add(name)
+        return f"{name}({x})"
+
     def op(self, name: str) -> str:
         """How op `name` is written (its OPS entry) in the compute dtype."""
         return self.written(super().op(name))
@@ -127,22 +176,27 @@ class ExprRenderer(Renderer):
 
     # ---- one method per node class
     def Literal(self, e: S.Literal, env, levels) -> str:
-        return self.const(e.value)
+        return self.literal(e.value, e.dtype)
 
     def Full(self, e: S.Full, env, levels) -> str:
-        return self.const(e.value)
+        return self.literal(e.value, e.dtype)
 
     def Param(self, e: S.Param, env, levels) -> str:
         return self.plan.scalar[e.name]
 
     def Extent(self, e: S.Extent, env, levels) -> str:
-        return f"{self.plan.compute}({self.plan.names.ir(S.size_name(e.dim))})"
+        size = self.plan.names.ir(S.size_name(e.dim))
+        return size if is_integer(e.dtype) else f"{self.plan.compute}({size})"
 
     def IndexOf(self, e: S.IndexOf, env, levels) -> str:
-        return f"{self.plan.compute}({self.absolute(e.axis, env)})"
+        # the index is a uint64 (Axis): signed for integer arithmetic, where it may go negative
+        return f"{'i64' if is_integer(e.dtype) else self.plan.compute}({self.absolute(e.axis, env)})"
 
     def Index(self, e: S.Index, env, levels) -> str:
-        return f"{self.plan.compute}({self.plan.idx(e.value)})"
+        value = self.plan.idx(e.value)
+        if not is_integer(e.dtype):
+            return f"{self.plan.compute}({value})"
+        return value if value.isidentifier() or value.isdigit() else f"({value})"
 
     def Mask(self, e: S.Mask, env, levels) -> str:
         return "True"  # only valid lanes are ever computed
@@ -153,19 +207,64 @@ class ExprRenderer(Renderer):
         return self.at(self.plan.storage[e.name], env)
 
     def Load(self, e: S.Load, env, levels) -> str:
-        """The element in e.dtype (a float16 / bfloat16 value is held exactly in a float32)."""
-        p, compute = self.plan.p, self.plan.compute
-        stored = p.tensor(e.tensor).dtype
-        value = f"{self.plan.tensor[e.tensor]}[{self.subscript(e.indices, env)}]"
+        return self.element(e.tensor, self.subscript(e.indices, env), e.dtype)
+
+    def element(self, tensor: str, subscript: str, dtype: str) -> str:
+        """Element `subscript` of `tensor` as a value of `dtype` (a float16 / bfloat16 value is
+        held exactly in a float32)."""
+        stored = self.plan.p.tensor(tensor).dtype
+        value = f"{self.plan.tensor[tensor]}[{subscript}]"
         if stored in HALF:
             self.helpers.add(f"_{stored}_to_f32")
-            value, stored = f"_{stored}_to_f32({value})", "f32"
-        if e.dtype in HALF and e.dtype != p.tensor(e.tensor).dtype:
-            self.helpers.add(f"_round_{e.dtype}")
-            value = f"_round_{e.dtype}({value if stored == 'f32' else f'f32({value})'})"
-            stored = "f32"
-        target = compute if e.dtype in HALF else e.dtype
-        return value if stored == target else f"{target}({value})"
+            value = f"_{stored}_to_f32({value})"
+            held = "f32"
+        else:
+            held = stored
+        if dtype in HALF and dtype != stored:
+            self.helpers.add(f"_round_{dtype}")
+            value, held = f"_round_{dtype}({value if held == 'f32' else f'f32({value})'})", "f32"
+        target = self.plan.compute if dtype in HALF else dtype
+        if held == target:
+            return value
+        return f"{CONVERT[target]}({value})" if target != "bool" else f"({value} != 0)"
+
+    def Gather(self, e: S.Gather, env, levels) -> str:
+        """The element at the subscripts where each is inside its tensor axis, else 0. Each
+        subscript becomes a uint64 (a negative one wraps past any extent: one comparison checks
+        both ends), computed in the outermost loop it allows (the row of an embedding once per
+        row, its check hoisted out of the loop over the columns); a subscript that is an axis's
+        own index into a tensor axis of the axis's dimension is inside already. numba computes
+        element addresses in 64 bits (intp): no offset overflows."""
+        plan = self.plan
+        spec = plan.p.tensor(e.tensor)
+        subscripts, inside = [], []
+        for sub, extent, dim in zip(e.subscripts, e.extents, spec.dims):
+            axis = self.axis_index(sub)
+            if axis is not None and extent == S.IVar(S.size_name(plan.axes[axis].dim)):
+                subscripts.append(self.absolute(axis, env))
+                continue
+            deps = plan.deps(sub)
+            depth = max((n for n, level in enumerate(levels) if level.axis in deps), default=0)
+            name = plan.names.fresh(dim if dim.startswith(f"{e.tensor}_") else f"{e.tensor}_{dim}")
+            value = self.texpr(sub, env, levels[:depth + 1])
+            levels[depth].lines.append(f"{name} = u64({_bare(value)})")
+            subscripts.append(name)
+            inside.append(f"{name} < u64({plan.idx(extent)})")
+        value = self.element(e.tensor, ", ".join(subscripts) or "()", e.dtype)
+        if not inside:
+            return value
+        return f"({value} if {' & '.join(f'({c})' for c in inside) if len(inside) > 1 else inside[0]} " \
+               f"else {self.literal(0, e.dtype)})"
+
+    def axis_index(self, e: S.TExpr) -> str | None:
+        """The axis whose index e is (relaid out, or a tile inlined), if it is one."""
+        while True:
+            if isinstance(e, (S.Expand, S.BroadcastTo)):
+                e = e.x
+            elif isinstance(e, S.Ref) and e.name in self.plan.inlined:
+                e = self.plan.inlined[e.name]
+            else:
+                return e.axis if isinstance(e, S.IndexOf) and is_integer(e.dtype) else None
 
     def Expand(self, e: S.Expand, env, levels) -> str:
         return self.texpr(e.x, env, levels)
@@ -186,13 +285,9 @@ class ExprRenderer(Renderer):
 
     def Cast(self, e: S.Cast, env, levels) -> str:
         x = self.texpr(e.x, env, levels)
-        if e.x.dtype == "bool":
-            return f"{self.plan.compute}({x})"
-        if e.dtype == self.plan.compute or self.plan.exact_in(e.x, e.dtype):
+        if not is_integer(e.x.dtype) and not is_integer(e.dtype) and self.plan.exact_in(e.x, e.dtype):
             return x
-        name = f"_round_{e.dtype}"
-        self.helpers.add(name)
-        return f"{name}({x})"
+        return self.converted(x, e.x.dtype, e.dtype)
 
     def Reduce(self, e: S.Reduce, env, levels) -> str:
         """A scalar accumulator over the valid lanes of the axis, at the outermost level its
@@ -210,3 +305,15 @@ class ExprRenderer(Renderer):
         parent.lines.append(f"{r} = {self.const(REDUCTIONS[e.op].identity)}")
         parent.lines.append(child)
         return r
+
+
+def _bare(text: str) -> str:
+    """text without the parentheses around all of it, if it has them: an argument needs none."""
+    if not (text.startswith("(") and text.endswith(")")):
+        return text
+    depth = 0
+    for i, c in enumerate(text):
+        depth += {"(": 1, ")": -1}.get(c, 0)
+        if depth == 0 and i < len(text) - 1:
+            return text  # (a) + (b)
+    return text[1:-1]

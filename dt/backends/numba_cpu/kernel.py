@@ -18,9 +18,11 @@ from __future__ import annotations
 from dt.backends.numba_cpu.expr import ExprRenderer, Level
 from dt.backends.numba_cpu.plan import KernelPlan, Storage, is_mask
 from dt.backends.pysource import Names, Writer, loop_bounds
+from dt.dtypes import INTEGERS, NUMPY, is_integer
 from dt.ir import scheduled as S
 
-NUMPY_DTYPE = {"f32": "np.float32", "f64": "np.float64", "f16": "np.float16"}
+# The NumPy dtype of arrays of each dtype, as the module writes it.
+NUMPY_DTYPE = {d: "np.bool_" if d == "bool" else f"np.{NUMPY[d].name}" for d in ("f32", "f64", "f16") + INTEGERS}
 
 
 class KernelRenderer(ExprRenderer):
@@ -29,7 +31,7 @@ class KernelRenderer(ExprRenderer):
     def __init__(self, pipeline: S.Pipeline, kernel: S.Kernel, fn: str, module_names: Names):
         super().__init__(KernelPlan(pipeline, kernel, module_names))
         self.fn = fn
-        # (name, shape) of each scratch array: the stored tiles', then the packed Dot operands'
+        # (name, shape, dtype) of each scratch array: the stored tiles', then the packed Dot operands'
         self.scratch = list(self.plan.scratch)
         # the last statement's loop nest, not written yet, then loop-free statements after it;
         # each with the names it reads and writes
@@ -48,9 +50,10 @@ class KernelRenderer(ExprRenderer):
             w.line(f'"""Program instances first..last-1 of the kernel computing {plan.k.func}{where}."""')
             if self.scratch:
                 w.line("# scratch tiles, reused by every program instance")
-            for name, shape in self.scratch:
+            for name, shape, dtype in self.scratch:
                 shape_text = f"({shape[0]},)" if len(shape) == 1 else f"({', '.join(shape)})"
-                w.line(f"{name} = np.empty({shape_text}, {NUMPY_DTYPE[plan.compute]})")
+                held = dtype if is_integer(dtype) else plan.compute  # floats: in the compute dtype
+                w.line(f"{name} = np.empty({shape_text}, {NUMPY_DTYPE[held]})")
             w.line(f"for {plan.pid} in range(first, last):")
         w.lines += body.lines
         return w.text()
@@ -128,15 +131,19 @@ class KernelRenderer(ExprRenderer):
         env.update({d: "0" for d in dims if self.plan.single(d)})
         text = self.texpr(value, env, levels)
         levels[-1].lines.append(f"{target(env)}{text}{close}")
-        self.queue(w, levels[0], self.reads(value), {writes})
+        self.queue(w, levels[0], *self.reads(value), {writes})
 
-    def queue(self, w: Writer, nest: Level, reads: set[str], writes: set[str]):
+    def queue(self, w: Writer, nest: Level, reads: set[str], gathered: set[str], writes: set[str]):
+        """Hold back `nest` (reading and writing those tiles and tensors, reading `gathered` at
+        computed indices) until the next statement: to run it in the pending nest's loop, or
+        to move it before that nest, where that is sound."""
         if self.pending:
             (first, first_reads, first_writes), between = self.pending[0], self.pending[1:]
             if not _has_loops(nest) and not (reads & first_writes) and not (writes & (first_reads | first_writes)):
                 self.pending.append((nest, reads, writes))
                 return
-            joined = merged(first, nest)
+            # a gather reads its tensor at other lanes than its own: not in the loop writing it
+            joined = merged(first, nest) if not gathered & first_writes else None
             if joined is not None:
                 hoisted = [line for level, _, _ in between for line in level.lines]
                 every_read = reads.union(*(r for _, r, _ in self.pending))
@@ -152,9 +159,10 @@ class KernelRenderer(ExprRenderer):
             self.emit(w, nest)
         self.pending = []
 
-    def reads(self, e: S.TExpr) -> set[str]:
-        """The tiles and tensors e reads (through the tiles inlined into it)."""
-        names, stack = set(), [e]
+    def reads(self, e: S.TExpr) -> tuple[set[str], set[str]]:
+        """The tiles and tensors e reads (through the tiles inlined into it), and the tensors
+        among them it gathers from."""
+        names, gathered, stack = set(), set(), [e]
         while stack:
             for node in S.walk_texpr(stack.pop()):
                 if isinstance(node, S.Ref):
@@ -163,7 +171,10 @@ class KernelRenderer(ExprRenderer):
                         stack.append(self.plan.inlined[node.name])
                 elif isinstance(node, S.Load):
                     names.add(node.tensor)
-        return names
+                elif isinstance(node, S.Gather):
+                    names.add(node.tensor)
+                    gathered.add(node.tensor)
+        return names, gathered
 
     def emit(self, w: Writer, level: Level):
         for item in level.lines:
@@ -197,7 +208,7 @@ class KernelRenderer(ExprRenderer):
             if found is None:
                 base = _operand_name(operand) or f"{s.name}_{side}"
                 pack = Storage(plan.names.fresh(f"{base}_tile"), dims)
-                self.scratch.append((pack.name, tuple(plan.idx(plan.axes[x].size) for x in dims)))
+                self.scratch.append((pack.name, tuple(plan.idx(plan.axes[x].size) for x in dims), plan.compute))
                 self.nest(w, dims, lambda env, pack=pack: f"{self.at(pack, env)} = ", operand)
                 found = pack.name, "u64(0)", "u64(0)"
             operands.append(", ".join(found))
@@ -217,7 +228,8 @@ class KernelRenderer(ExprRenderer):
         while True:
             if isinstance(e, S.Where) and is_mask(e.cond):
                 e = e.a  # only valid lanes are read
-            elif isinstance(e, S.Cast) and (e.dtype == plan.compute or plan.exact_in(e.x, e.dtype)):
+            elif isinstance(e, S.Cast) and not is_integer(e.x.dtype) \
+                    and (e.dtype == plan.compute or plan.exact_in(e.x, e.dtype)):
                 e = e.x
             elif isinstance(e, S.Expand) and e.x.dims == e.dims:
                 e = e.x
@@ -242,7 +254,8 @@ def merged(first: Level, second: Level) -> Level | None:
     `first` is a plain loop over the lanes of an axis and `second` a reduction whose one loop walks
     the same lanes: the reduction's accumulators start before the loop and its result is taken
     after. Sound because a lane loop reads stored tiles at its own lane only (no IR node reads a
-    tile at another lane), so the reduction's lane reads what the first loop wrote in that lane."""
+    tile at another lane), so the reduction's lane reads what the first loop wrote in that lane;
+    a Gather reads a tensor at other lanes, and `queue` merges none with the loop writing it."""
     loop = first.inner
     if first.lines or loop is None or loop.axis is None or loop.inner is not None \
             or any(isinstance(x, Level) for x in loop.lines) or second.inner is not None:

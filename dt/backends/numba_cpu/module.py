@@ -13,6 +13,7 @@ from dt.backends.numba_cpu import helpers
 from dt.backends.numba_cpu.expr import HALF
 from dt.backends.numba_cpu.kernel import NUMPY_DTYPE, KernelRenderer
 from dt.backends.pysource import Names, Writer, safe_text
+from dt.dtypes import INTEGERS, NUMPY, is_integer
 from dt.ir import scheduled as S
 from dt.ir.index_expr import index_source as index, renamed
 
@@ -21,10 +22,11 @@ from dt.ir.index_expr import index_source as index, renamed
 KERNEL_FASTMATH = ("afn", "arcp", "contract", "nsz", "reassoc")
 HELPER_FASTMATH = ("contract", "nsz")
 
-DTYPE_NAME = {"f32": "float32", "f64": "float64", "f16": "float16", "bf16": "bfloat16"}
+DTYPE_NAME = {"bf16": "bfloat16"} | {d: NUMPY[d].name for d in ("f32", "f64", "f16") + INTEGERS}
 INTRINSICS = {"_reduce_max", "_reduce_min"}  # helpers written with numba.extending.intrinsic and llvmlite
 MODULE_GLOBALS = ("math", "np", "numba", "njit", "intrinsic", "ir", "ThreadPoolExecutor", "count", "f32", "f64",
-                  "i32", "i64", "u16", "u32", "u64", "_KERNEL", "_HELPER", "_POOL", "_launch", "_operand", "_result")
+                  "i32", "i64", "u16", "u32", "u64", "_KERNEL", "_HELPER", "_POOL", "_launch", "_operand", "_result",
+                  "bfloat16")
 
 # Threads run the program instances of a launch: numba's parallel loops (prange) cost seconds of
 # compile time per kernel, several times what the kernel itself costs, while the serial `nogil`
@@ -73,6 +75,9 @@ class _Module:
         self.entry = self.names.ir(pipeline.name)
         self.kernels = [(k, self.names.ir(k.name)) for k in pipeline.kernels]
         self.helpers: set[str] = set()
+        # a bfloat16 output takes its dtype from a bfloat16 input, else from ml_dtypes (imported then)
+        self.bf16_input = next((t.name for t in pipeline.inputs if t.dtype == "bf16"), None)
+        self.imports_bf16 = self.bf16_input is None and any(t.dtype == "bf16" for t in pipeline.outputs)
 
     def render(self) -> str:
         bodies = []
@@ -101,7 +106,8 @@ class _Module:
         w.line("")
         w.line("Each *_kernel function runs a range of the program instances of a kernel launch, computing")
         w.line("their tiles with loops over the valid lanes; _launch spreads a launch over threads.")
-        w.line(f"`{self.entry}` at the end is the entry point. Needs numpy and numba only.")
+        needs = "numpy, numba and ml_dtypes" if self.imports_bf16 else "numpy and numba only"
+        w.line(f"`{self.entry}` at the end is the entry point. Needs {needs}.")
         w.line('"""')
         w.line("import math")
         w.line("from concurrent.futures import ThreadPoolExecutor")
@@ -112,6 +118,8 @@ class _Module:
         intrinsics = bool(self.helpers & INTRINSICS)
         if intrinsics:
             w.line("from llvmlite import ir  # numba's own dependency: the LLVM types of _reduce_max / _reduce_min")
+        if self.imports_bf16:
+            w.line("from ml_dtypes import bfloat16  # the dtype of bfloat16 outputs")
         w.line("from numba import njit")
         if intrinsics:
             w.line("from numba.extending import intrinsic")
@@ -162,7 +170,6 @@ class _Module:
             dims = [sizes[d] for d in t.dims]
             return f"({dims[0]},)" if len(dims) == 1 else f"({', '.join(dims)})"
 
-        storage = self.storage_dtype(params)
         args = [params[t.name] for t in p.inputs] + [scalars[s] for s in p.scalars] \
             + [sizes[d] for d in p.sizes] + ["out=None"]
         single = len(p.outputs) == 1
@@ -174,15 +181,17 @@ class _Module:
             w.line("out: an existing C-contiguous array of the output's dtype and shape to write it into" if single
                    else "out: a dict of existing C-contiguous arrays, by output name, to write outputs into")
             w.line('(then no output is allocated)."""')
-            for t in p.outputs:  # first: a bfloat16 output takes its dtype from an input
+            for t in p.outputs:  # first: a bfloat16 output may take its dtype from an input
                 given = "out" if single else f'None if out is None else out.get("{t.name}")'
-                w.line(f'{params[t.name]} = _result({given}, "{t.name}", {storage}, {shape(t)})')
+                dtype = self.array_dtype(t, params)
+                w.line(f'{params[t.name]} = _result({given}, "{t.name}", {dtype}, {shape(t)})')
             for t in p.inputs:
                 w.line(f'{params[t.name]} = _operand({params[t.name]}, "{t.name}", "{DTYPE_NAME[t.dtype]}", {shape(t)})')
+            integers = self.integer_scalars()
             for s in p.scalars:
-                w.line(f"{scalars[s]} = {p.compute_dtype}({scalars[s]})")
+                w.line(f"{scalars[s]} = {'i64' if s in integers else p.compute_dtype}({scalars[s]})")
             for t in p.temporaries:
-                dtype = "np.uint16" if t.dtype in HALF else storage
+                dtype = "np.uint16" if t.dtype in HALF else self.array_dtype(t, params)
                 w.line(f"{params[t.name]} = np.empty({shape(t)}, {dtype})")
             for kernel, fn in self.kernels:
                 ps = S.kernel_params(kernel, p)
@@ -197,10 +206,14 @@ class _Module:
             outs = ", ".join(f'"{t.name}": {params[t.name]}' for t in p.outputs)
             w.line(f"return {{{outs}}}")
 
-    def storage_dtype(self, params) -> str:
-        """The dtype of outputs, as an expression of the entry function."""
-        dtype = next(iter({t.dtype for t in self.p.outputs}), "f32")
-        if dtype == "bf16":  # the inputs carry the bfloat16 dtype object: no ml_dtypes import
-            source = next(t for t in self.p.inputs if t.dtype == "bf16")
-            return f"{params[source.name]}.dtype"
-        return NUMPY_DTYPE[dtype]
+    def array_dtype(self, t: S.TensorSpec, params) -> str:
+        """The dtype of output or temporary `t`, as an expression of the entry function."""
+        if t.dtype == "bf16":
+            return f"{params[self.bf16_input]}.dtype" if self.bf16_input else "bfloat16"
+        return NUMPY_DTYPE[t.dtype]
+
+    def integer_scalars(self) -> set[str]:
+        """The scalars the kernels use as integers (Python ints, as int64)."""
+        values = [s.value for k in self.p.kernels for s in S.walk_statements(k.body) if isinstance(s, (S.Assign, S.Store))]
+        return {node.name for value in values for node in S.walk_texpr(value)
+                if isinstance(node, S.Param) and is_integer(node.dtype)}

@@ -18,8 +18,8 @@ from dt.ir.nesting import MAX_NESTING
 
 @dataclass
 class Storage:
-    """Where a materialised tile lives, in the compute dtype: a scratch array over `dims`, or a
-    scalar (no dims)."""
+    """Where a materialised tile lives: a scratch array over `dims` (of the tile's dtype, a float
+    in the compute dtype), or a scalar (no dims)."""
     name: str
     dims: tuple[str, ...]
 
@@ -63,7 +63,7 @@ class KernelPlan:
         self.dot_targets = {s.name for ss in self.assigns.values() for s in ss if isinstance(s.value, S.Dot)}
         self.inlined: dict[str, S.TExpr] = {}
         self.storage: dict[str, Storage] = {}
-        self.scratch: list[tuple[str, tuple[str, ...]]] = []  # (name, shape) of each stored tile's array
+        self.scratch: list[tuple[str, tuple[str, ...], str]] = []  # (name, shape, dtype): stored tiles' arrays
         self.plan()
 
     def single(self, axis: str) -> bool:
@@ -113,7 +113,8 @@ class KernelPlan:
                 dims = tuple(d for d in value.dims if d not in value.unit and not self.single(d))
             self.storage[name] = Storage(self.names.ir(name), dims)
             if dims:
-                self.scratch.append((self.names.ir(name), tuple(self.idx(self.axes[d].size) for d in dims)))
+                shape = tuple(self.idx(self.axes[d].size) for d in dims)
+                self.scratch.append((self.names.ir(name), shape, value.dtype))
 
     def inlinable(self, s: S.Assign, i, loops, writes, uses, reads, order) -> bool:
         if len(writes[s.name]) > 1 or any(isinstance(n, (S.Reduce, S.Dot)) for n in S.walk_texpr(s.value)):

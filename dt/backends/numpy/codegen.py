@@ -43,7 +43,7 @@ def launcher_args(pipeline: S.Pipeline, tensors: dict, scalars: dict, sizes: dic
     """The runtime's arguments (by DT name, extents by `{dim}_SIZE`) as the launcher's keyword arguments."""
     names = pipeline.global_names
     return {**{names.tensors[k]: v for k, v in tensors.items()},
-            **{names.scalars[k]: float(v) for k, v in scalars.items()}, **sizes}
+            **{names.scalars[k]: v if isinstance(v, int) else float(v) for k, v in scalars.items()}, **sizes}
 
 
 class Renderer(BaseRenderer):

@@ -40,13 +40,17 @@ class ExpressionLowering:
         return S.Cast(value, dtype)
 
     def _operands(self, op: str, operands: list[S.TExpr]) -> list[S.TExpr]:
-        """The operands of `op` in the dtypes it computes in: integers stay integers for an op
-        closed over them (x + 1, i // 4) when no operand is a float; otherwise every integer
-        becomes a float of the compute dtype."""
+        """The operands of `op` in the dtypes it computes in, as dt.ir.lower.types types them:
+        comparisons compare integers (and booleans) as they are (l <= m); an op closed over
+        integers keeps them (x + 1, i // 4), booleans among them becoming integers; anything with
+        a float operand, or any other op, computes in floats of the compute dtype."""
         values = operands[1:] if op == "where" else operands
-        integers = [v for v in values if is_integer(v.dtype)]
-        if integers and (not OPS[op].integer or len(integers) < len([v for v in values if v.dtype != "bool"])):
-            values = [self.as_dtype(v, self.compute) if is_integer(v.dtype) else v for v in values]
+        kinds = ["bool" if v.dtype == "bool" else "int" if is_integer(v.dtype) else "float" for v in values]
+        as_they_are = OPS[op].result == "bool" or (op == "where" and set(kinds) == {"bool"})
+        if "float" in kinds or not (as_they_are or OPS[op].integer and "int" in kinds):
+            values = [v if k == "float" else self.as_dtype(v, self.compute) for v, k in zip(values, kinds)]
+        elif not as_they_are:
+            values = [self.as_dtype(v, INDEX) if k == "bool" else v for v, k in zip(values, kinds)]
         return [operands[0], *values] if op == "where" else values
 
     def index(self, e: A.Expr, func: str, env) -> S.TExpr:
@@ -87,7 +91,7 @@ class ExpressionLowering:
             value = S.Binary(e.op, *self.align(*self._operands(e.op, [a, (yield e.b, True)])))
         elif isinstance(e, A.Where):
             cond = yield e.cond, False
-            if not is_bool(e.cond):
+            if cond.dtype != "bool":
                 cond = S.Binary("!=", cond, S.Literal(0.0, cond.dtype))
             both_bool = is_bool(e.a) and is_bool(e.b)
             a = yield e.a, not both_bool
