@@ -10,7 +10,7 @@ import numpy as np
 
 from dt import backends, call_checks, env
 from dt.debug import config as debug_config
-from dt.dtypes import ALL, BFLOAT16, NUMPY_NAMES, TORCH_NAMES
+from dt.dtypes import ALL, BFLOAT16, FLOAT8, NUMPY, NUMPY_NAMES, TORCH_NAMES
 from dt.errors import DTBackendError, DTError, DTExtentError, DTInputError, DTSyntaxError, Loc, user_facing
 from dt.frontend import api
 from dt.frontend.parser import normalise_source, parse
@@ -363,11 +363,12 @@ def _to_numpy(a) -> np.ndarray:
         return np.asarray(a)
     import torch
     t = a.detach().cpu()
-    if t.dtype == torch.bfloat16:
-        if BFLOAT16 is None:
-            raise DTInputError("bfloat16 tensors need the ml_dtypes package on the CPU backends", None,
+    name = TORCH_NAMES.get(str(t.dtype))
+    if name in ("bf16", *FLOAT8):  # NumPy has none of these: ml_dtypes has, over the same bits
+        if name not in NUMPY:
+            raise DTInputError(f"{t.dtype} tensors need the ml_dtypes package on the CPU backends", None,
                                "pip install ml_dtypes")
-        return t.view(torch.int16).numpy().view(BFLOAT16)
+        return t.view(torch.int16 if name == "bf16" else torch.uint8).numpy().view(NUMPY[name])
     return t.numpy()
 
 
@@ -378,6 +379,9 @@ def _to_torch(a):
     a = np.ascontiguousarray(a).reshape(np.shape(a))  # ascontiguousarray makes 0-d arrays 1-d
     if BFLOAT16 is not None and a.dtype == BFLOAT16:
         return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
+    name = NUMPY_NAMES.get(a.dtype)
+    if name in FLOAT8:
+        return torch.from_numpy(a.view(np.uint8)).view({"f8e4m3": torch.float8_e4m3fn, "f8e5m2": torch.float8_e5m2}[name])
     return torch.from_numpy(a)
 
 

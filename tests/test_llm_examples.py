@@ -8,7 +8,8 @@ import pytest
 
 import dt
 from dt import backends
-from dt.testing import assert_close
+from dt.runtime import _to_torch
+from dt.testing import assert_close, to_numpy
 
 LLM = Path(__file__).resolve().parents[1] / "examples" / "llm"
 BACKENDS = ("interp", "numba", pytest.param("triton", marks=pytest.mark.needs_triton))
@@ -22,9 +23,9 @@ def run(name, backend, sizes=None, **args):
     if backend == "triton":
         import torch
         device = "cuda" if torch.cuda.is_available() else "cpu"
-        args = {k: torch.from_numpy(v).to(device) if isinstance(v, np.ndarray) else v for k, v in args.items()}
+        args = {k: _to_torch(v).to(device) if isinstance(v, np.ndarray) else v for k, v in args.items()}
         out = prog(backend=backend, sizes=sizes, **args)
-        return {k: v.cpu().numpy() for k, v in out.items()} if isinstance(out, dict) else out.cpu().numpy()
+        return {k: to_numpy(v) for k, v in out.items()} if isinstance(out, dict) else to_numpy(out)
     return prog(backend=backend, sizes=sizes, **args)
 
 
@@ -137,3 +138,17 @@ def test_paged_decode_attends_through_the_block_table(backend):
     out = run("paged_decode", backend, sizes={"l": pages_per_seq * page}, Q=q, Kc=kc, Vc=vc, T=table, L=lengths,
               scale=float(1 / np.sqrt(d)), group=heads // kv_heads)
     assert_close(out, want, "f32")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_fp8_matmul_with_per_tensor_scales(backend):
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    if backend != "interp" and "f8e4m3" not in backends.get(backend).capabilities.dtypes:
+        pytest.skip(f"backend {backend} has no f8e4m3")
+    m, n, k = 37, 21, 70
+    x = normal(m, k).astype(ml_dtypes.float8_e4m3fn)
+    w = normal(n, k).astype(ml_dtypes.float8_e4m3fn)
+    want = x.astype(np.float64) @ w.astype(np.float64).T * 0.25
+    out = run("fp8_matmul", backend, X=x, W=w, scale=0.25)
+    assert out.dtype == ml_dtypes.bfloat16
+    assert_close(out.astype(np.float32), want, "bf16")

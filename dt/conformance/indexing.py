@@ -1,6 +1,7 @@
-"""The catalogue's cases for index expressions, gathers, integer data and casts (issue 27): shifts
-off both ends, a reduction over shifted reads, floor division and remainder in subscripts, gathers
-with repeated and out-of-range indices in every integer dtype, integer outputs and casts.
+"""The catalogue's cases for index expressions, gathers, integer and 8-bit data and casts (issue
+27): shifts off both ends, a reduction over shifted reads, floor division and remainder in
+subscripts, gathers with repeated and out-of-range indices in every integer dtype, integer
+outputs, fp8 inputs (a product fed to the matrix units in fp8, element-wise reads) and casts.
 
 Each reference is NumPy written for the case: reads outside a tensor are 0 (`_padded`)."""
 from __future__ import annotations
@@ -91,6 +92,14 @@ CASES: tuple[Case, ...] = (
          domains={"N": "integers", "M": "ints"}, input_dtypes={"N": "i16", "M": "bool"}, op="integer"),
     Case("integer.unsigned", "Func out;\nIn A, N;\nVar x, y;\nout[x, y] = A[x, y] + N[x, y] % 7;", SHIFT2,
          lambda A, N: A + N % 7, S2, F2, domains={"N": "ids_u8"}, input_dtypes={"N": "u8"}, op="integer"),
+    Case("float8.matmul", "Func out;\nIn X, W;\nVar m, n;\nRVar k;\nout[m, n] = cast(rdot(X[m, k], W[n, k], k) * 0.5, f32);",
+         {"tiles": "out.block(m:16, n:16);\nout.tensorize(m:16, n:16, k:32);\nout.compile();",
+          "whole_k": "out.block(m:16, n:16);\nout.tensorize(m:16, n:16, k:0);\nout.compile();"},
+         lambda X, W: X @ W.T * 0.5, ({"m": 1, "n": 1, "k": 1}, {"m": 37, "n": 21, "k": 70}),
+         ({"m": 1, "n": 1, "k": 1}, {"m": 1031, "n": 1024, "k": 1000}), input_dtypes={"X": "f8e4m3", "W": "f8e4m3"},
+         op="float8"),
+    Case("float8.elementwise", "Func out;\nIn A, B;\nVar x, y;\nout[x, y] = A[x, y] * 2.0 + B[x, y];", SHIFT2,
+         lambda A, B: A * 2 + B, S2, F2, input_dtypes={"A": "f8e5m2"}, op="float8"),
     Case("cast.float", "Func out;\nIn A;\nVar x, y;\nout[x, y] = cast(A[x, y] * 2.5, i32) + cast(A[x, y], bf16) * 0.5;",
          SHIFT2, lambda A: np.trunc(A * 2.5) + A * 0.5, S2, F2, domains={"A": "integers"}, op="cast"),
 )

@@ -207,10 +207,11 @@ class Runner:
                 self._programs[key] = e
         return self._programs[key]
 
-    def _unsupported(self, prog, dtype: str) -> str | None:
+    def _unsupported(self, prog, dtype: str, case: Case) -> str | None:
         caps = self.backend.capabilities
-        if dtype not in caps.dtypes:
-            return f"the backend does not support dtype {dtype} (it supports {', '.join(sorted(caps.dtypes))})"
+        for wanted in (dtype, *case.input_dtypes.values()):
+            if wanted not in caps.dtypes:
+                return f"the backend does not support dtype {wanted} (it supports {', '.join(sorted(caps.dtypes))})"
         missing = sorted(required_ops(prog) - set(caps.ops))
         if missing:
             return f"the backend does not support op(s) {', '.join(missing)}"
@@ -235,7 +236,7 @@ class Runner:
         prog = self._program(run)
         if isinstance(prog, Exception):
             return _error(run, "lower", prog)
-        why = self._unsupported(prog, run.dtype)
+        why = self._unsupported(prog, run.dtype, run.case)
         if why:
             return Result(run, "unsupported", why)
         first, second = self._compile(run, prog)

@@ -3,6 +3,7 @@ arithmetic runs in, the dtype dot products feed the matrix units, and which DT e
 booleans (comparisons) rather than numbers."""
 from __future__ import annotations
 
+from dt.dtypes import FLOAT8
 from dt.ir import algorithm as A
 from dt.ir.ops import OPS
 
@@ -19,6 +20,13 @@ def promote(dtypes) -> str:
 
 def compute_dtype_of(storage: str) -> str:
     return "f64" if storage == "f64" else "f32"
+
+
+def float8_dot_dtype(operand_dtypes) -> str | None:
+    """The 8-bit float a product of two stored operands feeds the matrix units in: both operands
+    of that one fp8 dtype (Hopper multiplies e4m3 and e5m2 natively, accumulating in f32)."""
+    kinds = set(operand_dtypes)
+    return kinds.pop() if len(kinds) == 1 and kinds <= set(FLOAT8) else None
 
 
 def dot_dtype_of(storage: str, compute: str) -> str:

@@ -12,6 +12,7 @@ from dt.ir import scheduled as S
 from dt.ir.check.compute_with import top_reductions
 from dt.ir.check.statistics import loop_statistic, mean_reduction
 from dt.ir.index_expr import IVar
+from dt.ir.lower.dtypes import float8_dot_dtype
 from dt.ir.ops import REDUCTIONS
 
 
@@ -170,22 +171,34 @@ class ReductionLowering:
             return None
         i_axis, j_axis = acc.dims
         first = 0 if env[next(iter(free[0]))] == i_axis else 1
+        dtype = self.operand_dtype(e, given)
 
         def operand(k, layout):
             if k not in given:
-                return self.dot_operand(e.args[k], func, env, layout, ax)
+                return self.dot_operand(e.args[k], func, env, layout, ax, dtype)
             tile = self.fit(given[k], layout)  # already zero past the end of ax
-            return S.Cast(tile, self.dot_dtype) if self.dot_dtype != self.compute else tile
+            return S.Cast(tile, dtype) if dtype != self.compute else tile
         a, b = operand(first, (i_axis, ax)), operand(1 - first, (ax, j_axis))
         if a is None or b is None:
             return None
         return S.Dot(a, b, ax, acc, self.compute)
 
-    def dot_operand(self, e: A.Expr, func, env, layout, ax) -> S.TExpr | None:
+    def operand_dtype(self, e: A.Reduce, given) -> str:
+        """The dtype product e's operands feed the matrix units in: an 8-bit float when both are
+        stored in it (dt.ir.lower.dtypes.float8_dot_dtype), else the pipeline's dot dtype."""
+        stored = [self._stored_dtype(x) for k, x in enumerate(e.args) if k not in given]
+        return float8_dot_dtype(stored) if len(stored) == 2 and float8_dot_dtype(stored) else self.dot_dtype
+
+    def _stored_dtype(self, e: A.Expr) -> str | None:
+        if not (isinstance(e, A.Access) and e.dims is not None) or e.name in self.cp.fused:
+            return None
+        return self.types.input_dtypes.get(e.name) if e.kind == "input" else self.types.func_dtypes.get(e.name)
+
+    def dot_operand(self, e: A.Expr, func, env, layout, ax, dtype: str) -> S.TExpr | None:
         """An operand of a Dot laid out as `layout`, zero past the end of reduction axis `ax`, in
-        the dot dtype. Inputs and temporaries load straight in that dtype: no round trip via f32."""
+        `dtype`. Inputs and temporaries load straight in that dtype: no round trip via f32."""
         if isinstance(e, A.Access) and e.dims is not None and e.name not in self.cp.fused:
-            return self.access(e, func, env, layout, self.dot_dtype)
+            return self.access(e, func, env, layout, dtype)
         x = self.real(e, func, env)
         if x.unit:
             return None
@@ -193,9 +206,9 @@ class ReductionLowering:
             x = S.Expand(x, layout)
         if not self._is_load(x):
             x = self.masked(x, ax, 0.0)
-        if self.load_dtypes.get(getattr(x, "name", None)) == self.dot_dtype:
+        if self.load_dtypes.get(getattr(x, "name", None)) == dtype:
             return x
-        return S.Cast(x, self.dot_dtype) if self.dot_dtype != self.compute else x
+        return S.Cast(x, dtype) if dtype != self.compute else x
 
     def _is_load(self, x: S.TExpr) -> bool:
         """Loads fill masked lanes with 0 already (a permuted load too)."""

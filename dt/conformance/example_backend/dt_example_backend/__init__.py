@@ -18,7 +18,8 @@ from dt.ir import scheduled as S
 from dt.ir.printer import ir_text
 
 DTYPES = {"f32": np.float32, "f16": np.float16, "bf16": ml_dtypes.bfloat16, "f64": np.float64, "bool": np.bool_,
-          "i8": np.int8, "u8": np.uint8, "i16": np.int16, "i32": np.int32, "i64": np.int64}
+          "i8": np.int8, "u8": np.uint8, "i16": np.int16, "i32": np.int32, "i64": np.int64,
+          "f8e4m3": ml_dtypes.float8_e4m3fn, "f8e5m2": ml_dtypes.float8_e5m2}
 
 # How this backend computes each op of dt.ir.ops: the keys are the ops it supports.
 OPS = {
@@ -48,7 +49,7 @@ class ExampleBackend:
         def run(tensors: dict, scalars: dict, sizes: dict) -> dict:
             memory = dict(tensors)
             for t in pipeline.temporaries + pipeline.outputs:  # NaN (or the least integer): an unwritten element shows
-                unwritten = np.nan if t.dtype in ("f32", "f16", "bf16", "f64") else 0 if t.dtype == "bool" else \
+                unwritten = np.nan if t.dtype in ("f32", "f16", "bf16", "f64", "f8e4m3", "f8e5m2") else 0 if t.dtype == "bool" else \
                     np.iinfo(DTYPES[t.dtype]).min
                 memory[t.name] = np.full([sizes[S.size_name(d)] for d in t.dims], unwritten, DTYPES[t.dtype])
             for kernel in pipeline.kernels:
