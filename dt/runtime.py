@@ -381,7 +381,8 @@ def _to_torch(a):
         return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
     name = NUMPY_NAMES.get(a.dtype)
     if name in FLOAT8:
-        return torch.from_numpy(a.view(np.uint8)).view({"f8e4m3": torch.float8_e4m3fn, "f8e5m2": torch.float8_e5m2}[name])
+        fp8 = {"f8e4m3": torch.float8_e4m3fn, "f8e5m2": torch.float8_e5m2}[name]
+        return torch.from_numpy(a.view(np.uint8)).view(fp8)
     return torch.from_numpy(a)
 
 

@@ -44,7 +44,8 @@ class Kernel:
     # Integer inputs (ids, targets, tables, int8 weights): name -> fn(extents, generator, device)
     integer_inputs: dict[str, Callable] = field(default_factory=dict)
     dt_sizes: tuple[str, ...] = ()             # extents the dt provider passes as sizes= (no input gives them)
-    moved: Callable[[dict, int], int] | None = None  # (extents, item bytes) -> bytes, when not every input is read whole
+    # (extents, item bytes) -> bytes moved, for kernels that read only part of an input (a gather)
+    moved: Callable[[dict, int], int] | None = None
 
     def extents(self, shape: tuple[int, ...]) -> dict[str, int]:
         return dict(zip(self.dims, shape))

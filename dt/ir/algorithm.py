@@ -222,7 +222,8 @@ def depth(e: Expr) -> tuple[int, Expr]:
         if d > best:
             best, deepest_path = d, path
         # a bare dimension as a subscript (A[x]) is a name, not a level of nesting
-        stack.extend((c, d + 1, path) for c in children(node) if not (isinstance(node, Access) and isinstance(c, DimRef)))
+        kids = [c for c in children(node) if not (isinstance(node, Access) and isinstance(c, DimRef))]
+        stack.extend((c, d + 1, path) for c in kids)
     chain = []
     while deepest_path is not None:
         chain.append(deepest_path[0])

@@ -116,7 +116,8 @@ OPS_LIST: tuple[Op, ...] = (
     _binary("/", np.divide, lambda A, B: A / B, ("normal", "nonzero"), case="div"),
     # Floor division and its remainder, as in Python: the quotient rounds toward -inf and the
     # remainder takes the divisor's sign (Triton's and C's own truncate toward zero).
-    _binary("//", np.floor_divide, lambda A, B: np.floor(A / B), ("integers", "divisors"), case="floordiv", integer=True),
+    _binary("//", np.floor_divide, lambda A, B: np.floor(A / B), ("integers", "divisors"), case="floordiv",
+            integer=True),
     _binary("%", np.mod, lambda A, B: A - B * np.floor(A / B), ("integers", "divisors"), case="mod", integer=True),
     # ------------------------------------------------------------ functions of two operands
     _binary("maximum", np.maximum, lambda A, B: np.where(A > B, A, B), ("ints", "normal"), integer=True),

@@ -250,7 +250,8 @@ class Renderer(BaseRenderer):
 
 def _dtypes(pipeline: S.Pipeline) -> set[str]:
     """Every dtype the generated code names: the tensors', the compute dtype and each tile's."""
-    names = {t.dtype for t in pipeline.inputs + pipeline.outputs + pipeline.temporaries} | {pipeline.compute_dtype, "f32"}
+    tensors = pipeline.inputs + pipeline.outputs + pipeline.temporaries
+    names = {t.dtype for t in tensors} | {pipeline.compute_dtype, "f32"}
     for kernel in pipeline.kernels:
         for s in S.walk_statements(kernel.body):
             if isinstance(s, (S.Assign, S.Store)):

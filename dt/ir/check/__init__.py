@@ -5,9 +5,10 @@ the schedule of each Func resolved, and the kernel structure (which Func is comp
 Every problem raises a DTError pointing at the DT source.
 
 The phases, in the order `check` runs them, each in its own module: names and dimensions
-(`names`), index expressions (`subscripts`), the order of Funcs (`uses`), schedule resolution (`schedule`), inlining (`inlining`),
-fuse_at legality and the kernel structure (`fusion`), compute_with legality (`compute_with`, with
-the statistic patterns of `statistics`), and the tiles each kernel makes (dt.ir.tiles).
+(`names`), index expressions (`subscripts`), the order of Funcs (`uses`), schedule resolution
+(`schedule`), inlining (`inlining`), fuse_at legality and the kernel structure (`fusion`),
+compute_with legality (`compute_with`, with the statistic patterns of `statistics`), and the
+tiles each kernel makes (dt.ir.tiles).
 """
 from __future__ import annotations
 

@@ -53,13 +53,6 @@ class ExpressionLowering:
             values = [self.as_dtype(v, INDEX) if k == "bool" else v for v, k in zip(values, kinds)]
         return [operands[0], *values] if op == "where" else values
 
-    def index(self, e: A.Expr, func: str, env) -> S.TExpr:
-        """A subscript as an integer tile (i32, or i64 where a gathered value or scalar is)."""
-        value = self.number(e, func, env)
-        if not is_integer(value.dtype):
-            raise AssertionError(f"subscript {A.expr_text(e)} lowered to {value.dtype} (the checker admits integers only)")
-        return value
-
     def _lower_step(self, e: A.Expr, as_number: bool, func: str, env):
         """A step of A.recurse lowering e (expressions nest deeper than Python recursion goes):
         yields (operand, as a number) for each operand it needs lowered."""

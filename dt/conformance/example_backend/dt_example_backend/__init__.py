@@ -49,8 +49,8 @@ class ExampleBackend:
         def run(tensors: dict, scalars: dict, sizes: dict) -> dict:
             memory = dict(tensors)
             for t in pipeline.temporaries + pipeline.outputs:  # NaN (or the least integer): an unwritten element shows
-                unwritten = np.nan if t.dtype in ("f32", "f16", "bf16", "f64", "f8e4m3", "f8e5m2") else 0 if t.dtype == "bool" else \
-                    np.iinfo(DTYPES[t.dtype]).min
+                kind = np.dtype(DTYPES[t.dtype]).kind
+                unwritten = np.nan if kind in "fV" else 0 if kind == "b" else np.iinfo(DTYPES[t.dtype]).min
                 memory[t.name] = np.full([sizes[S.size_name(d)] for d in t.dims], unwritten, DTYPES[t.dtype])
             for kernel in pipeline.kernels:
                 for pid in range(S.evaluate_index(kernel.program_count, sizes)):
