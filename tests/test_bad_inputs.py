@@ -352,7 +352,7 @@ def test_check_extents_names_the_dtypes_dt_supports():
         with pytest.raises(DTInputError) as info:
             prog.check_extents({"x": 4, "y": 5}, dtype)
         assert f"dtype {dtype!r} is not one dt supports" in info.value.message
-        assert info.value.hint == "use one of f32, f16, bf16, f64, bool, i8, u8, i16, i32, i64"
+        assert info.value.hint == "use one of f32, f16, bf16, f64, f8e4m3, f8e5m2, bool, i8, u8, i16, i32, i64"
     no_inputs = dt.loads(INDEX, file="bad.dt")
     with pytest.raises(DTInputError, match="dtype 'u32'"):
         no_inputs.check_extents({"n": 4}, "u32")

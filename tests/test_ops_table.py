@@ -69,13 +69,13 @@ def test_a_backend_supports_exactly_the_keys_of_its_rendering_table(backend):
     assert caps.ops == DT_OPS  # every built-in backend renders every op today ...
     from importlib import import_module
     table = {"interp": "dt.backends.numpy.codegen", "numba": "dt.backends.numba_cpu.expr",
-             "triton": "dt.backends.triton.kernel", "example": "dt_example_backend"}[backend]
+             "triton": "dt.backends.triton.expressions", "example": "dt_example_backend"}[backend]
     assert caps.ops == supported_ops(import_module(table).OPS)  # ... and says so through its table
 
 
 @pytest.mark.parametrize("backend, table", [("interp", "dt.backends.numpy.codegen"),
                                             ("numba", "dt.backends.numba_cpu.expr"),
-                                            ("triton", "dt.backends.triton.kernel")])
+                                            ("triton", "dt.backends.triton.expressions")])
 def test_an_op_missing_from_a_rendering_table_is_a_backend_error_at_its_dt_line(backend, table, monkeypatch):
     from importlib import import_module
     module = import_module(table)

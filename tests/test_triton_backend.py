@@ -185,6 +185,57 @@ mm[x, y] = rdot(A[x, k], B[k, y], k);
 mm.block(x:8, y:8); mm.tensorize(x:8, y:8, k:4); mm.num_stages(3);
 mm.compile();
 """, {"x": 13, "y": 10, "k": 9}),
+    # Reads at computed indices (issue 27): an embedding (rows gathered through int64 ids), a
+    # causal convolution (X[c, t - j] off the start), grouped heads (h // 4) and a paged cache
+    # read through its block table (a gather whose index is itself a gather).
+    "embedding": ("""
+Func o; In E, I; Var t, d;
+o[t, d] = E[I[t], d];
+o.block(t:4, d:64); o.tensorize(t:4, d:64);
+o.compile();
+""", {"t": 13, "d": 100, "E_axis0": 21}),
+    "causal_conv": ("""
+Func o; In W, X; Var c, t; RVar j;
+o[c, t] = rsum(W[c, j] * X[c, t - j], j);
+o.block(c:2, t:32); o.tensorize(c:2, t:32, j:0);
+o.compile();
+""", {"c": 5, "t": 70, "j": 4}),
+    "grouped": ("""
+Func o; In Q, K; Var h, l, k;
+o[h, l, k] = Q[h, l, k] * K[h // 4, l, k];
+o.block(h:1, l:16); o.tensorize(l:16, k:0);
+o.compile();
+""", {"h": 8, "l": 37, "k": 24, "K_axis0": 2}),
+    "paged": ("""
+Func o; In Kc, T; Var b, l, k;
+o[b, l, k] = Kc[T[b, l // 4], l % 4, k];
+o.block(b:1, l:8); o.tensorize(l:8, k:0);
+o.compile();
+""", {"b": 2, "l": 10, "k": 8, "Kc_axis0": 6, "Kc_axis1": 4, "T_axis1": 3}),
+    # Integer arithmetic on dimensions (floor division and remainder of negative numbers) stored
+    # as int64, and a float truncated to int32.
+    "integers": ("""
+Func q, c; In A; Var x;
+q[x] = (x - 50) // 7 * 3 + (x - 50) % 7 + maximum(x, 60) - abs(x - 70);
+c[x] = cast(A[x] * 10.0, i32);
+q.block(x:32); q.tensorize(x:32);
+c.block(x:16); c.tensorize(x:16);
+q.compile(); c.compile();
+""", {"x": 100}),
+    # Constant and reversed subscripts: B[2] is one element (its bound a constexpr), A read backwards.
+    "constant_index": ("""
+Func o; In A, B; Var x;
+o[x] = A[x] * B[2] + A[len(x) - 1 - x];
+o.block(x:8); o.tensorize(x:8);
+o.compile();
+""", {"x": 9, "B_axis0": 5}),
+    # With tma(), a gather still reads through pointers; the kernel's other tiles are boxes.
+    "shift_tma": ("""
+Func out; In A, B; Var x, y;
+out[x, y] = A[x, y] + B[x, y + 1];
+out.block(x:4, y:16); out.tensorize(x:4, y:16); out.tma();
+out.compile();
+""", {"x": 9, "y": 32}),
     # DT names that are Python keywords, builtins, Triton's module name or look generated.
     "names": ("""
 Func tl, float, lambda; In A_ptr, device; SIn x_SIZE2; Var x;
@@ -210,7 +261,7 @@ def extents(name: str) -> dict:
 
 def call_sizes(prog, sizes: dict) -> dict | None:
     """The extents no input binds (passed at call time)."""
-    extra = {d: n for d, n in sizes.items() if not any(d in a.indices for a in prog._accesses)}
+    extra = {d: n for d, n in sizes.items() if d not in prog.input_dims}
     return extra or None
 
 
@@ -525,15 +576,17 @@ SM90_CASES = [(name, "f16") for name in EXAMPLES] + [
     ("functions", "bf16"), ("where", "f32"), ("reductions", "f32"), ("small_dot", "bf16"), ("whole_dot", "f32"),
     ("rank0", "f32"), ("rank0_input", "f16"), ("no_inputs", "f32"), ("temporary", "f32"), ("constants", "f32"),
     ("names", "f32"), ("persistent_tma", "f16"), ("persistent_tma", "bf16"), ("tma_unaligned", "f32"), ("flash_tma", "f16"),
-    ("staged_walk", "f32"), ("staged_small_dot", "f32")]
+    ("staged_walk", "f32"), ("staged_small_dot", "f32"), ("embedding", "f16"), ("causal_conv", "bf16"),
+    ("grouped", "f16"), ("paged", "bf16"), ("integers", "f32"), ("shift_tma", "f16"),
+    ("constant_index", "bf16")]
 
 
-def compile_for_sm90(cases, inspect=None) -> dict:
+def compile_for_sm90(cases, inspect=None, index_dtype: str = "int64") -> dict:
     """Compile the kernels of each (program, dtype) to an sm_90 cubin with Triton's NVIDIA
     backend (no GPU needed): launches are recorded instead of run, then compiled with the
     arguments, constexprs and options they would have had. Runs without TRITON_INTERPRET.
     With `inspect`, also gives inspect(compiled kernel) for each kernel, as
-    `{program}-{dtype} {kernel}`."""
+    `{program}-{dtype} {kernel}`. Gather indices (I of E[I[t], d]) are of `index_dtype`."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
@@ -541,11 +594,17 @@ def compile_for_sm90(cases, inspect=None) -> dict:
     from triton.tools.tensor_descriptor import TensorDescriptor
 
     from dt.backends.pysource import load_module
-    pointer = {torch.float32: "*fp32", torch.float16: "*fp16", torch.bfloat16: "*bf16"}
+    from dt.dtypes import NUMPY_NAMES
+    pointer = {torch.float32: "*fp32", torch.float16: "*fp16", torch.bfloat16: "*bf16", torch.bool: "*i1",
+               torch.int8: "*i8", torch.uint8: "*u8", torch.int16: "*i16", torch.int32: "*i32", torch.int64: "*i64"}
     results = {}
     for name, dtype in cases:
         prog = program(name)
-        pipeline = prog.pipeline(dtype)
+        sizes = extents(name)
+        args = random_inputs(prog, sizes, dtype)  # gather indices are integers whatever `dtype`
+        args = {n: a.astype(index_dtype) if isinstance(a, np.ndarray) and a.dtype == np.int64 else a
+                for n, a in args.items()}
+        pipeline = prog.pipeline({n: NUMPY_NAMES[args[n].dtype] for n in prog.inputs} or dtype)
         module = codegen.render(pipeline)
         namespace = load_module(module.source, f"sm90 {name}", {"__name__": f"sm90_{name}"})
         launches = []
@@ -559,8 +618,6 @@ def compile_for_sm90(cases, inspect=None) -> dict:
 
         for k in pipeline.kernels:
             namespace[k.name] = Record(namespace[k.name])
-        sizes = extents(name)
-        args = random_inputs(prog, sizes, dtype)
         inputs = [dt.runtime._to_torch(args[n]) for n in module.inputs]
         namespace[module.function](*inputs, *[args[s] for s in module.scalars],
                                    *[sizes[d] for d in module.call_extents])
@@ -577,8 +634,8 @@ def compile_for_sm90(cases, inspect=None) -> dict:
                         signature[param.name] = f"tensordesc<{pointer[value.base.dtype][1:]}{list(value.block_shape)}>"
                     elif value is None:
                         signature[param.name], constants[(i,)] = "constexpr", None
-                    else:
-                        signature[param.name] = "fp32"
+                    else:  # a scalar: an integer one is annotated int64
+                        signature[param.name] = param.annotation or "fp32"
                 compiled = triton.compile(ASTSource(fn, signature, constants, attrs), target=GPUTarget("cuda", 90, 32),
                                           options=options)
                 if inspect:

@@ -29,6 +29,7 @@ BLOCKED = textwrap.dedent('''
     from dt import backends
     from dt.errors import DTBackendError
     import dt.backends.triton.codegen, dt.backends.triton.kernel, dt.backends.triton.launcher
+    import dt.backends.triton.expressions, dt.backends.triton.integers
     import dt.backends.triton.tma, dt.backends.triton.limits, dt.backends.triton.helpers
 
     sources = {}

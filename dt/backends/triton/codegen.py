@@ -10,6 +10,7 @@ neither torch nor triton.
 from __future__ import annotations
 
 import ast
+import textwrap
 from dataclasses import dataclass
 
 from dt.backends.pysource import Names, Writer, safe_text
@@ -18,12 +19,14 @@ from dt.backends.triton.format import wrap
 from dt.backends.triton.kernel import KernelRenderer
 from dt.backends.triton.launcher import Launcher
 from dt.backends.triton.limits import TileCheck
+from dt.dtypes import INTEGERS, is_integer
 from dt.errors import DTBackendError
 from dt.ir import scheduled as S
 
 F32_DOT_PRECISIONS = ("ieee", "tf32", "tf32x3")
-DTYPES = ("f32", "f16", "bf16")
+DTYPES = ("f32", "f16", "bf16", *INTEGERS)
 LINE_WIDTH = 100
+HEADER_WIDTH = 95  # the module docstring's prose
 # Modules and builtins the generated code refers to; no generated local may shadow them.
 GLOBALS_USED = ("tl", "libdevice", "triton", "torch", "float", "int", "min", "max", "range", "tuple", "ValueError",
                 "TensorDescriptor")
@@ -133,8 +136,19 @@ def _header(w: Writer, pipeline: S.Pipeline, f32_dot: str, function: str, args: 
     w.line("Arithmetic is float32 (loads upcast); tl.dot takes float16/bfloat16 operands as stored and")
     w.line(f'accumulates in float32; float32 operands use input_precision="{f32_dot}" (DT_TRITON_F32_DOT when')
     w.line('this was generated: "ieee" keeps full float32 precision, "tf32" uses TensorFloat-32 units).')
-    w.line("Outputs are stored in the inputs' dtype. Extents and strides are tl.constexpr, so Triton")
-    w.line('compiles each kernel once per shape."""')
+    nodes = [node for k in pipeline.kernels for s in S.walk_statements(k.body) if isinstance(s, (S.Assign, S.Store))
+             for node in S.walk_texpr(s.value)]
+    if any(is_integer(t.dtype) for t in pipeline.inputs + pipeline.outputs + pipeline.temporaries):
+        notes = ["Float outputs are stored in the float inputs' dtype, integer ones as int64 unless cast."]
+    else:
+        notes = ["Outputs are stored in the inputs' dtype."]
+    if any(isinstance(n, S.Binary) and n.op in ("//", "%") and is_integer(n.dtype) for n in nodes):
+        notes.append("Integer // and % round toward -infinity, as in Python.")
+    if any(isinstance(n, S.Gather) for n in nodes):
+        notes.append("A read at a computed index outside its tensor gives 0.")
+    notes.append('Extents and strides are tl.constexpr, so Triton compiles each kernel once per shape."""')
+    for line in textwrap.wrap(" ".join(notes), HEADER_WIDTH):
+        w.line(line)
     w.line("import torch")
     w.line("import triton")
     w.line("import triton.language as tl")

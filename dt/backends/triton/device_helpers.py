@@ -1,6 +1,7 @@
 """Device functions a generated module carries when its kernels use them, on a GPU and under
 Triton's interpreter alike: Triton has no tanh or pow that runs both compiled and under its
-interpreter, so the module brings its own, built from tl.exp / tl.exp2 / tl.log2.
+interpreter, so the module brings its own, built from tl.exp / tl.exp2 / tl.log2; and Triton's
+integer // and % truncate toward zero, where DT's (Python's) round toward -inf.
 
 The code generator copies each function's source text into the module it writes
 (dt/backends/triton/helpers.py reads this file; generating code imports neither it nor
@@ -32,3 +33,19 @@ def _pow(x, y):
     signed = tl.where(odd, -magnitude, magnitude)
     result = tl.where(x < 0.0, tl.where(integral, signed, float("nan")), magnitude)
     return tl.where((y == 0.0) | (x == 1.0), 1.0, result)
+
+
+@triton.jit
+def _floor_divide(a, b):
+    # a // b of integers rounded toward -inf, as Python's: Triton's // truncates toward zero,
+    # which is one too high where the remainder is nonzero and of the other sign than b.
+    q = a // b
+    r = a % b
+    return tl.where((r != 0) & ((r < 0) != (b < 0)), q - 1, q)
+
+
+@triton.jit
+def _remainder(a, b):
+    # a % b of integers with the sign of b, as Python's: Triton's % takes the sign of a.
+    r = a % b
+    return tl.where((r != 0) & ((r < 0) != (b < 0)), r + b, r)

@@ -1,16 +1,17 @@
 """One Kernel of the scheduled IR → one `@triton.jit` function, in the style of the DT talk's
 generated code (`mm_kernel(A_ptr, A_x_stride: tl.constexpr, ..., x_SIZE: tl.constexpr)`,
 `x_block_start`, `x_arange = tl.arange(0, 128)`, `k_accumulator`, loads named after their
-tensors). `KernelRenderer` renders each scheduled-IR node by the method named after it
-(dt.backends.render); `OPS`, what each op of dt.ir.ops becomes, lives here."""
+tensors). `KernelRenderer` names and plans the kernel and renders its statements and memory
+accesses, each scheduled-IR node by the method named after it (dt.backends.render); its tile
+expressions are expressions.py's."""
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass
 
-from dt.backends.pysource import Names, Writer, loop_bounds, number, safe_text
-from dt.backends.render import Renderer, supported_ops
+from dt.backends.pysource import Names, Writer, loop_bounds, safe_text
 from dt.backends.triton.cache_hints import eviction_policies
+from dt.backends.triton.expressions import TL_DTYPE, ExpressionRenderer, atom
+from dt.backends.triton.integers import Signs, integer_scalars
 from dt.backends.triton.lane_accumulators import with_lane_accumulators
 from dt.backends.triton.layout import MIN_DOT, AxisLayout, KernelLayout
 from dt.backends.triton.limits import TileLimits
@@ -18,56 +19,10 @@ from dt.backends.triton.tma import TmaPlan
 from dt.ir import scheduled as S
 from dt.ir.index_expr import index_source as index, renamed
 
-TL_DTYPE = {"f32": "tl.float32", "f16": "tl.float16", "bf16": "tl.bfloat16", "bool": "tl.int1"}
 
-INF, NAN = 'float("inf")', 'float("nan")'  # as Triton's sources spell them
-# Python precedence levels of what the renderer writes (higher binds tighter).
-COMPARISON, AND, SUM, PRODUCT, UNARY_PREC, ATOM = 2, 3, 4, 5, 6, 7
-
-
-@dataclass(frozen=True)
-class Infix:
-    """A Python operator between the operands, of `precedence`."""
-    symbol: str
-    precedence: int
-
-
-@dataclass(frozen=True)
-class Prefix:
-    symbol: str
-
-
-@dataclass(frozen=True)
-class Helper:
-    """A call of one of the module's helper functions (device_helpers.py)."""
-    name: str
-
-
-# What each op of dt.ir.ops becomes: a format string over the operands ({0}, {1}, ...), an
-# operator, or a helper call. NaN propagates through maximum/minimum as in NumPy (Triton's default
-# leaves it unspecified).
-OPS = {
-    "neg": Prefix("-"), "exp": "tl.exp({0})", "exp2": "tl.exp2({0})", "log": "tl.log({0})", "log2": "tl.log2({0})",
-    "sqrt": "tl.sqrt({0})", "rsqrt": "tl.rsqrt({0})", "sigmoid": "tl.sigmoid({0})", "tanh": Helper("_tanh"),
-    "abs": "tl.abs({0})", "erf": "tl.erf({0})", "sin": "tl.sin({0})", "cos": "tl.cos({0})",
-    "floor": "tl.floor({0})", "ceil": "tl.ceil({0})",
-    "softplus": "(tl.maximum({0}, 0.0) + tl.log(1.0 + tl.exp(-tl.abs({0}))))",
-    "+": Infix("+", SUM), "-": Infix("-", SUM), "*": Infix("*", PRODUCT), "/": Infix("/", PRODUCT),
-    "maximum": "tl.maximum({0}, {1}, propagate_nan=tl.PropagateNan.ALL)",
-    "minimum": "tl.minimum({0}, {1}, propagate_nan=tl.PropagateNan.ALL)", "pow": Helper("_pow"),
-    **{op: Infix(op, COMPARISON) for op in ("<", "<=", ">", ">=", "==", "!=")},
-    "where": "tl.where({0}, {1}, {2})",
-    "not": Prefix("~"), "and": Infix("&", AND),
-}
-REDUCE = {"sum": "tl.sum", "max": "tl.max", "min": "tl.min"}
-SUPPORTED_OPS = supported_ops(OPS, (*REDUCE, "dot"))
-
-
-class KernelRenderer(Renderer):
+class KernelRenderer(ExpressionRenderer):
     """Names, plans and renders one kernel; `helpers_used`, `dot_dims`, `limits.deferred` and
     `tma` tell the module and its launcher what the kernel needs."""
-    backend = "triton"
-    OPS = OPS
 
     def __init__(self, kernel: S.Kernel, pipeline: S.Pipeline, f32_dot: str, reserved, helpers, name):
         kernel = with_lane_accumulators(kernel)
@@ -80,6 +35,8 @@ class KernelRenderer(Renderer):
         self.limits = TileLimits(kernel, self.layout)
         self.eviction = eviction_policies(kernel)
         self.params = S.kernel_params(kernel, pipeline)
+        self.signs = Signs(kernel)
+        self.integer_scalars = integer_scalars(pipeline)
         self.names = Names(reserved)
         self.helpers_used: set[str] = set()
         self.dot_dims: set[str] = set()
@@ -99,6 +56,7 @@ class KernelRenderer(Renderer):
         self.arange_int64: dict[str, bool] = {}
         self.offsets: dict[str, str] = {}  # axis -> offsets name
         self.masks: dict[str, str] = {}  # axis -> mask name
+        self.gather_indices: dict[tuple[int, int], str] = {}  # (id of a Gather, axis) -> its named subscript
         self._plan_axes()
         self._plan_dots()
         self.tma = TmaPlan(kernel, pipeline, self.layout, self.names)
@@ -107,8 +65,14 @@ class KernelRenderer(Renderer):
 
     # ------------------------------------------------------------ names and plans
     def _tensor_names(self, tensor: str):
-        spec = self.pipeline.tensor(tensor)
-        return self.names.fresh(f"{tensor}_ptr"), [self.names.fresh(f"{tensor}_{d}_stride") for d in spec.dims]
+        return self.names.fresh(f"{tensor}_ptr"), [self.names.fresh(f"{tensor}_{a}_stride")
+                                                   for a in self.axis_labels(tensor)]
+
+    def axis_labels(self, tensor: str) -> list[str]:
+        """What the tensor's strides and gather subscripts are named after along each axis: its
+        dimension, or `axis1` where none spans it (E[I[t], d]: `E_axis0_stride`, `E_d_stride`)."""
+        dims = self.pipeline.tensor(tensor).dims
+        return [d.removeprefix(f"{tensor}_") if d == f"{tensor}_axis{i}" else d for i, d in enumerate(dims)]
 
     def _symbolic_sizes(self) -> list[str]:
         sizes = []
@@ -164,7 +128,10 @@ class KernelRenderer(Renderer):
             ptr, strides = self.tensor_args[t]
             params.append(ptr)
             params += [f"{s}: tl.constexpr" for s in strides]
-        params += [self.scalars[s] for s in self.params.scalars]
+        # Integer scalars are int64, as DT types them, whatever value Triton is passed (it would
+        # make one that fits int32, and 1, narrower).
+        params += [f"{self.scalars[s]}: tl.int64" if s in self.integer_scalars else self.scalars[s]
+                   for s in self.params.scalars]
         params += [f"{self.names.ir(s)}: tl.constexpr" for s in self.params.sizes]
         params += [f"{self.tiles[s]}: tl.constexpr" for s in self.tiles]
         params += list(self.tma.descriptors.values())
@@ -216,6 +183,7 @@ class KernelRenderer(Renderer):
 
     def Assign(self, s: S.Assign, w: Writer):
         self.limits.check_tiles(s.value, s.loc, s.dt_name or s.name)
+        self.name_gather_subscripts(s.value, w, s.loc)
         if s.value in self.tma.box_descriptor:
             name = self.names.ir(s.name)
             self.tma_or_pointers(w, f"{name} = {self.box_load(s.value)}", f"{name} = {self.pointer_load(s.value)}")
@@ -279,7 +247,7 @@ class KernelRenderer(Renderer):
         mask = self.mask(e.indices, e.order)
         args = self.pointer(e.tensor, e.indices, e.order)
         if mask:
-            args += f", mask={mask}, other=0.0"
+            args += f", mask={mask}, other={self.zero(e.tensor)}"
         if e in self.eviction:
             args += f', eviction_policy="{self.eviction[e]}"'
         return self.cast_load(e, f"tl.load({args})")
@@ -306,6 +274,7 @@ class KernelRenderer(Renderer):
     def Store(self, s: S.Store, w: Writer):
         spec = self.pipeline.tensor(s.tensor)
         self.limits.check_tiles(s.value, s.loc, s.tensor)
+        self.name_gather_subscripts(s.value, w, s.loc)
         value = self.texpr(s.value, s.loc)
         if s.value.dtype != spec.dtype:
             value = f"{atom(value, self.prec(s.value))}.to({TL_DTYPE[spec.dtype]})"
@@ -318,129 +287,3 @@ class KernelRenderer(Renderer):
                                  f"tl.store({args})")
         else:
             w.line(f"tl.store({args})")
-
-    # ------------------------------------------------------------ tile expressions
-    def prec(self, e: S.TExpr) -> int:
-        how = self.OPS.get(e.op) if isinstance(e, (S.Unary, S.Binary)) else None
-        if isinstance(how, Infix):
-            return how.precedence
-        if isinstance(how, Prefix):
-            return UNARY_PREC
-        if isinstance(e, S.Literal) and e.value < 0:
-            return UNARY_PREC
-        if isinstance(e, S.Dot) and not self._tensor_core(e) and e.acc is not None:
-            return SUM
-        return ATOM
-
-    def sub(self, e: S.TExpr, loc, minimum: int) -> str:
-        """e rendered as an operand that binds at least as tightly as `minimum`."""
-        return atom(self.texpr(e, loc), self.prec(e), minimum)
-
-    def Literal(self, e: S.Literal, loc=None) -> str:
-        return number(e.value, INF, NAN)
-
-    def Param(self, e: S.Param, loc=None) -> str:
-        return self.scalars[e.name]
-
-    def Extent(self, e: S.Extent, loc=None) -> str:
-        return f"float({self.names.ir(S.size_name(e.dim))})"
-
-    def IndexOf(self, e: S.IndexOf, loc=None) -> str:
-        return f"{self.offsets[e.axis]}.to({TL_DTYPE[self.pipeline.compute_dtype]})"
-
-    def Index(self, e: S.Index, loc=None) -> str:
-        return f"tl.cast({self.index(e.value)}, {TL_DTYPE[self.pipeline.compute_dtype]})"
-
-    def Ref(self, e: S.Ref, loc=None) -> str:
-        return self.names.ir(e.name)
-
-    def Load(self, e: S.Load, loc=None) -> str:
-        if e not in self.tma.box_descriptor:
-            return self.pointer_load(e)
-        return f"({self.box_load(e)} if {self.use_tma} else {self.pointer_load(e)})"
-
-    def Unary(self, e: S.Unary, loc=None) -> str:
-        how = self.op(e.op)
-        if isinstance(how, Prefix):
-            return f"{how.symbol}{self.sub(e.x, loc, UNARY_PREC)}"
-        return self.apply(how, self.texpr(e.x, loc))
-
-    def Binary(self, e: S.Binary, loc=None) -> str:
-        how = self.op(e.op)
-        if isinstance(how, Infix):
-            p = how.precedence
-            # Left-associative; comparisons do not chain, so both sides of one need parentheses.
-            left = self.sub(e.a, loc, p + 1 if p == COMPARISON else p)
-            right = self.sub(e.b, loc, p + 1)
-            return f"{left} {how.symbol} {right}"
-        return self.apply(how, self.texpr(e.a, loc), self.texpr(e.b, loc))
-
-    def Where(self, e: S.Where, loc=None) -> str:
-        return self.apply(self.op("where"), self.texpr(e.cond, loc), self.texpr(e.a, loc), self.texpr(e.b, loc))
-
-    def apply(self, how, *operands: str) -> str:
-        """A call an OPS entry writes: a helper function of the module's, or a format string."""
-        if isinstance(how, Helper):
-            self.helpers_used.add(how.name)
-            return f"{self.helpers[how.name]}({', '.join(operands)})"
-        return how.format(*operands)
-
-    def Expand(self, e: S.Expand, loc=None) -> str:
-        x_dims = e.x.dims
-        if not x_dims:  # a scalar: a tile of ones along every target axis
-            return f"tl.full({(1,) * len(e.target)}, {self.texpr(e.x, loc)}, {TL_DTYPE[e.x.dtype]})"
-        own = [d for d in e.target if d in x_dims]
-        perm = [x_dims.index(d) for d in own]
-        inner = self.sub(e.x, loc, ATOM)
-        if perm != list(range(len(perm))):
-            inner = f"tl.trans({inner})" if len(perm) == 2 else f"tl.permute({inner}, {tuple(perm)})"
-        if len(own) == len(e.target):
-            return inner
-        return f"{inner}[{', '.join(':' if d in x_dims else 'None' for d in e.target)}]"
-
-    def BroadcastTo(self, e: S.BroadcastTo, loc=None) -> str:
-        if isinstance(e.x, S.Expand) and not e.x.x.dims:  # a scalar filling a whole tile
-            value = self.texpr(e.x.x, loc)
-            return f"tl.full({self.shape_text(e.dims)}, {value}, {TL_DTYPE[e.x.x.dtype]})"
-        return f"tl.broadcast_to({self.texpr(e.x, loc)}, {self.shape_text(e.dims)})"
-
-    def Mask(self, e: S.Mask, loc=None) -> str:
-        if e.axis in self.masks:
-            return self.masks[e.axis]
-        return f"tl.full({self.shape_text((e.axis,))}, 1, tl.int1)"
-
-    def Full(self, e: S.Full, loc=None) -> str:
-        if e.value == 0.0:
-            return f"tl.zeros({self.shape_text(e.axes)}, {TL_DTYPE[e.dtype]})"
-        return f"tl.full({self.shape_text(e.axes)}, {number(e.value, INF, NAN)}, {TL_DTYPE[e.dtype]})"
-
-    def Cast(self, e: S.Cast, loc=None) -> str:
-        return f"{self.sub(e.x, loc, ATOM)}.to({TL_DTYPE[e.dtype]})"
-
-    def Reduce(self, e: S.Reduce, loc=None) -> str:
-        return f"{REDUCE[e.op]}({self.texpr(e.x, loc)}, axis={e.x.dims.index(e.axis)})"
-
-    def Dot(self, e: S.Dot, loc=None) -> str:
-        i, k, j = e.a.dims[0], e.axis, e.b.dims[1]
-        a, b = self.texpr(e.a, loc), self.texpr(e.b, loc)
-        acc = self.texpr(e.acc, loc) if e.acc is not None else None
-        if self._tensor_core(e):
-            args = [a, b] + ([acc] if acc is not None else [])
-            if e.a.dtype == "f32":
-                args.append(f'input_precision="{self.f32_dot}"')
-            return f"tl.dot({', '.join(args)})"
-        # Tiles under MIN_DOT: multiply-and-sum over a 3-D (i, j, k) tile in float32. The reduction
-        # runs along the last axis: Triton rewrites sum(a[:, :, None] * b[None, :, :], axis=1) into a
-        # tl.dot of default (TF32) precision on GPUs, which would round f32 operands.
-        self.limits.check_tile((i, k, j), frozenset(), loc, "the product of a small dot")
-        f32 = []
-        for x, text in ((e.a, a), (e.b, b)):
-            text = atom(text, self.prec(x))
-            f32.append(text if x.dtype == "f32" else f"{text}.to(tl.float32)")
-        product = f"tl.sum({f32[0]}[:, None, :] * tl.trans({f32[1]})[None, :, :], axis=2)"
-        return product if acc is None else f"{atom(acc, self.prec(e.acc), SUM)} + {product}"
-
-
-def atom(text: str, prec: int, minimum: int = ATOM) -> str:
-    """`text`, of precedence `prec`, parenthesised unless it binds at least as tightly as `minimum`."""
-    return text if prec >= minimum else f"({text})"

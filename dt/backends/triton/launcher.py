@@ -4,12 +4,15 @@ grids (with TMA descriptors and persistent program counts where the kernels take
 from __future__ import annotations
 
 from dt.backends.pysource import Names, Writer
+from dt.backends.triton.integers import integer_scalars
 from dt.backends.triton.kernel import KernelRenderer
 from dt.ir.index_expr import index_source as index, renamed
 from dt.backends.triton.layout import MIN_DOT
 from dt.ir import scheduled as S
 
-TORCH_DTYPE = {"f32": "torch.float32", "f16": "torch.float16", "bf16": "torch.bfloat16"}
+TORCH_DTYPE = {"f32": "torch.float32", "f16": "torch.float16", "bf16": "torch.bfloat16", "bool": "torch.bool",
+               "i8": "torch.int8", "u8": "torch.uint8", "i16": "torch.int16", "i32": "torch.int32",
+               "i64": "torch.int64"}
 
 
 class Launcher:
@@ -34,6 +37,7 @@ class Launcher:
             self.names.ir(t.name)
         self.sizes = {d: self.names.fresh(S.size_name(d)) for d in pipeline.sizes}
         self.device = self.names.fresh("device")
+        self.integer_scalars = integer_scalars(pipeline)
 
     def render(self, w: Writer):
         p = self.pipeline
@@ -104,7 +108,7 @@ class Launcher:
         for t in kr.params.tensors:
             name = self.names.ir(t)
             args += [name, f"*{name}.stride()"]
-        args += [f"float({self.names.ir(s)})" for s in kr.params.scalars]
+        args += [f"{'int' if s in self.integer_scalars else 'float'}({self.names.ir(s)})" for s in kr.params.scalars]
         args += [self.sizes[s[:-len('_SIZE')]] for s in kr.params.sizes]
         tiles = {}
         for size in kr.tiles:

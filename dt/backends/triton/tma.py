@@ -7,13 +7,14 @@ from __future__ import annotations
 
 from dt.backends.pysource import Names
 from dt.backends.triton.layout import KernelLayout
+from dt.dtypes import ITEM_BYTES
 from dt.errors import DTScheduleError
 from dt.ir import scheduled as S
 
 TMA_MAX_BOX = 256  # a TMA box spans at most 256 elements along each dimension
 TMA_MIN_ROW_BYTES = 16  # and at least 16 bytes along the contiguous one
 TMA_MAX_RANK = 5
-ITEM_BYTES = {"f32": 4, "f16": 2, "bf16": 2}
+FLOAT_ITEM_BYTES = max(ITEM_BYTES[d] for d in ("f32", "f16", "bf16"))  # the widest a float program's tiles hold
 
 Box = tuple[str, tuple]  # (tensor, each dimension's tile: an int, or a `{dim}_SIZE` padded at launch)
 
@@ -77,8 +78,10 @@ class TmaPlan:
                 return False
             box.append(lay.tile)
         last = box[-1]
-        if isinstance(last, int) and last * max(ITEM_BYTES.values()) < TMA_MIN_ROW_BYTES:
+        if isinstance(last, int) and last * max(FLOAT_ITEM_BYTES, ITEM_BYTES[spec.dtype]) < TMA_MIN_ROW_BYTES:
             return False  # too narrow in every dtype
+        if spec.dtype == "bool":  # Triton's int1 (a byte in memory, a bit in registers): pointers here
+            return True
         if isinstance(last, str) or last * ITEM_BYTES[spec.dtype] >= TMA_MIN_ROW_BYTES:  # else pointers here
             key = (tensor, tuple(box))
             dims = tuple(self.layout.axes[a].axis.dim for a in indices)
