@@ -32,6 +32,12 @@ def _int8_weights(e, g, device):
     return torch.randint(-127, 128, (e["n"], e["k"]), generator=g, device=device, dtype=torch.int32).to(torch.int8)
 
 
+def _fp8(*dims):
+    """Standard-normal data stored as float8_e4m3fn (fp8 inputs ride the integer-data hook: their
+    dtype is not the row's)."""
+    return lambda e, g, device: torch.randn([e[d] for d in dims], generator=g, device=device).to(torch.float8_e4m3fn)
+
+
 def _block_table(e, g, device):
     """Each sequence's pages, scattered over the shared cache (no page shared)."""
     pages = e["l"] // 16
@@ -82,6 +88,13 @@ def _group_norm(X, W, B, eps):
 
 def _int8_matmul(X, Wq, S):
     return (X @ Wq.to(X.dtype).t()) * S  # dequantize, then the product
+
+
+def _fp8_matmul(X, W, scale):
+    if X.dtype == torch.float8_e4m3fn:  # what a PyTorch user calls: cuBLASLt's fp8 product
+        one = torch.ones((), device=X.device)
+        return torch._scaled_mm(X, W.t(), scale_a=one, scale_b=one * scale, out_dtype=torch.bfloat16)
+    return (X @ W.t()) * scale  # the float64 reference
 
 
 def _gathered(Kc, Vc, T, L, group):
@@ -171,6 +184,12 @@ LLM_KERNELS: dict[str, Kernel] = {k.name: k for k in [
            ((4096, 4096, 4096),), ((37, 21, 70),), ("bf16",), _int8_matmul, gemms=lambda e: [(e["m"], e["n"], e["k"])],
            integer_inputs={"Wq": _int8_weights},
            notes="weight-only int8 with a scale per output channel; baselines dequantize then multiply."),
+    Kernel("fp8_matmul", MATMUL, LLM / "fp8_matmul.dt", {"X": ("m", "k"), "W": ("n", "k")}, ("m", "n"),
+           {"scale": 0.25}, ("m", "n", "k"), ((4096, 4096, 4096), (8192, 8192, 8192), (4096, 14336, 4096)),
+           ((4096, 4096, 4096),), ((32, 32, 64),), ("bf16",), _fp8_matmul, gemms=lambda e: [(e["m"], e["n"], e["k"])],
+           integer_inputs={"X": _fp8("m", "k"), "W": _fp8("n", "k")},
+           notes="e4m3 operands, per-tensor scales, a bf16 result; eager is torch._scaled_mm (cuBLASLt). The "
+                 "cuBLAS column is a bf16 product of the same shape."),
     Kernel("paged_decode", MEMORY, LLM / "paged_decode.dt",
            {"Q": ("b", "h", "d"), "Kc": ("Kc_axis0", "Kc_axis1", "Kc_axis2", "d"),
             "Vc": ("Kc_axis0", "Kc_axis1", "Kc_axis2", "d"), "T": ("b", "T_axis1"), "L": ("b",)},

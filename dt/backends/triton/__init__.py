@@ -20,7 +20,7 @@ import threading
 from dt.backends.base import BackendUnavailable, Capabilities
 from dt.backends.pysource import load_module
 from dt.backends.triton import interpreter_fix
-from dt.backends.triton.codegen import DTYPES, Module, render
+from dt.backends.triton.codegen import DTYPES, FLOAT8_DTYPES, Module, render
 from dt.backends.triton.expressions import SUPPORTED_OPS
 from dt.backends.triton.limits import check_at_launch
 from dt.errors import DTBackendError
@@ -48,7 +48,8 @@ class TritonBackend:
                 None: f"source only: {missing}" if missing else
                 "source only: no CUDA GPU and TRITON_INTERPRET is not set"}[device]
         self.capabilities = Capabilities(
-            dtypes=frozenset(DTYPES), ops=SUPPORTED_OPS, array="torch", gathers=True,
+            dtypes=frozenset(DTYPES + (FLOAT8_DTYPES if device == "cuda" else ())), ops=SUPPORTED_OPS,
+            array="torch", gathers=True,
             devices={"cuda": ("cuda",), "cpu": ("cpu",), None: ()}[device],
             notes={"f32_dot": f"input_precision from ${F32_DOT_ENV} (default ieee)", "mode": mode,
                    "nan": "rmax/rmin follow tl.max/tl.min, which may drop NaN on the GPU"})

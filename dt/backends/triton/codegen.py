@@ -19,12 +19,13 @@ from dt.backends.triton.format import wrap
 from dt.backends.triton.kernel import KernelRenderer
 from dt.backends.triton.launcher import Launcher
 from dt.backends.triton.limits import TileCheck
-from dt.dtypes import INTEGERS, is_integer
+from dt.dtypes import FLOAT8, INTEGERS, is_integer
 from dt.errors import DTBackendError
 from dt.ir import scheduled as S
 
 F32_DOT_PRECISIONS = ("ieee", "tf32", "tf32x3")
 DTYPES = ("f32", "f16", "bf16", *INTEGERS)
+FLOAT8_DTYPES = FLOAT8  # on a GPU only: Triton's interpreter has no 8-bit floats
 LINE_WIDTH = 100
 HEADER_WIDTH = 95  # the module docstring's prose
 # Modules and builtins the generated code refers to; no generated local may shadow them.
@@ -49,10 +50,13 @@ def render(pipeline: S.Pipeline, f32_dot: str = "ieee", width: int | None = LINE
            interpret: bool = False) -> Module:
     """The module for `pipeline`, to compile for a GPU or (`interpret`) to run under Triton's
     interpreter, which lacks libdevice; `width` None leaves every statement on one line."""
+    renderable = DTYPES + (() if interpret else FLOAT8_DTYPES)
     for t in pipeline.inputs + pipeline.outputs + pipeline.temporaries:
-        if t.dtype not in DTYPES:
-            raise DTBackendError(f"the triton backend does not support dtype {t.dtype} ('{t.name}')", None,
-                                 f"it supports {', '.join(DTYPES)}; use the interp or numba backend for {t.dtype}")
+        if t.dtype not in renderable:
+            raise DTBackendError(f"the triton backend does not support dtype {t.dtype} ('{t.name}')"
+                                 f"{' under its interpreter' if interpret else ''}", None,
+                                 f"it supports {', '.join(renderable)}; use the interp or numba backend for "
+                                 f"{t.dtype}")
     if f32_dot not in F32_DOT_PRECISIONS:
         raise DTBackendError(f"unknown f32 dot precision {f32_dot!r}", None,
                              f"set DT_TRITON_F32_DOT to one of {', '.join(F32_DOT_PRECISIONS)}")

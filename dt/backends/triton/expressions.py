@@ -14,7 +14,8 @@ from dt.dtypes import is_integer
 from dt.ir import scheduled as S
 
 TL_DTYPE = {"f32": "tl.float32", "f16": "tl.float16", "bf16": "tl.bfloat16", "bool": "tl.int1", "i8": "tl.int8",
-            "u8": "tl.uint8", "i16": "tl.int16", "i32": "tl.int32", "i64": "tl.int64"}
+            "u8": "tl.uint8", "i16": "tl.int16", "i32": "tl.int32", "i64": "tl.int64",
+            "f8e4m3": "tl.float8e4nv", "f8e5m2": "tl.float8e5"}  # torch's float8_e4m3fn and float8_e5m2
 
 INF, NAN = 'float("inf")', 'float("nan")'  # as Triton's sources spell them
 # Python precedence levels of what the renderer writes (higher binds tighter).

@@ -12,7 +12,7 @@ from dt.ir import scheduled as S
 
 TORCH_DTYPE = {"f32": "torch.float32", "f16": "torch.float16", "bf16": "torch.bfloat16", "bool": "torch.bool",
                "i8": "torch.int8", "u8": "torch.uint8", "i16": "torch.int16", "i32": "torch.int32",
-               "i64": "torch.int64"}
+               "i64": "torch.int64", "f8e4m3": "torch.float8_e4m3fn", "f8e5m2": "torch.float8_e5m2"}
 
 
 class Launcher:
