@@ -1,7 +1,8 @@
 """The `numba` backend: every example (and its CPU schedule) matches the reference in f32, f16
 and bf16 at sizes that divide and sizes that do not; the generated module is standalone and is
 what compile() runs; its machine code is cached on disk for the next process; its float16 /
-bfloat16 conversions and float32 transcendentals are exact / accurate over dense samples.
+bfloat16 / 8-bit float conversions and float32 transcendentals are exact / accurate over dense
+samples.
 
 Numba's compile time dominates: each test compiles one pipeline (one example in one dtype) and
 runs it at every size, since sizes are run-time arguments of the same compiled code."""
@@ -330,6 +331,45 @@ def test_half_conversions_match_numpy_and_ml_dtypes():
         same = got == ref.view(np.uint16)
         same |= np.isnan(x) & np.isnan(got.view(dtype).astype(np.float32))
         assert same.all(), x[~same][:5]
+
+
+@pytest.mark.parametrize("dtype", [ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e5m2])
+def test_float8_conversions_match_ml_dtypes_bit_for_bit(dtype):
+    """Every 8-bit pattern widens to ml_dtypes' float32 (NaN included: quiet, sign kept); float32
+    rounds to nearest even and saturates as ml_dtypes' astype: past the largest finite value, and
+    inf and NaN, to NaN in e4m3fn (no infinities), to inf in e5m2 (NaN stays NaN). float64
+    values round through float32, as ml_dtypes' astype from float64 does."""
+    name = {ml_dtypes.float8_e4m3fn: "f8e4m3", ml_dtypes.float8_e5m2: "f8e5m2"}[dtype]
+    h = _helpers(f"_round_{name}")
+    bits = np.arange(256, dtype=np.uint16).astype(np.uint8)
+    wide = np.empty(bits.shape, np.float32)
+    h["apply"](h[f"_{name}_to_f32"], bits, wide)
+    want = bits.view(dtype).astype(np.float32)
+    np.testing.assert_array_equal(wide.view(np.uint32), want.view(np.uint32))
+    # every value, the midpoints between neighbours (ties round to even), the midpoint past the
+    # largest value (it rounds down, to even, in both formats) and beyond, each with its float32
+    # neighbours; special values, NaNs with payloads, float32 subnormals and random bit patterns
+    finite = np.unique(want[np.isfinite(want)].astype(np.float64))
+    largest, step = finite[-1], finite[-1] - finite[-2]
+    edges = np.array([largest + step / 2, largest + step, 2 * largest, 1e30, 3.4e38])
+    x = np.concatenate([finite, (finite[1:] + finite[:-1]) / 2, edges, -edges]).astype(np.float32)
+    x = np.concatenate([x, np.nextafter(x, np.float32(np.inf)), np.nextafter(x, np.float32(-np.inf))])
+    rng = np.random.default_rng(0)
+    special = np.array([0x7F800000, 0xFF800000, 0x7FC00000, 0xFFC00000, 0x7F800001, 0xFFBFFFFF, 0x00000001,
+                        0x807FFFFF], np.uint32)
+    x = np.concatenate([x, special.view(np.float32),
+                        rng.integers(0, 1 << 32, 1 << 20, dtype=np.uint64).astype(np.uint32).view(np.float32)])
+    got = np.empty(x.shape, np.uint8)
+    h["apply"](h[f"_f32_to_{name}"], x, got)
+    with np.errstate(over="ignore", invalid="ignore"):
+        ref = x.astype(dtype).view(np.uint8)
+    assert (got == ref).all(), (x[got != ref][:5], got[got != ref][:5], ref[got != ref][:5])
+    assert (got[np.isinf(x)] == (0x7F if name == "f8e4m3" else 0x7C) | (np.signbit(x[np.isinf(x)]) << 7)).all()
+    # float64: values a hair either side of float8 midpoints, which float32 rounds onto them
+    y = np.concatenate([(finite[1:] + finite[:-1]) / 2 * (1 + s) for s in (2.0 ** -30, -2.0 ** -30)])
+    got = np.empty(y.shape, np.uint8)
+    h["apply"](h[f"_f32_to_{name}"], y, got)
+    np.testing.assert_array_equal(got, y.astype(dtype).view(np.uint8))
 
 
 @pytest.mark.parametrize("name,ulps", [("_exp_f32", 1.0), ("_tanh_f32", 1.5), ("_sigmoid_f32", 2.5)])

@@ -1,11 +1,13 @@
-"""The `numba` backend on integer data, casts and gathers (issue 27), where its rendering makes
-choices of its own: numba's floor division and remainder on floats, casts through int64,
-integer scalars as int64, a bfloat16 output without a bfloat16 input, integer tiles kept in
+"""The `numba` backend on integer data, casts, gathers and 8-bit floats (issue 27), where its
+rendering makes choices of its own: numba's floor division and remainder on floats, casts through
+int64, integer scalars as int64, a bfloat16 output without a bfloat16 input, integer tiles kept in
 their own dtype, gathers whose row checks leave the column loop and whose lane loops vectorise,
-and no gather joining the loop that writes its tensor. tests/test_indexing.py runs every
-construct on every backend."""
+no gather joining the loop that writes its tensor, and fp8 data as uint8 bits (products on float32
+tiles, outputs and temporaries rounded and saturated as ml_dtypes does). tests/test_indexing.py
+runs every construct on every backend."""
 import re
 import sys
+from pathlib import Path
 
 import ml_dtypes
 import numpy as np
@@ -142,3 +144,91 @@ def test_a_reduction_gathering_from_a_tensor_the_previous_loop_writes_stays_out_
         renderer.queue(w, reduction(), {"T"}, gathered, {"s"})
         renderer.flush(w)
         assert sum(line.strip().startswith(f"for {lane} in") for line in w.lines) == walks, w.lines
+
+
+FLOAT8 = {"f8e4m3": ml_dtypes.float8_e4m3fn, "f8e5m2": ml_dtypes.float8_e5m2}
+FP8_MATMUL = Path(__file__).resolve().parents[1] / "examples" / "llm" / "fp8_matmul.dt"
+
+
+@pytest.mark.parametrize("dtype", FLOAT8)
+def test_fp8_matmul_matches_numpy(dtype):
+    """examples/llm/fp8_matmul.dt: the fp8 operands are widened to float32 as the tiles are packed
+    for the micro-kernel, and the bf16 result is rounded once, on store. With small integers every
+    partial sum is exact in float32, whatever the order: the result is NumPy's, bit for bit; random
+    normal values agree to bf16's precision. Sizes divide none of the 128-wide blocks."""
+    prog = dt.load(FP8_MATMUL)
+    source = prog.source("numba", dtype)
+    assert f"X_tile[m_i, k_i] = _{dtype}_to_f32(X_global[" in source
+    assert "_round_bf16" not in source and "from ml_dtypes import bfloat16" in source
+    m, n, k = 131, 37, 300
+    for x, w in ((rng.integers(-8, 9, (m, k)), rng.integers(-8, 9, (n, k))),
+                 (rng.standard_normal((m, k)), rng.standard_normal((n, k)))):
+        x, w = x.astype(FLOAT8[dtype]), w.astype(FLOAT8[dtype])
+        out = prog(backend="numba", X=x, W=w, scale=0.25)
+        want = x.astype(np.float64) @ w.astype(np.float64).T * 0.25
+        assert out.dtype == ml_dtypes.bfloat16 and out.shape == (m, n)
+        if (x.astype(np.float32) == np.round(x.astype(np.float32))).all():
+            np.testing.assert_array_equal(out.view(np.uint16), want.astype(ml_dtypes.bfloat16).view(np.uint16))
+        else:
+            assert_close(out.astype(np.float32), want, "bf16")
+
+
+def _same_float8(got, want):
+    """Equal bits, but a NaN computed from NaNs may carry either sign."""
+    assert got.dtype == want.dtype
+    nan = np.isnan(got.astype(np.float32)) & np.isnan(want.astype(np.float32))
+    assert ((got.view(np.uint8) == want.view(np.uint8)) | nan).all()
+
+
+@pytest.mark.parametrize("dtype", FLOAT8)
+def test_float8_outputs_and_temporaries_round_and_saturate_as_ml_dtypes(dtype):
+    """A Func of fp8 inputs only is an fp8 output; a Func computed at root, a temporary in fp8, is
+    rounded as it is stored. On every 8-bit pattern, times 3 (ties, and values past the largest:
+    NaN in e4m3fn, inf in e5m2) and plus 1 (rounding) the results are ml_dtypes' bit for bit."""
+    fp8 = FLOAT8[dtype]
+    prog = dt.loads("In A; Var x; Func t, o;\nt[x] = A[x] * 3.0;\no[x] = t[x] + 1.0;\n"
+                    "t.block(x:64);\no.block(x:64);\no.compile();", "float8_temporary")
+    source = prog.source("numba", dtype)
+    assert "t = np.empty((x_SIZE,), np.uint8)" in source and "o.view(np.uint8)" in source
+    a = np.arange(256, dtype=np.uint16).astype(np.uint8).view(fp8)
+    out = prog(backend="numba", A=a)
+    with np.errstate(over="ignore", invalid="ignore"):
+        t = (a.astype(np.float32) * np.float32(3)).astype(fp8)
+        want = (t.astype(np.float32) + np.float32(1)).astype(fp8)
+    _same_float8(out, want)
+    assert np.isnan(t.astype(np.float32)).sum() > 2 if dtype == "f8e4m3" else np.isinf(t.astype(np.float32)).any()
+    # into an existing array, through the module's entry function
+    entry = backends.get("numba").entry(prog.pipeline(dtype))
+    into = np.zeros(256, fp8)
+    assert entry(a, 256, out=into)["o"] is into
+    _same_float8(into, want)
+    with pytest.raises(ValueError, match="C-contiguous"):
+        entry(a, 256, out=np.zeros(256, np.float32))
+
+
+@pytest.mark.parametrize("dtype", FLOAT8)
+def test_a_cast_to_float8_without_float8_inputs(dtype):
+    """cast(e, f8...) of float32 data: the output's dtype comes from ml_dtypes (imported); of
+    float64 data (computed in float64), it rounds through float32, as ml_dtypes' astype does."""
+    fp8 = FLOAT8[dtype]
+    prog = dt.loads(f"In A; Var x; Func o;\no[x] = cast(A[x] * 2.0, {dtype});\no.compile();", "float8_cast")
+    assert f"from ml_dtypes import {np.dtype(fp8).name}" in prog.source("numba")
+    values = np.unique(np.arange(256, dtype=np.uint16).astype(np.uint8).view(fp8).astype(np.float64))
+    values = values[np.isfinite(values)]
+    above_ties = (values[1:] + values[:-1]) / 2 * (1 + 2.0 ** -35) / 2  # doubled: a hair above the midpoints
+    x = np.concatenate([above_ties, rng.standard_normal(500) * 100, [1e6, -1e6, np.inf, -np.inf, 0.0, -0.0]])
+    for array in (x.astype(np.float32), x):
+        out = prog(backend="numba", A=array)
+        assert out.dtype == fp8
+        with np.errstate(over="ignore", invalid="ignore"):
+            np.testing.assert_array_equal(out.view(np.uint8), (array * 2).astype(fp8).view(np.uint8))
+
+
+def test_an_embedding_table_in_float8():
+    """A gather from an fp8 table: rows outside it read 0; the fp8 output holds the rows exactly."""
+    prog = dt.loads("In E, I; Var t, d; Func o;\no[t, d] = E[I[t], d];\no.compile();", "float8_embedding")
+    table = rng.standard_normal((10, 19)).astype(ml_dtypes.float8_e4m3fn)
+    ids = np.array([3, 0, 9, -1, 10, 3], np.int64)
+    out = prog(backend="numba", E=table, I=ids)
+    want = np.concatenate([table, np.zeros((1, 19), table.dtype)])[np.where((ids >= 0) & (ids < 10), ids, 10)]
+    np.testing.assert_array_equal(out.view(np.uint8), want.view(np.uint8))

@@ -25,7 +25,7 @@ from dt.backends.numba_cpu import cache  # noqa: E402
 from dt.backends.numba_cpu.cache import DTCacheWarning  # noqa: E402,F401  (re-exported)
 from dt.backends.numba_cpu.expr import SUPPORTED_OPS  # noqa: E402
 from dt.backends.numba_cpu.module import entry_name, render  # noqa: E402
-from dt.dtypes import BFLOAT16, INTEGERS  # noqa: E402
+from dt.dtypes import BFLOAT16, FLOAT8_NUMPY, INTEGERS  # noqa: E402
 
 
 def cache_dir() -> Path:
@@ -57,11 +57,14 @@ class NumbaBackend:
     name = "numba"
 
     def __init__(self):
-        dtypes = {"f32", "f16", "f64", *INTEGERS} | ({"bf16"} if BFLOAT16 is not None else set())
+        # bfloat16 and the 8-bit floats are NumPy dtypes only with ml_dtypes installed
+        dtypes = {"f32", "f16", "f64", *INTEGERS} | ({"bf16"} if BFLOAT16 is not None else set()) | set(FLOAT8_NUMPY)
         self.capabilities = Capabilities(
             dtypes=frozenset(dtypes), ops=SUPPORTED_OPS, array="numpy", gathers=True, devices=("cpu",),
             notes={"threads": "a launch's program instances run in chunks on a pool of NUMBA_NUM_THREADS threads",
                    "f16/bf16": "loaded as uint16 bits, computed in f32, rounded to nearest even on store",
+                   "f8e4m3/f8e5m2": "loaded as uint8 bits, computed in f32 (products too), rounded to nearest even "
+                                    "on store, saturating as ml_dtypes does",
                    "exp/tanh/sigmoid": "f32: own vectorisable approximations, max error 1 / 1.5 / 2.5 ulp",
                    "cache": "machine code cached on disk, see dt.backends.numba_cpu.cache_dir()"})
 

@@ -11,9 +11,9 @@ rendered) at the outermost loop its operand allows; the expression reads the acc
 `Gather`'s subscripts are computed likewise, each at the outermost loop it allows, and its
 value is a load where every subscript is inside the tensor and 0 elsewhere.
 
-Values are held in numba's types: floats in the compute dtype (float16 / bfloat16 values in a
-float32), integers as numba computes them (its arithmetic widens them to int64; a stored tile or
-tensor keeps its own width), booleans as booleans.
+Values are held in numba's types: floats in the compute dtype (float16 / bfloat16 / 8-bit float
+values in a float32), integers as numba computes them (its arithmetic widens them to int64; a
+stored tile or tensor keeps its own width), booleans as booleans.
 """
 from __future__ import annotations
 
@@ -27,14 +27,18 @@ from dt.dtypes import is_integer
 from dt.ir import scheduled as S
 from dt.ir.ops import REDUCTIONS
 
-HALF = ("f16", "bf16")  # stored as uint16 bits, computed in f32
-# The function converting a number to each dtype but bool and the halves (the module's aliases,
-# else NumPy's scalar types).
+# The dtypes numba has no arithmetic for, which the kernels see as their bits (the unsigned
+# integer dtype holding them): computed in f32, loads widen them with `_{dtype}_to_f32`, stores
+# round with `_f32_to_{dtype}` (helpers.py).
+AS_BITS = {"f16": "np.uint16", "bf16": "np.uint16", "f8e4m3": "np.uint8", "f8e5m2": "np.uint8"}
+# The function converting a number to each dtype but bool and those of AS_BITS (the module's
+# aliases, else NumPy's scalar types).
 CONVERT = {"f32": "f32", "f64": "f64", "i64": "i64", "i32": "i32", "i16": "np.int16", "i8": "np.int8",
            "u8": "np.uint8"}
 # Significant bits of each integer dtype's values and of each float dtype: an integer dtype with no
 # more bits than a float dtype converts to it exactly (int8 to bfloat16: no rounding).
-BITS = {"bool": 1, "i8": 7, "u8": 8, "i16": 15, "i32": 31, "i64": 63, "bf16": 8, "f16": 11, "f32": 24, "f64": 53}
+BITS = {"bool": 1, "i8": 7, "u8": 8, "i16": 15, "i32": 31, "i64": 63, "f8e5m2": 3, "f8e4m3": 4, "bf16": 8, "f16": 11,
+        "f32": 24, "f64": 53}
 
 # How each op of dt.ir.ops is written, one lane at a time in the compute dtype ({0}, {1}, {2}: the
 # operands); a dict holds one text per compute dtype. A call of a helper (`_exp_f32`) puts that
@@ -142,7 +146,7 @@ class ExprRenderer(Renderer):
         """x, a value of dtype `source` as it is held (a float in the compute dtype), as a value
         of `target`: a float becomes an integer through int64, truncating toward zero, then
         wrapping to a narrower integer (as dt.ir.reference casts); an integer becomes a float
-        through the compute dtype; a float16 / bfloat16 result is rounded to it."""
+        through the compute dtype; a float16 / bfloat16 / 8-bit float result is rounded to it."""
         compute = self.plan.compute
         if source == target:
             return x
@@ -210,20 +214,20 @@ class ExprRenderer(Renderer):
         return self.element(e.tensor, self.subscript(e.indices, env), e.dtype)
 
     def element(self, tensor: str, subscript: str, dtype: str) -> str:
-        """Element `subscript` of `tensor` as a value of `dtype` (a float16 / bfloat16 value is
-        held exactly in a float32)."""
+        """Element `subscript` of `tensor` as a value of `dtype` (a float16 / bfloat16 / 8-bit
+        float value is held exactly in a float32)."""
         stored = self.plan.p.tensor(tensor).dtype
         value = f"{self.plan.tensor[tensor]}[{subscript}]"
-        if stored in HALF:
+        if stored in AS_BITS:
             self.helpers.add(f"_{stored}_to_f32")
             value = f"_{stored}_to_f32({value})"
             held = "f32"
         else:
             held = stored
-        if dtype in HALF and dtype != stored:
+        if dtype in AS_BITS and dtype != stored:
             self.helpers.add(f"_round_{dtype}")
             value, held = f"_round_{dtype}({value if held == 'f32' else f'f32({value})'})", "f32"
-        target = self.plan.compute if dtype in HALF else dtype
+        target = self.plan.compute if dtype in AS_BITS else dtype
         if held == target:
             return value
         return f"{CONVERT[target]}({value})" if target != "bool" else f"({value} != 0)"

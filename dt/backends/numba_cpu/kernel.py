@@ -15,7 +15,7 @@ the other writes.
 """
 from __future__ import annotations
 
-from dt.backends.numba_cpu.expr import ExprRenderer, Level
+from dt.backends.numba_cpu.expr import AS_BITS, ExprRenderer, Level
 from dt.backends.numba_cpu.plan import KernelPlan, Storage, is_mask
 from dt.backends.pysource import Names, Writer, loop_bounds
 from dt.dtypes import INTEGERS, NUMPY, is_integer
@@ -110,14 +110,24 @@ class KernelRenderer(ExprRenderer):
     def Store(self, s: S.Store, w: Writer):
         spec = self.plan.p.tensor(s.tensor)
         tensor = self.plan.tensor[s.tensor]
-        convert = {"f16": "_f32_to_f16", "bf16": "_f32_to_bf16"}.get(spec.dtype)
+        convert = f"_f32_to_{spec.dtype}" if spec.dtype in AS_BITS else None
+        value = s.value
         if convert:
             self.helpers.add(convert)
+            value = self.unrounded(value, spec.dtype)
 
         def target(env):
             return f"{tensor}[{self.subscript(s.indices, env)}] = " + (f"{convert}(" if convert else "")
 
-        self.nest(w, s.indices, target, s.value, ")" if convert else "", writes=s.tensor)
+        self.nest(w, s.indices, target, value, ")" if convert else "", writes=s.tensor)
+
+    def unrounded(self, e: S.TExpr, dtype: str) -> S.TExpr:
+        """e without its last step where that is a float's cast to `dtype`, which the store into
+        a tensor of that dtype rounds to anyway (rounding twice gives the same bits)."""
+        value = e
+        while isinstance(value, S.Ref) and value.name in self.plan.inlined:
+            value = self.plan.inlined[value.name]
+        return value.x if isinstance(value, S.Cast) and value.dtype == dtype and not is_integer(value.x.dtype) else e
 
     # ---- lane loops
     def nest(self, w: Writer, dims, target, value: S.TExpr, close: str = "", writes: str = ""):

@@ -10,10 +10,10 @@ and launches the kernels in order.
 from __future__ import annotations
 
 from dt.backends.numba_cpu import helpers
-from dt.backends.numba_cpu.expr import HALF
+from dt.backends.numba_cpu.expr import AS_BITS
 from dt.backends.numba_cpu.kernel import NUMPY_DTYPE, KernelRenderer
 from dt.backends.pysource import Names, Writer, safe_text
-from dt.dtypes import INTEGERS, NUMPY, is_integer
+from dt.dtypes import FLOAT8, INTEGERS, NUMPY, is_integer
 from dt.ir import scheduled as S
 from dt.ir.index_expr import index_source as index, renamed
 
@@ -22,11 +22,14 @@ from dt.ir.index_expr import index_source as index, renamed
 KERNEL_FASTMATH = ("afn", "arcp", "contract", "nsz", "reassoc")
 HELPER_FASTMATH = ("contract", "nsz")
 
-DTYPE_NAME = {"bf16": "bfloat16"} | {d: NUMPY[d].name for d in ("f32", "f64", "f16") + INTEGERS}
+# NumPy's dtypes from ml_dtypes, by their names there (imported by a module with an output of one
+# and no input of it)
+ML_DTYPES = {"bf16": "bfloat16", "f8e4m3": "float8_e4m3fn", "f8e5m2": "float8_e5m2"}
+DTYPE_NAME = ML_DTYPES | {d: NUMPY[d].name for d in ("f32", "f64", "f16") + INTEGERS}
 INTRINSICS = {"_reduce_max", "_reduce_min"}  # helpers written with numba.extending.intrinsic and llvmlite
 MODULE_GLOBALS = ("math", "np", "numba", "njit", "intrinsic", "ir", "ThreadPoolExecutor", "count", "f32", "f64",
                   "i32", "i64", "u16", "u32", "u64", "_KERNEL", "_HELPER", "_POOL", "_launch", "_operand", "_result",
-                  "bfloat16")
+                  *ML_DTYPES.values())
 
 # Threads run the program instances of a launch: numba's parallel loops (prange) cost seconds of
 # compile time per kernel, several times what the kernel itself costs, while the serial `nogil`
@@ -75,9 +78,14 @@ class _Module:
         self.entry = self.names.ir(pipeline.name)
         self.kernels = [(k, self.names.ir(k.name)) for k in pipeline.kernels]
         self.helpers: set[str] = set()
-        # a bfloat16 output takes its dtype from a bfloat16 input, else from ml_dtypes (imported then)
-        self.bf16_input = next((t.name for t in pipeline.inputs if t.dtype == "bf16"), None)
-        self.imports_bf16 = self.bf16_input is None and any(t.dtype == "bf16" for t in pipeline.outputs)
+        # a bfloat16 or 8-bit float output takes its dtype from an input of that dtype, else from
+        # ml_dtypes (imported then)
+        self.input_of = {}
+        for t in pipeline.inputs:
+            self.input_of.setdefault(t.dtype, t.name)
+        self.imports = [name for d, name in ML_DTYPES.items()
+                        if d not in self.input_of and any(t.dtype == d for t in pipeline.outputs)]
+        self.float8_inputs = any(t.dtype in FLOAT8 for t in pipeline.inputs)
 
     def render(self) -> str:
         bodies = []
@@ -106,7 +114,7 @@ class _Module:
         w.line("")
         w.line("Each *_kernel function runs a range of the program instances of a kernel launch, computing")
         w.line("their tiles with loops over the valid lanes; _launch spreads a launch over threads.")
-        needs = "numpy, numba and ml_dtypes" if self.imports_bf16 else "numpy and numba only"
+        needs = "numpy, numba and ml_dtypes" if self.imports else "numpy and numba only"
         w.line(f"`{self.entry}` at the end is the entry point. Needs {needs}.")
         w.line('"""')
         w.line("import math")
@@ -118,8 +126,9 @@ class _Module:
         intrinsics = bool(self.helpers & INTRINSICS)
         if intrinsics:
             w.line("from llvmlite import ir  # numba's own dependency: the LLVM types of _reduce_max / _reduce_min")
-        if self.imports_bf16:
-            w.line("from ml_dtypes import bfloat16  # the dtype of bfloat16 outputs")
+        if self.imports:
+            names = ", ".join(self.imports)
+            w.line(f"from ml_dtypes import {names}  # the dtype{'s' * (len(self.imports) > 1)} of {names} outputs")
         w.line("from numba import njit")
         if intrinsics:
             w.line("from numba.extending import intrinsic")
@@ -140,11 +149,18 @@ class _Module:
         w.line("")
         w.line("")
         w.line("def _operand(array, name, dtype, shape):")
-        w.line('    """`array` as the kernels take it: C-contiguous, float16 / bfloat16 as their uint16 bits."""')
+        if self.float8_inputs:
+            w.line('    """`array` as the kernels take it: C-contiguous, float16 / bfloat16 as their uint16 bits,')
+            w.line('    8-bit floats as their uint8 bits."""')
+        else:
+            w.line('    """`array` as the kernels take it: C-contiguous, float16 / bfloat16 as their uint16 bits."""')
         w.line("    array = np.asarray(array, order=\"C\")  # a 0-d array stays 0-d")
         w.line("    if array.dtype.name != dtype or array.shape != shape:")
         w.line('        raise ValueError(f"{name} must be a {dtype} array of shape {shape}, "')
         w.line('                         f"not {array.dtype.name} {array.shape}")')
+        if self.float8_inputs:
+            w.line('    if dtype.startswith("float8"):')
+            w.line("        return array.view(np.uint8)")
         w.line('    return array.view(np.uint16) if dtype in ("float16", "bfloat16") else array')
         w.line("")
         w.line("")
@@ -181,7 +197,7 @@ class _Module:
             w.line("out: an existing C-contiguous array of the output's dtype and shape to write it into" if single
                    else "out: a dict of existing C-contiguous arrays, by output name, to write outputs into")
             w.line('(then no output is allocated)."""')
-            for t in p.outputs:  # first: a bfloat16 output may take its dtype from an input
+            for t in p.outputs:  # first: a bfloat16 / 8-bit float output may take its dtype from an input
                 given = "out" if single else f'None if out is None else out.get("{t.name}")'
                 dtype = self.array_dtype(t, params)
                 w.line(f'{params[t.name]} = _result({given}, "{t.name}", {dtype}, {shape(t)})')
@@ -191,7 +207,7 @@ class _Module:
             for s in p.scalars:
                 w.line(f"{scalars[s]} = {'i64' if s in integers else p.compute_dtype}({scalars[s]})")
             for t in p.temporaries:
-                dtype = "np.uint16" if t.dtype in HALF else self.array_dtype(t, params)
+                dtype = AS_BITS.get(t.dtype) or self.array_dtype(t, params)
                 w.line(f"{params[t.name]} = np.empty({shape(t)}, {dtype})")
             for kernel, fn in self.kernels:
                 ps = S.kernel_params(kernel, p)
@@ -199,7 +215,7 @@ class _Module:
                 call = [fn, index(renamed(kernel.program_count, lambda n: extents.get(n, n)))]
                 for name in ps.tensors:
                     spec = p.tensor(name)
-                    view = ".view(np.uint16)" if spec.role == "output" and spec.dtype in HALF else ""
+                    view = f".view({AS_BITS[spec.dtype]})" if spec.role == "output" and spec.dtype in AS_BITS else ""
                     call.append(params[name] + view)
                 call += [scalars[s] for s in ps.scalars] + [extents[s] for s in ps.sizes]
                 w.line(f"_launch({', '.join(call)})")
@@ -208,8 +224,8 @@ class _Module:
 
     def array_dtype(self, t: S.TensorSpec, params) -> str:
         """The dtype of output or temporary `t`, as an expression of the entry function."""
-        if t.dtype == "bf16":
-            return f"{params[self.bf16_input]}.dtype" if self.bf16_input else "bfloat16"
+        if t.dtype in ML_DTYPES:
+            return f"{params[self.input_of[t.dtype]]}.dtype" if t.dtype in self.input_of else ML_DTYPES[t.dtype]
         return NUMPY_DTYPE[t.dtype]
 
     def integer_scalars(self) -> set[str]:
