@@ -41,8 +41,9 @@ class Kernel:
     liger: Callable | None = None              # (liger functional module, tensors, scalars) -> fn()
     sdpa: bool | Callable = False              # attention: also time F.scaled_dot_product_attention
     notes: str = ""
-    # Integer inputs (ids, targets, tables, int8 weights): name -> fn(extents, generator, device)
-    integer_inputs: dict[str, Callable] = field(default_factory=dict)
+    # Inputs not drawn from the standard normal (ids, targets, block tables, int8 and fp8 data,
+    # RoPE's cos/sin tables): name -> fn(extents, generator, device, the row's torch dtype)
+    made_inputs: dict[str, Callable] = field(default_factory=dict)
     dt_sizes: tuple[str, ...] = ()             # extents the dt provider passes as sizes= (no input gives them)
     # (extents, item bytes) -> bytes moved, for kernels that read only part of an input (a gather)
     moved: Callable[[dict, int], int] | None = None
@@ -76,14 +77,13 @@ class Case:
 
     @property
     def bytes(self) -> int:
-        """The fewest bytes the kernel must move: each input read once, the output written once
-        (or what the kernel's `moved` says, for gathers)."""
+        """The fewest bytes the kernel must move: each input read once, the output written once,
+        at the row dtype's size (or what the kernel's `moved` says: gathers, integer or 8-bit data)."""
         item = DTYPE_BYTES[self.dtype]
         if self.kernel.moved is not None:
             return self.kernel.moved(self.extents, item)
-        floats = [i for i in self.kernel.inputs if i not in self.kernel.integer_inputs]
-        n = sum(math.prod(self.input_shape(i)) for i in floats) + math.prod(self.out_shape)
-        return n * item + sum(math.prod(self.input_shape(i)) * 8 for i in self.kernel.integer_inputs)
+        n = sum(math.prod(self.input_shape(i)) for i in self.kernel.inputs) + math.prod(self.out_shape)
+        return n * item
 
     @property
     def gemm_shapes(self) -> list[tuple[int, int, int]]:

@@ -15,36 +15,48 @@ LLM = EXAMPLES / "llm"
 DTYPES = ("f32", "bf16")
 
 
-# ----------------------------------------------------------------------- integer data
+# ----------------------------------------------------------------------- inputs made for each kernel
 def _ids(rows_dim, count_dim):
     """Token ids in [0, rows): every id a valid row of the table."""
-    return lambda e, g, device: torch.randint(0, e[rows_dim], (e[count_dim],), generator=g, device=device)
+    return lambda e, g, device, dtype: torch.randint(0, e[rows_dim], (e[count_dim],), generator=g, device=device)
 
 
-def _targets(e, g, device):
+def _rope_table(fn, width_dim, duplicated):
+    """cos or sin of Llama's angles, [s, width]: position s times frequency 500000^(-i / half);
+    Hugging Face's layout repeats the half-width table (Liger reads only its first half)."""
+    def make(e, g, device, dtype):
+        half = e[width_dim] // 2 if duplicated else e[width_dim]
+        freq = 500000.0 ** (-torch.arange(half, device=device, dtype=torch.float64) / half)
+        table = fn(torch.arange(e["s"], device=device, dtype=torch.float64)[:, None] * freq[None, :])
+        return (torch.cat([table, table], dim=1) if duplicated else table).to(dtype)
+    return make
+
+
+def _targets(e, g, device, dtype):
     """Class targets, one in eight the ignore index -100 (padding tokens)."""
     t = torch.randint(0, e["v"], (e["r"],), generator=g, device=device)
     ignored = torch.rand(e["r"], generator=g, device=device) < 0.125
     return torch.where(ignored, torch.full_like(t, -100), t)
 
 
-def _int8_weights(e, g, device):
+def _int8_weights(e, g, device, dtype):
     return torch.randint(-127, 128, (e["n"], e["k"]), generator=g, device=device, dtype=torch.int32).to(torch.int8)
 
 
 def _fp8(*dims):
     """Standard-normal data stored as float8_e4m3fn (fp8 inputs ride the integer-data hook: their
     dtype is not the row's)."""
-    return lambda e, g, device: torch.randn([e[d] for d in dims], generator=g, device=device).to(torch.float8_e4m3fn)
+    return lambda e, g, device, dtype: torch.randn([e[d] for d in dims], generator=g, device=device).to(
+        torch.float8_e4m3fn)
 
 
-def _block_table(e, g, device):
+def _block_table(e, g, device, dtype):
     """Each sequence's pages, scattered over the shared cache (no page shared)."""
     pages = e["l"] // 16
     return torch.randperm(e["Kc_axis0"], generator=g, device=device)[:e["b"] * pages].view(e["b"], pages).int()
 
 
-def _lengths(e, g, device):
+def _lengths(e, g, device, dtype):
     """Sequence lengths between half the context and all of it."""
     return torch.randint(e["l"] // 2, e["l"] + 1, (e["b"],), generator=g, device=device)
 
@@ -157,6 +169,8 @@ def _rope_kernel(name, fn, liger, tables):
                                                      "C": half, "S": half},
                   ("b", "s", "h", "d"), {}, dims, shapes, shapes[:1],
                   ((1, 5, 3, 1, 12) + ((6,) if tables == "half" else ()),), DTYPES, fn, liger=liger,
+                  made_inputs={"C": _rope_table(torch.cos, half[1], tables == "full"),
+                               "S": _rope_table(torch.sin, half[1], tables == "full")},
                   notes="q and k of Llama 3 8B (32 and 8 heads of 128); two outputs. Liger rotates in place.")
 
 
@@ -165,11 +179,11 @@ LLM_KERNELS: dict[str, Kernel] = {k.name: k for k in [
     _rope_kernel("rope_interleaved", _rope_interleaved, None, "half"),
     Kernel("embedding", MEMORY, LLM / "embedding.dt", {"E": ("E_axis0", "d"), "I": ("t",)}, ("t", "d"), {},
            ("t", "d", "E_axis0"), ((4096, 4096, 128256), (16384, 4096, 128256), (1000, 2048, 50257)),
-           ((4096, 4096, 128256),), ((7, 33, 50),), DTYPES, _embedding, integer_inputs={"I": _ids("E_axis0", "t")},
+           ((4096, 4096, 128256),), ((7, 33, 50),), DTYPES, _embedding, made_inputs={"I": _ids("E_axis0", "t")},
            moved=_embedding_bytes, notes="F.embedding; the bytes count the rows read, not the whole table."),
     Kernel("cross_entropy", MEMORY, LLM / "cross_entropy.dt", {"L": ("r", "v"), "T": ("r",)}, ("r",), {},
            ("r", "v"), ((4096, 128256), (8192, 32000), (1000, 50257)), ((4096, 128256),), ((6, 5003),), DTYPES,
-           _cross_entropy, liger=_liger_cross_entropy, integer_inputs={"T": _targets},
+           _cross_entropy, liger=_liger_cross_entropy, made_inputs={"T": _targets},
            notes="loss per row, reduction='none', ignore_index -100 (one target in eight). Liger's loss is f32."),
     Kernel("conv1d", MEMORY, LLM / "conv1d.dt", {"X": ("b", "c", "t"), "W": ("c", "j"), "B": ("c",)},
            ("b", "c", "t"), {}, ("b", "c", "t", "j"), ((4, 2048, 4096, 4), (8, 5120, 2048, 4), (1, 1536, 1000, 4)),
@@ -182,12 +196,12 @@ LLM_KERNELS: dict[str, Kernel] = {k.name: k for k in [
     Kernel("int8_matmul", MATMUL, LLM / "int8_matmul.dt", {"X": ("m", "k"), "Wq": ("n", "k"), "S": ("n",)},
            ("m", "n"), {}, ("m", "n", "k"), ((4096, 4096, 4096), (16, 4096, 4096), (4096, 14336, 4096)),
            ((4096, 4096, 4096),), ((37, 21, 70),), ("bf16",), _int8_matmul, gemms=lambda e: [(e["m"], e["n"], e["k"])],
-           integer_inputs={"Wq": _int8_weights},
+           made_inputs={"Wq": _int8_weights},
            notes="weight-only int8 with a scale per output channel; baselines dequantize then multiply."),
     Kernel("fp8_matmul", MATMUL, LLM / "fp8_matmul.dt", {"X": ("m", "k"), "W": ("n", "k")}, ("m", "n"),
            {"scale": 0.25}, ("m", "n", "k"), ((4096, 4096, 4096), (8192, 8192, 8192), (4096, 14336, 4096)),
            ((4096, 4096, 4096),), ((32, 32, 64),), ("bf16",), _fp8_matmul, gemms=lambda e: [(e["m"], e["n"], e["k"])],
-           integer_inputs={"X": _fp8("m", "k"), "W": _fp8("n", "k")},
+           made_inputs={"X": _fp8("m", "k"), "W": _fp8("n", "k")},
            notes="e4m3 operands, per-tensor scales, a bf16 result; eager is torch._scaled_mm (cuBLASLt). The "
                  "cuBLAS column is a bf16 product of the same shape."),
     Kernel("paged_decode", MEMORY, LLM / "paged_decode.dt",
@@ -197,7 +211,7 @@ LLM_KERNELS: dict[str, Kernel] = {k.name: k for k in [
            ("b", "h", "d", "l", "Kc_axis0", "Kc_axis1", "Kc_axis2", "T_axis1"),
            ((8, 32, 128, 4096, 2048, 16, 8, 256), (32, 32, 128, 2048, 4096, 16, 8, 128)),
            ((8, 32, 128, 4096, 2048, 16, 8, 256),), ((3, 8, 128, 64, 13, 16, 2, 4),), ("bf16",), _paged_decode,
-           sdpa=_sdpa_paged, dt_sizes=("l",), integer_inputs={"T": _block_table, "L": _lengths}, moved=_paged_bytes,
+           sdpa=_sdpa_paged, dt_sizes=("l",), made_inputs={"T": _block_table, "L": _lengths}, moved=_paged_bytes,
            notes="one query token per sequence, pages of 16 tokens (vLLM's layout), 4 query heads per key/value "
                  "head; SDPA gets K and V gathered and expanded outside its timing, eager includes the gather."),
 ]}

@@ -231,11 +231,11 @@ def random_tensor(shape, dtype: torch.dtype, device: torch.device, generator: to
 
 
 def case_inputs(case, device, seed: int) -> dict:
-    """A row's input tensors (cases.Case), by DT name: floats drawn as random_tensor does, integer
-    data (ids, targets, tables, int8 weights) by the kernel's own functions."""
-    g = generator(device, seed)
-    return {n: case.kernel.integer_inputs[n](case.extents, g, device) if n in case.kernel.integer_inputs
-            else random_tensor(case.input_shape(n), DTYPES[case.dtype], device, g) for n in case.kernel.inputs}
+    """A row's input tensors (cases.Case), by DT name: drawn as random_tensor does, or by the
+    kernel's own functions (cases.Kernel.made_inputs: ids, targets, tables, 8-bit data)."""
+    g, dtype, made = generator(device, seed), DTYPES[case.dtype], case.kernel.made_inputs
+    return {n: made[n](case.extents, g, device, dtype) if n in made
+            else random_tensor(case.input_shape(n), dtype, device, g) for n in case.kernel.inputs}
 
 
 def short_error(e: BaseException) -> str:

@@ -83,6 +83,10 @@ def test_llm_rows_take_integer_inputs_sizes_and_several_outputs(tmp_path):
         assert r["status"] == "ok" and r["rel_err"] <= r["tol"], r
     e = cases.KERNELS["embedding"].extents((7, 33, 50))
     assert cases.Case(cases.KERNELS["embedding"], (7, 33, 50), "bf16", e).bytes == 7 * 8 + 2 * 7 * 33 * 2
+    c, s = (bench.measure.case_inputs(cases.Case(cases.KERNELS["rope"], (1, 5, 3, 1, 12), "f32",
+                                                 cases.KERNELS["rope"].extents((1, 5, 3, 1, 12))), torch.device("cpu"), 1)[n]
+            for n in "CS")
+    assert torch.equal(c[:, :6], c[:, 6:]) and torch.allclose(c * c + s * s, torch.ones_like(c))  # real RoPE tables
     inputs = bench.measure.case_inputs(cases.Case(cases.KERNELS["cross_entropy"], (6, 5003), "bf16",
                                                    {"r": 400, "v": 5003}), torch.device("cpu"), 1)
     targets = inputs["T"]
@@ -483,7 +487,7 @@ def test_baseline_functions_compute_the_dt_algorithm(name):
     for shape in kernel.tiny:
         case = cases.Case(kernel, shape, "f32", kernel.extents(shape))
         g = torch.Generator().manual_seed(sum(shape))
-        t = {n: kernel.integer_inputs[n](case.extents, g, "cpu") if n in kernel.integer_inputs
+        t = {n: kernel.made_inputs[n](case.extents, g, "cpu", torch.float64) if n in kernel.made_inputs
              else torch.randn(case.input_shape(n), generator=g, dtype=torch.float64) for n in kernel.inputs}
         want = prog.reference(sizes={d: case.extents[d] for d in kernel.dt_sizes} or None, **t, **kernel.scalars)
         got = kernel.torch_fn(**t, **kernel.scalars)
