@@ -317,6 +317,39 @@ def test_the_cold_timer_demotes_kept_lines_and_flushes_before_every_timed_run(mo
     assert ms == pytest.approx(sorted(kept)[4] / 2 + sorted(kept)[5] / 2)  # the median of the ten kept runs
 
 
+def test_the_cold_timer_keeps_the_runs_of_a_call_that_waits_for_the_gpu_itself(monkeypatch):
+    """A call that synchronizes inside (Liger's cross-entropy reads a count back) is never queued
+    ahead of the GPU: the head start doubles to its longest, then its runs are kept (it once
+    looped forever)."""
+    pytest.importorskip("triton")
+    import measure
+    import triton
+    sleeps = []
+
+    class Event:
+        def __init__(self, enable_timing):
+            pass
+
+        def record(self):
+            pass
+
+        def query(self):
+            return True  # every start event has passed by the time the call returns
+
+        def elapsed_time(self, end):
+            return 2.0
+
+    driver = types.SimpleNamespace(get_empty_cache_for_benchmark=lambda: "cache", clear_cache=lambda cache: None)
+    monkeypatch.setattr(triton.runtime, "driver", types.SimpleNamespace(active=driver))
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    monkeypatch.setattr(torch.cuda, "Event", Event)
+    monkeypatch.setattr(torch.cuda, "_sleep", sleeps.append)
+    monkeypatch.setattr(measure, "reset_persisting_l2", lambda: None)
+    assert measure.cold_bench(lambda: None, warmup=0, rep=0) == 2.0
+    longest = sleeps.index(measure.MAX_HEAD_START_CYCLES)
+    assert sleeps[longest:] == [measure.MAX_HEAD_START_CYCLES] * 10 and sleeps[:longest] == sorted(sleeps[:longest])
+
+
 def test_the_cold_timer_says_what_to_do_without_the_cuda_driver(monkeypatch, request):
     import ctypes
 
