@@ -152,3 +152,16 @@ def test_fp8_matmul_with_per_tensor_scales(backend):
     out = run("fp8_matmul", backend, X=x, W=w, scale=0.25)
     assert out.dtype == ml_dtypes.bfloat16
     assert_close(out.astype(np.float32), want, "bf16")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_grouped_query_causal_attention(backend):
+    batch, heads, kv_heads, seq, d = 2, 4, 2, 19, 8
+    q, k, v = normal(batch, heads, seq, d), normal(batch, kv_heads, seq, d), normal(batch, kv_heads, seq, d)
+    keys, values = np.repeat(k, heads // kv_heads, axis=1), np.repeat(v, heads // kv_heads, axis=1)
+    s = q.astype(np.float64) @ keys.transpose(0, 1, 3, 2) / np.sqrt(d)
+    s = np.where(np.tril(np.ones((seq, seq), bool)), s, -np.inf)
+    p = np.exp(s - s.max(-1, keepdims=True))
+    want = p / p.sum(-1, keepdims=True) @ values
+    out = run("gqa_attention", backend, Q=q, K=k, V=v, group=heads // kv_heads)
+    assert_close(out, want, "f32")

@@ -171,7 +171,8 @@ def _rope_kernel(name, fn, liger, tables):
                   ((1, 5, 3, 1, 12) + ((6,) if tables == "half" else ()),), DTYPES, fn, liger=liger,
                   made_inputs={"C": _rope_table(torch.cos, half[1], tables == "full"),
                                "S": _rope_table(torch.sin, half[1], tables == "full")},
-                  notes="q and k of Llama 3 8B (32 and 8 heads of 128); two outputs. Liger rotates in place.")
+                  notes="q and k of Llama 3 8B (32 and 8 heads of 128); two outputs"
+                        + (". Liger rotates in place." if liger else "; no Liger kernel has this form."))
 
 
 LLM_KERNELS: dict[str, Kernel] = {k.name: k for k in [

@@ -196,7 +196,7 @@ def _runs_table(runs: list[dict]) -> list[str]:
 
 def markdown(runs: list[dict], records: list[dict]) -> str:
     devices = sorted({run["device"] for run in runs})
-    out = ["# dt on the GPU: the kernels of issue 7", "",
+    out = ["# dt on the GPU: the kernels of issues 7 and 27", "",
            "Produced by `benchmarks/gpu/bench.py` (merged by `benchmarks/gpu/report.py`); the method is in "
            "`docs/performance.md`. Times are medians in milliseconds (lower is better). Every provider's "
            "output was first compared with a float64 PyTorch reference (`rel. error` = ||out - ref|| / ||ref||); "
