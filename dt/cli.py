@@ -10,6 +10,7 @@ import time
 import warnings
 from pathlib import Path
 
+from dt.dtypes import FLOAT8
 from dt.dtypes import NAMES as DTYPE_CHOICES
 from dt.errors import DTError
 
@@ -28,12 +29,13 @@ def _sizes(pairs: list[str]) -> dict[str, int]:
     return sizes
 
 
-def _scalars(pairs: list[str]) -> dict[str, float]:
+def _scalars(pairs: list[str]) -> dict[str, float | int]:
     scalars = {}
     for pair in pairs or ():
         name, sep, value = pair.partition("=")
         try:
-            scalars[name.strip()] = float(value)
+            value = value.strip()  # an integer stays one: it may index (K[l + start])
+            scalars[name.strip()] = int(value) if value.lstrip("+-").isdigit() else float(value)
         except ValueError:
             raise SystemExit(f"dt: --scalar takes name=number, got {pair!r}") from None
     return scalars
@@ -304,7 +306,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("file")
     run.add_argument("--size", action="append", metavar="DIM=N",
                      help="extent of a dimension (repeat); dimensions of inputs read from files need none")
-    run.add_argument("--dtype", choices=DTYPE_CHOICES,
+    run.add_argument("--dtype", choices=DTYPE_CHOICES + FLOAT8,
                      help="dtype of the random inputs (default: that of the inputs read from files, else f32)")
     run.add_argument("--backend", help="interp, numba, triton, ... (default: $DT_BACKEND, else the default); "
                                        "triton without a GPU runs under Triton's interpreter")
@@ -328,7 +330,7 @@ def build_parser() -> argparse.ArgumentParser:
     comp.add_argument("file")
     comp.add_argument("--backend", help="interp, numba, triton, ... (triton needs no GPU to generate its module), "
                                         "or ir: the scheduled IR every backend renders, as text")
-    comp.add_argument("--dtype", choices=DTYPE_CHOICES, default="f32")
+    comp.add_argument("--dtype", choices=DTYPE_CHOICES + FLOAT8, default="f32")
     comp.add_argument("--interpret", action="store_true",
                       help="triton: the module for Triton's interpreter (no libdevice), to run on a CPU under "
                            "TRITON_INTERPRET=1 (default: the module for a GPU)")

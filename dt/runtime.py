@@ -160,12 +160,13 @@ class Program:
     @user_facing
     def pipeline(self, dtypes: dict[str, str] | str = "f32") -> Pipeline:
         """The scheduled IR for these input dtypes (one dtype name applies to every input but
-        those that index others, which are i64)."""
+        those that index others, which are i64, as are the scalars that index)."""
         for dtype in dtypes.values() if isinstance(dtypes, dict) else (dtypes,):
             if not (isinstance(dtype, str) and dtype in ALL):
                 raise DTInputError(f"dtype {dtype!r} is not one dt supports", None, f"use one of {', '.join(ALL)}")
-        if not isinstance(dtypes, dict):  # one float dtype: the inputs that index others hold int64
-            dtypes = {n: "i64" if n in self.checked.index_inputs else dtypes for n in self.inputs}
+        if not isinstance(dtypes, dict):  # one float dtype; the inputs and scalars that index are int64
+            dtypes = {**{n: "i64" if n in self.checked.index_inputs else dtypes for n in self.inputs},
+                      **{n: "i64" for n in self.checked.index_scalars}}
         key = tuple(sorted(dtypes.items()))
         if key not in self._pipelines:
             self._pipelines[key] = lower(self.checked, dtypes)

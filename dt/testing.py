@@ -28,7 +28,8 @@ def numpy_dtype(dtype: str) -> np.dtype:
 def random_inputs(prog, extents: dict[str, int], dtype: str = "f32", seed: int = 0) -> dict:
     """Seeded standard-normal inputs of `dtype` for every input of `prog`, shaped by `extents`
     (dimension name -> extent), and a value in [0.5, 1.5) for every scalar. An input that indexes
-    another (I in E[I[t], d]) holds int64 indices within the axis it indexes."""
+    another (I in E[I[t], d]) holds int64 indices within the axis it indexes; a scalar that
+    indexes is 1."""
     prog.check_extents(extents, dtype)  # a DTError for an extent missing, unknown, bad or too large
     rng = np.random.default_rng(seed)
     args: dict = {}
@@ -41,8 +42,8 @@ def random_inputs(prog, extents: dict[str, int], dtype: str = "f32", seed: int =
             args[access.name] = rng.integers(0, max(extents[indexed[access.name]], 1), shape, dtype=np.int64)
             continue
         args[access.name] = rng.standard_normal(shape).astype(np.float32).astype(numpy_dtype(dtype))
-    for s in prog.scalars:
-        args[s] = float(0.5 + rng.random())
+    for s in prog.scalars:  # a scalar that indexes is an integer: 1
+        args[s] = 1 if s in prog.checked.index_scalars else float(0.5 + rng.random())
     return args
 
 

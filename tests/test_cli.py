@@ -298,3 +298,15 @@ def test_run_takes_seed_and_repeat_of_zero(capsys):
                  "--seed", "0", "--repeat", "0"]) == 0
     out = capsys.readouterr().out
     assert "random (seed 0)" in out and "then" not in out.split("first call")[1].splitlines()[0]
+
+
+def test_run_takes_integer_scalars_and_fp8_inputs():
+    """--scalar group=2 stays an integer (it indexes); --dtype f8e4m3 draws 8-bit inputs."""
+    paged = ("examples/llm/paged_decode.dt --scalar group=2 --scalar scale=0.25 --size b=2 --size h=4 --size d=8 "
+             "--size k=8 --size l=32 --size Kc_axis0=4 --size Kc_axis1=16 --size Kc_axis2=2 --size Vc_axis0=4 "
+             "--size Vc_axis1=16 --size Vc_axis2=2 --size T_axis1=2 --backend interp").split()
+    fp8 = "examples/llm/fp8_matmul.dt --size m=8 --size n=8 --size k=16 --dtype f8e4m3 --backend interp".split()
+    for args in (paged, fp8):
+        result = _dt("run", *args)
+        assert result.returncode == 0, result.stderr
+        assert "-> ok" in result.stdout

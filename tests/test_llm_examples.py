@@ -165,3 +165,18 @@ def test_grouped_query_causal_attention(backend):
     want = p / p.sum(-1, keepdims=True) @ values
     out = run("gqa_attention", backend, Q=q, K=k, V=v, group=heads // kv_heads)
     assert_close(out, want, "f32")
+
+
+@pytest.mark.parametrize("path", sorted(LLM.glob("*.dt")), ids=lambda p: p.stem)
+def test_each_example_documents_a_complete_command(path):
+    """The `dt run` line in each example's header names every extent a run needs (input axes no
+    dimension spans included) and every scalar that indexes (random floats do for the others),
+    and nothing else."""
+    lines = path.read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("#   dt run"))
+    words = " ".join([lines[start]] + [line for line in lines[start + 1:] if line.startswith("#     --")]).split()
+    sizes = {w.split("=")[0] for flag, w in zip(words, words[1:]) if flag == "--size"}
+    scalars = {w.split("=")[0] for flag, w in zip(words, words[1:]) if flag == "--scalar"}
+    prog = dt.load(path)
+    assert sizes == set(prog.checked.needed_dims), path.name
+    assert prog.checked.index_scalars <= scalars <= set(prog.scalars), path.name

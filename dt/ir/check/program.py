@@ -96,6 +96,13 @@ class CheckedProgram:
         return found
 
     @cached_property
+    def index_scalars(self) -> frozenset[str]:
+        """The scalars read inside subscripts (start in K[l + start]): integers by necessity."""
+        return frozenset(node.name for f in self.written.values() for access in A.walk(f.expr)
+                         if isinstance(access, A.Access) for sub in access.subscripts for node in A.walk(sub)
+                         if isinstance(node, A.ScalarRef))
+
+    @cached_property
     def input_axes(self) -> dict[str, tuple[str, ...]]:
         """The dimension each axis of each input spans: the first dimension an access binds to it
         (A.binding_dim: `A[x]`, `X[t - j]`), else one of its own, `{input}_axis{i}`, that only the
