@@ -308,3 +308,15 @@ def test_bool_data_casts_to_bool_and_counts_as_one_in_arithmetic(backend):
     np.testing.assert_array_equal(out["twice"], np.concatenate([[0], m[:-1]]) + m)
     np.testing.assert_array_equal(out["plus"], m + np.arange(5))
     np.testing.assert_array_equal(out["pick"], np.where(np.append(m[1:], False), a, -1))
+
+
+def test_the_bounds_sanitizer_reports_casts_whose_result_is_undefined():
+    prog = dt.loads("In A; Var x; Func o;\no[x] = cast(A[x] * 1e9, i32);\no.tensorize(x:8);\no.compile();", file="c.dt")
+    with dt.debug.sanitize("bounds"), pytest.warns(DTOutOfRangeWarning) as caught:
+        prog(A=np.array([0.5, 1.0, 3.0, np.nan, 1.5], np.float32))
+    assert len(caught) == 1
+    assert str(caught[0].message).startswith("c.dt:2:1: cast out of range: 3e+09 cannot be converted to i32")
+    assert "on 2 lane(s)" in str(caught[0].message)  # 3e9 and NaN; padding lanes are not reported
+    with dt.debug.sanitize("bounds"), warnings.catch_warnings():
+        warnings.simplefilter("error")
+        np.testing.assert_array_equal(prog(A=np.array([0.5, -2.0], np.float32)), [500000000, -2000000000])

@@ -59,5 +59,13 @@ class DTOutOfRangeRead(DTError):
     kind = "read outside a tensor"
 
 
+class DTUndefinedCast(DTError):
+    """What the bounds sanitizer reports, as a DTOutOfRangeWarning, of a float converted to an
+    integer dtype that cannot hold it (NaN, or past the dtype's range): the result is undefined
+    and differs between backends."""
+    kind = "cast out of range"
+
+
 class DTOutOfRangeWarning(UserWarning):
-    """A DTOutOfRangeRead, rendered: where, which element, how many lanes; the run goes on."""
+    """A DTOutOfRangeRead or DTUndefinedCast, rendered: where, which value, how many lanes; the
+    run goes on."""

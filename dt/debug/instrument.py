@@ -17,6 +17,7 @@ from dt.backends.pysource import Writer, load_module
 from dt.debug import config as debug_config
 from dt.debug.info import ProgramInfo
 from dt.debug.session import Session
+from dt.dtypes import is_integer
 from dt.ir import scheduled as S
 
 
@@ -60,6 +61,12 @@ class InstrumentedRenderer(Renderer):
     def Gather(self, e: S.Gather) -> str:
         spans = f"({e.order[0]},)" if len(e.order) == 1 else f"({', '.join(e.order)})"
         return f'_dbg.gather({self.sid}, "{e.tensor}", {self.gather_args(e, spans)})'
+
+    def Cast(self, e: S.Cast) -> str:
+        if not (is_integer(e.dtype) and e.dtype != "bool" and not is_integer(e.x.dtype) and e.x.dtype != "bool"):
+            return super().Cast(e)
+        spans = f"({e.dims[0]},)" if len(e.dims) == 1 else f"({', '.join(e.dims)})"
+        return f'_dbg.cast({self.sid}, {self.texpr(e.x)}, {spans}, "{e.dtype}", {e.dtype})'
 
     def _stop_hook(self, w: Writer):
         """Number the tile statement about to be rendered, and call `_dbg.stop` before it."""

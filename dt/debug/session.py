@@ -13,7 +13,7 @@ import numpy as np
 from dt.backends.numpy.runtime import gather, load, store
 from dt.debug import config as debug_config
 from dt.debug.errors import (DTNonFiniteError, DTOutOfBoundsError, DTOutOfRangeRead, DTOutOfRangeWarning,
-                             DTRaceError, DTSanitizerError, DTUninitializedReadError)
+                             DTRaceError, DTSanitizerError, DTUndefinedCast, DTUninitializedReadError)
 from dt.debug.frame import Frame
 from dt.debug.info import ProgramInfo, Statement
 from dt.debug.trace import TileRecord
@@ -225,6 +225,30 @@ class Session:
                     "zero padding reads there on purpose (a shifted read at an edge); an index tensor should not")
                 warnings.warn(report.render(), DTOutOfRangeWarning, stacklevel=2)
         return gather(tensor, subscripts, shape, dtype)
+
+    def cast(self, sid: int, value, spans, name: str, dtype):
+        """A float converted to an integer dtype; the bounds sanitizer reports, once per statement,
+        valid lanes whose value is NaN or past the dtype's range (an undefined result)."""
+        value = np.asarray(value)
+        if "bounds" in self.checks and sid not in self.reported_reads:
+            valid = np.ones(value.shape, dtype=bool)
+            for axis, (_, lanes, count) in enumerate(spans):
+                if value.shape[axis] == lanes:  # a broadcast (size-1) axis holds one valid lane
+                    valid &= (np.arange(lanes) < count).reshape([-1 if a == axis else 1 for a in range(value.ndim)])
+            limits = np.iinfo(dtype)
+            with np.errstate(invalid="ignore"):
+                truncated = np.trunc(value.astype(np.float64))
+                bad = valid & (np.isnan(truncated) | (truncated < limits.min) | (truncated > limits.max))
+            if bad.any():
+                self.reported_reads.add(sid)
+                first = value[tuple(np.argwhere(bad)[0])]
+                st = self.info.statements[sid]
+                report = DTUndefinedCast(
+                    f"{float(first):g} cannot be converted to {name} (range {limits.min}..{limits.max}), on "
+                    f"{int(bad.sum())} lane(s) (program {self.pid} of {self.info.kernel_of(sid)}): the result is "
+                    f"undefined", st.loc, "clamp the value first (maximum/minimum) or cast to a wider integer")
+                warnings.warn(report.render(), DTOutOfRangeWarning, stacklevel=2)
+        return value.astype(dtype) if value.ndim else value.astype(dtype)[()]
 
     def store(self, sid: int, name: str, tensor: np.ndarray, spans, value):
         if self.checks:
