@@ -11,13 +11,15 @@ import numpy as np
 from dt import backends, call_checks, env
 from dt.debug import config as debug_config
 from dt.dtypes import ALL, BFLOAT16, FLOAT8, NUMPY, NUMPY_NAMES, TORCH_NAMES
-from dt.errors import DTBackendError, DTError, DTExtentError, DTInputError, DTSyntaxError, Loc, user_facing
+from dt.errors import (DTBackendError, DTError, DTExtentError, DTInputError, DTSyntaxError, DTTypeError, Loc,
+                       user_facing)
 from dt.frontend import api
 from dt.frontend.parser import normalise_source, parse
 from dt.ir import algorithm as A
 from dt.ir import reference, tiles
 from dt.ir.check import check
 from dt.ir.lower import lower
+from dt.ir.lower.types import Types
 from dt.ir.naming import size_name
 from dt.ir.printer import ir_text
 from dt.ir.scheduled import Assign, Gather, Pipeline, Store, walk_statements, walk_texpr
@@ -150,8 +152,10 @@ class Program:
         call_checks.check_memory(call_checks.reference_tensors(self.checked, b.extents), b.extents,
                                  call_checks.cpu_memory())
         compute = "f64" if "f64" in b.dtypes.values() else "f32"
+        types = Types(self.checked.funcs, {n: b.dtypes[n] for n in self.inputs},
+                      {n: d for n, d in b.dtypes.items() if n in self.scalars}, compute)
         values = reference.evaluate(self.checked, {n: _to_numpy(a).astype(np.float64) for n, a in b.arrays.items()},
-                                    b.scalars, b.extents, compute)
+                                    b.scalars, b.extents, compute, types)
         outs = {n: values[n] for n in self.outputs}
         if b.torch_device is not None:
             outs = {n: _numpy_to_torch(o, b.torch_device) for n, o in outs.items()}
@@ -209,7 +213,7 @@ class Program:
                 raise DTInputError(f"backend '{backend_obj.name}' does not support dtype {t.dtype} "
                                    f"('{t.name}')", self._first_access(t.name),
                                    f"it supports {', '.join(sorted(caps.dtypes))}")
-        if not getattr(caps, "gathers", False):
+        if not caps.gathers:
             gather = next((node for k in pipeline.kernels for s in walk_statements(k.body)
                            if isinstance(s, (Assign, Store)) for node in walk_texpr(s.value)
                            if isinstance(node, Gather)), None)
@@ -272,6 +276,9 @@ class Program:
             scalars[n] = self._scalar(n, args[n])
             if isinstance(scalars[n], int):  # an integer scalar: it may index (K[l + start])
                 dtypes[n] = "i64"
+            if n in self.checked.divisor_scalars and not scalars[n] > 0:
+                raise DTTypeError(f"scalar '{n}' divides a subscript (// or %) but is {scalars[n]!r}",
+                                  self.checked.divisor_scalars[n], f"pass {n} as a positive integer")
         devices = {str(a.device) for a in arrays.values() if _is_torch(a)}
         if len(devices) > 1:
             raise DTInputError(f"inputs are on different devices ({', '.join(sorted(devices))})", None,

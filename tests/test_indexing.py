@@ -320,3 +320,30 @@ def test_the_bounds_sanitizer_reports_casts_whose_result_is_undefined():
     with dt.debug.sanitize("bounds"), warnings.catch_warnings():
         warnings.simplefilter("error")
         np.testing.assert_array_equal(prog(A=np.array([0.5, -2.0], np.float32)), [500000000, -2000000000])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_integer_arithmetic_is_64_bit_and_narrow_data_widens(backend):
+    """x * 100000000 passes 2**31 at x = 22: the read must still be masked, not wrapped into the
+    tensor; i8 * i8 and u8 - u8 compute in 64 bits, as the reference does."""
+    far = dt.loads("In A; Var x; Func o;\no[x] = A[x * 100000000] + 1.0;\no.block(x:32); o.tensorize(x:32);\n"
+                   "o.compile();")
+    check(far, backend, sizes={"x": 32}, A=np.ones(10, np.float32), want=np.r_[2.0, np.ones(31)])
+    narrow = dt.loads("In P, Q, U, V; Var x; Func o;\no[x] = P[x] * Q[x] + (U[x] - V[x]);\no.compile();")
+    out = check(narrow, backend, P=np.array([100, -3], np.int8), Q=np.array([100, 5], np.int8),
+                U=np.array([3, 200], np.uint8), V=np.array([5, 100], np.uint8))
+    np.testing.assert_array_equal(out, [10000 - 2, -15 + 100])
+
+
+def test_the_reference_casts_integers_exactly():
+    prog = dt.loads("In P; Var x; Func o;\no[x] = cast(P[x] + 16777216, i64);\no.compile();")
+    np.testing.assert_array_equal(prog.reference(P=np.array([1, 3], np.int64)), [16777217, 16777219])
+
+
+def test_a_scalar_dividing_a_subscript_must_be_positive():
+    prog = dt.loads("In K; SIn p; Var l; Func o;\no[l] = K[l // p];\no.compile();")
+    for bad in (0, -2):
+        with pytest.raises(DTTypeError) as info:
+            prog(backend="interp", K=np.ones(3, np.float32), p=bad)
+        assert f"scalar 'p' divides a subscript (// or %) but is {bad}" in info.value.message
+        assert info.value.loc.line == 2 and info.value.hint == "pass p as a positive integer"

@@ -86,7 +86,7 @@ def test_a_gathered_index_tile_is_kept_in_its_own_dtype_and_its_checks_leave_the
     source = backends.get("numba").source(prog.pipeline({"Kc": "f32", "T": "i32", "page": "i64"}))
     assert "T = np.empty((8,), np.int32)" in source
     kernel = source[source.index("def o_kernel"):].splitlines()
-    row = next(i for i, line in enumerate(kernel) if "Kc_axis0 = u64(T[l_i])" in line)
+    row = next(i for i, line in enumerate(kernel) if "Kc_axis0 = u64(i64(T[l_i]))" in line)
     assert kernel[row + 2].strip() == "for k_i in range(k_valid):"
     cache = rng.standard_normal((6, 4, 5)).astype(np.float32)
     table = np.array([[5, 0, 2], [1, 9, -4]], np.int32)  # 9 and -4: pages outside the cache read 0

@@ -43,9 +43,11 @@ def test_an_embedding_row_offset_is_64_bit_and_its_index_masked(ids, widened, lo
     index is widened before the product (an int64 one is wide already); a negative index or
     one past the table's rows reads 0 (uint8 ones are never negative)."""
     src = source(EMBEDDING, {"E": "bf16", "I": ids})
-    row = "I[:, None].to(tl.int64) * E_axis0_stride" if widened else "I[:, None] * E_axis0_stride"
-    assert f"tl.load(E_ptr + {row} + d_offsets[None, :] * E_d_stride," in src
-    bounds = "(I[:, None] >= 0) & (I[:, None] < E_axis0_SIZE)" if lower_bound else "(I[:, None] < E_axis0_SIZE)"
+    index = "E_axis0_index" if widened else "I[:, None]"  # a widened index is named on its own line
+    if widened:
+        assert "E_axis0_index = I.to(tl.int64)[:, None]" in src
+    assert f"tl.load(E_ptr + {index} * E_axis0_stride + d_offsets[None, :] * E_d_stride," in src
+    bounds = f"({index} >= 0) & ({index} < E_axis0_SIZE)" if lower_bound else f"({index} < E_axis0_SIZE)"
     assert f"mask={bounds} & d_mask[None, :], other=0.0)" in src
     assert "TensorDescriptor" not in src
 
@@ -61,14 +63,14 @@ def test_an_int32_row_index_costs_one_wide_multiply_add_on_sm90():
 
 def test_computed_subscripts_are_named_after_the_tensor_axis_they_index():
     src = flat(program("causal_conv").source("triton"))
-    assert "X_t_index = (t_offsets.to(tl.int32)[:, None] - j_arange.to(tl.int32)[None, :])[None, :, :]" in src
-    assert "X_t_index.to(tl.int64) * X_t_stride" in src
+    assert "X_t_index = (t_offsets[:, None] - j_arange[None, :])[None, :, :]" in src
+    assert "X_t_index * X_t_stride" in src
     assert "(X_t_index >= 0) & (X_t_index < t_SIZE)" in src  # t - j may be negative
 
 
 def test_a_subscript_never_negative_needs_no_lower_bound():
     src = source("In A; Var x; Func o;\no[x] = A[x + 1] * 2.0;\no.compile();", {"A": "f32"})
-    assert "A_x_index = x_offsets.to(tl.int32) + 1" in src
+    assert "A_x_index = x_offsets + 1" in src
     assert "mask=A_x_index < x_SIZE, other=0.0" in src
 
 
@@ -76,18 +78,18 @@ def test_floor_division_is_tritons_own_where_it_floors():
     """A dividend never negative by a positive divisor (h // 4, the pages of a block table)
     divides with Triton's // and %; one that may be negative goes through the helpers."""
     grouped = flat(program("grouped").source("triton"))
-    assert "K_axis0_index = (h_offsets.to(tl.int32) // 4)" in grouped and "_floor_divide" not in grouped
+    assert "K_axis0_index = (h_offsets // 4)" in grouped and "_floor_divide" not in grouped
     paged = flat(program("paged").source("triton"))
-    assert "T_axis1_index = (l_offsets.to(tl.int32) // 4)" in paged
-    assert "Kc_axis1_index = (l_offsets.to(tl.int32) % 4)" in paged and "_remainder" not in paged
+    assert "T_axis1_index = (l_offsets // 4)" in paged
+    assert "Kc_axis1_index = (l_offsets % 4)" in paged and "_remainder" not in paged
     shifted = source("Var x; Func o;\no[x] = (x - 5) // 3 + (x - 5) % 3;\no.compile();", {})
-    assert "o = _floor_divide(x_offsets.to(tl.int32) - 5, 3) + _remainder(x_offsets.to(tl.int32) - 5, 3)" in shifted
+    assert "o = _floor_divide(x_offsets - 5, 3) + _remainder(x_offsets - 5, 3)" in shifted
 
 
 def test_a_gather_in_a_tma_kernel_reads_through_pointers():
     src = flat(program("shift_tma").source("triton", "f16"))
     assert "A = A_desc.load([" in src and "out_desc.store([" in src
-    assert ("B = tl.load(B_ptr + x_offsets[:, None] * B_x_stride + B_y_index.to(tl.int64) * B_y_stride, "
+    assert ("B = tl.load(B_ptr + x_offsets[:, None] * B_x_stride + B_y_index * B_y_stride, "
             "mask=x_mask[:, None] & (B_y_index < y_SIZE), other=0.0)") in src
     assert "B_desc" not in src
 
@@ -118,8 +120,8 @@ def test_floor_division_and_remainder_of_negative_integers_are_pythons(dtype):
 
 
 def test_narrow_integers_promote_as_torch_not_as_triton():
-    """int8 + 1 is int32 in DT (127 + 1 = 128), where Triton keeps int8; uint8 + int8 is int16,
-    where Triton, as C, makes uint8."""
+    """Integers compute in int64 in DT (127 + 1 = 128 for an int8), where Triton keeps int8;
+    uint8 + int8 too, where Triton, as C, makes uint8."""
     i8 = np.array([127, -128, -1, 5], np.int8)
     u8 = np.array([255, 0, 200, 3], np.uint8)
     out = run("In I, U; Var x; Func s, m;\ns[x] = I[x] + 1;\nm[x] = U[x] + I[x];\ns.compile(); m.compile();",
@@ -127,7 +129,7 @@ def test_narrow_integers_promote_as_torch_not_as_triton():
     np.testing.assert_array_equal(np.asarray(out["s"]), [128, -127, 0, 6])
     np.testing.assert_array_equal(np.asarray(out["m"]), [382, -128, 199, 8])
     text = source("In I; Var x; Func s;\ns[x] = I[x] + 1;\ns.compile();", {"I": "i8"})
-    assert "s = I.to(tl.int32) + 1" in text
+    assert "s = I.to(tl.int64) + 1" in text
 
 
 def test_casts_truncate_toward_zero_and_convert_between_dtypes():

@@ -20,7 +20,7 @@ import re
 import sys
 
 from dt.dtypes import ALL
-from dt.errors import DTDimensionError, DTError, DTNameError, DTScheduleError, Loc
+from dt.errors import DTDimensionError, DTError, DTNameError, DTScheduleError, DTTypeError, Loc
 from dt.ir import algorithm as A
 from dt.ir.ops import OPS_LIST
 
@@ -94,7 +94,8 @@ def _dims(obj, indices, loc) -> tuple[tuple[str, ...], tuple[Var, ...]]:
             names.append(i.name)
             decls.append(i)
         else:
-            raise DTNameError(f"index {i!r} on the left of '{obj.name}' is not a Var", loc,
+            shown = A.expr_text(i) if isinstance(i, A.Expr) else repr(i)
+            raise DTNameError(f"index {shown} on the left of '{obj.name}' is not a Var", loc,
                               "a definition names the dimensions it defines: f[x, y] = ...; write the arithmetic "
                               "on the right-hand side")
     return tuple(names), tuple(decls)
@@ -275,7 +276,7 @@ def cast(x, dtype: str):
     """cast(x, dtype): x converted to `dtype` ('i64', 'i32', 'bf16', ...); a Func defined as a
     cast is stored in that dtype. Floats convert to integers rounding toward zero."""
     if dtype not in ALL:
-        raise DTError(f"{dtype!r} is not a dtype", caller_loc(), f"cast to one of {', '.join(ALL)}")
+        raise DTTypeError(f"{dtype!r} is not a dtype", caller_loc(), f"cast to one of {', '.join(ALL)}")
     return A.Cast(A.as_expr(x), dtype, caller_loc())
 
 

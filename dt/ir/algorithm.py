@@ -307,9 +307,16 @@ def expr_text(e: Expr, parent: int = 0) -> str:
         return f"-{expr_text(e.x, 3)}"
     if isinstance(e, Cast):
         return f"cast({expr_text(e.x)}, {e.dtype})"
-    args = children(e)
+    if isinstance(e, Binary) and e.op in ("<", "<=", ">", ">=", "==", "!="):
+        text = f"{expr_text(e.a, 1)} {e.op} {expr_text(e.b, 1)}"
+        return f"({text})" if parent else text
+    if isinstance(e, Binary) and e.op == "pow":
+        return f"{expr_text(e.a, 4)} ** {expr_text(e.b, 4)}"
+    if isinstance(e, Reduce):
+        function = "rdot" if e.op == "dot" else f"r{e.op}"
+        return f"{function}({', '.join(expr_text(a) for a in e.args)}, {e.dim})"
     name = e.op if isinstance(e, (Unary, Binary)) else type(e).__name__.lower()
-    return f"{name}({', '.join(expr_text(a) for a in args)})"
+    return f"{name}({', '.join(expr_text(a) for a in children(e))})"
 
 
 def binding_dim(subscript: Expr, dim_kinds: dict[str, str]) -> str | None:

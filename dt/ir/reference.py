@@ -9,6 +9,7 @@ from dt.dtypes import NUMPY, is_integer
 from dt.ir import algorithm as A
 from dt.ir.ops import OPS, REDUCTIONS
 from dt.ir.check.program import CheckedProgram
+from dt.ir.lower.types import Types
 
 
 class _Named:
@@ -45,10 +46,13 @@ def _gather(source: np.ndarray, subscripts: list[_Named]) -> _Named:
     return _Named(np.where(inside, values, 0.0), dims)
 
 
-def _cast(x: _Named, dtype: str, compute: str) -> _Named:
-    """x converted to dtype as the backends convert it: the operand rounded to the compute dtype
-    first, floats to integers toward zero, integers wrapping as NumPy's casts do."""
-    value = np.asarray(x.array, dtype=np.float64).astype(NUMPY[compute])
+def _cast(x: _Named, dtype: str, compute: str | None) -> _Named:
+    """x converted to dtype as the backends convert it: a float operand rounded to the compute
+    dtype first (`compute`; None for an integer operand, exact in float64 up to 2**53), floats to
+    integers toward zero, integers wrapping as NumPy's casts do."""
+    value = np.asarray(x.array, dtype=np.float64)
+    if compute is not None:
+        value = value.astype(NUMPY[compute])
     if dtype == "bool":
         out = value != 0
     elif is_integer(dtype):
@@ -60,9 +64,9 @@ def _cast(x: _Named, dtype: str, compute: str) -> _Named:
 
 
 def evaluate(cp: CheckedProgram, inputs: dict[str, np.ndarray], scalars: dict[str, float],
-             extents: dict[str, int], compute: str = "f32") -> dict[str, np.ndarray]:
-    """Every computed Func as a float64 array over its LHS dims; casts round their operand to
-    `compute`, the dtype the backends compute in."""
+             extents: dict[str, int], compute: str = "f32", types: Types | None = None) -> dict[str, np.ndarray]:
+    """Every computed Func as a float64 array over its LHS dims; casts round a float operand to
+    `compute`, the dtype the backends compute in (`types` says which operands are floats)."""
     values: dict[str, np.ndarray] = {}
 
     def ev(e: A.Expr):  # a step of A.recurse: expressions nest deeper than Python recursion goes
@@ -83,7 +87,7 @@ def evaluate(cp: CheckedProgram, inputs: dict[str, np.ndarray], scalars: dict[st
                 subscripts.append((yield sub))
             return _gather(source, subscripts)
         if isinstance(e, A.Cast):
-            return _cast((yield e.x), e.dtype, compute)
+            return _cast((yield e.x), e.dtype, compute if types is None or types.kind(e.x) == "float" else None)
         if isinstance(e, A.Unary):
             x = yield e.x
             with np.errstate(all="ignore"):

@@ -280,6 +280,8 @@ class ExpressionRenderer(Renderer):
             # compute-dtype literal does
             return self.Literal(S.Literal(constant, e.dtype)) if constant is not None else \
                 f"float({self.texpr(e.x, loc)})"
+        if is_integer(e.x.dtype) and e.dtype in ("f16", "bf16"):  # through f32: exact to 2**24, and right
+            return f"{self.sub(e.x, loc, ATOM)}.to(tl.float32).to({TL_DTYPE[e.dtype]})"  # under the interpreter
         return f"{self.sub(e.x, loc, ATOM)}.to({TL_DTYPE[e.dtype]})"
 
     def Reduce(self, e: S.Reduce, loc=None) -> str:

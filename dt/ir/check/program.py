@@ -103,6 +103,20 @@ class CheckedProgram:
                          if isinstance(node, A.ScalarRef))
 
     @cached_property
+    def divisor_scalars(self) -> dict[str, Loc | None]:
+        """The scalars a subscript divides by (l // p, l % p) -> where: positive by necessity,
+        checked when the program is called."""
+        found: dict[str, Loc | None] = {}
+        for f in self.written.values():
+            for access in A.walk(f.expr):
+                if isinstance(access, A.Access):
+                    for sub in access.subscripts:
+                        for node in A.walk(sub):
+                            if isinstance(node, A.Binary) and node.op in ("//", "%"):
+                                found.update((s.name, s.loc) for s in A.walk(node.b) if isinstance(s, A.ScalarRef))
+        return found
+
+    @cached_property
     def input_axes(self) -> dict[str, tuple[str, ...]]:
         """The dimension each axis of each input spans: the first dimension an access binds to it
         (A.binding_dim: `A[x]`, `X[t - j]`), else one of its own, `{input}_axis{i}`, that only the

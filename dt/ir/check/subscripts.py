@@ -1,14 +1,14 @@
 """Subscripts: each is an integer index expression. Dimensions, integer constants, `len`, scalar
-inputs and reads of input tensors (gathers) combine with `+`, `-`, `*`, and with `//` and `%` by
-a positive divisor; a cast to an integer dtype makes any value an index. Whether a scalar or a
+inputs and reads of input tensors (gathers) combine with the ops closed over integers (the op
+table's `integer` flag: `+ - * // %`, `maximum`, `minimum`, `abs`, `-x`), `//` and `%` by a
+positive divisor; a cast to an integer dtype makes any value an index. Whether a scalar or a
 gathered tensor holds integers is known only when the program is called (dt.ir.lower.types)."""
 from __future__ import annotations
 
 from dt.dtypes import INTEGERS
 from dt.errors import DTTypeError
 from dt.ir import algorithm as A
-
-_ARITHMETIC = ("+", "-", "*", "maximum", "minimum")
+from dt.ir.ops import OPS
 
 
 def check_subscripts(defs: dict[str, A.FuncDef]):
@@ -37,13 +37,11 @@ def _check_index(s: A.Expr, access: A.Access):
             if e.dtype not in INTEGERS:
                 raise DTTypeError(f"the index {A.expr_text(s)} of '{access.name}' is cast to {e.dtype}, not an integer",
                                   e.loc or access.loc, "cast an index to an integer dtype, e.g. cast(..., i32)")
-        elif isinstance(e, A.Unary) and e.op == "neg":
-            stack.append(e.x)
-        elif isinstance(e, A.Binary) and e.op in _ARITHMETIC:
-            stack += [e.a, e.b]
         elif isinstance(e, A.Binary) and e.op in ("//", "%"):
             _check_divisor(e, s, access)
             stack += [e.a, e.b]
+        elif isinstance(e, (A.Unary, A.Binary)) and OPS[e.op].integer:
+            stack += A.children(e)
         else:
             what = "'/' divides as floats" if isinstance(e, A.Binary) and e.op == "/" else \
                 f"{A.expr_text(e)} is not integer arithmetic"
@@ -63,6 +61,8 @@ def _check_divisor(e: A.Binary, s: A.Expr, access: A.Access):
         if isinstance(d, A.Binary) and d.op in ("+", "*"):
             stack += [d.a, d.b]
             continue
+        certainly = isinstance(d, A.Num) or (isinstance(d, A.Unary) and d.op == "neg" and isinstance(d.x, A.Num))
         raise DTTypeError(f"'{e.op}' in the index {A.expr_text(s)} of '{access.name}' divides by "
-                          f"{A.expr_text(e.b)}, which may not be a positive integer", e.loc or access.loc,
+                          f"{A.expr_text(e.b)}, which {'is not' if certainly else 'may not be'} a positive integer",
+                          e.loc or access.loc,
                           "divide by a positive integer constant, a len(...) or an integer scalar")

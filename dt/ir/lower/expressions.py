@@ -15,7 +15,10 @@ from dt.ir.lower.dtypes import is_bool
 from dt.ir.naming import size_name
 from dt.ir.ops import OPS
 
-INDEX = "i32"  # the dtype of dimensions, lens and integer constants: what tile indices are
+# The dtype of dimensions, lens, integer constants and all integer arithmetic: 64 bits, so that
+# no index expression wraps (x * 100000000 would in 32) and every backend agrees with the
+# reference; narrower integer data widens to it wherever it is computed with.
+INDEX = "i64"
 
 
 class ExpressionLowering:
@@ -41,16 +44,17 @@ class ExpressionLowering:
 
     def _operands(self, op: str, operands: list[S.TExpr]) -> list[S.TExpr]:
         """The operands of `op` in the dtypes it computes in, as dt.ir.lower.types types them:
-        comparisons compare integers (and booleans) as they are (l <= m); an op closed over
-        integers keeps them (x + 1, i // 4), booleans among them becoming integers; anything with
-        a float operand, or any other op, computes in floats of the compute dtype."""
+        comparisons compare integers as integers (l <= m) and booleans as they are; an op closed
+        over integers keeps them (x + 1, i // 4), booleans among them becoming integers; integers
+        compute in INDEX (i8 * i8 does not wrap); anything with a float operand, or any other op,
+        computes in floats of the compute dtype."""
         values = operands[1:] if op == "where" else operands
         kinds = ["bool" if v.dtype == "bool" else "int" if is_integer(v.dtype) else "float" for v in values]
         as_they_are = OPS[op].result == "bool" or (op == "where" and set(kinds) == {"bool"})
         if "float" in kinds or not (as_they_are or OPS[op].integer and "int" in kinds):
             values = [v if k == "float" else self.as_dtype(v, self.compute) for v, k in zip(values, kinds)]
-        elif not as_they_are:
-            values = [self.as_dtype(v, INDEX) if k == "bool" else v for v, k in zip(values, kinds)]
+        elif not as_they_are or "int" in kinds:  # integers compute in INDEX (booleans among them too)
+            values = [self.as_dtype(v, INDEX) if k != "bool" or not as_they_are else v for v, k in zip(values, kinds)]
         return [operands[0], *values] if op == "where" else values
 
     def _lower_step(self, e: A.Expr, as_number: bool, func: str, env):
@@ -99,6 +103,7 @@ class ExpressionLowering:
         """e read at computed subscripts: a Gather over the axes its subscripts span, 0 outside
         the tensor; a fused producer is never read so (the checker refuses it)."""
         order = self.canonical(tuple(dict.fromkeys(d for s in subscripts for d in s.dims)))
+        subscripts = [self.as_dtype(s, INDEX) for s in subscripts]  # u8 ids compare with a 300-row extent
         aligned = tuple(s if not s.dims else s if s.dims == order else S.Expand(s, order) for s in subscripts)
         if e.kind == "input":
             dims, dtype = self.cp.input_axes[e.name], self.types.input_dtypes[e.name]
