@@ -47,7 +47,7 @@ class Session:
         self.counts: dict[int, int] = {}
         self.writers: dict[str, np.ndarray] = {}  # instance that last wrote each element, -1 if none
         self.buffers: dict[str, np.ndarray] = {}
-        self.reported_reads: set[int] = set()  # statements whose read outside a tensor was reported
+        self.reported: set[int] = set()  # statements whose read outside a tensor or cast was reported
         self._resolve(config.breakpoints)
         self.traces = config.traces
         self.run_index = {id(t): t._start_run(info.pipeline.name, self.sizes) for t in self.traces}
@@ -204,17 +204,15 @@ class Session:
     def gather(self, sid: int, name: str, tensor: np.ndarray, subscripts, spans, shape, dtype):
         """A load at computed indices; the bounds sanitizer reports, once per statement, the
         valid lanes (those within their axes' limits) that read outside the tensor."""
-        if "bounds" in self.checks and sid not in self.reported_reads:
-            valid = np.ones(shape, dtype=bool)
-            for axis, (_, lanes, count) in enumerate(spans):
-                valid &= (np.arange(lanes) < count).reshape([-1 if a == axis else 1 for a in range(len(shape))])
+        if "bounds" in self.checks and sid not in self.reported:
+            valid = _valid_lanes(spans, shape)
             index = np.broadcast_arrays(*(np.asarray(s, dtype=np.int64) for s in subscripts), valid)[:-1]
             outside = np.zeros(shape, dtype=bool)
             for i, n in zip(index, tensor.shape):
                 outside |= (i < 0) | (i >= n)
             outside &= valid
             if outside.any():
-                self.reported_reads.add(sid)
+                self.reported.add(sid)
                 lane = tuple(np.argwhere(outside)[0])
                 element = tuple(int(i[lane]) for i in index)
                 st = self.info.statements[sid]
@@ -230,17 +228,14 @@ class Session:
         """A float converted to an integer dtype; the bounds sanitizer reports, once per statement,
         valid lanes whose value is NaN or past the dtype's range (an undefined result)."""
         value = np.asarray(value)
-        if "bounds" in self.checks and sid not in self.reported_reads:
-            valid = np.ones(value.shape, dtype=bool)
-            for axis, (_, lanes, count) in enumerate(spans):
-                if value.shape[axis] == lanes:  # a broadcast (size-1) axis holds one valid lane
-                    valid &= (np.arange(lanes) < count).reshape([-1 if a == axis else 1 for a in range(value.ndim)])
+        if "bounds" in self.checks and sid not in self.reported:
+            valid = _valid_lanes(spans, value.shape)
             limits = np.iinfo(dtype)
             with np.errstate(invalid="ignore"):
                 truncated = np.trunc(value.astype(np.float64))
                 bad = valid & (np.isnan(truncated) | (truncated < limits.min) | (truncated > limits.max))
             if bad.any():
-                self.reported_reads.add(sid)
+                self.reported.add(sid)
                 first = value[tuple(np.argwhere(bad)[0])]
                 st = self.info.statements[sid]
                 report = DTUndefinedCast(
@@ -311,6 +306,16 @@ class Session:
         place = f"{_place(st)}@pid={self.pid}" + "".join(f"@{k}={v}" for k, v in iters.items())
         return cls(f"{message} ({where})", st.loc, kernel=kernel, pid=self.pid, tensor=tensor, index=index,
                    iters=iters, hint=hint.replace("{place}", place))
+
+
+def _valid_lanes(spans, shape) -> np.ndarray:
+    """Which lanes of a tile of `shape` over the axes `spans` lie within their axes' limits (a
+    broadcast axis, of size 1, holds one valid lane)."""
+    valid = np.ones(shape, dtype=bool)
+    for axis, (_, lanes, count) in enumerate(spans):
+        if shape[axis] == lanes:
+            valid &= (np.arange(lanes) < count).reshape([-1 if a == axis else 1 for a in range(len(shape))])
+    return valid
 
 
 def _checks_finite(st: Statement) -> bool:
