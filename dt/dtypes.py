@@ -34,6 +34,7 @@ TORCH_NAMES = {"torch.float32": "f32", "torch.float16": "f16", "torch.bfloat16":
                "torch.bool": "bool", "torch.int8": "i8", "torch.uint8": "u8", "torch.int16": "i16",
                "torch.int32": "i32", "torch.int64": "i64", "torch.float8_e4m3fn": "f8e4m3",
                "torch.float8_e5m2": "f8e5m2"}
+TORCH_BY_NAME = {name: torch_name for torch_name, name in TORCH_NAMES.items()}  # "bf16" -> "torch.bfloat16"
 
 
 def is_integer(dtype: str) -> bool:

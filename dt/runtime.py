@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 import numpy as np
 
 from dt import backends, call_checks, env
 from dt.debug import config as debug_config
-from dt.dtypes import ALL, BFLOAT16, FLOAT8, NUMPY, NUMPY_NAMES, TORCH_NAMES
+from dt.dtypes import ALL, FLOAT8, NUMPY, NUMPY_NAMES, TORCH_BY_NAME, TORCH_NAMES
 from dt.errors import (DTBackendError, DTError, DTExtentError, DTInputError, DTSyntaxError, DTTypeError, Loc,
                        user_facing)
 from dt.frontend import api
@@ -58,7 +59,7 @@ class Program:
         self.scalars = tuple(s for s in self.checked.scalars if s in used_scalars)
         self.outputs = self.checked.outputs
 
-    @property
+    @cached_property
     def input_dims(self) -> frozenset[str]:
         """The dimensions whose extents the inputs' shapes give (and the axes of inputs that no
         dimension spans): what a call needs no `sizes=` for."""
@@ -385,12 +386,10 @@ def _to_torch(a):
         return a
     import torch
     a = np.ascontiguousarray(a).reshape(np.shape(a))  # ascontiguousarray makes 0-d arrays 1-d
-    if BFLOAT16 is not None and a.dtype == BFLOAT16:
-        return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
     name = NUMPY_NAMES.get(a.dtype)
-    if name in FLOAT8:
-        fp8 = {"f8e4m3": torch.float8_e4m3fn, "f8e5m2": torch.float8_e5m2}[name]
-        return torch.from_numpy(a.view(np.uint8)).view(fp8)
+    if name in ("bf16", *FLOAT8):  # torch cannot take ml_dtypes' arrays: pass their bits
+        bits = torch.from_numpy(a.view(np.int16 if name == "bf16" else np.uint8))
+        return bits.view(getattr(torch, TORCH_BY_NAME[name].removeprefix("torch.")))
     return torch.from_numpy(a)
 
 

@@ -20,7 +20,8 @@ import threading
 from dt.backends.base import BackendUnavailable, Capabilities
 from dt.backends.pysource import load_module
 from dt.backends.triton import interpreter_fix
-from dt.backends.triton.codegen import DTYPES, FLOAT8_DTYPES, Module, render
+from dt.backends.triton.codegen import DTYPES, Module, render
+from dt.dtypes import FLOAT8
 from dt.backends.triton.expressions import SUPPORTED_OPS
 from dt.backends.triton.limits import check_at_launch
 from dt.errors import DTBackendError
@@ -48,7 +49,7 @@ class TritonBackend:
                 None: f"source only: {missing}" if missing else
                 "source only: no CUDA GPU and TRITON_INTERPRET is not set"}[device]
         self.capabilities = Capabilities(
-            dtypes=frozenset(DTYPES + (FLOAT8_DTYPES if device == "cuda" else ())), ops=SUPPORTED_OPS,
+            dtypes=frozenset(DTYPES + (FLOAT8 if device == "cuda" else ())), ops=SUPPORTED_OPS,
             array="torch", gathers=True,
             devices={"cuda": ("cuda",), "cpu": ("cpu",), None: ()}[device],
             notes={"f32_dot": f"input_precision from ${F32_DOT_ENV} (default ieee)", "mode": mode,

@@ -25,7 +25,6 @@ from dt.ir import scheduled as S
 
 F32_DOT_PRECISIONS = ("ieee", "tf32", "tf32x3")
 DTYPES = ("f32", "f16", "bf16", *INTEGERS)
-FLOAT8_DTYPES = FLOAT8  # on a GPU only: Triton's interpreter has no 8-bit floats
 LINE_WIDTH = 100
 HEADER_WIDTH = 95  # the module docstring's prose
 # Modules and builtins the generated code refers to; no generated local may shadow them.
@@ -50,7 +49,7 @@ def render(pipeline: S.Pipeline, f32_dot: str = "ieee", width: int | None = LINE
            interpret: bool = False) -> Module:
     """The module for `pipeline`, to compile for a GPU or (`interpret`) to run under Triton's
     interpreter, which lacks libdevice; `width` None leaves every statement on one line."""
-    renderable = DTYPES + (() if interpret else FLOAT8_DTYPES)
+    renderable = DTYPES + (() if interpret else FLOAT8)  # Triton's interpreter has no 8-bit floats
     for t in pipeline.inputs + pipeline.outputs + pipeline.temporaries:
         if t.dtype not in renderable:
             raise DTBackendError(f"the triton backend does not support dtype {t.dtype} ('{t.name}')"

@@ -8,11 +8,9 @@ from dt.backends.triton.integers import integer_scalars
 from dt.backends.triton.kernel import KernelRenderer
 from dt.ir.index_expr import index_source as index, renamed
 from dt.backends.triton.layout import MIN_DOT
+from dt.dtypes import TORCH_BY_NAME
 from dt.ir import scheduled as S
 
-TORCH_DTYPE = {"f32": "torch.float32", "f16": "torch.float16", "bf16": "torch.bfloat16", "bool": "torch.bool",
-               "i8": "torch.int8", "u8": "torch.uint8", "i16": "torch.int16", "i32": "torch.int32",
-               "i64": "torch.int64", "f8e4m3": "torch.float8_e4m3fn", "f8e5m2": "torch.float8_e5m2"}
 
 
 class Launcher:
@@ -51,7 +49,7 @@ class Launcher:
             for t in p.temporaries + p.outputs:
                 shape = ", ".join(self.sizes[d] for d in t.dims)
                 shape = f"({shape},)" if len(t.dims) == 1 else f"({shape})"
-                w.line(f"{self.names.ir(t.name)} = torch.empty({shape}, dtype={TORCH_DTYPE[t.dtype]}, "
+                w.line(f"{self.names.ir(t.name)} = torch.empty({shape}, dtype={TORCH_BY_NAME[t.dtype]}, "
                        f"device={self.device})")
             for kr in self.kernels:
                 self.launch(w, kr)
@@ -63,7 +61,7 @@ class Launcher:
     def _returns(self) -> str:
         outs = self.pipeline.outputs
         if len(outs) == 1:
-            return f"Returns {outs[0].name} ({TORCH_DTYPE[outs[0].dtype]})."
+            return f"Returns {outs[0].name} ({TORCH_BY_NAME[outs[0].dtype]})."
         return f"Returns {{{', '.join(repr(t.name) + ': ...' for t in outs)}}}."
 
     def bind(self, w: Writer):
@@ -79,7 +77,7 @@ class Launcher:
         else:
             w.line(f'{self.device} = torch.device({self.device} or ("cuda" if torch.cuda.is_available() else "cpu"))')
         for t in p.inputs:
-            w.line(f'{self.check}("{t.name}", {self.names.ir(t.name)}, {len(t.dims)}, {TORCH_DTYPE[t.dtype]}, '
+            w.line(f'{self.check}("{t.name}", {self.names.ir(t.name)}, {len(t.dims)}, {TORCH_BY_NAME[t.dtype]}, '
                    f'{self.device})')
         bound: set[str] = set()
         for t in p.inputs:

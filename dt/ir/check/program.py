@@ -79,42 +79,39 @@ class CheckedProgram:
         return tuple(e for f in self.written.values() for e in A.walk(f.expr)
                      if isinstance(e, A.Access) and e.kind == "input")
 
+    def subscript_nodes(self):
+        """(access, axis, node) for every expression inside every subscript of the written
+        definitions: what reads or computes an index."""
+        for f in self.written.values():
+            for access in A.walk(f.expr):
+                if isinstance(access, A.Access):
+                    for axis, sub in enumerate(access.subscripts):
+                        for node in A.walk(sub):
+                            yield access, axis, node
+
     @cached_property
     def index_inputs(self) -> dict[str, str]:
         """Each input read inside a subscript (I of E[I[t], d]) -> the dimension of the axis it
         indexes."""
         found: dict[str, str] = {}
-        for f in self.written.values():
-            for access in A.walk(f.expr):
-                if not isinstance(access, A.Access):
-                    continue
+        for access, axis, node in self.subscript_nodes():
+            if isinstance(node, A.Access) and node.kind == "input":
                 axes = self.input_axes[access.name] if access.kind == "input" else self.written[access.name].dims
-                for axis, sub in enumerate(access.subscripts):
-                    for node in A.walk(sub):
-                        if isinstance(node, A.Access) and node.kind == "input":
-                            found.setdefault(node.name, axes[axis])
+                found.setdefault(node.name, axes[axis])
         return found
 
     @cached_property
     def index_scalars(self) -> frozenset[str]:
         """The scalars read inside subscripts (start in K[l + start]): integers by necessity."""
-        return frozenset(node.name for f in self.written.values() for access in A.walk(f.expr)
-                         if isinstance(access, A.Access) for sub in access.subscripts for node in A.walk(sub)
-                         if isinstance(node, A.ScalarRef))
+        return frozenset(node.name for _, _, node in self.subscript_nodes() if isinstance(node, A.ScalarRef))
 
     @cached_property
     def divisor_scalars(self) -> dict[str, Loc | None]:
         """The scalars a subscript divides by (l // p, l % p) -> where: positive by necessity,
         checked when the program is called."""
-        found: dict[str, Loc | None] = {}
-        for f in self.written.values():
-            for access in A.walk(f.expr):
-                if isinstance(access, A.Access):
-                    for sub in access.subscripts:
-                        for node in A.walk(sub):
-                            if isinstance(node, A.Binary) and node.op in ("//", "%"):
-                                found.update((s.name, s.loc) for s in A.walk(node.b) if isinstance(s, A.ScalarRef))
-        return found
+        return {s.name: s.loc for _, _, node in self.subscript_nodes()
+                if isinstance(node, A.Binary) and node.op in ("//", "%")
+                for s in A.walk(node.b) if isinstance(s, A.ScalarRef)}
 
     @cached_property
     def input_axes(self) -> dict[str, tuple[str, ...]]:
