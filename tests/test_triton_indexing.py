@@ -69,7 +69,8 @@ def test_computed_subscripts_are_named_after_the_tensor_axis_they_index():
 
 
 def test_a_subscript_never_negative_needs_no_lower_bound():
-    src = source("In A; Var x; Func o;\no[x] = A[x + 1] * 2.0;\no.compile();", {"A": "f32"})
+    src = source("In A; Var x; Func o;\no[x] = A[x + 1] * 2.0;\no.block(x:64); o.tensorize(x:64);\no.compile();",
+                 {"A": "f32"})
     assert "A_x_index = x_offsets + 1" in src
     assert "mask=A_x_index < x_SIZE, other=0.0" in src
 
@@ -78,11 +79,11 @@ def test_floor_division_is_tritons_own_where_it_floors():
     """A dividend never negative by a positive divisor (h // 4, the pages of a block table)
     divides with Triton's // and %; one that may be negative goes through the helpers."""
     grouped = flat(program("grouped").source("triton"))
-    assert "K_axis0_index = (h_offsets // 4)" in grouped and "_floor_divide" not in grouped
+    assert "K_axis0_index = h_pid // 4" in grouped and "_floor_divide" not in grouped  # h: a block of 1
     paged = flat(program("paged").source("triton"))
-    assert "T_axis1_index = (l_offsets // 4)" in paged
+    assert "T_axis1_index = l_offsets // 4" in paged
     assert "Kc_axis1_index = (l_offsets % 4)" in paged and "_remainder" not in paged
-    shifted = source("Var x; Func o;\no[x] = (x - 5) // 3 + (x - 5) % 3;\no.compile();", {})
+    shifted = source("Var x; Func o;\no[x] = (x - 5) // 3 + (x - 5) % 3;\no.tensorize(x:16);\no.compile();", {})
     assert "o = _floor_divide(x_offsets - 5, 3) + _remainder(x_offsets - 5, 3)" in shifted
 
 

@@ -145,7 +145,11 @@ class Session:
 
     @staticmethod
     def _element(st: Statement, lane: tuple[int, ...], scope: dict) -> dict[str, int]:
-        return {d: scope[a][0] + i for a, d, i in zip(st.target.axes, st.target.dims, lane)}
+        """The element at `lane` of the statement's tile, along the tile's axes and the scalar
+        axes in scope (a block of 1 along b: no tile axis, one index)."""
+        at = dict(zip(st.target.axes, lane))
+        return {a.dim: scope[a.name][0] + at.get(a.name, 0) for a in st.dims.values()
+                if a.name in at or a.scalar}
 
     def _check_finite(self, st: Statement, value, scope: dict):
         value = np.asarray(value)
@@ -170,9 +174,14 @@ class Session:
         if value.ndim == len(spans):
             value = np.broadcast_to(value[valid_lanes(value, spans)], tuple(v for _, _, v in spans))
         index = {d: (s, s + v) for d, (s, _, v) in zip(st.target.dims, spans)}
+        # the scalar axes in scope (a block of 1 along b): a unit axis of the record each, first
+        scalar = {a.dim: (scope[a.name][0], scope[a.name][0] + 1) for a in st.dims.values()
+                  if a.scalar and a.dim not in index}
+        if scalar and value.ndim == len(spans):
+            value, index = value.reshape((1,) * len(scalar) + value.shape), {**scalar, **index}
         iters = {f.var: scope[f.var] for f in st.loops}
         trace.records.append(TileRecord(st.target.dt_name, self.info.kernel_names[st.kernel], self.pid, iters,
-                                        st.target.dims, index, np.array(value), st.loc, self.run_index[id(trace)]))
+                                        tuple(index), index, np.array(value), st.loc, self.run_index[id(trace)]))
 
     # ------------------------------------------------------------ memory
     def allocate(self, name: str, array: np.ndarray) -> np.ndarray:

@@ -14,20 +14,20 @@ Sizes are symbolic: `IVar("x_SIZE")` is the extent of dimension x, bound at call
 pipeline serves every shape (index expressions: dt.ir.index_expr). Nothing here depends on the
 frontend.
 
-Names: every name of the IR is an ASCII Python identifier that generated code may use as it is. The
-pipeline's launcher (`Pipeline.name`), its kernels' functions (`Kernel.name`), the parameters for
-scalars and tensors (`Pipeline.global_names`) and the extents (`{dim}_SIZE`) follow one scheme
-(dt.ir.naming) that gives each a distinct name, never one generated code keeps for itself
-(RESERVED_NAMES); the names of Lets, Axes, Assigns and loop variables differ from all of those but
-the launcher's (which no kernel calls), and from one another within a kernel.
+Names are ASCII Python identifiers generated code may use as they are: the launcher, kernels,
+parameters and extents (`{dim}_SIZE`) follow one scheme (dt.ir.naming), never a RESERVED_NAME; the
+names of Lets, Axes, Assigns and loop variables differ from those (but the launcher's, which no
+kernel calls) and from one another within a kernel.
 
 Backends interpret or render these nodes and nothing else. The rules they rely on:
 - Element-wise operands already have identical `dims` (or are rank-0 scalars); an operand
   whose `unit` set contains an axis has size 1 along it and broadcasts (NumPy rules).
+- A *scalar axis* (`Axis.scalar`: a block of 1) is an offset, not a tile dimension: no tile spans
+  it; `Load` and `Store` list it in `indices` (at its start).
 - `Load` masks every lane whose index along an axis reaches that axis's `limit` (value 0);
   `Gather` masks every lane whose computed index falls outside its tensor (value 0).
 - `Reduce` and `Dot` operands are already masked for the reduced axis, and full-size.
-- `Store` writes exactly the valid lanes; its value has the store's axes, in order, full-size.
+- `Store` writes exactly the valid lanes; its value spans the store's tile axes, in order, full-size.
 - An `Axis` with `size` a non-constant (`IVar`) spans a whole extent; backends that need
   power-of-two shapes pad it and mask the padding.
 - No statement's expression nests more than dt.ir.nesting.MAX_NESTING levels deep (one more
@@ -43,16 +43,14 @@ from typing import Union
 
 from dt.errors import Loc
 from dt.ir.ops import result_dtype
-from dt.ir.index_expr import IBin, IExpr, IVar, index_names
+from dt.ir.index_expr import IBin, IConst, IExpr, IVar, index_names
 from dt.ir.naming import RESERVED_NAMES, GlobalNames, size_name
 # Reached as S.<name> (`from dt.ir import scheduled as S`) by backends and tests:
-from dt.ir.index_expr import IConst, evaluate_index, iadd, ifloordiv, imin  # noqa: F401
+from dt.ir.index_expr import evaluate_index, iadd, ifloordiv, imin  # noqa: F401
 from dt.ir.naming import fresh_name, function_names, identifier  # noqa: F401
 
 
 # ---------------------------------------------------------------- tile expressions
-
-
 @dataclass(frozen=True)
 class TExpr:
     """A tile value. Each node class provides `dtype`: a field of a leaf, worked out from the
@@ -319,7 +317,8 @@ class Reduce(_Composite, TExpr):
 @dataclass(frozen=True)
 class Dot(_Composite, TExpr):
     """Matrix product over `axis`: a has dims (i, axis), b has dims (axis, j); result (i, j)
-    accumulated in `acc_dtype`, added to `acc` when given."""
+    accumulated in `acc_dtype`, added to `acc` when given (in the lowering, a and b may lead with
+    scalar axes: dt.ir.lower.scalar_axes removes them)."""
     a: TExpr
     b: TExpr
     axis: str
@@ -327,7 +326,7 @@ class Dot(_Composite, TExpr):
     acc_dtype: str
 
     def _layout(self):
-        return (self.a.dims[0], self.b.dims[1]), frozenset()
+        return self.a.dims[:-1] + self.b.dims[-1:], frozenset()
 
     def _dtype_rule(self):
         return self.acc_dtype
@@ -352,6 +351,11 @@ class Axis:
     size: IExpr
     limit: IExpr | None
     loc: Loc | None = field(default=None, compare=False)
+
+    @property
+    def scalar(self) -> bool:
+        """One lane, always valid: an offset, not a tile dimension (the rules above)."""
+        return self.size == IConst(1) and self.limit is None
 
 
 @dataclass(frozen=True)
@@ -402,11 +406,10 @@ class TensorSpec:
 
 @dataclass(frozen=True)
 class Kernel:
-    """`program_count` programs, program `pid` running `body`. The launch hints say how a
-    backend may run them; none changes what a program computes, so a backend may ignore them:
-    `persistent` launches at most `persistent_programs` programs (None: one per multiprocessor),
-    each running the body for pid = its program id, plus the number launched, plus twice that, ...
-    below `program_count`; `tma` loads and stores tiles through tensor descriptors."""
+    """`program_count` programs, program `pid` running `body`. Launch hints (a backend may ignore
+    them: none changes what a program computes): `persistent` launches at most `persistent_programs`
+    programs (None: one per multiprocessor), each running the body for pid = its program id, plus
+    the number launched, ... below `program_count`; `tma` moves tiles through tensor descriptors."""
     name: str  # e.g. 'mm_kernel'
     func: str  # the root Func computed (and stored) by this kernel
     program_count: IExpr

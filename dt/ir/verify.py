@@ -87,7 +87,7 @@ class _KernelVerifier:
                 self.value(s.value, index_names, axes, tiles, s)
                 self.number(s.value, s)
                 self.axes_in_scope(s.indices, axes, s)
-                if s.value.dims != s.indices or s.value.unit:
+                if s.value.dims != tiled(s.indices, axes) or s.value.unit:
                     self.fail(f"stores a value over {s.value.dims} (unit {sorted(s.value.unit)}) to "
                               f"{s.tensor}[{', '.join(s.indices)}]: it must be full-size over the store's axes", s)
             else:
@@ -117,11 +117,13 @@ class _KernelVerifier:
             self.fail(f"expression nests {depth} levels deep (at most {limit})", stmt)
         for node in reversed(nodes):  # operands before the nodes that use them
             self.axes_in_scope(node.dims, axes, stmt)
+            if tiled(node.dims, axes) != node.dims:
+                self.fail(f"{type(node).__name__} spans a scalar axis: {node.dims}", stmt)
             if not node.unit <= set(node.dims):
                 self.fail(f"{type(node).__name__} is unit along {sorted(node.unit)}, not all its axes", stmt)
-            self.node(node, index_names, tiles, stmt)
+            self.node(node, index_names, tiles, axes, stmt)
 
-    def node(self, e: S.TExpr, index_names, tiles, stmt):
+    def node(self, e: S.TExpr, index_names, tiles, axes, stmt):
         if isinstance(e, S.Ref):
             if e.name not in tiles:
                 self.fail(f"reads tile '{e.name}' before any assignment to it", stmt)
@@ -130,8 +132,9 @@ class _KernelVerifier:
         elif isinstance(e, S.Load):
             if e.tensor not in self.tensors:
                 self.fail(f"loads unknown tensor '{e.tensor}'", stmt)
-            if sorted(e.order) != sorted(e.indices):
-                self.fail(f"load order {e.order} is not a permutation of {e.indices}", stmt)
+            self.axes_in_scope(e.indices, axes, stmt)
+            if sorted(e.order) != sorted(tiled(e.indices, axes)):
+                self.fail(f"load order {e.order} is not a permutation of the tile axes of {e.indices}", stmt)
         elif isinstance(e, S.Gather):
             if e.tensor not in self.tensors:
                 self.fail(f"gathers from unknown tensor '{e.tensor}'", stmt)
@@ -176,3 +179,8 @@ class _KernelVerifier:
         ranked = {x.dims for x in operands if x.dims}
         if len(ranked) > 1:
             self.fail(f"operands of {type(e).__name__} over different axes: {sorted(ranked)}", stmt)
+
+
+def tiled(names, axes: dict[str, S.Axis]) -> tuple[str, ...]:
+    """The axes among `names` that are tile dimensions (not scalar axes)."""
+    return tuple(a for a in names if a not in axes or not axes[a].scalar)

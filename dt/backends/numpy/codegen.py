@@ -174,7 +174,7 @@ class Renderer(BaseRenderer):
     def load_args(self, e: S.Load) -> str:
         """rt.load's arguments: the tensor, its spans, the axis permutation, the dtype."""
         perm = [e.indices.index(d) for d in e.order]
-        perm_text = "None" if perm == sorted(perm) else _tuple(map(str, perm))
+        perm_text = "None" if perm == list(range(len(e.indices))) else _tuple(map(str, perm))
         return f"{self.names.tensors[e.tensor]}, {_tuple(e.indices)}, {perm_text}, {e.dtype}"
 
     @staticmethod
@@ -196,7 +196,10 @@ class Renderer(BaseRenderer):
         return f"rt.offsets({e.axis}, {e.dtype})"
 
     def Index(self, e: S.Index) -> str:
-        return index(e.value) if is_integer(e.dtype) else f"rt.number({index(e.value)}, {self.compute})"
+        text = index(e.value)
+        if not is_integer(e.dtype):
+            return f"rt.number({text}, {self.compute})"
+        return text if text.isidentifier() or text.isdigit() else f"({text})"  # an operand of the op table's formats
 
     def Ref(self, e: S.Ref) -> str:
         return e.name
@@ -217,6 +220,8 @@ class Renderer(BaseRenderer):
         return self.call("where", self.texpr(e.cond), self.texpr(e.a), self.texpr(e.b))
 
     def Expand(self, e: S.Expand) -> str:
+        if not e.x.dims:  # a number (an index may be a Python int): a tile of ones along every target axis
+            return f"np.reshape({self.texpr(e.x)}, {(1,) * len(e.target)})"
         own = [d for d in e.target if d in e.x.dims]
         perm = [e.x.dims.index(d) for d in own]
         inner = self.texpr(e.x)

@@ -22,8 +22,11 @@ def load(tensor: np.ndarray, spans, perm, dtype) -> np.ndarray:
         padded = np.zeros([n for _, n, _ in spans], dtype=dtype)
         padded[tuple(slice(0, v) for _, _, v in spans)] = view
         view = padded
-    if perm is not None:
-        view = view.transpose(perm)
+    if perm is not None:  # the positions of the tile's axes among the spans, in the tile's order
+        kept = sorted(perm)
+        if len(kept) < view.ndim:  # scalar axes (one lane each) are no tile axes
+            view = view.reshape([view.shape[i] for i in kept])
+        view = view.transpose([kept.index(i) for i in perm])
     return view.astype(dtype, copy=False) if view.dtype == dtype else view.astype(dtype)
 
 
@@ -46,6 +49,8 @@ def cast(value, dtype):
 
 
 def store(tensor: np.ndarray, spans, value: np.ndarray):
+    if np.ndim(value) < len(spans):  # the value has no axes for the scalar axes (one lane each)
+        value = np.reshape(value, [n for _, n, _ in spans])
     tensor[tuple(slice(s, s + v) for s, _, v in spans)] = value[tuple(slice(0, v) for _, _, v in spans)]
 
 

@@ -121,6 +121,11 @@ class ExpressionRenderer(Renderer):
         return offsets if e.dtype == "i64" else f"{offsets}.to({TL_DTYPE[e.dtype]})"
 
     def Index(self, e: S.Index, loc=None) -> str:
+        if e.dtype == "i64" and e.value in self.scalar_axis_index:  # a scalar axis's index (h_pid, h_index)
+            return self.scalar_axis_index[e.value]
+        if e.dtype == "i64" and self.layout.is_int64(e.value):  # from the program id: int64 already
+            text = self.index(e.value)
+            return text if text.isidentifier() else f"({text})"
         return f"tl.cast({self.index(e.value)}, {TL_DTYPE[e.dtype]})"
 
     def Ref(self, e: S.Ref, loc=None) -> str:

@@ -5,6 +5,11 @@ unpatched interpreter too, except for what these fix.
 - bfloat16 dots: the interpreter keeps bfloat16 tensors as their uint16 bit patterns and its
   `tl.dot` multiplies those bit patterns as integers. The fix widens bfloat16 dot operands to
   float32 first, which is exact, so the interpreter computes what bfloat16 tensor cores do.
+- masks combining a scalar condition with a tile's (`(K_axis0_index < K_axis0_SIZE) & l_mask[:, None]`,
+  where the head is a block of 1): Triton types the result int1, but the interpreter holds its
+  values as int64 (it widens the scalar condition to the scalar index's dtype first), and its
+  load and store then refuse them ("mask has unsupported dtype"). The fix reads such a mask as
+  NumPy bool, as the compiled code holds it.
 - tensor-valued `range()` bounds (a tile loop over the valid part of a block) fail with NumPy
   >= 2.4, which no longer converts 1-element arrays to int (triton-lang/triton#9171); the fix
   is upstream's (#9172): take the single element.
@@ -30,6 +35,20 @@ def apply():
 
         widened_dot.dt_fixed = True
         builder.create_dot = widened_dot
+
+    masked_load, masked_store = builder.create_masked_load, builder.create_masked_store
+    if not getattr(masked_load, "dt_fixed", False):
+        def as_bool(mask):
+            return mask if mask.data.dtype == np.bool_ else interpreter.TensorHandle(mask.data != 0, tl.int1)
+
+        def bool_mask_load(self, ptrs, mask, other, cache_policy, is_volatile):
+            return masked_load(self, ptrs, as_bool(mask), other, cache_policy, is_volatile)
+
+        def bool_mask_store(self, ptrs, value, mask, cache_policy):
+            return masked_store(self, ptrs, value, as_bool(mask), cache_policy)
+
+        bool_mask_load.dt_fixed = True
+        builder.create_masked_load, builder.create_masked_store = bool_mask_load, bool_mask_store
 
     patch_tensor = interpreter._patch_lang_tensor
     if not getattr(patch_tensor, "dt_fixed", False) and not _numpy_converts_1_element_arrays():

@@ -10,7 +10,7 @@ import contextlib
 
 from dt.backends.pysource import Names, Writer, loop_bounds, safe_text
 from dt.backends.triton.cache_hints import eviction_policies
-from dt.backends.triton.expressions import TL_DTYPE, ExpressionRenderer, atom
+from dt.backends.triton.expressions import ATOM, TL_DTYPE, ExpressionRenderer, atom
 from dt.backends.triton.integers import Signs, integer_scalars
 from dt.backends.triton.lane_accumulators import with_lane_accumulators
 from dt.backends.triton.layout import MIN_DOT, AxisLayout, KernelLayout
@@ -56,6 +56,7 @@ class KernelRenderer(ExpressionRenderer):
         self.arange_int64: dict[str, bool] = {}
         self.offsets: dict[str, str] = {}  # axis -> offsets name
         self.masks: dict[str, str] = {}  # axis -> mask name
+        self.scalar_axis_index: dict[S.IExpr, str] = {}  # start of a scalar axis rendered -> its name
         self.gather_indices: dict[tuple[int, int], str] = {}  # (id of a Gather, axis) -> its named subscript
         self._plan_axes()
         self._plan_dots()
@@ -84,6 +85,10 @@ class KernelRenderer(ExpressionRenderer):
     def _plan_axes(self):
         for name, lay in self.layout.axes.items():
             ax = lay.axis
+            if ax.scalar:  # one index, no tile: its start (named `{axis}_index` unless a name already)
+                start = self.index(ax.start)
+                self.offsets[name] = start if start.isidentifier() else self.names.fresh(f"{name}_index")
+                continue
             key = (ax.dim, lay.tile)
             if key not in self.aranges:
                 self.aranges[key] = self.names.fresh(f"{ax.dim}_arange")
@@ -209,6 +214,12 @@ class KernelRenderer(ExpressionRenderer):
         return not any(isinstance(s, S.For) for s in S.walk_statements(loop.body)) and not self._tl_dots(loop.body)
 
     def Axis(self, ax: S.Axis, w: Writer):
+        if ax.scalar:
+            if self.offsets[ax.name] != self.index(ax.start):
+                w.line(f"{self.offsets[ax.name]} = {self.index(ax.start)}")
+            if self.layout.is_int64(ax.start):  # as an int64 Index, the axis's index is this name
+                self.scalar_axis_index[ax.start] = self.offsets[ax.name]
+            return
         lay: AxisLayout = self.layout.axes[ax.name]
         arange = self.aranges[(ax.dim, lay.tile)]
         offsets = self.offsets[ax.name]
@@ -234,8 +245,9 @@ class KernelRenderer(ExpressionRenderer):
 
     @staticmethod
     def spread(name: str, axis: str, layout) -> str:
-        """A 1-D tensor over `axis` viewed in `layout` (size 1 along the other axes)."""
-        if len(layout) <= 1:
+        """A 1-D tensor over `axis` viewed in `layout` (size 1 along the other axes); a scalar
+        axis's index (in no layout) as it is."""
+        if len(layout) <= 1 or axis not in layout:
             return name
         return f"{name}[{', '.join(':' if a == axis else 'None' for a in layout)}]"
 
@@ -253,7 +265,10 @@ class KernelRenderer(ExpressionRenderer):
         return self.cast_load(e, f"tl.load({args})")
 
     def box_load(self, e: S.Load) -> str:
-        return self.cast_load(e, f"{self.tma.box_descriptor[e]}.load([{self.box_start(e.indices)}])")
+        box = f"{self.tma.box_descriptor[e]}.load([{self.box_start(e.indices)}])"
+        if e.order != e.indices:  # a box of 1 along each scalar axis, which the tile has not
+            box = f"{box}.reshape({self.shape_text(e.order)})"
+        return self.cast_load(e, box)
 
     def cast_load(self, e: S.Load, text: str) -> str:
         return text if self.pipeline.tensor(e.tensor).dtype == e.dtype else f"{text}.to({TL_DTYPE[e.dtype]})"
@@ -275,15 +290,18 @@ class KernelRenderer(ExpressionRenderer):
         spec = self.pipeline.tensor(s.tensor)
         self.limits.check_tiles(s.value, s.loc, s.tensor)
         self.name_gather_subscripts(s.value, w, s.loc)
-        value = self.texpr(s.value, s.loc)
+        value, prec = self.texpr(s.value, s.loc), self.prec(s.value)
         if s.value.dtype != spec.dtype:
-            value = f"{atom(value, self.prec(s.value))}.to({TL_DTYPE[spec.dtype]})"
-        mask = self.mask(s.indices, s.indices)
-        args = f"{self.pointer(s.tensor, s.indices, s.indices)}, {value}"
+            value, prec = f"{atom(value, prec)}.to({TL_DTYPE[spec.dtype]})", ATOM
+        tiled = s.value.dims  # the store's axes but its scalar ones
+        mask = self.mask(s.indices, tiled)
+        args = f"{self.pointer(s.tensor, s.indices, tiled)}, {value}"
         if mask:
             args += f", mask={mask}"
         if s in self.tma.box_descriptor:
-            self.tma_or_pointers(w, f"{self.tma.box_descriptor[s]}.store([{self.box_start(s.indices)}], {value})",
+            box_value = value if tiled == s.indices else \
+                f"{atom(value, prec)}.reshape(({', '.join(self.tile_text(a) for a in s.indices)},))"
+            self.tma_or_pointers(w, f"{self.tma.box_descriptor[s]}.store([{self.box_start(s.indices)}], {box_value})",
                                  f"tl.store({args})")
         else:
             w.line(f"tl.store({args})")

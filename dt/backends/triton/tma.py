@@ -45,11 +45,11 @@ class TmaPlan:
         visit(self.kernel.body, [])
         boxes = 0  # tiles that are boxes, whatever their dtype
         for s in S.walk_statements(self.kernel.body):
-            if isinstance(s, S.Store) and s.value.dims == s.indices:
+            if isinstance(s, S.Store) and s.value.dims == self.tiled(s.indices):
                 boxes += self._candidate(s)
             if isinstance(s, (S.Assign, S.Store)):
                 for node in S.walk_texpr(s.value):
-                    if isinstance(node, S.Load) and node.order == node.indices:
+                    if isinstance(node, S.Load) and node.order == self.tiled(node.indices):
                         boxes += self._candidate(node)
         if not boxes:
             raise DTScheduleError(
@@ -59,6 +59,10 @@ class TmaPlan:
                 f"of 1 to {TMA_MAX_RANK} dimensions, each tiled with a power of two of at most {TMA_MAX_BOX} that is "
                 f"the block or divides it, or with the whole of an unblocked extent (tensorize(v:0)), and "
                 f"{TMA_MIN_ROW_BYTES} bytes or more along the last; or remove {self.kernel.func}.tma()")
+
+    def tiled(self, indices) -> tuple[str, ...]:
+        """The tile axes among `indices`: a scalar axis is a box dimension of 1 the tile lacks."""
+        return tuple(a for a in indices if not self.layout.axes[a].axis.scalar)
 
     def _candidate(self, node: S.Load | S.Store) -> bool:
         """Whether the tile is a box of its tensor; if so and its rows are wide enough in this

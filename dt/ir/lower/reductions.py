@@ -164,13 +164,21 @@ class ReductionLowering:
         return update
 
     def dot_update(self, e: A.Reduce, func, env, ax, acc: S.TExpr, given):
-        """acc + a @ b as a hardware-style Dot, when both operands are 2-D tiles (i, k) and (k, j)."""
-        free = [set(A.free_dims(x)) - {e.dim} for x in e.args]
-        if len(acc.dims) != 2 or any(len(f) != 1 for f in free) or free[0] == free[1] \
-                or any(e.dim not in A.free_dims(x) for x in e.args):
+        """acc + a @ b as a hardware-style Dot, when the operands are tiles (..., i, k) and
+        (..., k, j) whose leading axes are the same scalar axes (blocks of 1 along a batch or a
+        head: dt.ir.lower.scalar_axes removes them, leaving a 2-D Dot)."""
+        free = [{env[d] for d in A.free_dims(x)} - {ax} for x in e.args]
+        batch = free[0] & free[1]
+        own = [f - batch for f in free]
+        if any(len(f) != 1 for f in own) or any(e.dim not in A.free_dims(x) for x in e.args) \
+                or not all(self.axes[a].scalar for a in batch) \
+                or any(self.axes[a].scalar for f in own for a in f) or self.axes[ax].scalar:
             return None
-        i_axis, j_axis = acc.dims
-        first = 0 if env[next(iter(free[0]))] == i_axis else 1
+        lead = tuple(a for a in acc.dims if a in batch)
+        if acc.dims[:-2] != lead:
+            return None
+        i_axis, j_axis = acc.dims[-2:]
+        first = 0 if i_axis in own[0] else 1
         dtype = self.operand_dtype(e, given)
 
         def operand(k, layout):
@@ -178,7 +186,7 @@ class ReductionLowering:
                 return self.dot_operand(e.args[k], func, env, layout, ax, dtype)
             tile = self.fit(given[k], layout)  # already zero past the end of ax
             return S.Cast(tile, dtype) if dtype != self.compute else tile
-        a, b = operand(first, (i_axis, ax)), operand(1 - first, (ax, j_axis))
+        a, b = operand(first, lead + (i_axis, ax)), operand(1 - first, lead + (ax, j_axis))
         if a is None or b is None:
             return None
         return S.Dot(a, b, ax, acc, self.compute)

@@ -106,7 +106,8 @@ class Instance(Renderer):
 
     def Store(self, s: S.Store):
         valid = tuple(slice(0, self.axes[a][2]) for a in s.indices)
-        self.memory[s.tensor][self.window(s.indices)] = self.value(s.value)[valid]
+        value = self.value(s.value).reshape(self.shape(s.indices))  # size 1 along scalar axes
+        self.memory[s.tensor][self.window(s.indices)] = value[valid]
 
     # ------------------------------------------------------------ tile expressions
     def Literal(self, e: S.Literal):
@@ -136,7 +137,8 @@ class Instance(Renderer):
         tile = np.zeros(self.shape(e.indices), DTYPES[e.dtype])
         valid = tuple(slice(0, self.axes[a][2]) for a in e.indices)
         tile[valid] = self.memory[e.tensor][self.window(e.indices)]
-        return tile.transpose([e.indices.index(a) for a in e.order])
+        tile = tile.reshape(self.shape(a for a in e.indices if a in e.order))  # scalar axes: no tile axes
+        return tile.transpose([[a for a in e.indices if a in e.order].index(a) for a in e.order])
 
     def Gather(self, e: S.Gather):  # zero wherever an index falls outside the tensor
         tensor, shape = self.memory[e.tensor], self.shape(e.order)
