@@ -322,7 +322,7 @@ def schedule_for(case: Case, overrides: dict | None = None) -> Path:
 
 def candidates(kernel: Kernel) -> list[Path]:
     """Every schedule of a kernel (--tune): its example and schedules/<kernel>.dt, <kernel>_*.dt."""
-    found = [EXAMPLES / f"{kernel.name}.dt"] if (EXAMPLES / f"{kernel.name}.dt").exists() else []
+    found = [kernel.program]
     found += sorted(p for p in SCHEDULE_DIR.glob("*.dt")
                     if p.stem == kernel.name or p.stem.startswith(kernel.name + "_"))
     return found

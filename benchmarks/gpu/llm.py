@@ -1,4 +1,4 @@
-"""The LLM kernels of issue 27 (examples/llm/): the torch function each baseline calls (eager,
+"""The LLM kernels of issues 27 and 28 (examples/llm/): the torch function each baseline calls (eager,
 and what torch.compile compiles), their Liger and SDPA calls, the integer data each reads, and
 the bytes each must move. Shapes are Llama 3 8B's (32 query heads, 8 key/value heads of 128,
 a 128,256-entry vocabulary, width 4096), Mamba's and Stable Diffusion's where those apply."""
@@ -131,6 +131,56 @@ def _sdpa_paged(t, e, s):
     return lambda: F.scaled_dot_product_attention(q, keys, values, attn_mask=within, scale=s["scale"])[:, :, 0]
 
 
+def _attention(Q, K, V):
+    return F.scaled_dot_product_attention(Q, K, V)
+
+
+def _causal_attention(Q, K, V):
+    return F.scaled_dot_product_attention(Q, K, V, is_causal=True)
+
+
+def _cudnn(causal):
+    """SDPA restricted to its cuDNN backend (the eager column is the backend PyTorch picks)."""
+    def make(t, e, s):
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+        Q, K, V = t["Q"], t["K"], t["V"]
+
+        def call():
+            with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+                return F.scaled_dot_product_attention(Q, K, V, is_causal=causal)
+        return call
+    return make
+
+
+def _bmm(A, B):
+    return torch.bmm(A, B)
+
+
+def _decode(Q, K, V):
+    return F.scaled_dot_product_attention(Q[:, :, None, :], K, V)[:, :, 0]
+
+
+def _attention_gemms(causal):
+    """The two products of every head; causal attention computes half the square."""
+    def gemms(e):
+        rows, keys = e["b"] * e["h"] * e["m"], e["l"] // 2 if causal else e["l"]
+        return [(rows, keys, e["k"]), (rows, e["n"], keys)]
+    return gemms
+
+
+def _attention_kernel(name, causal):
+    shapes = tuple((4, 16, s, s, d, d) for d in (64, 128) for s in (1024, 4096, 16384))
+    return Kernel(name, MATMUL, LLM / f"{name}.dt",
+                  {"Q": ("b", "h", "m", "k"), "K": ("b", "h", "l", "k"), "V": ("b", "h", "l", "n")},
+                  ("b", "h", "m", "n"), {}, ("b", "h", "m", "l", "k", "n"), shapes,
+                  ((4, 16, 4096, 4096, 64, 64), (4, 16, 4096, 4096, 128, 128)), ((1, 2, 70, 70, 16, 16),),
+                  ("bf16", "f16"), _causal_attention if causal else _attention, gemms=_attention_gemms(causal),
+                  sdpa=_cudnn(causal),
+                  notes=("causal " if causal else "") + "multi-head attention, [b, h, s, d]; eager is "
+                        "F.scaled_dot_product_attention (the backend PyTorch picks: flash on an H100), SDPA its "
+                        "cuDNN backend" + ("; TFLOP/s count half the square" if causal else "") + ".")
+
+
 # ----------------------------------------------------------------------- Liger calls
 def _liger_rope(lf, t, s):
     # Liger takes q and k as [b, h, s, d] views of [b, s, h, d] memory and rotates them in place:
@@ -215,4 +265,16 @@ LLM_KERNELS: dict[str, Kernel] = {k.name: k for k in [
            sdpa=_sdpa_paged, dt_sizes=("l",), made_inputs={"T": _block_table, "L": _lengths}, moved=_paged_bytes,
            notes="one query token per sequence, pages of 16 tokens (vLLM's layout), 4 query heads per key/value "
                  "head; SDPA gets K and V gathered and expanded outside its timing, eager includes the gather."),
+    _attention_kernel("mha", causal=False),
+    _attention_kernel("causal_mha", causal=True),
+    Kernel("decode", MEMORY, LLM / "decode.dt", {"Q": ("b", "h", "k"), "K": ("b", "h", "l", "k"),
+                                                 "V": ("b", "h", "l", "d")}, ("b", "h", "d"), {},
+           ("b", "h", "l", "k", "d"), ((32, 32, 1024, 128, 128), (32, 32, 8192, 128, 128), (32, 32, 32768, 128, 128)),
+           ((32, 32, 8192, 128, 128),), ((2, 3, 300, 16, 16),), ("bf16", "f16"), _decode,
+           notes="one query token per sequence and head against its K and V cache: F.scaled_dot_product_attention "
+                 "on a query of length 1 (eager)."),
+    Kernel("batched_matmul", MATMUL, LLM / "batched_matmul.dt", {"A": ("b", "x", "k"), "B": ("b", "k", "y")},
+           ("b", "x", "y"), {}, ("b", "x", "y", "k"), ((32, 1024, 1024, 1024), (512, 128, 128, 64)),
+           ((32, 1024, 1024, 1024),), ((3, 40, 33, 20),), ("bf16", "f16"), _bmm,
+           gemms=lambda e: [(e["b"] * e["x"], e["y"], e["k"])], notes="torch.bmm."),
 ]}

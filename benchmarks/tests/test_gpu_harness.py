@@ -548,7 +548,9 @@ def test_every_schedule_is_its_kernels_algorithm(path):
     algorithm on the interpreter, and the Triton backend generates code for it in f32 and bf16."""
     kernel = _kernel_of(path)
     prog = dt.load(path)
-    for shape in kernel.tiny:
+    # ids, tables, 8-bit data, extents no input gives: tests/test_llm_examples.py checks those kernels
+    numeric = not (kernel.made_inputs or kernel.dt_sizes)
+    for shape in kernel.tiny if numeric else ():
         case = cases.Case(kernel, shape, "f32", kernel.extents(shape))
         g = torch.Generator().manual_seed(7)
         t = {n: torch.randn(case.input_shape(n), generator=g) for n in kernel.inputs}

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import difflib
+import math
 from functools import lru_cache
 from pathlib import Path
 
@@ -230,6 +231,8 @@ class _Builder:
                               f"write {name}[...] with its dimensions")
         if obj is None and name in _FUNCTIONS:
             raise DTSyntaxError(f"'{name}' is a function and needs arguments", loc, f"write {name}(...)")
+        if obj is None and name == "inf":  # infinity, unless declared as something else: -inf masks a score
+            return A.Num(math.inf, loc)
         return A.ScalarRef(name, loc)  # SIn, or unknown: check() reports it
 
     def _call(self, node, loc):
