@@ -182,12 +182,14 @@ def run_case(case: Case, providers: list[Provider], ctx: Context, timer: measure
                           tol=measure.TOLERANCE[case.dtype], rel_err=None)
             records.append(rec)
             try:
+                started = time.perf_counter()
                 make = p.build(case, ctx)
                 if p.name == "dt" or p.name.startswith("dt@"):
                     rec["schedule"] = str(_relative(p.schedule or schedule_for(case, ctx.overrides)))
                 measure.poison_allocator(case.out_shape, dtype, device)
                 out = make(check_inputs)()  # the first call compiles (outside the timing)
                 measure.synchronize(device)
+                rec["first_call_s"] = round(time.perf_counter() - started, 2)  # set-up, compile, one run
                 err = measure.relative_error(out, ref)
                 del out
                 rec["rel_err"] = err
