@@ -17,9 +17,13 @@ rng = np.random.default_rng(7)
 
 
 def run(name, backend, sizes=None, **args):
+    return run_program(dt.load(LLM / f"{name}.dt"), backend, sizes, **args)
+
+
+def run_program(prog, backend, sizes=None, **args):
+    """prog's outputs on `backend` as NumPy arrays (Triton's on the GPU, or its interpreter)."""
     if not backends.available(backend):
         pytest.skip(f"backend {backend} is not available: {backends.failures().get(backend)}")
-    prog = dt.load(LLM / f"{name}.dt")
     if backend == "triton":
         import torch
         device = "cuda" if torch.cuda.is_available() else "cpu"

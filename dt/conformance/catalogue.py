@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from dt.conformance.case import Case
+from dt.conformance.batched import CASES as BATCHED_CASES
 from dt.conformance.indexing import CASES as INDEXING_CASES
 from dt.ir.ops import OPS_LIST, Check, Op
 
@@ -560,4 +561,5 @@ CATALOGUE: tuple[Case, ...] = (
          *ATTENTION_CHECK),
     # ------------------------------------------------------------ index expressions, gathers, integers, casts
     *INDEXING_CASES,
+    *BATCHED_CASES,
 )

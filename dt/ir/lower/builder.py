@@ -36,7 +36,7 @@ class KernelBuilder:
                 return scope[key]
         return None
 
-    def loop(self, var, stop, step, dim, kind, loc, body_fn):
+    def loop(self, var, stop, step, dim, kind, loc, body_fn, start=IConst(0)):
         saved = self.out
         self.out = []
         self.scopes.append({})
@@ -44,7 +44,7 @@ class KernelBuilder:
         body = tuple(self.out)
         self.scopes.pop()
         self.out = saved
-        self.emit(S.For(var, IConst(0), stop, step, body, dim, kind, loc))
+        self.emit(S.For(var, start, stop, step, body, dim, kind, loc))
 
     def axis(self, dim, start, size, limit, env, loc=None) -> str:
         """An axis for `dim` over these lanes; reuses an identical one in scope."""

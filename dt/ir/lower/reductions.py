@@ -11,7 +11,9 @@ from dt.ir import algorithm as A
 from dt.ir import scheduled as S
 from dt.ir.check.compute_with import top_reductions
 from dt.ir.check.statistics import loop_statistic, mean_reduction
-from dt.ir.index_expr import IVar
+from dt.ir.index_expr import IBin, IConst, IVar, iadd, ifloordiv, imin, imul
+from dt.ir.lower import skipping
+from dt.ir.naming import size_name
 from dt.ir.lower.dtypes import float8_dot_dtype
 from dt.ir.ops import REDUCTIONS
 
@@ -101,8 +103,9 @@ class ReductionLowering:
             body(rng.start, rng.size, rng.limit)
         else:
             var = self.fresh(f"{e.dim}_iter")
-            self.loop(var, rng.length, tile, e.dim, "reduction", e.loc,
-                      lambda: body(IVar(var), tile, rng.end if tile > 1 else None))
+            start, stop = self.walked(e, [r for _, r in siblings], env, tile)
+            self.loop(var, stop, tile, e.dim, "reduction", e.loc,
+                      lambda: body(IVar(var), tile, rng.end if tile > 1 else None), start)
         for _, r, r_acc in updates:
             if r is not e:
                 self.shared_reductions[id(r)] = r_acc
@@ -121,6 +124,26 @@ class ReductionLowering:
                 if r is not e:
                     self.shared_reductions[id(r)] = r_acc
         return acc
+
+    def walked(self, e: A.Reduce, siblings: list[A.Reduce], env, tile: int):
+        """(start, stop) of the loop over e.dim: the whole extent, or only the tiles an index
+        condition on a dimension of the block leaves a lane of, where every reduction of the loop
+        gets its identity on the lanes it masks (dt.ir.lower.skipping)."""
+        start, stop = IConst(0), IVar(size_name(e.dim))
+        reductions = [e, *siblings]
+        pure = {d for d in env if d != e.dim and self.cp.dim_kinds.get(d) == "Var"}
+        for cond in skipping.conditions(reductions, self.cp.funcs, e.dim, pure):
+            if not all(skipping.vanishes(r, cond, self.cp.funcs) for r in reductions):
+                continue
+            side, other, offset = skipping.index_bound(cond, e.dim, pure)
+            ax = self.axes[env[other]]
+            if side == "upper":  # lanes up to the block's last index + offset
+                end = ax.limit if ax.limit is not None else iadd(ax.start, ax.size)
+                stop = imin(stop, iadd(end, offset))
+            else:  # from the tile holding the block's first index + offset
+                first = IBin("max", IConst(0), iadd(ax.start, offset))
+                start = imul(ifloordiv(first, tile), tile)
+        return start, stop
 
     def loop_funcs(self, func: str, dim: str) -> list[str]:
         """func and the Funcs computed with it over dim: those whose reductions share its loop."""

@@ -1,0 +1,104 @@
+"""The catalogue's cases for batched products and skipped tiles (issue 28): products under a block
+of 1 along a batch (a scalar axis: a 2-D Dot), under a loop over batches and under batch tiles
+of 2 (a multiply and sum); attention over [b, m, l]; reductions masked by an index condition
+(causal, strict, a sliding window) whose fully masked tiles are skipped, with rows masked
+throughout and sizes no tile divides.
+
+Each reference is NumPy written for the case."""
+from __future__ import annotations
+
+import numpy as np
+
+from dt.conformance.case import Case
+
+BMM = {  # out[b, x, y]
+    "batch_block_1": "out.block(b:1, x:16, y:16);\nout.tensorize(x:16, y:16, k:16);\nout.compile();",
+    "batch_loop": "out.block(b:2, x:16, y:16);\nout.tensorize(b:1, x:16, y:16, k:16);\nout.compile();",
+    "batch_tile_2": "out.block(b:2, x:16, y:16);\nout.tensorize(b:2, x:16, y:16, k:16);\nout.compile();",
+    "scalar": "out.compile();",
+}
+ATTENTION = {  # out[b, m, n], one pass over l
+    "flash": """out.block(b:1, m:16);
+out.tensorize(m:16, n:0, k:0, l:16);
+s.inline();
+e.inline();
+num.fuse_at(out, m);
+mx.fuse_at(out, m);
+dvsr.fuse_at(out, m);
+mx.compute_with(num, l);
+dvsr.compute_with(num, l);
+out.compile_to_kernel();""",
+    "two_pass": """out.block(b:1, m:16);
+out.tensorize(m:16, n:0, k:0, l:16);
+s.inline();
+e.inline();
+num.fuse_at(out, m);
+mx.fuse_at(out, m);
+dvsr.fuse_at(out, m);
+out.compile_to_kernel();""",
+}
+ROWS = {  # out[m] = r(..., l)
+    "blocked": "out.block(m:16);\nout.tensorize(m:16, l:16);\nout.compile();",
+    "rows": "out.block(m:1);\nout.tensorize(l:8);\nout.compile();",
+    "whole": "out.block(m:4);\nout.tensorize(m:4, l:0);\nout.compile();",
+}
+SB = ({"b": 1, "x": 1, "y": 1, "k": 1}, {"b": 3, "x": 37, "y": 21, "k": 19})
+SA = ({"b": 1, "m": 1, "l": 1, "k": 1, "n": 1}, {"b": 2, "m": 37, "l": 37, "k": 8, "n": 5},
+      {"b": 2, "m": 20, "l": 45, "k": 16, "n": 16})
+SR = ({"m": 1, "l": 1}, {"m": 37, "l": 37}, {"m": 45, "l": 30})
+
+ATTENTION_ALGORITHM = """Func out, s, mx, e, dvsr, num;
+In Q, K, V;
+Var b, m, n;
+RVar k, l;
+s[b, m, l] = where({cond}, rdot(Q[b, m, k], K[b, l, k], k), -inf);
+mx[b, m] = rmax(s[b, m, l], l);
+e[b, m, l] = exp(s[b, m, l] - mx[b, m]);
+dvsr[b, m] = rsum(e[b, m, l], l);
+num[b, m, n] = rdot(e[b, m, l], V[b, l, n], l);
+out[b, m, n] = num[b, m, n] / dvsr[b, m];"""
+
+
+def _bmm(A, B):
+    return A.astype(np.float64) @ B
+
+
+def _masked_attention(keep):
+    def reference(Q, K, V):
+        s = Q.astype(np.float64) @ K.swapaxes(1, 2)
+        m, l = np.arange(s.shape[1])[:, None], np.arange(s.shape[2])[None, :]
+        s = np.where(keep(m, l), s, -np.inf)
+        with np.errstate(invalid="ignore"):  # a row masked throughout: exp(-inf - -inf) is NaN
+            p = np.exp(s - s.max(axis=2, keepdims=True))
+            return (p @ V) / p.sum(axis=2)[..., None]
+    return reference
+
+
+def _masked_rows(keep, fill, reduce):
+    def reference(A):
+        m, l = np.arange(A.shape[0])[:, None], np.arange(A.shape[1])[None, :]
+        return reduce(np.where(keep(m, l), A.astype(np.float64), fill), axis=1)
+    return reference
+
+
+def _causal(m, l):
+    return l <= m
+
+
+CASES: tuple[Case, ...] = (
+    Case("batched.bmm", "Func out;\nIn A, B;\nVar b, x, y;\nRVar k;\nout[b, x, y] = rdot(A[b, x, k], B[b, k, y], k);",
+         BMM, _bmm, SB),
+    Case("batched.attention", ATTENTION_ALGORITHM.format(cond="l >= 0"), ATTENTION,
+         _masked_attention(lambda m, l: l >= 0), SA),
+    Case("causal.attention", ATTENTION_ALGORITHM.format(cond="l <= m"), ATTENTION, _masked_attention(_causal), SA),
+    # row 0 is masked throughout: its max is -inf and its weights NaN, skipped or not
+    Case("causal.attention_strict", ATTENTION_ALGORITHM.format(cond="l < m"), ATTENTION,
+         _masked_attention(lambda m, l: l < m), SA),
+    Case("causal.rmax_strict", "Func out;\nIn A;\nVar m;\nRVar l;\nout[m] = rmax(where(l < m, A[m, l], -inf), l);",
+         ROWS, _masked_rows(lambda m, l: l < m, -np.inf, np.max), SR),
+    Case("causal.prefix_sum", "Func out;\nIn A;\nVar m;\nRVar l;\nout[m] = rsum(where(l <= m, A[m, l], 0.0), l);",
+         ROWS, _masked_rows(_causal, 0.0, np.sum), SR),
+    Case("causal.window", "Func out;\nIn A;\nVar m;\nRVar l;\n"
+         "out[m] = rsum(where(l <= m, where(l > m - 5, A[m, l], 0.0), 0.0), l);",
+         ROWS, _masked_rows(lambda m, l: (l <= m) & (l > m - 5), 0.0, np.sum), SR),
+)

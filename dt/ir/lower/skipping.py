@@ -1,0 +1,118 @@
+"""Skipped tiles: a reduction loop walks only the tiles that an index condition leaves a lane of.
+
+Causal attention masks each score above the diagonal: `where(l <= m, score, -inf)`. A tile of l
+all of whose lanes fail the condition for every m of the block contributes nothing to the
+reductions over l (a max of -inf, a sum of exp(-inf - max) = 0, a product by 0), so the loop
+over l stops at the last tile some lane of the block needs, as FlashAttention's causal kernels
+do; a lower bound (a sliding window, `l > m - 256`) starts it at the first such tile.
+
+The analysis is of the algorithm, not a schedule primitive: a bound applies only where every
+reduction of the loop provably receives its identity on the lanes the condition masks
+(`masked_value`), so skipping never changes a result; lanes of the tiles walked are masked as
+before. The condition compares the reduced dimension with a pure dimension of the block plus an
+integer constant (`l <= m`, `l < m + 1`, `l >= m - 255`). A factor other than the masked one is
+taken as finite: exp(-inf) * V is 0 whatever V holds, as FlashAttention assumes too.
+"""
+from __future__ import annotations
+
+import math
+
+from dt.ir import algorithm as A
+
+NEG_INF, ZERO = "-inf", "0"  # what a value is on every masked lane
+_MIRROR = {"<": ">", "<=": ">=", ">": "<", ">=": "<="}
+_IDENTITY = {"max": NEG_INF, "sum": ZERO}
+
+
+def index_bound(cond: A.Expr, dim: str, pure) -> tuple[str, str, int] | None:
+    """`cond` as `dim <= other + c` ('upper', other, c) or `dim >= other + c` ('lower', other, c),
+    with `other` one of the dimensions `pure`; None for any other condition."""
+    if not (isinstance(cond, A.Binary) and cond.op in _MIRROR):
+        return None
+    (da, ca), (db, cb), op = _affine(cond.a), _affine(cond.b), cond.op
+    if db == dim and da != dim:
+        (da, ca), (db, cb), op = (db, cb), (da, ca), _MIRROR[op]
+    if da != dim or db not in pure or ca is None or cb is None:
+        return None
+    c = cb - ca  # dim op db + c
+    return {"<=": ("upper", db, c), "<": ("upper", db, c - 1), ">=": ("lower", db, c), ">": ("lower", db, c + 1)}[op]
+
+
+def _affine(e: A.Expr) -> tuple[str | None, int | None]:
+    """e as (a dimension or None) + an integer; (None, None) when it is not that."""
+    if isinstance(e, A.DimRef):
+        return e.dim, 0
+    if isinstance(e, A.Num) and e.integer:
+        return None, int(e.value)
+    if isinstance(e, A.Binary) and e.op in ("+", "-"):
+        (da, ca), (db, cb) = _affine(e.a), _affine(e.b)
+        if ca is None or cb is None or (db is not None and (e.op == "-" or da is not None)):
+            return None, None
+        return da, ca + cb if e.op == "+" else ca - cb
+    return None, None
+
+
+def conditions(exprs, funcs: dict[str, A.FuncDef], dim: str, pure) -> list[A.Expr]:
+    """The index conditions on `dim` of the wheres in `exprs` (and in the Funcs they read)."""
+    found, seen = [], set()
+    stack = list(exprs)
+    while stack:
+        e = stack.pop()
+        for node in A.walk(e):
+            if isinstance(node, A.Where) and index_bound(node.cond, dim, pure) is not None \
+                    and not any(A.same(node.cond, c) for c in found):
+                found.append(node.cond)
+            elif isinstance(node, A.Access) and node.kind == "func" and node.name in funcs and node.name not in seen:
+                seen.add(node.name)
+                stack.append(funcs[node.name].expr)
+    return found
+
+
+def vanishes(r: A.Reduce, cond: A.Expr, funcs: dict[str, A.FuncDef]) -> bool:
+    """Whether reduction r receives its identity on every lane where `cond` is false."""
+    if r.op == "dot":
+        return any(masked_value(x, cond, funcs, r.dim) == ZERO for x in r.args)
+    return r.op in _IDENTITY and masked_value(r.args[0], cond, funcs, r.dim) == _IDENTITY[r.op]
+
+
+def masked_value(e: A.Expr, cond: A.Expr, funcs, dim: str) -> str | None:
+    """What e is on a lane where `cond` is false: NEG_INF, ZERO, or None (not known)."""
+    if _constant(e) is not None:
+        return _constant(e)
+    if isinstance(e, A.Where):
+        if A.same(e.cond, cond):
+            return masked_value(e.b, cond, funcs, dim)
+        a, b = masked_value(e.a, cond, funcs, dim), masked_value(e.b, cond, funcs, dim)
+        return a if a == b else None
+    if isinstance(e, A.Access) and e.kind == "func" and e.name in funcs and dim in A.free_dims(e):
+        return masked_value(funcs[e.name].expr, cond, funcs, dim)  # a Func computed in the loop's tile
+    if isinstance(e, A.Unary) and e.op == "exp":
+        return ZERO if masked_value(e.x, cond, funcs, dim) == NEG_INF else None
+    if isinstance(e, A.Binary):
+        a, b = masked_value(e.a, cond, funcs, dim), masked_value(e.b, cond, funcs, dim)
+        if e.op == "*" and ZERO in (a, b):
+            return ZERO
+        if e.op == "/" and a == ZERO:
+            return ZERO
+        # -inf shifted by a value the mask does not reach (a row's max), or scaled by a positive constant
+        if a == NEG_INF and b is None and e.op in ("+", "-") and dim not in A.free_dims(e.b):
+            return NEG_INF
+        if a == NEG_INF and e.op in ("*", "/") and _positive(e.b):
+            return NEG_INF
+    return None
+
+
+def _constant(e: A.Expr) -> str | None:
+    if isinstance(e, A.Num):
+        return NEG_INF if e.value == -math.inf else ZERO if e.value == 0 else None
+    if isinstance(e, A.Unary) and e.op == "neg" and isinstance(e.x, A.Num) and e.x.value == math.inf:
+        return NEG_INF
+    return None
+
+
+def _positive(e: A.Expr) -> bool:
+    if isinstance(e, A.Num):
+        return e.value > 0
+    if isinstance(e, A.Len):
+        return True
+    return isinstance(e, A.Unary) and e.op == "sqrt" and _positive(e.x)
