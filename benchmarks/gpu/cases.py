@@ -47,6 +47,8 @@ class Kernel:
     dt_sizes: tuple[str, ...] = ()             # extents the dt provider passes as sizes= (no input gives them)
     # (extents, item bytes) -> bytes moved, for kernels that read only part of an input (a gather)
     moved: Callable[[dict, int], int] | None = None
+    # extents -> bytes the float64 reference holds besides the inputs (attention's scores)
+    reference_bytes: Callable[[dict], int] | None = None
 
     def extents(self, shape: tuple[int, ...]) -> dict[str, int]:
         return dict(zip(self.dims, shape))

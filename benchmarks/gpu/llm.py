@@ -175,7 +175,7 @@ def _attention_kernel(name, causal):
                   ("b", "h", "m", "n"), {}, ("b", "h", "m", "l", "k", "n"), shapes,
                   ((4, 16, 4096, 4096, 64, 64), (4, 16, 4096, 4096, 128, 128)), ((1, 2, 70, 70, 16, 16),),
                   ("bf16", "f16"), _causal_attention if causal else _attention, gemms=_attention_gemms(causal),
-                  sdpa=_cudnn(causal),
+                  sdpa=_cudnn(causal), reference_bytes=lambda e: e["b"] * e["h"] * e["m"] * e["l"] * 8,
                   notes=("causal " if causal else "") + "multi-head attention, [b, h, s, d]; eager is "
                         "F.scaled_dot_product_attention (the backend PyTorch picks: flash on an H100), SDPA its "
                         "cuDNN backend" + ("; TFLOP/s count half the square" if causal else "") + ".")
