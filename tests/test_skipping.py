@@ -11,30 +11,36 @@ from test_llm_examples import BACKENDS, LLM, normal, run_program
 ROWS = "Func out;\nIn A;\nVar m;\nRVar l;\nout[m] = {expr};\nout.block(m:16); out.tensorize(m:16, l:16); out.compile();"
 
 
-def reduction_steps(prog, **extents) -> list[int]:
-    """How many tiles each program's loop over l walks: its For's bounds, evaluated per program."""
+def reduction_steps(prog, **extents) -> list[tuple[int, ...]]:
+    """How many tiles each loop of each program walks: the Fors' bounds, evaluated per program."""
     kernel = prog.pipeline("f32").kernels[0]
     sizes = {S.size_name(d): n for d, n in extents.items()}
-    count = S.evaluate_index(kernel.program_count, sizes)
     steps = []
-    for pid in range(count):
-        names = dict(sizes, pid=pid)
+    for pid in range(S.evaluate_index(kernel.program_count, sizes)):
+        names, loops = dict(sizes, pid=pid), []
         for s in kernel.body:
             if isinstance(s, S.Let):
                 names[s.name] = S.evaluate_index(s.value, names)
             elif isinstance(s, S.For):
-                steps.append(len(range(S.evaluate_index(s.start, names), S.evaluate_index(s.stop, names), s.step)))
+                loops.append(len(range(S.evaluate_index(s.start, names), S.evaluate_index(s.stop, names), s.step)))
+        steps.append(tuple(loops))
     return steps
 
 
+def loop_texts(prog) -> list[str]:
+    return [line.strip() for line in prog.ir().splitlines() if line.strip().startswith("for ")]
+
+
+# A causal condition alone splits the walk: tiles below the block's diagonal in a loop without the
+# where or a mask, then the tiles the diagonal cuts.
 @pytest.mark.parametrize("expr, steps", [
-    ("rsum(where(l <= m, A[m, l], 0.0), l)", [1, 2, 3, 4]),  # causal: up to the block's diagonal tile
-    ("rmax(where(l < m, A[m, l], -inf), l)", [1, 2, 3, 4]),
-    ("rsum(where(l <= m, where(l > m - 5, A[m, l], 0.0), 0.0), l)", [1, 2, 2, 2]),  # a sliding window
-    ("rsum(where(m >= l + 20, A[m, l], 0.0), l)", [0, 1, 2, 3]),  # block 0 is masked throughout
-    ("rmax(where(l <= m, A[m, l], 0.0), l)", [4, 4, 4, 4]),  # 0 is no identity of max
-    ("rsum(where(l <= m, A[m, l], -1e30), l)", [4, 4, 4, 4]),  # -1e30 is not 0
-    ("rsum(where(l <= m, A[m, l], 0.0), l) + rmax(A[m, l], l)", [1, 4, 2, 4, 3, 4, 4, 4]),  # the sum's loop only
+    ("rsum(where(l <= m, A[m, l], 0.0), l)", [(0, 1), (1, 1), (2, 1), (3, 1)]),
+    ("rmax(where(l < m, A[m, l], -inf), l)", [(0, 1), (1, 1), (2, 1), (3, 1)]),
+    ("rsum(where(l <= m, where(l > m - 5, A[m, l], 0.0), 0.0), l)", [(1,), (2,), (2,), (2,)]),  # a window: no split
+    ("rsum(where(m >= l + 20, A[m, l], 0.0), l)", [(0, 0), (0, 1), (0, 2), (1, 2)]),  # block 0 masked throughout
+    ("rmax(where(l <= m, A[m, l], 0.0), l)", [(4,)] * 4),  # 0 is no identity of max
+    ("rsum(where(l <= m, A[m, l], -1e30), l)", [(4,)] * 4),  # -1e30 is not 0
+    ("rsum(where(l <= m, A[m, l], 0.0), l) + rmax(A[m, l], l)", [(0, 1, 4), (1, 1, 4), (2, 1, 4), (3, 1, 4)]),
 ])
 def test_a_loop_walks_the_tiles_its_condition_leaves(expr, steps):
     prog = dt.loads(ROWS.format(expr=expr))
@@ -43,11 +49,18 @@ def test_a_loop_walks_the_tiles_its_condition_leaves(expr, steps):
     np.testing.assert_allclose(prog(A=a, backend="interp"), prog.reference(A=a), rtol=1e-5, atol=1e-5)
 
 
+def test_the_tiles_below_the_diagonal_have_no_where_and_no_mask():
+    prog = dt.loads(ROWS.format(expr="rsum(where(l <= m, A[m, l], 0.0), l)"))
+    first, second = prog.ir().split("for l_iter")[1:]
+    assert "where" not in first and "valid(" not in first
+    assert "where" in second and "valid(l_2)" in second
+
+
 def test_causal_attention_walks_half_the_keys():
     causal, full = (dt.load(LLM / f"{name}.dt") for name in ("causal_mha", "mha"))
     extents = dict(b=1, h=1, m=1024, l=1024, k=64, n=64)
-    assert reduction_steps(full, **extents) == [16] * 8
-    assert reduction_steps(causal, **extents) == [2 * (i + 1) for i in range(8)]  # 72 of 128 tiles
+    assert reduction_steps(full, **extents) == [(16,)] * 8
+    assert reduction_steps(causal, **extents) == [(2 * i, 2) for i in range(8)]  # 72 of 128 tiles
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

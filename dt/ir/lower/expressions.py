@@ -86,6 +86,8 @@ class ExpressionLowering:
         elif isinstance(e, A.Binary):
             a = yield e.a, True
             value = S.Binary(e.op, *self.align(*self._operands(e.op, [a, (yield e.b, True)])))
+        elif isinstance(e, A.Where) and any(A.same(e.cond, c) for c in self.known_true):
+            value = yield e.a, as_number  # the loop walks only tiles where the condition holds
         elif isinstance(e, A.Where):
             cond = yield e.cond, False
             if cond.dtype != "bool":

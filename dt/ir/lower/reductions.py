@@ -102,8 +102,14 @@ class ReductionLowering:
         if tile == 0:
             body(rng.start, rng.size, rng.limit)
         else:
+            start, split, stop, holds = self.walked(e, [r for _, r in siblings], env, tile)
+            if split is not None:  # the tiles the condition keeps whole: no where, no mask
+                var = self.fresh(f"{e.dim}_iter")
+                self.known_true.append(holds)
+                self.loop(var, split, tile, e.dim, "reduction", e.loc, lambda: body(IVar(var), tile, None), start)
+                self.known_true.pop()
+                start = split
             var = self.fresh(f"{e.dim}_iter")
-            start, stop = self.walked(e, [r for _, r in siblings], env, tile)
             self.loop(var, stop, tile, e.dim, "reduction", e.loc,
                       lambda: body(IVar(var), tile, rng.end if tile > 1 else None), start)
         for _, r, r_acc in updates:
@@ -126,10 +132,14 @@ class ReductionLowering:
         return acc
 
     def walked(self, e: A.Reduce, siblings: list[A.Reduce], env, tile: int):
-        """(start, stop) of the loop over e.dim: the whole extent, or only the tiles an index
-        condition on a dimension of the block leaves a lane of, where every reduction of the loop
-        gets its identity on the lanes it masks (dt.ir.lower.skipping)."""
+        """(start, split, stop, condition) of the loop over e.dim: the whole extent, or only the
+        tiles an index condition on a dimension of the block leaves a lane of, where every
+        reduction of the loop gets its identity on the lanes it masks (dt.ir.lower.skipping). A
+        causal condition alone (an upper bound) also splits the walk: tiles from start to `split`
+        hold it on every lane (and lie inside the extent), so a loop of their own drops the where
+        and the masks, as FlashAttention's causal kernels do; None: no split."""
         start, stop = IConst(0), IVar(size_name(e.dim))
+        uppers, lowers = [], 0
         reductions = [e, *siblings]
         pure = {d for d in env if d != e.dim and self.cp.dim_kinds.get(d) == "Var"}
         for cond in skipping.conditions(reductions, self.cp.funcs, e.dim, pure):
@@ -140,10 +150,18 @@ class ReductionLowering:
             if side == "upper":  # lanes up to the block's last index + offset
                 end = ax.limit if ax.limit is not None else iadd(ax.start, ax.size)
                 stop = imin(stop, iadd(end, offset))
+                uppers.append((cond, ax, offset))
             else:  # from the tile holding the block's first index + offset
                 first = IBin("max", IConst(0), iadd(ax.start, offset))
                 start = imul(ifloordiv(first, tile), tile)
-        return start, stop
+                lowers += 1
+        if len(uppers) != 1 or lowers:
+            return start, None, stop, None
+        cond, ax, offset = uppers[0]
+        # whole tiles at or below the block's first index + offset, inside the extent
+        whole = imin(iadd(ax.start, offset + 1), IVar(size_name(e.dim)))
+        split = imul(ifloordiv(IBin("max", IConst(0), whole), tile), tile)
+        return start, split, stop, cond
 
     def loop_funcs(self, func: str, dim: str) -> list[str]:
         """func and the Funcs computed with it over dim: those whose reductions share its loop."""
