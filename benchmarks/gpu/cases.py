@@ -286,7 +286,7 @@ SCHEDULES: list[tuple[str, str | None, str | None, str]] = [
     ("2mm_inner", None, None, "examples/2mm_inner.dt"),
     # the talk's attention schedule keeps whole rows of scores and of V on chip: likely too big at 1024+
     ("attention", None, None, _S + "attention_2pass.dt"),
-    ("batched_matmul", "b=32, x=1024, y=1024, k=1024", None, _S + "batched_matmul_128x256.dt"),
+    ("batched_matmul", "b=32, x=1024, y=1024, k=1024", None, _S + "batched_matmul_tma.dt"),
     ("batched_matmul", "b=512, x=128, y=128, k=64", None, _S + "batched_matmul_64x128.dt"),
 ]
 
