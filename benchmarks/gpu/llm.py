@@ -152,6 +152,10 @@ def _cudnn(causal):
     return make
 
 
+def _gqa_attention(Q, K, V, group):
+    return F.scaled_dot_product_attention(Q, K, V, is_causal=True, enable_gqa=True)
+
+
 def _bmm(A, B):
     return torch.bmm(A, B)
 
@@ -267,6 +271,16 @@ LLM_KERNELS: dict[str, Kernel] = {k.name: k for k in [
                  "head; SDPA gets K and V gathered and expanded outside its timing, eager includes the gather."),
     _attention_kernel("mha", causal=False),
     _attention_kernel("causal_mha", causal=True),
+    Kernel("gqa_attention", MATMUL, LLM / "gqa_attention.dt",
+           {"Q": ("b", "h", "m", "k"), "K": ("b", "kh", "l", "k"), "V": ("b", "kh", "l", "n")}, ("b", "h", "m", "n"),
+           {"group": 4}, ("b", "h", "kh", "m", "l", "k", "n"),
+           ((2, 32, 8, 4096, 4096, 128, 128), (1, 32, 8, 16384, 16384, 128, 128)),
+           ((2, 32, 8, 4096, 4096, 128, 128),), ((1, 4, 1, 70, 70, 16, 16),), ("bf16", "f16"), _gqa_attention,
+           gemms=lambda e: [(e["b"] * e["h"] * e["m"], e["l"] // 2, e["k"]), (e["b"] * e["h"] * e["m"], e["n"],
+                                                                             e["l"] // 2)],
+           reference_bytes=lambda e: e["b"] * e["h"] * e["m"] * e["l"] * 8,
+           notes="Llama 3 8B's grouped-query causal attention (32 query heads, 8 key/value heads of 128): "
+                 "F.scaled_dot_product_attention(is_causal=True, enable_gqa=True); TFLOP/s count half the square."),
     Kernel("decode", MEMORY, LLM / "decode.dt", {"Q": ("b", "h", "k"), "K": ("b", "h", "l", "k"),
                                                  "V": ("b", "h", "l", "d")}, ("b", "h", "d"), {},
            ("b", "h", "l", "k", "d"), ((32, 32, 1024, 128, 128), (32, 32, 8192, 128, 128), (32, 32, 32768, 128, 128)),

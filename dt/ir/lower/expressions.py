@@ -101,10 +101,11 @@ class ExpressionLowering:
             raise AssertionError(f"cannot lower {e!r}")
         return S.Cast(value, self.compute) if as_number and is_bool(e) else value
 
-    def gather(self, e: A.Access, subscripts: list[S.TExpr], env) -> S.TExpr:
-        """e read at computed subscripts: a Gather over the axes its subscripts span, 0 outside
-        the tensor; a fused producer is never read so (the checker refuses it)."""
-        order = self.canonical(tuple(dict.fromkeys(d for s in subscripts for d in s.dims)))
+    def gather(self, e: A.Access, subscripts: list[S.TExpr], env, order=None, floats: str | None = None) -> S.TExpr:
+        """e read at computed subscripts: a Gather over the axes its subscripts span (in `order`
+        when given), 0 outside the tensor; float data in `floats` (default: the compute dtype). A
+        fused producer is never read so (the checker refuses it)."""
+        order = order or self.canonical(tuple(dict.fromkeys(d for s in subscripts for d in s.dims)))
         subscripts = [self.as_dtype(s, INDEX) for s in subscripts]  # u8 ids compare with a 300-row extent
         aligned = tuple(s if not s.dims else s if s.dims == order else S.Expand(s, order) for s in subscripts)
         if e.kind == "input":
@@ -112,7 +113,7 @@ class ExpressionLowering:
         else:
             dims, dtype = self.cp.funcs[e.name].dims, self.types.func_dtypes[e.name]
         if not is_integer(dtype):
-            dtype = self.compute
+            dtype = floats or self.compute
         if e.name not in self.reads:
             self.reads.append(e.name)
         extents = tuple(IVar(size_name(d)) for d in dims)

@@ -7,14 +7,15 @@ from __future__ import annotations
 
 import math
 
+from dt.dtypes import is_integer
 from dt.ir import algorithm as A
 from dt.ir import scheduled as S
 from dt.ir.check.compute_with import top_reductions
 from dt.ir.check.statistics import loop_statistic, mean_reduction
 from dt.ir.index_expr import IBin, IConst, IVar, iadd, ifloordiv, imin, imul
 from dt.ir.lower import skipping
-from dt.ir.naming import size_name
 from dt.ir.lower.dtypes import float8_dot_dtype
+from dt.ir.naming import size_name
 from dt.ir.ops import REDUCTIONS
 
 
@@ -248,6 +249,12 @@ class ReductionLowering:
         `dtype`. Inputs and temporaries load straight in that dtype: no round trip via f32."""
         if isinstance(e, A.Access) and e.dims is not None and e.name not in self.cp.fused:
             return self.access(e, func, env, layout, dtype)
+        if isinstance(e, A.Access) and e.kind == "input" and not is_integer(self.types.input_dtypes[e.name]):
+            # a float input at computed subscripts (K[b, h // group, l, k]): gathered in the product's
+            # dtype and layout, as a load is
+            subscripts = [self.number(s, func, env) for s in e.subscripts]
+            if {d for s in subscripts for d in s.dims} <= set(layout):
+                return self.masked(self.gather(e, subscripts, env, layout, dtype), ax, 0.0)
         x = self.real(e, func, env)
         if x.unit:
             return None
