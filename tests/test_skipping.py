@@ -70,3 +70,31 @@ def test_skipping_keeps_rows_masked_throughout(backend):
     a = normal(37, 45)
     want = np.array([-np.inf] + [a[i, :i].max() for i in range(1, 37)], np.float32)
     np.testing.assert_array_equal(run_program(prog, backend, A=a), want)
+
+
+@pytest.mark.parametrize("source, steps", [
+    # a Func read at other subscripts: its condition means something else here (not analysed)
+    ("Func out, f; In A; Var m; RVar l;\nf[m, l] = where(l <= m, A[m, l], 0.0);\nout[m] = rsum(f[l, m], l);", None),
+    ("Func out, f; In A; Var m; RVar l;\nf[m, l] = where(l <= m, A[m, l], 0.0);\nout[m] = rsum(f[m, l - 20], l);",
+     None),
+    # a nested reduction over the same name inside the split loop keeps its own where
+    ("Func out; In A; Var m; RVar l;\nout[m] = rsum(where(l <= m, A[m, l] * rsum(where(l <= m, A[m, l], 0.0), l), "
+     "0.0), l);", None),
+    # exp(-inf - mx) with mx a separate (two-pass) max: -inf on rows masked throughout, so not skipped
+    ("Func out, mx; In A; Var m; RVar l;\nmx[m] = rmax(where(l <= m - 20, A[m, l], -inf), l);\n"
+     "out[m] = rsum(exp(where(l <= m - 20, A[m, l], -inf) - mx[m]), l);\nmx.fuse_at(out, m);",
+     [(0, 0, 4), (0, 1, 4), (0, 2, 4), (1, 2, 4)]),  # mx's loop skips (a max of -inf), out's walks all
+    # 0 / 0 is NaN: a division is not taken to vanish
+    ("Func out; In A, B; Var m; RVar l;\nout[m] = rsum(where(l <= m, A[m, l], 0.0) / B[m, l], l);", [(4,)] * 4),
+], ids=["transposed", "shifted", "nested", "two_pass_max", "division"])
+@pytest.mark.parametrize("backend", ["interp", "numba"])
+def test_skipping_never_changes_a_result(source, steps, backend):
+    prog = dt.loads(source + "\nout.block(m:16); out.tensorize(m:16, l:16); out.compile();")
+    args = {"A": normal(64, 64)}
+    if "B" in prog.inputs:
+        args["B"] = np.ones((64, 64), np.float32)
+        args["B"][0, 63] = 0.0
+    if steps is not None:
+        assert reduction_steps(prog, m=64, l=64) == steps
+    want = prog.reference(**args)
+    np.testing.assert_allclose(run_program(prog, backend, **args), want, rtol=1e-4, atol=1e-4)

@@ -100,19 +100,23 @@ class ReductionLowering:
                     else self.update(r, f, env2, ax, r_acc)
                 self.emit(S.Assign(r_acc.name, update, f"r{r.op}", r.loc))
 
+        # conditions known outside are not known here: a nested reduction's own dimension may shadow
+        # the outer one's name
+        outer, self.known_true = self.known_true, []
         if tile == 0:
             body(rng.start, rng.size, rng.limit)
         else:
-            start, split, stop, holds = self.walked(e, [r for _, r in siblings], env, tile)
+            start, split, stop, holds = self.walked(e, [r for _, r in siblings], env, tile, exp_sums)
             if split is not None:  # the tiles the condition keeps whole: no where, no mask
                 var = self.fresh(f"{e.dim}_iter")
-                self.known_true.append(holds)
+                self.known_true = [holds]
                 self.loop(var, split, tile, e.dim, "reduction", e.loc, lambda: body(IVar(var), tile, None), start)
-                self.known_true.pop()
+                self.known_true = []
                 start = split
             var = self.fresh(f"{e.dim}_iter")
             self.loop(var, stop, tile, e.dim, "reduction", e.loc,
                       lambda: body(IVar(var), tile, rng.end if tile > 1 else None), start)
+        self.known_true = outer
         for _, r, r_acc in updates:
             if r is not e:
                 self.shared_reductions[id(r)] = r_acc
@@ -132,7 +136,7 @@ class ReductionLowering:
                     self.shared_reductions[id(r)] = r_acc
         return acc
 
-    def walked(self, e: A.Reduce, siblings: list[A.Reduce], env, tile: int):
+    def walked(self, e: A.Reduce, siblings: list[A.Reduce], env, tile: int, shifts):
         """(start, split, stop, condition) of the loop over e.dim: the whole extent, or only the
         tiles an index condition on a dimension of the block leaves a lane of, where every
         reduction of the loop gets its identity on the lanes it masks (dt.ir.lower.skipping). A
@@ -143,8 +147,9 @@ class ReductionLowering:
         uppers, lowers = [], 0
         reductions = [e, *siblings]
         pure = {d for d in env if d != e.dim and self.cp.dim_kinds.get(d) == "Var"}
+        shifts = frozenset(shifts)
         for cond in skipping.conditions(reductions, self.cp.funcs, e.dim, pure):
-            if not all(skipping.vanishes(r, cond, self.cp.funcs) for r in reductions):
+            if not all(skipping.vanishes(r, cond, self.cp.funcs, shifts) for r in reductions):
                 continue
             side, other, offset = skipping.index_bound(cond, e.dim, pure)
             ax = self.axes[env[other]]
@@ -159,8 +164,8 @@ class ReductionLowering:
         if len(uppers) != 1 or lowers:
             return start, None, stop, None
         cond, ax, offset = uppers[0]
-        # whole tiles at or below the block's first index + offset, inside the extent
-        whole = imin(iadd(ax.start, offset + 1), IVar(size_name(e.dim)))
+        # whole tiles at or below the block's first index + offset, inside the walk (and the extent)
+        whole = imin(iadd(ax.start, offset + 1), stop)
         split = imul(ifloordiv(IBin("max", IConst(0), whole), tile), tile)
         return start, split, stop, cond
 

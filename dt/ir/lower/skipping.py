@@ -62,40 +62,47 @@ def conditions(exprs, funcs: dict[str, A.FuncDef], dim: str, pure) -> list[A.Exp
             if isinstance(node, A.Where) and index_bound(node.cond, dim, pure) is not None \
                     and not any(A.same(node.cond, c) for c in found):
                 found.append(node.cond)
-            elif isinstance(node, A.Access) and node.kind == "func" and node.name in funcs and node.name not in seen:
+            elif _own_dims(node, funcs) and node.name not in seen:
                 seen.add(node.name)
                 stack.append(funcs[node.name].expr)
     return found
 
 
-def vanishes(r: A.Reduce, cond: A.Expr, funcs: dict[str, A.FuncDef]) -> bool:
-    """Whether reduction r receives its identity on every lane where `cond` is false."""
+def _own_dims(e: A.Expr, funcs) -> bool:
+    """A Func read at its own dimensions (f[m, l] for f[m, l] = ...): its definition's names mean
+    what they mean here (f[l, m] or f[m, l - 20] would not)."""
+    return isinstance(e, A.Access) and e.kind == "func" and e.name in funcs and e.dims == funcs[e.name].dims
+
+
+def vanishes(r: A.Reduce, cond: A.Expr, funcs: dict[str, A.FuncDef], shifts=frozenset()) -> bool:
+    """Whether reduction r receives its identity on every lane where `cond` is false; `shifts`:
+    the Funcs that are running maxima of the loop (the online softmax: a row masked throughout
+    gets NaN whether or not its tiles are walked)."""
     if r.op == "dot":
-        return any(masked_value(x, cond, funcs, r.dim) == ZERO for x in r.args)
-    return r.op in _IDENTITY and masked_value(r.args[0], cond, funcs, r.dim) == _IDENTITY[r.op]
+        return any(masked_value(x, cond, funcs, r.dim, shifts) == ZERO for x in r.args)
+    return r.op in _IDENTITY and masked_value(r.args[0], cond, funcs, r.dim, shifts) == _IDENTITY[r.op]
 
 
-def masked_value(e: A.Expr, cond: A.Expr, funcs, dim: str) -> str | None:
+def masked_value(e: A.Expr, cond: A.Expr, funcs, dim: str, shifts=frozenset()) -> str | None:
     """What e is on a lane where `cond` is false: NEG_INF, ZERO, or None (not known)."""
     if _constant(e) is not None:
         return _constant(e)
     if isinstance(e, A.Where):
         if A.same(e.cond, cond):
-            return masked_value(e.b, cond, funcs, dim)
-        a, b = masked_value(e.a, cond, funcs, dim), masked_value(e.b, cond, funcs, dim)
+            return masked_value(e.b, cond, funcs, dim, shifts)
+        a, b = masked_value(e.a, cond, funcs, dim, shifts), masked_value(e.b, cond, funcs, dim, shifts)
         return a if a == b else None
-    if isinstance(e, A.Access) and e.kind == "func" and e.name in funcs and dim in A.free_dims(e):
-        return masked_value(funcs[e.name].expr, cond, funcs, dim)  # a Func computed in the loop's tile
+    if _own_dims(e, funcs) and dim in A.free_dims(e):
+        return masked_value(funcs[e.name].expr, cond, funcs, dim, shifts)  # a Func computed in the loop's tile
     if isinstance(e, A.Unary) and e.op == "exp":
-        return ZERO if masked_value(e.x, cond, funcs, dim) == NEG_INF else None
+        return ZERO if masked_value(e.x, cond, funcs, dim, shifts) == NEG_INF else None
     if isinstance(e, A.Binary):
-        a, b = masked_value(e.a, cond, funcs, dim), masked_value(e.b, cond, funcs, dim)
-        if e.op == "*" and ZERO in (a, b):
+        a = masked_value(e.a, cond, funcs, dim, shifts)
+        if e.op == "*" and ZERO in (a, masked_value(e.b, cond, funcs, dim, shifts)):
             return ZERO
-        if e.op == "/" and a == ZERO:
-            return ZERO
-        # -inf shifted by a value the mask does not reach (a row's max), or scaled by a positive constant
-        if a == NEG_INF and b is None and e.op in ("+", "-") and dim not in A.free_dims(e.b):
+        # -inf shifted by the loop's running max (-inf only on a row masked throughout, which gets NaN
+        # either way), or scaled by a positive constant
+        if a == NEG_INF and e.op == "-" and isinstance(e.b, A.Access) and e.b.name in shifts:
             return NEG_INF
         if a == NEG_INF and e.op in ("*", "/") and _positive(e.b):
             return NEG_INF
