@@ -81,6 +81,12 @@ def _masked_rows(keep, fill, reduce):
     return reference
 
 
+def _grouped(Q, K):
+    """Q[b, h] @ K[b, h // 2]^T: a product whose operand is read at a computed head."""
+    heads = np.arange(Q.shape[1]) // 2
+    return Q.astype(np.float64) @ K[:, heads].swapaxes(2, 3)
+
+
 def _causal(m, l):
     return l <= m
 
@@ -88,6 +94,11 @@ def _causal(m, l):
 CASES: tuple[Case, ...] = (
     Case("batched.bmm", "Func out;\nIn A, B;\nVar b, x, y;\nRVar k;\nout[b, x, y] = rdot(A[b, x, k], B[b, k, y], k);",
          BMM, _bmm, SB),
+    Case("batched.grouped", "Func out;\nIn Q, K;\nVar b, h, m, l;\nRVar k;\n"
+         "out[b, h, m, l] = rdot(Q[b, h, m, k], K[b, h // 2, l, k], k);",
+         {"head_block_1": "out.block(b:1, h:1, m:16);\nout.tensorize(m:16, l:16, k:16);\nout.compile();",
+          "scalar": "out.compile();"}, _grouped,
+         ({"b": 1, "h": 2, "m": 1, "l": 1, "k": 1, "K_axis1": 1}, {"b": 2, "h": 4, "m": 19, "l": 21, "k": 8, "K_axis1": 2})),
     Case("batched.attention", ATTENTION_ALGORITHM.format(cond="l >= 0"), ATTENTION,
          _masked_attention(lambda m, l: l >= 0), SA),
     Case("causal.attention", ATTENTION_ALGORITHM.format(cond="l <= m"), ATTENTION, _masked_attention(_causal), SA),

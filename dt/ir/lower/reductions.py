@@ -259,7 +259,12 @@ class ReductionLowering:
             # dtype and layout, as a load is
             subscripts = [self.number(s, func, env) for s in e.subscripts]
             if {d for s in subscripts for d in s.dims} <= set(layout):
-                return self.masked(self.gather(e, subscripts, env, layout, dtype), ax, 0.0)
+                x = self.gather(e, subscripts, env, layout, dtype)
+                # lanes past the reduction's end read 0 already where the reduced dimension itself
+                # indexes a tensor axis of that dimension (K[.., l, k]: k past k_SIZE is outside K)
+                dim, axes = self.axes[ax].dim, self.cp.input_axes[e.name]
+                inside = any(isinstance(s, A.DimRef) and s.dim == dim == axes[i] for i, s in enumerate(e.subscripts))
+                return x if inside else self.masked(x, ax, 0.0)
         x = self.real(e, func, env)
         if x.unit:
             return None
