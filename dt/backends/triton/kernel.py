@@ -266,8 +266,12 @@ class KernelRenderer(ExpressionRenderer):
 
     def box_load(self, e: S.Load) -> str:
         box = f"{self.tma.box_descriptor[e]}.load([{self.box_start(e.indices)}])"
-        if e.order != e.indices:  # a box of 1 along each scalar axis, which the tile has not
-            box = f"{box}.reshape({self.shape_text(e.order)})"
+        tiled = self.tma.tiled(e.indices)
+        if tiled != e.indices:  # a box of 1 along each scalar axis, which the tile has not
+            box = f"{box}.reshape({self.shape_text(tiled)})"
+        if tiled != e.order:  # loaded in the tensor's order, transposed in registers (K as [k, l])
+            perm = tuple(tiled.index(a) for a in e.order)
+            box = f"tl.trans({box})" if len(perm) == 2 else f"tl.permute({box}, {perm})"
         return self.cast_load(e, box)
 
     def cast_load(self, e: S.Load, text: str) -> str:

@@ -49,7 +49,7 @@ class TmaPlan:
                 boxes += self._candidate(s)
             if isinstance(s, (S.Assign, S.Store)):
                 for node in S.walk_texpr(s.value):
-                    if isinstance(node, S.Load) and node.order == self.tiled(node.indices):
+                    if isinstance(node, S.Load) and sorted(node.order) == sorted(self.tiled(node.indices)):
                         boxes += self._candidate(node)
         if not boxes:
             raise DTScheduleError(
