@@ -94,3 +94,11 @@ def test_a_scalar_axis_is_addressed_at_its_start_in_loads_and_stores():
     assert {(n.indices, n.order) for n in loads} == {(("b", "x", "k"), ("x", "k")), (("b", "k", "y"), ("k", "y"))}
     store = next(s for s in S.walk_statements(kernel.body) if isinstance(s, S.Store))
     assert store.indices == ("b", "x", "y") and store.value.dims == ("x", "y")
+
+
+def test_a_transposed_operand_moves_by_tma_in_its_tensors_order():
+    """K[b, h, l, k] feeds the product as [k, l]: with tma() it is loaded as a box in K's order
+    (boxes of 1 along the scalar axes b and h) and transposed in registers."""
+    source = " ".join(dt.load(LLM.parents[1] / "benchmarks/gpu/schedules/mha_tma.dt").source("triton", "bf16").split())
+    assert "K = tl.trans(K_desc.load([b_pid, h_pid, l_iter, 0]).reshape((64, k_TILE)))" in source.replace(
+        "tl.cast(b_pid, tl.int32)", "b_pid").replace("tl.cast(h_pid, tl.int32)", "h_pid")

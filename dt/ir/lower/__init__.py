@@ -11,8 +11,7 @@ One kernel per Func computed at root. In each kernel:
 
 `lower` sets the dtypes (dtypes), names the launcher, the kernels and their parameters
 (dt.ir.naming), lowers each kernel (kernel.KernelLowering: grid, loops, expressions, reductions,
-online_statistics), turns axes of one always-valid lane into offsets (scalar_axes), makes a product loop's
-invariant loads before it (hoisting), splits the expressions too deep for generated code (dt.ir.nesting), and last
+online_statistics), turns axes of one always-valid lane into offsets (scalar_axes), splits the expressions too deep for generated code (dt.ir.nesting), and last
 checks the result against the IR's invariants (dt.ir.verify).
 """
 from __future__ import annotations
@@ -23,7 +22,6 @@ from dt.ir import naming
 from dt.ir import scheduled as S
 from dt.ir.check.program import CheckedProgram
 from dt.ir.lower.dtypes import compute_dtype_of, promote
-from dt.ir.lower.hoisting import hoist_invariant_loads
 from dt.ir.lower.kernel import KernelLowering
 from dt.ir.lower.scalar_axes import squeeze_scalar_axes
 from dt.ir.lower.types import Types
@@ -56,9 +54,9 @@ def lower(cp: CheckedProgram, dtypes: dict[str, str]) -> S.Pipeline:
     global_names = naming.global_names(launcher, kernel_names.values(), sizes, scalars,
                                        (t.name for t in inputs + temporaries + outputs))
     taken = set(kernel_names.values()) | global_names.all()
-    kernels = tuple(hoist_invariant_loads(squeeze_scalar_axes(
-        KernelLowering(cp, root, compute, storage, kernel_names[root], taken, types).lower()))
-        for root in cp.kernel_roots)
+    kernels = tuple(squeeze_scalar_axes(KernelLowering(cp, root, compute, storage, kernel_names[root], taken,
+                                                       types).lower())
+                    for root in cp.kernel_roots)
     pipeline = S.Pipeline(launcher, inputs, scalars, sizes, temporaries, outputs, kernels, compute, global_names,
                           cp.program.file)
     return verify(split_deep_expressions(pipeline))
