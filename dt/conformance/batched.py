@@ -17,25 +17,19 @@ BMM = {  # out[b, x, y]
     "batch_tile_2": "out.block(b:2, x:16, y:16);\nout.tensorize(b:2, x:16, y:16, k:16);\nout.compile();",
     "scalar": "out.compile();",
 }
-ATTENTION = {  # out[b, m, n], one pass over l
-    "flash": """out.block(b:1, m:16);
+# out[b, m, n]: scores and weights inlined, the statistics and the product fused at the row block;
+# flash accumulates them in one pass over l (compute_with), two_pass walks l for each
+_ATTENTION_FUSED = """out.block(b:1, m:16);
 out.tensorize(m:16, n:0, k:0, l:16);
 s.inline();
 e.inline();
 num.fuse_at(out, m);
 mx.fuse_at(out, m);
 dvsr.fuse_at(out, m);
-mx.compute_with(num, l);
-dvsr.compute_with(num, l);
-out.compile_to_kernel();""",
-    "two_pass": """out.block(b:1, m:16);
-out.tensorize(m:16, n:0, k:0, l:16);
-s.inline();
-e.inline();
-num.fuse_at(out, m);
-mx.fuse_at(out, m);
-dvsr.fuse_at(out, m);
-out.compile_to_kernel();""",
+"""
+ATTENTION = {
+    "flash": _ATTENTION_FUSED + "mx.compute_with(num, l);\ndvsr.compute_with(num, l);\nout.compile_to_kernel();",
+    "two_pass": _ATTENTION_FUSED + "out.compile_to_kernel();",
 }
 ROWS = {  # out[m] = r(..., l)
     "blocked": "out.block(m:16);\nout.tensorize(m:16, l:16);\nout.compile();",
@@ -98,7 +92,8 @@ CASES: tuple[Case, ...] = (
          "out[b, h, m, l] = rdot(Q[b, h, m, k], K[b, h // 2, l, k], k);",
          {"head_block_1": "out.block(b:1, h:1, m:16);\nout.tensorize(m:16, l:16, k:16);\nout.compile();",
           "scalar": "out.compile();"}, _grouped,
-         ({"b": 1, "h": 2, "m": 1, "l": 1, "k": 1, "K_axis1": 1}, {"b": 2, "h": 4, "m": 19, "l": 21, "k": 8, "K_axis1": 2})),
+         ({"b": 1, "h": 2, "m": 1, "l": 1, "k": 1, "K_axis1": 1},
+          {"b": 2, "h": 4, "m": 19, "l": 21, "k": 8, "K_axis1": 2})),
     Case("batched.attention", ATTENTION_ALGORITHM.format(cond="l >= 0"), ATTENTION,
          _masked_attention(lambda m, l: l >= 0), SA),
     Case("causal.attention", ATTENTION_ALGORITHM.format(cond="l <= m"), ATTENTION, _masked_attention(_causal), SA),

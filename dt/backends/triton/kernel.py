@@ -303,8 +303,7 @@ class KernelRenderer(ExpressionRenderer):
         if mask:
             args += f", mask={mask}"
         if s in self.tma.box_descriptor:
-            box_value = value if tiled == s.indices else \
-                f"{atom(value, prec)}.reshape(({', '.join(self.tile_text(a) for a in s.indices)},))"
+            box_value = value if tiled == s.indices else f"{atom(value, prec)}.reshape({self.shape_text(s.indices)})"
             self.tma_or_pointers(w, f"{self.tma.box_descriptor[s]}.store([{self.box_start(s.indices)}], {box_value})",
                                  f"tl.store({args})")
         else:

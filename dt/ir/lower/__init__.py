@@ -11,8 +11,9 @@ One kernel per Func computed at root. In each kernel:
 
 `lower` sets the dtypes (dtypes), names the launcher, the kernels and their parameters
 (dt.ir.naming), lowers each kernel (kernel.KernelLowering: grid, loops, expressions, reductions,
-online_statistics), turns axes of one always-valid lane into offsets (scalar_axes), splits the expressions too deep for generated code (dt.ir.nesting), and last
-checks the result against the IR's invariants (dt.ir.verify).
+online_statistics), turns axes of one always-valid lane into offsets (scalar_axes), splits the
+expressions too deep for generated code (dt.ir.nesting), and last checks the result against the
+IR's invariants (dt.ir.verify).
 """
 from __future__ import annotations
 

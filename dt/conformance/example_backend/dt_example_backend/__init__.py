@@ -137,8 +137,8 @@ class Instance(Renderer):
         tile = np.zeros(self.shape(e.indices), DTYPES[e.dtype])
         valid = tuple(slice(0, self.axes[a][2]) for a in e.indices)
         tile[valid] = self.memory[e.tensor][self.window(e.indices)]
-        tile = tile.reshape(self.shape(a for a in e.indices if a in e.order))  # scalar axes: no tile axes
-        return tile.transpose([[a for a in e.indices if a in e.order].index(a) for a in e.order])
+        tiled = [a for a in e.indices if a in e.order]  # scalar axes are no tile axes
+        return tile.reshape(self.shape(tiled)).transpose([tiled.index(a) for a in e.order])
 
     def Gather(self, e: S.Gather):  # zero wherever an index falls outside the tensor
         tensor, shape = self.memory[e.tensor], self.shape(e.order)
