@@ -113,6 +113,29 @@ def test_group_norm(backend):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+def test_residual_add_rmsnorm_writes_both_outputs_from_one_kernel(backend):
+    x, r, w = normal(13, 300), normal(13, 300), normal(300)
+    h = x.astype(np.float64) + r
+    out = run("add_rmsnorm", backend, X=x, R=r, W=w, eps=1e-6)
+    assert_close(out["h"], h, "f32")
+    assert_close(out["y"], h / np.sqrt((h * h).mean(-1, keepdims=True) + 1e-6) * w, "f32")
+    assert len(dt.load(LLM / "add_rmsnorm.dt").pipeline("f32").kernels) == 1
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_layernorm_returns_its_statistics_in_float32(backend):
+    a, w, bias = normal(11, 301) + 5, normal(301), normal(301)
+    rows = a.astype(np.float64)
+    mean, rstd = rows.mean(-1), 1 / np.sqrt(rows.var(-1) + 1e-5)
+    out = run("layernorm_stats", backend, A=a.astype(np.float16), W=w.astype(np.float16),
+              Bias=bias.astype(np.float16), eps=1e-5)
+    assert out["mean"].dtype == np.float32 and out["rstd"].dtype == np.float32
+    assert_close(out["mean"], mean, "f16")
+    assert_close(out["rstd"], rstd, "f16")
+    assert_close(out["y"], (rows - mean[:, None]) * rstd[:, None] * w + bias, "f16")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_weight_only_int8_matmul(backend):
     m, n, k = 37, 21, 70
     x = normal(m, k)

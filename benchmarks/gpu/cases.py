@@ -29,7 +29,7 @@ class Kernel:
     kind: str                                  # MEMORY or MATMUL
     program: Path                              # the DT program whose algorithm this is (its example)
     inputs: dict[str, tuple[str, ...]]         # DT input name -> its dimensions, in index order
-    out_dims: tuple[str, ...]
+    out_dims: tuple[str, ...]                  # the output's (of several: the largest's)
     scalars: dict[str, float]
     dims: tuple[str, ...]                      # the order shapes are written in
     shapes: tuple[tuple[int, ...], ...]        # full-size rows (extents in `dims` order)

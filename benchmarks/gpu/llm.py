@@ -1,4 +1,4 @@
-"""The LLM kernels of issues 27 and 28 (examples/llm/): the torch function each baseline calls (eager,
+"""The LLM kernels of issues 27, 28 and 29 (examples/llm/): the torch function each baseline calls (eager,
 and what torch.compile compiles), their Liger and SDPA calls, the integer data each reads, and
 the bytes each must move. Shapes are Llama 3 8B's (32 query heads, 8 key/value heads of 128,
 a 128,256-entry vocabulary, width 4096), Mamba's and Stable Diffusion's where those apply."""
@@ -96,6 +96,25 @@ def _conv1d(X, W, B):
 
 def _group_norm(X, W, B, eps):
     return F.group_norm(X, 32, W, B, eps)
+
+
+def _add_rmsnorm(X, R, W, eps):
+    """Hugging Face's LlamaRMSNorm after the residual add: the sum in the input dtype, the norm in
+    float32, (h, y) in dt's output order."""
+    h = X + R
+    hf = h if h.dtype == torch.float64 else h.float()  # float64: the reference
+    return h, (hf * torch.rsqrt(hf.pow(2).mean(-1, keepdim=True) + eps)).to(X.dtype) * W
+
+
+def _layernorm_stats(A, W, Bias, eps):
+    """The layer norm autograd saves statistics of: (mean, rstd, y) in dt's output order, the
+    statistics float32."""
+    if A.dtype == torch.float64:  # the reference, its statistics rounded to float32 as they are stored
+        mean = A.mean(-1).float().double()
+        rstd = torch.rsqrt(((A - mean[:, None]) ** 2).mean(-1) + eps).float().double()
+        return mean, rstd, (A - mean[:, None]) * rstd[:, None] * W + Bias
+    y, mean, rstd = torch.native_layer_norm(A, (A.shape[-1],), W, Bias, eps)
+    return mean.view(-1).float(), rstd.view(-1).float(), y
 
 
 def _int8_matmul(X, Wq, S):
@@ -198,6 +217,25 @@ def _liger_rope(lf, t, s):
     return call
 
 
+def _liger_add_rmsnorm(lf, t, s):
+    X, R, W, eps = t["X"], t["R"], t["W"], s["eps"]
+
+    def call():
+        y, h = lf.liger_fused_add_rms_norm(X, R, W, eps, in_place=False)
+        return h, y
+    return call
+
+
+def _liger_layernorm_stats(lf, t, s):
+    from liger_kernel.ops.layer_norm import layer_norm_forward  # the forward that keeps the statistics
+    A, W, B, eps = t["A"], t["W"], t["Bias"], s["eps"]
+
+    def call():
+        y, _, mean, rstd, _, _ = layer_norm_forward(A, W, B, eps)
+        return mean, rstd, y
+    return call
+
+
 def _liger_cross_entropy(lf, t, s):
     L, T = t["L"], t["T"]
     return lambda: lf.liger_cross_entropy(L, T, ignore_index=-100, reduction="none")
@@ -206,6 +244,14 @@ def _liger_cross_entropy(lf, t, s):
 # ----------------------------------------------------------------------- bytes moved
 def _embedding_bytes(e, item):
     return e["t"] * 8 + 2 * e["t"] * e["d"] * item  # ids, the rows read, the rows written
+
+
+def _add_rmsnorm_bytes(e, item):
+    return (4 * e["t"] * e["d"] + e["d"]) * item  # X and R read, h and y written, W
+
+
+def _layernorm_stats_bytes(e, item):
+    return (2 * e["x"] * e["k"] + 2 * e["k"]) * item + 8 * e["x"]  # A read, y written, W, Bias; f32 statistics
 
 
 def _paged_bytes(e, item):
@@ -248,6 +294,17 @@ LLM_KERNELS: dict[str, Kernel] = {k.name: k for k in [
            ("b", "c", "s"), {"eps": 1e-5}, ("b", "c", "s", "g", "cg"),
            ((8, 512, 4096, 32, 16), (2, 320, 4096, 32, 10), (16, 256, 1000, 32, 8)), ((8, 512, 4096, 32, 16),),
            ((2, 96, 37, 32, 3),), DTYPES, _group_norm, dt_sizes=("g", "cg"), notes="F.group_norm with 32 groups."),
+    Kernel("add_rmsnorm", MEMORY, LLM / "add_rmsnorm.dt", {"X": ("t", "d"), "R": ("t", "d"), "W": ("d",)},
+           ("t", "d"), {"eps": 1e-6}, ("t", "d"), ((4096, 4096), (16384, 4096), (4096, 8192), (2000, 3584)),
+           ((4096, 4096),), ((7, 300),), DTYPES, _add_rmsnorm, liger=_liger_add_rmsnorm, moved=_add_rmsnorm_bytes,
+           notes="residual add + RMSNorm, two outputs (the sum and the norm): Llama 3 8B and 70B widths, Qwen2 "
+                 "7B's 3584; eager is Hugging Face's LlamaRMSNorm after the add."),
+    Kernel("layernorm_stats", MEMORY, LLM / "layernorm_stats.dt", {"A": ("x", "k"), "W": ("k",), "Bias": ("k",)},
+           ("x", "k"), {"eps": 1e-5}, ("x", "k"), ((4096, 4096), (16384, 4096), (4096, 8192), (2000, 3000)),
+           ((4096, 4096),), ((7, 300),), DTYPES, _layernorm_stats, liger=_liger_layernorm_stats,
+           moved=_layernorm_stats_bytes,
+           notes="layer norm forward returning y and each row's float32 mean and 1/std: eager is "
+                 "torch.native_layer_norm (what autograd calls), Liger its layer_norm_forward."),
     Kernel("int8_matmul", MATMUL, LLM / "int8_matmul.dt", {"X": ("m", "k"), "Wq": ("n", "k"), "S": ("n",)},
            ("m", "n"), {}, ("m", "n", "k"), ((4096, 4096, 4096), (16, 4096, 4096), (4096, 14336, 4096)),
            ((4096, 4096, 4096),), ((37, 21, 70),), ("bf16",), _int8_matmul, gemms=lambda e: [(e["m"], e["n"], e["k"])],

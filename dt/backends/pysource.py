@@ -3,6 +3,7 @@ scope of generated code, text made safe to quote in it, and number literals. (In
 are written by dt.ir.index_expr.index_source.)"""
 from __future__ import annotations
 
+import contextlib
 import keyword
 import linecache
 import math
@@ -60,6 +61,17 @@ class Names:
     def fresh(self, base: str) -> str:
         """A new name, `base` made an ASCII identifier (`S.identifier`) where free."""
         return S.fresh_name(S.identifier(base), self.taken)
+
+
+def guarded(w: Writer, store: S.Store, index) -> contextlib.AbstractContextManager:
+    """Where the lines of `store` go: under `if (g0 == 0) & (g1 == 0) ...:` for a guarded store
+    (S.Store.guard; `&` rather than `and`, which Triton's JIT does not chain), else where they are.
+    `index` writes an index expression."""
+    if not store.guard:
+        return contextlib.nullcontext()
+    tests = [f"{index(e)} == 0" for e in store.guard]
+    w.line(f"if {tests[0] if len(tests) == 1 else ' & '.join(f'({t})' for t in tests)}:")
+    return w.indent()
 
 
 def safe_text(text: str) -> str:

@@ -17,6 +17,7 @@ import numpy as np
 from dt.conformance.case import Case
 from dt.conformance.batched import CASES as BATCHED_CASES
 from dt.conformance.indexing import CASES as INDEXING_CASES
+from dt.conformance.outputs import CASES as OUTPUT_CASES
 from dt.ir.ops import OPS_LIST, Check, Op
 
 
@@ -562,4 +563,5 @@ CATALOGUE: tuple[Case, ...] = (
     # ------------------------------------------------------------ index expressions, gathers, integers, casts
     *INDEXING_CASES,
     *BATCHED_CASES,
+    *OUTPUT_CASES,
 )

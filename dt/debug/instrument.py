@@ -13,12 +13,13 @@ import itertools
 
 from dt.backends import numpy as interpreter
 from dt.backends.numpy.codegen import Renderer
-from dt.backends.pysource import Writer, load_module
+from dt.backends.pysource import Writer, guarded, load_module
 from dt.debug import config as debug_config
 from dt.debug.info import ProgramInfo
 from dt.debug.session import Session
 from dt.dtypes import is_integer
 from dt.ir import scheduled as S
+from dt.ir.index_expr import index_source as index
 
 
 class InstrumentedRenderer(Renderer):
@@ -52,8 +53,9 @@ class InstrumentedRenderer(Renderer):
         w.line(f"if _post[{self.sid}]: _dbg.post({self.sid}, locals())")
 
     def Store(self, s: S.Store, w: Writer):
-        self._stop_hook(w)
-        w.line(f'_dbg.store({self.sid}, "{s.tensor}", {self.store_args(s)})')
+        with guarded(w, s, index):  # a guarded store stops only where it stores
+            self._stop_hook(w)
+            w.line(f'_dbg.store({self.sid}, "{s.tensor}", {self.store_args(s)})')
 
     def Load(self, e: S.Load) -> str:
         return f'_dbg.load({self.sid}, "{e.tensor}", {self.load_args(e)})'

@@ -68,7 +68,8 @@ class _Printer(Visitor):
         self.write(depth, f"{s.name}: {_type(s.value)} = {self.texpr(s.value)}", s.loc)
 
     def Store(self, s: S.Store, depth):
-        self.write(depth, f"store {s.tensor}[{', '.join(s.indices)}] = {self.texpr(s.value)}", s.loc)
+        guard = f" if {' and '.join(f'{index_source(e)} == 0' for e in s.guard)}" if s.guard else ""
+        self.write(depth, f"store {s.tensor}[{', '.join(s.indices)}] = {self.texpr(s.value)}{guard}", s.loc)
 
     # ------------------------------------------------------------ tile expressions
     def Literal(self, e: S.Literal):

@@ -383,11 +383,14 @@ class For:
 @dataclass(frozen=True)
 class Store:
     """tensor[indices] = value over the current tiles of `indices`, valid lanes only; value is
-    cast to the tensor's dtype."""
+    cast to the tensor's dtype. Only where every index expression of `guard` is 0: an output
+    computed again in other programs or loop iterations (along dimensions it does not have) is
+    stored by the first of them."""
     tensor: str
     indices: tuple[str, ...]
     value: TExpr
     loc: Loc | None = field(default=None, compare=False)
+    guard: tuple[IExpr, ...] = ()
 
 
 Stmt = Union[Let, Axis, Assign, For, Store]
@@ -513,13 +516,8 @@ def kernel_params(kernel: Kernel, pipeline: Pipeline) -> KernelParams:
     """What a kernel reads from its launcher, in a stable order (pipeline order)."""
     tensors, scalars, sizes = set(), set(), set()
 
-    def index_names(e):
-        if isinstance(e, IVar):
-            if e.name.endswith("_SIZE"):
-                sizes.add(e.name)
-        elif isinstance(e, IBin):
-            index_names(e.a)
-            index_names(e.b)
+    def extents_read(e):
+        sizes.update(n for n in index_names(e) if n.endswith("_SIZE"))
 
     def visit_texpr(e):
         for node in walk_texpr(e):
@@ -528,30 +526,28 @@ def kernel_params(kernel: Kernel, pipeline: Pipeline) -> KernelParams:
             elif isinstance(node, Gather):
                 tensors.add(node.tensor)
                 for extent in node.extents:
-                    index_names(extent)
+                    extents_read(extent)
             elif isinstance(node, Param):
                 scalars.add(node.name)
             elif isinstance(node, Extent):
                 sizes.add(size_name(node.dim))
             elif isinstance(node, Index):
-                index_names(node.value)
+                extents_read(node.value)
 
-    index_names(kernel.program_count)
+    extents_read(kernel.program_count)
     for s in walk_statements(kernel.body):
         if isinstance(s, Let):
-            index_names(s.value)
-        elif isinstance(s, Axis):
-            for e in (s.start, s.size, s.limit):
-                if e is not None:
-                    index_names(e)
-        elif isinstance(s, For):
-            index_names(s.start)
-            index_names(s.stop)
+            extents_read(s.value)
+        elif isinstance(s, (Axis, For)):
+            for e in (s.start, s.size, s.limit) if isinstance(s, Axis) else (s.start, s.stop):
+                extents_read(e)
         elif isinstance(s, Assign):
             visit_texpr(s.value)
         elif isinstance(s, Store):
             tensors.add(s.tensor)
             visit_texpr(s.value)
+            for e in s.guard:
+                extents_read(e)
     order = [t.name for t in pipeline.inputs + pipeline.temporaries + pipeline.outputs]
     return KernelParams(tuple(t for t in order if t in tensors),
                         tuple(s for s in pipeline.scalars if s in scalars),
@@ -569,6 +565,8 @@ def used_index_names(body) -> set[str]:
         elif isinstance(s, For):
             used |= index_names(s.start) | index_names(s.stop)
         elif isinstance(s, (Assign, Store)):
+            for e in s.guard if isinstance(s, Store) else ():
+                used |= index_names(e)
             for node in walk_texpr(s.value):
                 if isinstance(node, Index):
                     used |= index_names(node.value)

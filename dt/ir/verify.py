@@ -87,6 +87,8 @@ class _KernelVerifier:
                 self.value(s.value, index_names, axes, tiles, s)
                 self.number(s.value, s)
                 self.axes_in_scope(s.indices, axes, s)
+                for e in s.guard:
+                    self.index(e, index_names, s)
                 if s.value.dims != tiled(s.indices, axes) or s.value.unit:
                     self.fail(f"stores a value over {s.value.dims} (unit {sorted(s.value.unit)}) to "
                               f"{s.tensor}[{', '.join(s.indices)}]: it must be full-size over the store's axes", s)

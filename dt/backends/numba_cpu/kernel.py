@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dt.backends.numba_cpu.expr import AS_BITS, ExprRenderer, Level
 from dt.backends.numba_cpu.plan import KernelPlan, Storage, is_mask
-from dt.backends.pysource import Names, Writer, loop_bounds
+from dt.backends.pysource import Names, Writer, guarded, loop_bounds
 from dt.dtypes import INTEGERS, NUMPY, is_integer
 from dt.ir import scheduled as S
 
@@ -119,7 +119,12 @@ class KernelRenderer(ExprRenderer):
         def target(env):
             return f"{tensor}[{self.subscript(s.indices, env)}] = " + (f"{convert}(" if convert else "")
 
-        self.nest(w, s.indices, target, value, ")" if convert else "", writes=s.tensor)
+        if s.guard:  # its own nest, under the guard
+            self.flush(w)
+        with guarded(w, s, self.plan.idx):
+            self.nest(w, s.indices, target, value, ")" if convert else "", writes=s.tensor)
+            if s.guard:
+                self.flush(w)
 
     def unrounded(self, e: S.TExpr, dtype: str) -> S.TExpr:
         """e without its last step where that is a float's cast to `dtype`, which the store into

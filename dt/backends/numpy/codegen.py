@@ -13,7 +13,7 @@ allocations and launches through them. The interpreter does not know it.
 from __future__ import annotations
 
 from dt.backends.render import Renderer as BaseRenderer, supported_ops
-from dt.backends.pysource import Writer, loop_bounds, number, safe_text
+from dt.backends.pysource import Writer, guarded, loop_bounds, number, safe_text
 from dt.dtypes import is_integer
 from dt.ir import scheduled as S
 from dt.ir.index_expr import index_source as index
@@ -158,7 +158,8 @@ class Renderer(BaseRenderer):
         w.line(f"{s.name} = {self.texpr(s.value)}")
 
     def Store(self, s: S.Store, w: Writer):
-        w.line(f"rt.store({self.store_args(s)})")
+        with guarded(w, s, index):
+            w.line(f"rt.store({self.store_args(s)})")
 
     def store_args(self, s: S.Store) -> str:
         """rt.store's arguments: the tensor, its spans, the value."""

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 
-from dt.backends.pysource import Names, Writer, loop_bounds, safe_text
+from dt.backends.pysource import Names, Writer, guarded, loop_bounds, safe_text
 from dt.backends.triton.cache_hints import eviction_policies
 from dt.backends.triton.expressions import ATOM, TL_DTYPE, ExpressionRenderer, atom
 from dt.backends.triton.integers import Signs, integer_scalars
@@ -302,9 +302,11 @@ class KernelRenderer(ExpressionRenderer):
         args = f"{self.pointer(s.tensor, s.indices, tiled)}, {value}"
         if mask:
             args += f", mask={mask}"
-        if s in self.tma.box_descriptor:
-            box_value = value if tiled == s.indices else f"{atom(value, prec)}.reshape({self.shape_text(s.indices)})"
-            self.tma_or_pointers(w, f"{self.tma.box_descriptor[s]}.store([{self.box_start(s.indices)}], {box_value})",
-                                 f"tl.store({args})")
-        else:
-            w.line(f"tl.store({args})")
+        with guarded(w, s, self.index):
+            if s in self.tma.box_descriptor:
+                box_value = value if tiled == s.indices else \
+                    f"{atom(value, prec)}.reshape({self.shape_text(s.indices)})"
+                self.tma_or_pointers(w, f"{self.tma.box_descriptor[s]}.store([{self.box_start(s.indices)}], "
+                                        f"{box_value})", f"tl.store({args})")
+            else:
+                w.line(f"tl.store({args})")

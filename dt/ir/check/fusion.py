@@ -78,8 +78,10 @@ def check_fused_uses(cp: CheckedProgram):
                                           f"rename the dimensions in the definition of {producer}, or compute it at "
                                           f"root (remove its fuse_at)")
         users = [n for n, f in cp.funcs.items() if any(u.name == producer for u in uses(f.expr))]
-        if not users:
-            raise DTScheduleError(f"'{producer}' is fused into '{consumer}' but nothing uses it", loc)
+        if not users and producer not in cp.outputs:  # an output is stored from there: nothing need read it
+            raise DTScheduleError(f"'{producer}' is fused into '{consumer}' but nothing uses it", loc,
+                                  f"compute {producer} at root (remove its fuse_at), or compile it: an output "
+                                  f"fused into {consumer}'s kernel is stored from there")
         loops = _loops_of(cp.funcs, consumer)
         level = loops.index(dim)
         for user in users:

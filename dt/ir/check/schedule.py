@@ -138,12 +138,20 @@ def resolve_schedule(program, defs, kinds) -> dict[str, FuncSchedule]:
                 raise DTScheduleError(f"{prim} takes no arguments", call.loc)
             s.compiled = prim
     for name, s in schedules.items():
-        conflicts = [p for p, on in (("fuse_at", s.fuse_at), ("inline", s.inline), ("compile", s.compiled)) if on]
-        if len(conflicts) > 1:
-            raise DTScheduleError(f"'{name}' cannot be both {' and '.join(conflicts)}",
-                                  s.locs.get(conflicts[1]) or s.locs.get("compile_to_kernel"),
-                                  "an output is computed at root; a fused or inlined Func is computed inside its "
-                                  "consumer")
+        if s.fuse_at and s.inline:
+            raise DTScheduleError(f"'{name}' cannot be both fuse_at and inline", s.locs.get("inline"),
+                                  "a fused Func is computed once per tile of a loop of its consumer; an inlined one "
+                                  "wherever it is read: keep one")
+        if s.compiled == "compile_to_kernel" and (s.fuse_at or s.inline):
+            placed = "fused into another Func" if s.fuse_at else "inlined"
+            raise DTScheduleError(f"'{name}' cannot be both {placed} and compile_to_kernel, which makes it the Func "
+                                  "its kernel computes", s.locs.get("compile_to_kernel"),
+                                  f"use {name}.compile(): an output fused into another Func's kernel is stored "
+                                  "from there")
+        if s.compiled and s.inline:
+            raise DTScheduleError(f"'{name}' cannot be both inline and compile", s.locs.get("inline"),
+                                  f"fuse it instead ({name}.fuse_at(consumer, dim)): an output fused into another "
+                                  "Func's kernel is computed once per tile there and stored from there")
     return schedules
 
 

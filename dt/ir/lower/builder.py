@@ -4,7 +4,7 @@ layout of tile values (canonical axis order, alignment by axis, broadcasting to 
 from __future__ import annotations
 
 from dt.ir import scheduled as S
-from dt.ir.index_expr import IConst, IExpr, IVar, iconst
+from dt.ir.index_expr import IConst, IExpr, IVar, iconst, isub
 from dt.ir.naming import fresh_name
 from dt.ir.tiles import tile_of
 
@@ -40,11 +40,21 @@ class KernelBuilder:
         saved = self.out
         self.out = []
         self.scopes.append({})
+        self.open_loops.append((dim, var, start))
         body_fn()
+        self.open_loops.pop()
         body = tuple(self.out)
         self.scopes.pop()
         self.out = saved
         self.emit(S.For(var, start, stop, step, body, dim, kind, loc))
+
+    def repeat_guard(self, dims) -> tuple[IExpr, ...]:
+        """What is 0 only in the first of the programs and loop iterations that compute a value over
+        `dims` again: the block start of each blocked dimension it lacks, and how far each loop
+        around it over another dimension has gone (S.Store.guard)."""
+        guard = [rng.start for d, rng in self.block_ranges.items() if d not in dims]
+        guard += [isub(IVar(var), start) for dim, var, start in self.open_loops if dim not in dims]
+        return tuple(guard)
 
     def axis(self, dim, start, size, limit, env, loc=None) -> str:
         """An axis for `dim` over these lanes; reuses an identical one in scope."""

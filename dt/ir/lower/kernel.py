@@ -39,7 +39,7 @@ class KernelLowering(GridLowering, LoopNestLowering, ExpressionLowering, Reducti
         self.dot_dtype = dot_dtype_of(storage, compute)
         # One namespace for every generated name; scalars, extents and the pipeline's names keep their own.
         self.used: set[str] = set(cp.scalars) | RESERVED_NAMES | {size_name(d) for d in cp.dim_kinds} | taken
-        self.dim_order: list[str] = list(cp.funcs[root].dims)
+        self.dim_order = self._dim_order()
         self.axes: dict[str, S.Axis] = {}
         self.out: list = []
         self.scopes: list[dict] = [{}]
@@ -56,6 +56,8 @@ class KernelLowering(GridLowering, LoopNestLowering, ExpressionLowering, Reducti
         self.accumulator_stems = self._accumulator_stems()
         self.reads: list[str] = []
         self.load_dtypes: dict[str, str] = {}  # tile variables holding a Load, and its dtype
+        self.open_loops: list[tuple] = []  # (dim, loop variable, start) of each loop being built, outermost first
+        self.writes: list[str] = [root]  # the root, then the outputs fused into this kernel
 
     def lower(self) -> S.Kernel:
         root = self.cp.funcs[self.root]
@@ -64,8 +66,21 @@ class KernelLowering(GridLowering, LoopNestLowering, ExpressionLowering, Reducti
         self.block_ranges = ranges
         self.emit_func(self.root, {}, ranges)
         return S.Kernel(self.name, self.root, program_count, S.prune_lets(tuple(self.out)), sched.num_warps,
-                        sched.num_stages, tuple(self.reads), (self.root,), root.loc, persistent=sched.persistent,
+                        sched.num_stages, tuple(self.reads), tuple(dict.fromkeys(self.writes)), root.loc, persistent=sched.persistent,
                         persistent_programs=sched.persistent_programs, tma=sched.tma)
+
+    def _dim_order(self) -> list[str]:
+        """The order tiles lay their axes out in: the root's dimensions, each other pure dimension
+        of a Func of the kernel just before the next of that Func's own (k_out[b, s, kh, d] fused
+        into q_out[b, s, h, d]'s kernel: kh before d, so that its tiles need no transposing);
+        reduction dimensions are appended as their loops come."""
+        order = list(self.cp.funcs[self.root].dims)
+        for f in self.cp.kernel_funcs(self.root):
+            dims = self.cp.funcs[f].dims
+            for i, d in enumerate(dims):
+                if d not in order:
+                    order.insert(next((order.index(e) for e in dims[i + 1:] if e in order), len(order)), d)
+        return order
 
     def _walking_funcs(self) -> dict[str, set[str]]:
         """dim -> the Funcs of this kernel that walk it in reduction loops of their own, nested

@@ -27,6 +27,9 @@ class LoopNestLowering:
                 ref = self.assign(func, self.fit(value, axes), func, fd.loc)
                 if is_root:
                     self.emit(S.Store(func, axes, ref, fd.loc))
+                elif func in self.cp.outputs:  # an output fused here: stored once, by the first to compute it
+                    self.emit(S.Store(func, axes, ref, fd.loc, self.repeat_guard(fd.dims)))
+                    self.writes.append(func)
                 result.append((ref.name, axes, ref.dtype))
                 return
             d = fd.dims[i]

@@ -106,7 +106,7 @@ class ReductionLowering:
         if tile == 0:
             body(rng.start, rng.size, rng.limit)
         else:
-            start, split, stop, holds = self.walked(e, [r for _, r in siblings], env, tile, exp_sums)
+            start, split, stop, holds = self.walked(e, [r for _, r in siblings], env, tile, exp_sums, in_loop)
             if split is not None:  # the tiles the condition keeps whole: no where, no mask
                 var = self.fresh(f"{e.dim}_iter")
                 self.known_true = [holds]
@@ -136,14 +136,18 @@ class ReductionLowering:
                     self.shared_reductions[id(r)] = r_acc
         return acc
 
-    def walked(self, e: A.Reduce, siblings: list[A.Reduce], env, tile: int, shifts):
-        """(start, split, stop, condition) of the loop over e.dim: the whole extent, or only the
-        tiles an index condition on a dimension of the block leaves a lane of, where every
-        reduction of the loop gets its identity on the lanes it masks (dt.ir.lower.skipping). A
-        causal condition alone (an upper bound) also splits the walk: tiles from start to `split`
-        hold it on every lane (and lie inside the extent), so a loop of their own drops the where
-        and the masks, as FlashAttention's causal kernels do; None: no split."""
+    def walked(self, e: A.Reduce, siblings: list[A.Reduce], env, tile: int, shifts, funcs):
+        """(start, split, stop, condition) of the loop over e.dim accumulating the reductions of
+        `funcs`: the whole extent, or only the tiles an index condition on a dimension of the block
+        leaves a lane of, where every reduction of the loop gets its identity on the lanes it masks
+        (dt.ir.lower.skipping). A causal condition alone (an upper bound) also splits the walk:
+        tiles from start to `split` hold it on every lane (and lie inside the extent), so a loop of
+        their own drops the where and the masks, as FlashAttention's causal kernels do; None: no
+        split. An output computed in the loop keeps the whole walk, in one loop: every tile of it
+        is stored, once."""
         start, stop = IConst(0), IVar(size_name(e.dim))
+        if self.outputs_in_reduction_loops(funcs):
+            return start, None, stop, None
         uppers, lowers = [], 0
         reductions = [e, *siblings]
         pure = {d for d in env if d != e.dim and self.cp.dim_kinds.get(d) == "Var"}
@@ -168,6 +172,16 @@ class ReductionLowering:
         whole = imin(iadd(ax.start, offset + 1), stop)
         split = imul(ifloordiv(IBin("max", IConst(0), whole), tile), tile)
         return start, split, stop, cond
+
+    def outputs_in_reduction_loops(self, funcs) -> bool:
+        """Whether an output is fused, itself or through the Funcs it is fused into, at a reduction
+        loop of one of `funcs`."""
+        for placed in self.cp.outputs:
+            while placed in self.cp.fused:
+                placed, dim = self.cp.fused[placed]
+                if placed in funcs and dim not in self.cp.funcs[placed].dims:
+                    return True
+        return False
 
     def loop_funcs(self, func: str, dim: str) -> list[str]:
         """func and the Funcs computed with it over dim: those whose reductions share its loop."""

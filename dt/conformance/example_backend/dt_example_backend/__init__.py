@@ -105,6 +105,8 @@ class Instance(Renderer):
             self.execute(s.body)
 
     def Store(self, s: S.Store):
+        if any(S.evaluate_index(g, self.ints) != 0 for g in s.guard):
+            return
         valid = tuple(slice(0, self.axes[a][2]) for a in s.indices)
         value = self.value(s.value).reshape(self.shape(s.indices))  # size 1 along scalar axes
         self.memory[s.tensor][self.window(s.indices)] = value[valid]

@@ -1,0 +1,110 @@
+"""Several outputs from one kernel (issue 29): an output fused into another output's kernel is
+stored from there, once; a guarded store where programs or loop iterations compute it again."""
+import numpy as np
+import pytest
+
+import dt
+from dt.conformance import outputs as cases
+from dt.errors import DTScheduleError
+from dt.ir import scheduled as S
+from test_llm_examples import BACKENDS
+
+RNG = np.random.default_rng(29)
+
+
+def program(algorithm: str, schedule: str) -> dt.Program:
+    return dt.loads(f"{algorithm}\n{schedule}\n")
+
+
+def stores(p: dt.Program) -> dict[str, S.Store]:
+    pipeline = p.pipeline("f32")
+    return {s.tensor: s for k in pipeline.kernels for s in S.walk_statements(k.body) if isinstance(s, S.Store)}
+
+
+def normal(*shape):
+    return RNG.standard_normal(shape).astype(np.float32)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_residual_rmsnorm_stores_the_sum_and_the_norm_from_one_kernel(backend):
+    p = program(cases.RESIDUAL_RMSNORM, cases.RESIDUAL_SCHEDULES["rows"])
+    pipeline = p.pipeline("f32")
+    assert len(pipeline.kernels) == 1 and pipeline.kernels[0].writes == ("y", "h")
+    x, r, w = normal(13, 100), normal(13, 100), normal(100)
+    out = p(X=x, R=r, W=w, eps=1e-5, backend=backend)
+    want = cases._residual_rmsnorm(x, r, w, 1e-5)
+    assert set(out) == {"h", "y"}
+    for name in want:
+        np.testing.assert_allclose(np.asarray(out[name]), want[name], rtol=1e-4, atol=1e-5)
+
+
+def test_an_output_computed_once_per_tile_is_stored_unguarded():
+    store = stores(program(cases.LAYERNORM_STATS, cases.LAYERNORM_SCHEDULES["row_tiles"]))
+    assert store["mean"].guard == () and store["rstd"].guard == () and store["y"].guard == ()
+
+
+def test_an_output_recomputed_along_a_dimension_it_lacks_is_stored_by_the_first_program():
+    p = program(cases.TWO_MM, cases.TWO_MM_SCHEDULES["inner"])
+    store = stores(p)
+    assert [S.index_names(g) for g in store["mm"].guard] == [{"n_block_start"}]
+    assert "if n_block_start == 0" in p.source("interp")
+
+
+def test_an_output_recomputed_in_each_tile_of_a_loop_is_stored_by_the_first_iteration():
+    store = stores(program(cases.REPEATED, cases.REPEATED_SCHEDULES["y_tiles"]))
+    names = set().union(*(S.index_names(g) for g in store["total"].guard))
+    assert "y_block_start" in names and any(n.startswith("y_iter") for n in names)
+
+
+@pytest.mark.parametrize("case,schedule", [("TWO_MM", "inner"), ("TWO_MM", "outer"), ("REPEATED", "y_tiles")])
+def test_each_element_has_one_writer_in_any_launch_order(case, schedule):
+    """The race sanitizer fails a store of an element another program of the launch wrote."""
+    p = program(getattr(cases, case), getattr(cases, f"{case}_SCHEDULES")[schedule])
+    args = {"A": normal(37, 19), "B": normal(19, 21), "C": normal(21, 50)} if case == "TWO_MM" else \
+        {"A": normal(9, 11), "B": normal(9, 21)}
+    with dt.debug.sanitize(), dt.debug.shuffle(3):
+        out = p(**args)
+    want = cases._two_mm(**args) if case == "TWO_MM" else cases._repeated(**args)
+    for name in want:
+        np.testing.assert_allclose(out[name], want[name], rtol=1e-4, atol=1e-4)
+
+
+CAUSAL_ROWS = """Func out, p;
+In A;
+Var m;
+RVar l;
+p[m, l] = where(l <= m, A[m, l], 0.0);
+out[m] = rsum(p[m, l], l);
+out.block(m:4);
+out.tensorize(m:4, l:4);
+p.fuse_at(out, l);
+p.compile();
+out.compile();"""
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_an_output_in_a_loop_keeps_every_tile_the_condition_would_skip(backend):
+    """Tiles above the diagonal reduce to 0 and would be skipped; p's zeros there are stored."""
+    p = dt.loads(CAUSAL_ROWS)
+    a = normal(10, 10)
+    out = p(A=a, backend=backend)
+    np.testing.assert_array_equal(np.asarray(out["p"]), np.tril(a))
+    np.testing.assert_allclose(np.asarray(out["out"]), np.tril(a).sum(axis=1), rtol=1e-5, atol=1e-6)
+    loops = [s for k in p.pipeline("f32").kernels for s in S.walk_statements(k.body) if isinstance(s, S.For)]
+    assert [s.stop for s in loops] == [S.IVar("l_SIZE")]
+
+
+@pytest.mark.parametrize("schedule,message", [
+    ("h.fuse_at(y, t);\nh.compile_to_kernel();\ny.compile();", "cannot be both fused into another Func and "
+                                                               "compile_to_kernel"),
+    ("h.inline();\nh.compile();\ny.compile();", "cannot be both inline and compile"),
+])
+def test_what_an_output_cannot_also_be(schedule, message):
+    with pytest.raises(DTScheduleError, match=message):
+        program(cases.RESIDUAL_RMSNORM, "ss.fuse_at(y, t);\n" + schedule)
+
+
+def test_an_output_fused_into_one_kernel_is_not_read_by_another():
+    schedule = "h.fuse_at(y, t);\nh.compile();\ny.compile();"  # ss is a kernel of its own, reading h
+    with pytest.raises(DTScheduleError, match="'ss' also uses it and is not computed inside 'y'"):
+        program(cases.RESIDUAL_RMSNORM, schedule)
