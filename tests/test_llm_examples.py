@@ -136,6 +136,14 @@ def test_layernorm_returns_its_statistics_in_float32(backend):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+def test_greedy_decoding_picks_the_first_largest_logit(backend):
+    logits = rng.integers(-20, 20, (5, 9001)).astype(np.float32)  # ties across tiles of 4096
+    logits[1, 5000] = np.nan
+    out = run("argmax", backend, L=logits)
+    np.testing.assert_array_equal(out, np.argmax(logits, axis=1))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_weight_only_int8_matmul(backend):
     m, n, k = 37, 21, 70
     x = normal(m, k)

@@ -117,6 +117,10 @@ def _layernorm_stats(A, W, Bias, eps):
     return mean.view(-1).float(), rstd.view(-1).float(), y
 
 
+def _argmax(L):
+    return torch.argmax(L, dim=-1)
+
+
 def _int8_matmul(X, Wq, S):
     return (X @ Wq.to(X.dtype).t()) * S  # dequantize, then the product
 
@@ -254,6 +258,10 @@ def _layernorm_stats_bytes(e, item):
     return (2 * e["x"] * e["k"] + 2 * e["k"]) * item + 8 * e["x"]  # A read, y written, W, Bias; f32 statistics
 
 
+def _argmax_bytes(e, item):
+    return e["r"] * e["v"] * item + e["r"] * 8  # the logits read, the int64 ids written
+
+
 def _paged_bytes(e, item):
     tokens = e["b"] * e["l"] * 3 // 4  # lengths average three quarters of the context
     return (2 * tokens * e["Kc_axis2"] * e["d"] + 2 * e["b"] * e["h"] * e["d"]) * item + e["b"] * (e["l"] // 16) * 4
@@ -305,6 +313,11 @@ LLM_KERNELS: dict[str, Kernel] = {k.name: k for k in [
            moved=_layernorm_stats_bytes,
            notes="layer norm forward returning y and each row's float32 mean and 1/std: eager is "
                  "torch.native_layer_norm (what autograd calls), Liger its layer_norm_forward."),
+    Kernel("argmax", MEMORY, LLM / "argmax.dt", {"L": ("r", "v")}, ("r",), {}, ("r", "v"),
+           ((64, 128256), (4096, 128256), (256, 50257), (1000, 32000)), ((64, 128256), (4096, 128256)),
+           ((7, 5003),), DTYPES, _argmax, moved=_argmax_bytes,
+           notes="greedy decoding over Llama 3's vocabulary (64 rows: a decode batch; 4096: a prefill) and "
+                 "GPT-2's and Llama 2's: torch.argmax(dim=-1), int64 ids."),
     Kernel("int8_matmul", MATMUL, LLM / "int8_matmul.dt", {"X": ("m", "k"), "Wq": ("n", "k"), "S": ("n",)},
            ("m", "n"), {}, ("m", "n", "k"), ((4096, 4096, 4096), (16, 4096, 4096), (4096, 14336, 4096)),
            ((4096, 4096, 4096),), ((37, 21, 70),), ("bf16",), _int8_matmul, gemms=lambda e: [(e["m"], e["n"], e["k"])],

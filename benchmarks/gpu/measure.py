@@ -315,8 +315,9 @@ def poison_allocator(shape, dtype: torch.dtype, device: torch.device):
 
 
 def relative_error(out, ref) -> float:
-    """||out - ref|| / ||ref|| in float64; NaN when out has non-finite values. Several outputs (a
-    tuple, or dt's dict in output order): the largest of their errors."""
+    """||out - ref|| / ||ref|| in float64; NaN when out has non-finite values; integer outputs (ids):
+    the number of elements that differ. Several outputs (a tuple, or dt's dict in output order):
+    the largest of their errors."""
     if isinstance(ref, tuple):
         outs = tuple(out.values()) if isinstance(out, dict) else out
         if not isinstance(outs, (tuple, list)) or len(outs) != len(ref):
@@ -326,6 +327,8 @@ def relative_error(out, ref) -> float:
         raise TypeError(f"the provider returned {type(out).__name__}, not a tensor")
     if tuple(out.shape) != tuple(ref.shape):
         raise ValueError(f"output shape {tuple(out.shape)}, expected {tuple(ref.shape)}")
+    if not ref.is_floating_point():  # ids: the number of elements that differ, so any difference fails
+        return float((out.detach().to(ref.device, ref.dtype) != ref).sum())
     out64 = out.detach().to(ref.device, torch.float64)
     if not bool(torch.isfinite(out64).all()):
         return math.nan

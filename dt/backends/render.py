@@ -18,7 +18,10 @@ from dt.ir.visitor import Visitor
 def supported_ops(ops: Mapping[str, object], reductions=tuple(REDUCTIONS)) -> frozenset[str]:
     """The DT op names (dt.ir.ops.DT_OPS) a backend with rendering table `ops` and the given
     reductions supports: what its Capabilities.ops lists."""
-    return frozenset(ops) & DT_OPS | frozenset(REDUCTIONS[r].function for r in reductions)
+    functions = {REDUCTIONS[r].function for r in reductions}
+    if {"max", "min"} <= set(reductions) and "where" in ops:  # what the lowering makes arg-reductions of
+        functions |= {r.function for r in REDUCTIONS.values() if r.index}
+    return frozenset(ops) & DT_OPS | frozenset(functions)
 
 
 class Renderer(Visitor):

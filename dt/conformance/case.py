@@ -40,7 +40,18 @@ DOMAINS: Mapping[str, Callable[[np.random.Generator, tuple], np.ndarray]] = {
     "scalar": lambda rng, shape: rng.uniform(0.5, 1.5, shape),  # the default for SIn scalars
     "offset": lambda rng, shape: 50.0 + rng.standard_normal(shape),  # a mean far from 0: variances that cancel
     "logits": lambda rng, shape: 100.0 + 10.0 * rng.standard_normal(shape),  # exp overflows f32 unless shifted
+    "specials": lambda rng, shape: _specials(rng, shape),  # ties, NaN, +-inf, a first row of -inf
 }
+
+
+def _specials(rng: np.random.Generator, shape: tuple) -> np.ndarray:
+    """Small integers (ties) with NaN, +inf and -inf scattered in, and the first row -inf
+    throughout: what arg-reductions rank."""
+    values = rng.choice([-2.0, -1.0, 0.0, 1.0, 2.0, np.nan, np.inf, -np.inf], shape,
+                        p=[0.19, 0.19, 0.19, 0.19, 0.19, 0.01, 0.02, 0.02])
+    if len(shape) > 1 and shape[0] > 1:
+        values[0] = -np.inf
+    return values
 
 
 @dataclass(frozen=True, eq=False)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from dt.conformance.case import Case
+from dt.conformance.arg_reductions import CASES as ARG_REDUCTION_CASES
 from dt.conformance.batched import CASES as BATCHED_CASES
 from dt.conformance.indexing import CASES as INDEXING_CASES
 from dt.conformance.outputs import CASES as OUTPUT_CASES
@@ -564,4 +565,5 @@ CATALOGUE: tuple[Case, ...] = (
     *INDEXING_CASES,
     *BATCHED_CASES,
     *OUTPUT_CASES,
+    *ARG_REDUCTION_CASES,
 )

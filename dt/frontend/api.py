@@ -263,6 +263,7 @@ def _reduction(op):
 
 
 rsum, rmax, rmin = _reduction("sum"), _reduction("max"), _reduction("min")
+rargmax, rargmin = _reduction("argmax"), _reduction("argmin")
 
 
 def rdot(a, b, dim):

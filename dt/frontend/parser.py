@@ -258,7 +258,7 @@ class _Builder:
             for a in arg_nodes:
                 args.append((yield a))
             return A.elementwise(fn, tuple(args), fn_loc)
-        if fn in ("rsum", "rmax", "rmin"):
+        if fn in ("rsum", "rmax", "rmin", "rargmax", "rargmin"):
             arity(2)
             dim, dim_loc = dim_arg(arg_nodes[1])
             return A.Reduce(fn[1:], ((yield arg_nodes[0]),), dim, fn_loc, dim_loc)

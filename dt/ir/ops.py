@@ -154,12 +154,16 @@ class Reduction:
     combine    the element-wise op that merges two partial results
     reference  NumPy (array, axis=...) for dt's reference evaluator; a product's is an einsum
                over named axes, written there
+    index      an arg-reduction: its result is the index (i64) along the dimension of the first
+               lane where `combine` reaches its result, NaN counting as past every number (as
+               torch.argmax and NumPy's argmax have it)
     """
     name: str
     function: str
     identity: float
     combine: str
     reference: Callable | None = None
+    index: bool = False
 
 
 REDUCTIONS: dict[str, Reduction] = {r.name: r for r in (
@@ -167,7 +171,12 @@ REDUCTIONS: dict[str, Reduction] = {r.name: r for r in (
     Reduction("max", "rmax", float("-inf"), "maximum", np.max),
     Reduction("min", "rmin", float("inf"), "minimum", np.min),
     Reduction("dot", "rdot", 0.0, "+"),
+    Reduction("argmax", "rargmax", float("-inf"), "maximum", np.argmax, index=True),
+    Reduction("argmin", "rargmin", float("inf"), "minimum", np.argmin, index=True),
 )}
+# The reductions the scheduled IR's `Reduce` node makes (products are `Dot`s; arg-reductions are
+# lowered to these and element-wise ops)
+TILE_REDUCTIONS = ("sum", "max", "min")
 
 # The names DT text and the Python API call as functions, by arity.
 FUNCTIONS: dict[str, Op] = {op.name: op for op in OPS_LIST if op.dt_function}

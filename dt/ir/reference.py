@@ -124,7 +124,7 @@ def evaluate(cp: CheckedProgram, inputs: dict[str, np.ndarray], scalars: dict[st
                        x.dims + (e.dim,))
         axis = x.dims.index(e.dim)
         if x.array.shape[axis] == 0:
-            identity = REDUCTIONS[e.op].identity
+            identity = 0 if REDUCTIONS[e.op].index else REDUCTIONS[e.op].identity
             return _Named(np.full([s for i, s in enumerate(x.array.shape) if i != axis], identity), out_dims)
         return _Named(REDUCTIONS[e.op].reference(x.array, axis=axis), out_dims)
 

@@ -10,7 +10,7 @@ from dt.ir import scheduled as S
 from dt.ir.nesting import MAX_NESTING, nesting
 from dt.dtypes import ALL as DTYPES
 from dt.dtypes import is_integer
-from dt.ir.ops import OPS, REDUCTIONS
+from dt.ir.ops import OPS, TILE_REDUCTIONS
 
 
 class IRVerificationError(AssertionError):
@@ -166,7 +166,7 @@ class _KernelVerifier:
             if not set(e.x.dims) <= set(e.target):
                 self.fail(f"expands {e.x.dims} to {e.target}, which lacks some of them", stmt)
         elif isinstance(e, S.Reduce):
-            if e.op not in REDUCTIONS or e.op == "dot":
+            if e.op not in TILE_REDUCTIONS:
                 self.fail(f"'{e.op}' is not a reduction of one operand", stmt)
             if e.axis not in e.x.dims or e.axis in e.x.unit:
                 self.fail(f"reduces over '{e.axis}', not a full-size axis of its operand {e.x.dims}", stmt)

@@ -18,12 +18,14 @@ stored tile or tensor keeps its own width), booleans as booleans.
 from __future__ import annotations
 
 import re
+
+import numpy as np
 from dataclasses import dataclass, field
 
 from dt.backends.numba_cpu.plan import KernelPlan, Storage, is_mask
 from dt.backends.pysource import number
 from dt.backends.render import Renderer, supported_ops
-from dt.dtypes import is_integer
+from dt.dtypes import NUMPY, is_integer
 from dt.ir import scheduled as S
 from dt.ir.ops import REDUCTIONS
 
@@ -90,6 +92,7 @@ REDUCE = {
     "max": "{0} = _reduce_max({0}, {1})",
     "min": "{0} = _reduce_min({0}, {1})",
 }
+INTEGER_REDUCE = {"sum": "{0} += {1}", "max": "{0} = max({0}, {1})", "min": "{0} = min({0}, {1})"}
 SUPPORTED_OPS = supported_ops(OPS, (*REDUCE, "dot"))
 _HELPER_CALL = re.compile(r"(?<![\w.])(_\w+)\(")
 
@@ -304,9 +307,15 @@ class ExprRenderer(Renderer):
         child = Level(e.axis if looped else None)
         env2 = {**env, e.axis: plan.lane[e.axis] if looped else "0"}
         x = self.texpr(e.x, env2, levels[:depth + 1] + [child])
-        child.lines.append(self.written(REDUCE[e.op]).format(r, x))
         parent = levels[depth]
-        parent.lines.append(f"{r} = {self.const(REDUCTIONS[e.op].identity)}")
+        if is_integer(e.x.dtype):  # an index: exact in its own dtype, from the dtype's own bound
+            child.lines.append(INTEGER_REDUCE[e.op].format(r, x))
+            limits = np.iinfo(NUMPY[e.x.dtype])
+            identity = {"sum": 0, "max": limits.min, "min": limits.max}[e.op]
+            parent.lines.append(f"{r} = {self.literal(identity, e.x.dtype)}")
+        else:
+            child.lines.append(self.written(REDUCE[e.op]).format(r, x))
+            parent.lines.append(f"{r} = {self.const(REDUCTIONS[e.op].identity)}")
         parent.lines.append(child)
         return r
 

@@ -51,6 +51,7 @@ class KernelLowering(GridLowering, LoopNestLowering, ExpressionLowering, Reducti
             self.fused_at[key] = self.in_loop_order(producers)
         # Reductions accumulated in a sibling's loop (compute_with): the A.Reduce's id -> its result
         self.shared_reductions: dict[int, S.Ref] = {}
+        self.arg_values: dict[int, S.Ref] = {}  # an arg-reduction's id -> its value accumulator
         self.known_true: list[A.Expr] = []  # index conditions that hold on every lane of the tiles walked
         self.walking_funcs = self._walking_funcs()
         self.accumulator_stems = self._accumulator_stems()

@@ -16,7 +16,9 @@ from dt.ir.index_expr import IBin, IConst, IVar, iadd, ifloordiv, imin, imul
 from dt.ir.lower import skipping
 from dt.ir.lower.dtypes import float8_dot_dtype
 from dt.ir.naming import size_name
+from dt.ir.lower.expressions import INDEX
 from dt.ir.ops import REDUCTIONS
+
 
 
 
@@ -202,12 +204,19 @@ class ReductionLowering:
         axes = self.canonical(env[d] for d in A.free_dims(e))
         stem = self.accumulator_stems.get(e.dim, {}).get(func, func) if func else None
         name = f"{e.dim}_{stem}_accumulator" if func else f"{e.dim}_accumulator"
-        return self.assign(name, S.Full(REDUCTIONS[e.op].identity, axes, self.compute), f"r{e.op}", e.loc)
+        reduction = REDUCTIONS[e.op]
+        if reduction.index:  # the index found so far, and the value there (arg_update)
+            self.arg_values[id(e)] = self.assign(name.replace("accumulator", reduction.combine[:3]),
+                                                 S.Full(reduction.identity, axes, self.compute), f"r{e.op}", e.loc)
+            return self.assign(name, S.Full(0, axes, INDEX), f"r{e.op}", e.loc)
+        return self.assign(name, S.Full(reduction.identity, axes, self.compute), f"r{e.op}", e.loc)
 
     def update(self, e: A.Reduce, func: str, env, ax: str, acc: S.TExpr, given=None) -> S.TExpr:
         """The accumulator after one step of reduction e over the current tile `ax`; `given`:
         operands already computed as tiles, by index (the shifted exponentials of a product)."""
         op, identity = e.op, REDUCTIONS[e.op].identity
+        if REDUCTIONS[op].index:
+            return self.arg_update(e, func, env, ax, acc)
         given = given or {}
         update = self.dot_update(e, func, env, ax, acc, given) if op == "dot" else None
         if update is None:
@@ -223,6 +232,42 @@ class ReductionLowering:
             reduced = S.Reduce("sum" if op == "dot" else op, value, ax)
             update = S.Binary(REDUCTIONS[op].combine, acc, self.fit(reduced, acc.dims))
         return update
+
+    def arg_update(self, e: A.Reduce, func: str, env, ax: str, acc: S.Ref) -> S.TExpr:
+        """The index accumulator of rargmax / rargmin after one tile; the value accumulator (the
+        max or min so far, NaN once a NaN is seen) is updated here. The tile's winner is its first
+        NaN, else its first lane equal to its max (min): one reduction finds the max of the values
+        with NaN read as +inf (-inf for min), a second the smallest index among the lanes equal to
+        it, NaN lanes' indices ranked below the others' (offset by the extent). A later tile wins
+        only with a strictly better value, or with NaN over a number: ties keep the first index."""
+        reduction = REDUCTIONS[e.op]
+        best = self.arg_values[id(e)]
+        full = self.canonical(acc.dims + (ax,))
+        values = self.masked(self.fit(self.real(e.args[0], func, env), full), ax, reduction.identity)
+        if not isinstance(values, S.Ref):
+            values = self.assign(f"{e.dim}_values", values, f"r{e.op}", e.loc)
+        nan = S.Binary("!=", values, values)
+        past_every_number = S.Literal(-reduction.identity, self.compute)
+        keys = self.assign(f"{e.dim}_keys", S.Where(nan, past_every_number, values), f"r{e.op}", e.loc)
+        extreme = self.assign(f"{e.dim}_tile_{reduction.combine[:3]}",
+                              S.Reduce(reduction.combine[:3], keys, ax), f"r{e.op}", e.loc)
+        index = S.IndexOf(ax, INDEX)
+        index = index if full == (ax,) else S.Expand(index, full)
+        extent = S.Extent(e.dim, INDEX)  # past every index: a number's index ranks after every NaN's
+        ranked = S.Where(nan, index, S.Binary("+", index, extent))
+        none = S.Binary("*", extent, S.Literal(2, INDEX))
+        candidates = S.Where(S.Binary("==", keys, self.fit(extreme, full)), ranked, none)
+        first = self.assign(f"{e.dim}_tile_first", self.fit(S.Reduce("min", candidates, ax), acc.dims),
+                            f"r{e.op}", e.loc)
+        tile_nan = S.Binary("<", first, extent)
+        tile_index = S.Where(tile_nan, first, S.Binary("-", first, extent))
+        strictly = ">" if e.op == "argmax" else "<"
+        # a NaN tile wins over a number; a number wins by being strictly better (never over NaN)
+        wins = S.Where(tile_nan, S.Binary("==", best, best), S.Binary(strictly, self.fit(extreme, acc.dims), best))
+        index = self.assign(f"{e.dim}_index", S.Where(wins, tile_index, acc), f"r{e.op}", e.loc)
+        tile_value = S.Where(tile_nan, S.Literal(math.nan, self.compute), self.fit(extreme, acc.dims))
+        self.emit(S.Assign(best.name, S.Where(wins, tile_value, best), f"r{e.op}", e.loc))
+        return index
 
     def dot_update(self, e: A.Reduce, func, env, ax, acc: S.TExpr, given):
         """acc + a @ b as a hardware-style Dot, when the operands are tiles (..., i, k) and

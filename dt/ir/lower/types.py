@@ -5,13 +5,14 @@ integers; an operand that is a float makes the result a float; comparisons are b
 defined as a `cast` is stored in that dtype, one whose definition is an integer as `i64`, any
 other in the storage dtype of the pipeline.
 
-Reductions compute in the compute dtype, integers included (their sum is a float)."""
+Reductions compute in the compute dtype, integers included (their sum is a float); an
+arg-reduction (rargmax, rargmin) is an integer, an index."""
 from __future__ import annotations
 
 from dt.dtypes import INTEGERS, is_integer
 from dt.errors import DTTypeError
 from dt.ir import algorithm as A
-from dt.ir.ops import OPS
+from dt.ir.ops import OPS, REDUCTIONS
 
 
 class Types:
@@ -51,7 +52,7 @@ class Types:
         elif isinstance(e, A.Reduce):
             for a in e.args:
                 yield a
-            kind = "float"
+            kind = "int" if REDUCTIONS[e.op].index else "float"
         else:
             kinds = []
             for c in A.children(e):

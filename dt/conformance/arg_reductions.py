@@ -1,0 +1,66 @@
+"""The catalogue's cases for arg-reductions (issue 29): rargmax and rargmin along rows, along a
+middle dimension and of an expression, tiled, whole and lane by lane; ties (the first index wins),
+NaN (the first NaN wins, as in torch.argmax), +-inf, rows that are -inf throughout; an arg-reduction
+sharing its loop with the max it finds (compute_with), both outputs of one kernel.
+
+Each reference is NumPy written for the case (NumPy's argmax and argmin rank NaN first too)."""
+from __future__ import annotations
+
+import numpy as np
+
+from dt.conformance.case import Case
+
+ROWS = {
+    "tiles": "out.block(x:2);\nout.tensorize(x:2, y:8);\nout.compile();",
+    "whole_row": "out.block(x:1);\nout.tensorize(y:0);\nout.compile();",
+    "lanes": "out.compile();",
+}
+MIDDLE = {
+    "tiles": "out.block(b:1, y:8);\nout.tensorize(y:8, x:4);\nout.compile();",
+    "lanes": "out.compile();",
+}
+SR = ({"x": 1, "y": 1}, {"x": 5, "y": 37}, {"x": 9, "y": 70})
+FR = ({"x": 1, "y": 1}, {"x": 64, "y": 128256}, {"x": 1031, "y": 4099})
+SM = ({"b": 1, "x": 1, "y": 1}, {"b": 2, "x": 13, "y": 21})
+
+WITH_MAX = """Func am, mx, r;
+In A;
+Var x;
+RVar y;
+mx[x] = rmax(A[x, y], y);
+am[x] = rargmax(A[x, y], y);
+r[x] = mx[x] + am[x];"""
+WITH_MAX_SCHEDULES = {
+    "shared_loop": "r.block(x:2);\nr.tensorize(x:2, y:8);\nmx.fuse_at(r, x);\nam.fuse_at(r, x);\n"
+                   "am.compute_with(mx, y);\nmx.compile();\nam.compile();\nr.compile_to_kernel();",
+    "two_loops": "r.block(x:4);\nr.tensorize(x:4, y:16);\nmx.fuse_at(r, x);\nam.fuse_at(r, x);\nmx.compile();\n"
+                 "am.compile();\nr.compile_to_kernel();",
+}
+
+
+def _rows(fn):
+    return lambda A: fn(A, axis=1)
+
+
+def _with_max(A):
+    mx, am = A.max(axis=1), np.argmax(A, axis=1)
+    return {"am": am, "mx": mx, "r": mx + am}
+
+
+def _of_expression(A, B):
+    return np.argmin(A * B - 0.5 * A * A, axis=1)
+
+
+CASES: tuple[Case, ...] = (
+    Case("rargmax.rows", "Func out;\nIn A;\nVar x;\nRVar y;\nout[x] = rargmax(A[x, y], y);", ROWS, _rows(np.argmax),
+         SR, FR, domains={"A": "specials"}),
+    Case("rargmax.ties", "Func out;\nIn A;\nVar x;\nRVar y;\nout[x] = rargmax(A[x, y], y);", ROWS, _rows(np.argmax),
+         SR, domains={"A": "ints"}),
+    Case("rargmin.rows", "Func out;\nIn A;\nVar x;\nRVar y;\nout[x] = rargmin(A[x, y], y);", ROWS, _rows(np.argmin),
+         SR, FR, domains={"A": "specials"}),
+    Case("rargmax.middle", "Func out;\nIn A;\nVar b, y;\nRVar x;\nout[b, y] = rargmax(A[b, x, y], x);", MIDDLE,
+         lambda A: np.argmax(A, axis=1), SM, domains={"A": "ints"}),
+    Case("rargmin.of_expression", "Func out;\nIn A, B;\nVar x;\nRVar y;\n"
+         "out[x] = rargmin(A[x, y] * B[y] - 0.5 * A[x, y] * A[x, y], y);", ROWS, _of_expression, SR),
+    Case("rargmax.with_max", WITH_MAX, WITH_MAX_SCHEDULES, _with_max, SR, domains={"A": "ints"}),
+)

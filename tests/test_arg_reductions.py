@@ -1,0 +1,75 @@
+"""rargmax and rargmin (issue 29): the index of the first max or min along a dimension, NaN
+ranked first as torch.argmax ranks it, stored as i64, on every backend; with the max they find
+in one loop (compute_with); through the Python API and the debugger."""
+import numpy as np
+import pytest
+
+import dt
+from dt.conformance import arg_reductions as cases
+from dt.conformance.case import DOMAINS
+from dt.ir import scheduled as S
+from test_llm_examples import BACKENDS, run_program
+
+RNG = np.random.default_rng(29)
+ROW = "Func out;\nIn A;\nVar x;\nRVar y;\nout[x] = {fn}(A[x, y], y);\n{schedule}"
+
+
+def specials(*shape):
+    values = DOMAINS["specials"](RNG, shape).astype(np.float32)
+    values[1, 3], values[1, 40] = np.nan, np.nan  # two NaNs: the first wins
+    values[2] = np.nan  # NaN throughout
+    values[3] = np.inf  # ties at +inf
+    values[4, 50] = np.inf  # +inf against NaN-free numbers
+    values[4, 60] = -np.inf
+    return values
+
+
+@pytest.mark.parametrize("schedule", list(cases.ROWS))
+@pytest.mark.parametrize("fn,numpy_fn", [("rargmax", np.argmax), ("rargmin", np.argmin)])
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_first_index_of_the_max_or_min_nan_first(backend, fn, numpy_fn, schedule):
+    a = specials(9, 101)
+    p = dt.loads(ROW.format(fn=fn, schedule=cases.ROWS[schedule]))
+    out = np.asarray(run_program(p, backend, A=a))
+    assert out.dtype == np.int64
+    np.testing.assert_array_equal(out, numpy_fn(a, axis=1))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_shares_a_loop_with_the_max_it_finds(backend):
+    p = dt.loads(f"{cases.WITH_MAX}\n{cases.WITH_MAX_SCHEDULES['shared_loop']}")
+    loops = [s for k in p.pipeline("f32").kernels for s in S.walk_statements(k.body) if isinstance(s, S.For)]
+    assert len(loops) == 1
+    a = RNG.integers(-3, 4, (7, 45)).astype(np.float32)
+    out = run_program(p, backend, A=a)
+    np.testing.assert_array_equal(out["am"], np.argmax(a, axis=1))
+    np.testing.assert_array_equal(out["mx"], a.max(axis=1))
+
+
+def test_an_index_is_an_integer_a_cast_narrows():
+    x, y = dt.Var("x"), dt.RVar("y")
+    A = dt.In("A")
+    out = dt.Func("out")
+    out[x] = dt.cast(dt.rargmin(A[x, y], y), "i32")
+    out.compile()
+    p = dt.program(out)
+    a = RNG.standard_normal((5, 33)).astype(np.float32)
+    got = p(A=a, backend="interp")
+    assert got.dtype == np.int32
+    np.testing.assert_array_equal(got, np.argmin(a, axis=1))
+
+
+def test_the_debugger_shows_the_running_index_and_value():
+    p = dt.loads(ROW.format(fn="rargmax", schedule=cases.ROWS["tiles"]))
+    a = RNG.standard_normal((4, 20)).astype(np.float32)
+    seen = {}
+
+    def look(frame):  # every statement of program 0 (rows 0 and 1)
+        if frame.pid == 0:
+            seen.update({name: np.array(tile) for name, tile in frame.tiles.items()})
+            frame.step()
+    with dt.debug.break_at(func="out", pid=0, action=look):
+        p(A=a)
+    assert {"y_accumulator", "y_max", "y_tile_first"} <= set(seen)
+    np.testing.assert_array_equal(seen["y_accumulator"], np.argmax(a[:2], axis=1))  # after the last tile
+    np.testing.assert_array_equal(seen["y_max"], a[:2].max(axis=1))
