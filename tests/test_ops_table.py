@@ -70,7 +70,8 @@ def test_a_backend_supports_exactly_the_keys_of_its_rendering_table(backend):
     from importlib import import_module
     table = {"interp": "dt.backends.numpy.codegen", "numba": "dt.backends.numba_cpu.expr",
              "triton": "dt.backends.triton.expressions", "example": "dt_example_backend"}[backend]
-    assert caps.ops == supported_ops(import_module(table).OPS)  # ... and says so through its table
+    module = import_module(table)
+    assert caps.ops == supported_ops(module.OPS, scans=module.SCAN)  # ... and says so through its tables
 
 
 @pytest.mark.parametrize("backend, table", [("interp", "dt.backends.numpy.codegen"),

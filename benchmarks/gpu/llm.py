@@ -117,6 +117,10 @@ def _layernorm_stats(A, W, Bias, eps):
     return mean.view(-1).float(), rstd.view(-1).float(), y
 
 
+def _cumsum(A):
+    return torch.cumsum(A, dim=1)
+
+
 def _argmax(L):
     return torch.argmax(L, dim=-1)
 
@@ -318,6 +322,9 @@ LLM_KERNELS: dict[str, Kernel] = {k.name: k for k in [
            ((7, 5003),), DTYPES, _argmax, moved=_argmax_bytes,
            notes="greedy decoding over Llama 3's vocabulary (64 rows: a decode batch; 4096: a prefill) and "
                  "GPT-2's and Llama 2's: torch.argmax(dim=-1), int64 ids."),
+    Kernel("cumsum", MEMORY, LLM / "cumsum.dt", {"A": ("x", "y")}, ("x", "y"), {}, ("x", "y"),
+           ((4096, 8192), (16384, 1024), (1000, 32000)), ((4096, 8192),), ((7, 3001),), DTYPES, _cumsum,
+           notes="prefix sums along rows: torch.cumsum(dim=1)."),
     Kernel("int8_matmul", MATMUL, LLM / "int8_matmul.dt", {"X": ("m", "k"), "Wq": ("n", "k"), "S": ("n",)},
            ("m", "n"), {}, ("m", "n", "k"), ((4096, 4096, 4096), (16, 4096, 4096), (4096, 14336, 4096)),
            ((4096, 4096, 4096),), ((37, 21, 70),), ("bf16",), _int8_matmul, gemms=lambda e: [(e["m"], e["n"], e["k"])],

@@ -11,14 +11,14 @@ from __future__ import annotations
 from typing import Mapping
 
 from dt.errors import DTBackendError
-from dt.ir.ops import DT_OPS, REDUCTIONS
+from dt.ir.ops import DT_OPS, REDUCTIONS, SCANS
 from dt.ir.visitor import Visitor
 
 
-def supported_ops(ops: Mapping[str, object], reductions=tuple(REDUCTIONS)) -> frozenset[str]:
+def supported_ops(ops: Mapping[str, object], reductions=tuple(REDUCTIONS), scans=()) -> frozenset[str]:
     """The DT op names (dt.ir.ops.DT_OPS) a backend with rendering table `ops` and the given
-    reductions supports: what its Capabilities.ops lists."""
-    functions = {REDUCTIONS[r].function for r in reductions}
+    reductions and scans (S.Scan ops) supports: what its Capabilities.ops lists."""
+    functions = {REDUCTIONS[r].function for r in reductions} | {SCANS[s].function for s in scans}
     if {"max", "min"} <= set(reductions) and "where" in ops:  # what the lowering makes arg-reductions of
         functions |= {r.function for r in REDUCTIONS.values() if r.index}
     return frozenset(ops) & DT_OPS | frozenset(functions)

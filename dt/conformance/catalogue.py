@@ -19,6 +19,7 @@ from dt.conformance.arg_reductions import CASES as ARG_REDUCTION_CASES
 from dt.conformance.batched import CASES as BATCHED_CASES
 from dt.conformance.indexing import CASES as INDEXING_CASES
 from dt.conformance.outputs import CASES as OUTPUT_CASES
+from dt.conformance.scans import CASES as SCAN_CASES
 from dt.ir.ops import OPS_LIST, Check, Op
 
 
@@ -566,4 +567,5 @@ CATALOGUE: tuple[Case, ...] = (
     *BATCHED_CASES,
     *OUTPUT_CASES,
     *ARG_REDUCTION_CASES,
+    *SCAN_CASES,
 )

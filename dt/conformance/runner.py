@@ -172,6 +172,8 @@ def required_ops(prog) -> set[str]:
                 ops.add("where")
             elif isinstance(e, A.Reduce):
                 ops.add("rdot" if e.op == "dot" else f"r{e.op}")
+            elif isinstance(e, A.Scan):
+                ops.add(f"cum{e.op}")
     return ops
 
 

@@ -266,6 +266,18 @@ rsum, rmax, rmin = _reduction("sum"), _reduction("max"), _reduction("min")
 rargmax, rargmin = _reduction("argmax"), _reduction("argmin")
 
 
+def _scan(op):
+    def fn(body, dim):
+        if not isinstance(dim, Var):
+            raise DTDimensionError(f"cum{op} needs a dimension object as its last argument", caller_loc())
+        return A.Scan(op, A.as_expr(body), dim.name, caller_loc())
+    fn.__name__ = f"cum{op}"
+    return fn
+
+
+cumsum, cumprod, cummax, cummin = _scan("sum"), _scan("prod"), _scan("max"), _scan("min")
+
+
 def rdot(a, b, dim):
     """rsum(a * b, dim), lowered to tensor-core dot products where tile shapes allow."""
     if not isinstance(dim, Var):

@@ -12,13 +12,14 @@ from dt.dtypes import ALL
 from dt.errors import DTNameError, DTSyntaxError, Loc
 from dt.frontend import api
 from dt.ir import algorithm as A
-from dt.ir.ops import FUNCTIONS, REDUCTIONS
+from dt.ir.ops import FUNCTIONS, REDUCTIONS, SCANS
 
 _TERMINALS = {"SEMICOLON": "';'", "LSQB": "'['", "RSQB": "']'", "LPAR": "'('", "RPAR": "')'", "COMMA": "','",
               "EQUAL": "'='", "DOT": "'.'", "COLON": "':'", "SLASH": "'/'", "NAME": "a name", "INT": "an integer",
               "FLOAT": "a number", "DECL_KIND": "a declaration", "COMPARE": "a comparison", "ADD": "'+' or '-'",
               "STAR": "'*'", "POW": "'**'", "MINUS": "'-'", "PLUS": "'+'", "$END": "the end of the file"}
-_FUNCTIONS = set(FUNCTIONS) | {r.function for r in REDUCTIONS.values()} | {"reshape", "len", "cast"}
+_SCAN_OPS = {r.function: r.name for r in SCANS.values()}  # cumsum -> sum
+_FUNCTIONS = set(FUNCTIONS) | {r.function for r in REDUCTIONS.values()} | set(_SCAN_OPS) | {"reshape", "len", "cast"}
 
 
 @lru_cache(maxsize=1)
@@ -262,6 +263,10 @@ class _Builder:
             arity(2)
             dim, dim_loc = dim_arg(arg_nodes[1])
             return A.Reduce(fn[1:], ((yield arg_nodes[0]),), dim, fn_loc, dim_loc)
+        if fn in _SCAN_OPS:
+            arity(2)
+            dim, dim_loc = dim_arg(arg_nodes[1])
+            return A.Scan(_SCAN_OPS[fn], (yield arg_nodes[0]), dim, fn_loc, dim_loc)
         if fn == "rdot":
             arity(3)
             dim, dim_loc = dim_arg(arg_nodes[2])

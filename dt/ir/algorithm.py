@@ -160,6 +160,17 @@ class Reduce(Expr):
     dim_decl: object = field(default=None, compare=False, repr=False)
 
 
+@dataclass(frozen=True)
+class Scan(Expr):
+    """cumsum / cumprod / cummax / cummin of `x` along `dim`, a pure dimension of the Func it is
+    in: the combination of x at every index of dim up to and including each one."""
+    op: str  # 'sum' | 'prod' | 'max' | 'min'
+    x: Expr
+    dim: str
+    loc: Loc | None = field(default=None, compare=False)
+    dim_loc: Loc | None = field(default=None, compare=False)
+
+
 def elementwise(op: str, operands: tuple[Expr, ...], loc: Loc | None = None) -> Expr:
     """Element-wise op `op` (a name of the op table, dt.ir.ops) applied to `operands`."""
     if len(operands) == 1:
@@ -170,7 +181,7 @@ def elementwise(op: str, operands: tuple[Expr, ...], loc: Loc | None = None) -> 
 
 
 def children(e: Expr) -> tuple[Expr, ...]:
-    if isinstance(e, (Unary, Cast)):
+    if isinstance(e, (Unary, Cast, Scan)):
         return (e.x,)
     if isinstance(e, Access):
         return e.subscripts
@@ -245,6 +256,8 @@ def rebuild(e: Expr, kids: tuple[Expr, ...]) -> Expr:
         return Where(kids[0], kids[1], kids[2], e.loc)
     if isinstance(e, Reduce):
         return Reduce(e.op, kids, e.dim, e.loc, e.dim_loc, e.dim_decl)
+    if isinstance(e, Scan):
+        return Scan(e.op, kids[0], e.dim, e.loc, e.dim_loc)
     return e
 
 
@@ -281,7 +294,7 @@ def _free_dims(e: Expr):
     dims = frozenset()
     for c in children(e):
         dims |= yield c
-    return dims - {e.dim} if isinstance(e, Reduce) else dims
+    return dims - {e.dim} if isinstance(e, Reduce) else dims | {e.dim} if isinstance(e, Scan) else dims
 
 
 _PRECEDENCE = {"+": 1, "-": 1, "*": 2, "/": 2, "//": 2, "%": 2}
@@ -315,6 +328,8 @@ def expr_text(e: Expr, parent: int = 0) -> str:
     if isinstance(e, Reduce):
         function = "rdot" if e.op == "dot" else f"r{e.op}"
         return f"{function}({', '.join(expr_text(a) for a in e.args)}, {e.dim})"
+    if isinstance(e, Scan):
+        return f"cum{e.op}({expr_text(e.x)}, {e.dim})"
     name = e.op if isinstance(e, (Unary, Binary)) else type(e).__name__.lower()
     return f"{name}({', '.join(expr_text(a) for a in children(e))})"
 

@@ -174,6 +174,16 @@ REDUCTIONS: dict[str, Reduction] = {r.name: r for r in (
     Reduction("argmax", "rargmax", float("-inf"), "maximum", np.argmax, index=True),
     Reduction("argmin", "rargmin", float("inf"), "minimum", np.argmin, index=True),
 )}
+# Scans: the running form of a reduction, cumsum(e, v) the prefix sums of e along v (a pure
+# dimension), each described as a Reduction is: identity, the op combining a running value with
+# the next element, NumPy (array, axis=...) for the reference.
+SCANS: dict[str, Reduction] = {r.name: r for r in (
+    Reduction("sum", "cumsum", 0.0, "+", np.cumsum),
+    Reduction("prod", "cumprod", 1.0, "*", np.cumprod),
+    Reduction("max", "cummax", float("-inf"), "maximum", np.maximum.accumulate),
+    Reduction("min", "cummin", float("inf"), "minimum", np.minimum.accumulate),
+)}
+
 # The reductions the scheduled IR's `Reduce` node makes (products are `Dot`s; arg-reductions are
 # lowered to these and element-wise ops)
 TILE_REDUCTIONS = ("sum", "max", "min")
@@ -181,9 +191,9 @@ TILE_REDUCTIONS = ("sum", "max", "min")
 # The names DT text and the Python API call as functions, by arity.
 FUNCTIONS: dict[str, Op] = {op.name: op for op in OPS_LIST if op.dt_function}
 # Every op a DT program can ask a backend for (what `Capabilities.ops` lists): element-wise ops
-# by name, reductions by their DT function's name.
+# by name, reductions and scans by their DT function's name.
 DT_OPS = frozenset(op.name for op in OPS_LIST if op.syntax != "internal") | frozenset(
-    r.function for r in REDUCTIONS.values())
+    r.function for r in (*REDUCTIONS.values(), *SCANS.values()))
 
 
 def result_dtype(op: str, operands: tuple[str, ...]) -> str:

@@ -125,6 +125,9 @@ class _Printer(Visitor):
     def Reduce(self, e: S.Reduce):
         return f"r{e.op}({self.texpr(e.x)}, {e.axis})"
 
+    def Scan(self, e: S.Scan):
+        return f"cum{e.op}({self.texpr(e.x)}, {e.axis})"
+
     def Dot(self, e: S.Dot):
         acc = f", acc={self.texpr(e.acc)}" if e.acc is not None else ""
         return f"dot({self.texpr(e.a)}, {self.texpr(e.b)}, {e.axis}{acc}, {e.acc_dtype})"

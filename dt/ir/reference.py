@@ -7,7 +7,7 @@ import numpy as np
 
 from dt.dtypes import NUMPY, is_integer
 from dt.ir import algorithm as A
-from dt.ir.ops import OPS, REDUCTIONS
+from dt.ir.ops import OPS, REDUCTIONS, SCANS
 from dt.ir.check.program import CheckedProgram
 from dt.ir.lower.types import Types
 
@@ -101,6 +101,13 @@ def evaluate(cp: CheckedProgram, inputs: dict[str, np.ndarray], scalars: dict[st
             with np.errstate(all="ignore"):
                 out = OPS[e.op if isinstance(e, A.Binary) else "where"].reference(*arrays)
             return _Named(np.asarray(out, dtype=np.float64), dims)
+        if isinstance(e, A.Scan):
+            x = yield e.x
+            dims = x.dims if e.dim in x.dims else x.dims + (e.dim,)
+            shape = [extents[d] for d in dims]
+            array = np.broadcast_to(x.aligned(dims), shape)  # constant along the dimension: repeated
+            with np.errstate(all="ignore"):
+                return _Named(SCANS[e.op].reference(array, axis=dims.index(e.dim)), dims)
         if isinstance(e, A.Reduce):
             args = []
             for a in e.args:

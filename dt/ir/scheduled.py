@@ -26,7 +26,8 @@ Backends interpret or render these nodes and nothing else. The rules they rely o
   it; `Load` and `Store` list it in `indices` (at its start).
 - `Load` masks every lane whose index along an axis reaches that axis's `limit` (value 0);
   `Gather` masks every lane whose computed index falls outside its tensor (value 0).
-- `Reduce` and `Dot` operands are already masked for the reduced axis, and full-size.
+- `Reduce` and `Dot` operands are already masked for the reduced axis, and full-size; a `Scan` is
+  an Assign's whole value, its operand full-size (lanes past the limit only reach lanes past it).
 - `Store` writes exactly the valid lanes; its value spans the store's tile axes, in order, full-size.
 - An `Axis` with `size` a non-constant (`IVar`) spans a whole extent; backends that need
   power-of-two shapes pad it and mask the padding.
@@ -59,7 +60,8 @@ class TExpr:
 
     @property
     def dims(self) -> tuple[str, ...]:
-        raise NotImplementedError
+        """The axes it spans, in order: none (a number) unless the node class says otherwise."""
+        return ()
 
     @property
     def unit(self) -> frozenset[str]:
@@ -72,10 +74,6 @@ class Literal(TExpr):
     value: float
     dtype: str
 
-    @property
-    def dims(self):
-        return ()
-
 
 @dataclass(frozen=True)
 class Param(TExpr):
@@ -83,20 +81,12 @@ class Param(TExpr):
     name: str
     dtype: str
 
-    @property
-    def dims(self):
-        return ()
-
 
 @dataclass(frozen=True)
 class Extent(TExpr):
     """len(dim) as a number in the compute dtype."""
     dim: str
     dtype: str
-
-    @property
-    def dims(self):
-        return ()
 
 
 @dataclass(frozen=True)
@@ -115,10 +105,6 @@ class Index(TExpr):
     """An index value (a loop variable, a tile's start) as a number in the compute dtype."""
     value: IExpr
     dtype: str
-
-    @property
-    def dims(self):
-        return ()
 
 
 @dataclass(frozen=True)
@@ -315,6 +301,18 @@ class Reduce(_Composite, TExpr):
 
 
 @dataclass(frozen=True)
+class Scan(_Composite, TExpr):
+    """The running combination of x along `axis` (op 'sum' | 'prod' | 'max' | 'min', as the op
+    table's SCANS combine): lane i holds x's lanes 0..i combined, the first lane x's own."""
+    op: str
+    x: TExpr
+    axis: str
+
+    def _layout(self):
+        return self.x.dims, self.x.unit
+
+
+@dataclass(frozen=True)
 class Dot(_Composite, TExpr):
     """Matrix product over `axis`: a has dims (i, axis), b has dims (axis, j); result (i, j)
     accumulated in `acc_dtype`, added to `acc` when given (in the lowering, a and b may lead with
@@ -479,7 +477,7 @@ def walk_texpr(e: TExpr):
 def texpr_children(e: TExpr) -> tuple[TExpr, ...]:
     if isinstance(e, Gather):
         return e.subscripts
-    if isinstance(e, (Unary, Expand, BroadcastTo, Cast, Reduce)):
+    if isinstance(e, (Unary, Expand, BroadcastTo, Cast, Reduce, Scan)):
         return (e.x,)
     if isinstance(e, Binary):
         return (e.a, e.b)
@@ -494,7 +492,7 @@ def with_children(e: TExpr, kids: tuple[TExpr, ...]) -> TExpr:
     """e with its children (texpr_children's order) replaced by `kids`."""
     if isinstance(e, Gather):
         return replace(e, subscripts=tuple(kids))
-    if isinstance(e, (Unary, Expand, BroadcastTo, Cast, Reduce)):
+    if isinstance(e, (Unary, Expand, BroadcastTo, Cast, Reduce, Scan)):
         return replace(e, x=kids[0])
     if isinstance(e, Binary):
         return replace(e, a=kids[0], b=kids[1])

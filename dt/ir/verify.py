@@ -10,7 +10,7 @@ from dt.ir import scheduled as S
 from dt.ir.nesting import MAX_NESTING, nesting
 from dt.dtypes import ALL as DTYPES
 from dt.dtypes import is_integer
-from dt.ir.ops import OPS, TILE_REDUCTIONS
+from dt.ir.ops import OPS, SCANS, TILE_REDUCTIONS
 
 
 class IRVerificationError(AssertionError):
@@ -74,6 +74,8 @@ class _KernelVerifier:
                 self.body(s.body, index_names | {s.var}, axes, tiles)
             elif isinstance(s, S.Assign):
                 self.value(s.value, index_names, axes, tiles, s)
+                if any(isinstance(n, S.Scan) for n in S.walk_texpr(s.value) if n is not s.value):
+                    self.fail("a scan inside an expression: a Scan is an Assign's whole value", s)
                 self.number(s.value, s)
                 if s.name in tiles:
                     if tiles[s.name].dims != s.value.dims:
@@ -86,6 +88,8 @@ class _KernelVerifier:
                     self.fail(f"stores to unknown tensor '{s.tensor}'", s)
                 self.value(s.value, index_names, axes, tiles, s)
                 self.number(s.value, s)
+                if any(isinstance(n, S.Scan) for n in S.walk_texpr(s.value)):
+                    self.fail("a scan in a store: a Scan is an Assign's whole value", s)
                 self.axes_in_scope(s.indices, axes, s)
                 for e in s.guard:
                     self.index(e, index_names, s)
@@ -170,6 +174,11 @@ class _KernelVerifier:
                 self.fail(f"'{e.op}' is not a reduction of one operand", stmt)
             if e.axis not in e.x.dims or e.axis in e.x.unit:
                 self.fail(f"reduces over '{e.axis}', not a full-size axis of its operand {e.x.dims}", stmt)
+        elif isinstance(e, S.Scan):
+            if e.op not in SCANS:
+                self.fail(f"'{e.op}' is not a scan", stmt)
+            if e.axis not in e.x.dims or e.axis in e.x.unit:
+                self.fail(f"scans along '{e.axis}', not a full-size axis of its operand {e.x.dims}", stmt)
         elif isinstance(e, S.Dot):
             if len(e.a.dims) != 2 or len(e.b.dims) != 2 or e.a.dims[1] != e.axis or e.b.dims[0] != e.axis:
                 self.fail(f"product of {e.a.dims} and {e.b.dims} over '{e.axis}': operands must be "

@@ -93,7 +93,8 @@ REDUCE = {
     "min": "{0} = _reduce_min({0}, {1})",
 }
 INTEGER_REDUCE = {"sum": "{0} += {1}", "max": "{0} = max({0}, {1})", "min": "{0} = min({0}, {1})"}
-SUPPORTED_OPS = supported_ops(OPS, (*REDUCE, "dot"))
+SCAN = ("sum", "prod", "max", "min")  # a running value combined by OPS[SCANS[op].combine] (kernel.py)
+SUPPORTED_OPS = supported_ops(OPS, (*REDUCE, "dot"), SCAN)
 _HELPER_CALL = re.compile(r"(?<![\w.])(_\w+)\(")
 
 

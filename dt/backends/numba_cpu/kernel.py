@@ -20,6 +20,7 @@ from dt.backends.numba_cpu.plan import KernelPlan, Storage, is_mask
 from dt.backends.pysource import Names, Writer, guarded, loop_bounds
 from dt.dtypes import INTEGERS, NUMPY, is_integer
 from dt.ir import scheduled as S
+from dt.ir.ops import SCANS
 
 # The NumPy dtype of arrays of each dtype, as the module writes it.
 NUMPY_DTYPE = {d: "np.bool_" if d == "bool" else f"np.{NUMPY[d].name}" for d in ("f32", "f64", "f16") + INTEGERS}
@@ -104,6 +105,9 @@ class KernelRenderer(ExprRenderer):
         store = self.plan.storage[s.name]
         if isinstance(s.value, S.Dot):
             self.dot(w, s, store)
+            return
+        if isinstance(s.value, S.Scan) and not self.plan.single(s.value.axis):
+            self.scan(w, s.value, store)
             return
         self.nest(w, store.dims, lambda env: f"{self.at(store, env)} = ", s.value, writes=s.name)
 
@@ -235,6 +239,24 @@ class KernelRenderer(ExprRenderer):
         self.flush(w)
         w.line(f"_dot({store.name}, {operands[0]}, {operands[1]}, {self.counted(i)}, {self.counted(j)}, "
                f"{self.counted(k)})")
+
+    def scan(self, w: Writer, e: S.Scan, store: Storage):
+        """A running value along the scan's axis, walked innermost and in order, for each lane of
+        the others: its own nest, written out at once (lanes are read in order, so it joins no
+        other statement's loops)."""
+        plan = self.plan
+        dims = tuple(d for d in store.dims if d != e.axis) + (e.axis,)
+        levels = [Level(None)] + [Level(d) for d in dims if not plan.single(d)]
+        for outer, inner in zip(levels, levels[1:]):
+            outer.inner = inner
+        env = {d: plan.lane[d] for d in dims if not plan.single(d)}
+        running = plan.names.fresh(f"{store.name}_running")
+        x = self.texpr(e.x, env, levels)
+        levels[-2].lines.append(f"{running} = {self.const(SCANS[e.op].identity)}")
+        levels[-1].lines += [f"{running} = {self.call(SCANS[e.op].combine, running, x)}",
+                             f"{self.at(store, env)} = {running}"]
+        self.flush(w)
+        self.emit(w, levels[0])
 
     def in_memory(self, e: S.TExpr, dims) -> tuple[str, str, str] | None:
         """(array, first row, first column) holding operand e over `dims` as it is, if any: a load

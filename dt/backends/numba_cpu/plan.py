@@ -117,7 +117,7 @@ class KernelPlan:
                 self.scratch.append((self.names.ir(name), shape, value.dtype))
 
     def inlinable(self, s: S.Assign, i, loops, writes, uses, reads, order) -> bool:
-        if len(writes[s.name]) > 1 or any(isinstance(n, (S.Reduce, S.Dot)) for n in S.walk_texpr(s.value)):
+        if len(writes[s.name]) > 1 or any(isinstance(n, (S.Reduce, S.Dot, S.Scan)) for n in S.walk_texpr(s.value)):
             return False
         cheap = self.cheap(s.value)
         if not cheap:

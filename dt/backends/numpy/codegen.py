@@ -32,7 +32,8 @@ OPS = {
     "not": "np.logical_not({0})", "and": "({0} & {1})",
 }
 REDUCE = {"sum": "np.sum", "max": "np.max", "min": "np.min"}
-SUPPORTED_OPS = supported_ops(OPS, (*REDUCE, "dot"))
+SCAN = {"sum": "np.cumsum", "prod": "np.cumprod", "max": "np.maximum.accumulate", "min": "np.minimum.accumulate"}
+SUPPORTED_OPS = supported_ops(OPS, (*REDUCE, "dot"), SCAN)
 
 
 def render(pipeline: S.Pipeline) -> str:
@@ -248,6 +249,9 @@ class Renderer(BaseRenderer):
 
     def Reduce(self, e: S.Reduce) -> str:
         return f"{REDUCE[e.op]}({self.texpr(e.x)}, axis={e.x.dims.index(e.axis)})"
+
+    def Scan(self, e: S.Scan) -> str:
+        return f"{SCAN[e.op]}({self.texpr(e.x)}, axis={e.x.dims.index(e.axis)})"
 
     def Dot(self, e: S.Dot) -> str:
         acc = self.texpr(e.acc) if e.acc is not None else "0.0"

@@ -49,3 +49,15 @@ def _remainder(a, b):
     # a % b of integers with the sign of b, as Python's: Triton's % takes the sign of a.
     r = a % b
     return tl.where((r != 0) & ((r < 0) != (b < 0)), r + b, r)
+
+
+@triton.jit
+def _running_max(a, b):
+    # cummax's combine: NaN propagates, as NumPy's maximum.accumulate has it
+    return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
+
+
+@triton.jit
+def _running_min(a, b):
+    # cummin's combine: NaN propagates, as NumPy's minimum.accumulate has it
+    return tl.minimum(a, b, propagate_nan=tl.PropagateNan.ALL)

@@ -69,7 +69,9 @@ OPS = {
     "not": Prefix("~"), "and": Infix("&", AND),
 }
 REDUCE = {"sum": "tl.sum", "max": "tl.max", "min": "tl.min"}
-SUPPORTED_OPS = supported_ops(OPS, (*REDUCE, "dot"))
+# a scan: a tl function, or the helper an associative_scan combines with
+SCAN = {"sum": "tl.cumsum", "prod": "tl.cumprod", "max": Helper("_running_max"), "min": Helper("_running_min")}
+SUPPORTED_OPS = supported_ops(OPS, (*REDUCE, "dot"), SCAN)
 
 
 class ExpressionRenderer(Renderer):
@@ -291,6 +293,13 @@ class ExpressionRenderer(Renderer):
 
     def Reduce(self, e: S.Reduce, loc=None) -> str:
         return f"{REDUCE[e.op]}({self.texpr(e.x, loc)}, axis={e.x.dims.index(e.axis)})"
+
+    def Scan(self, e: S.Scan, loc=None) -> str:
+        how, x, axis = SCAN[e.op], self.texpr(e.x, loc), e.x.dims.index(e.axis)
+        if isinstance(how, Helper):
+            self.helpers_used.add(how.name)
+            return f"tl.associative_scan({x}, {axis}, {self.helpers[how.name]})"
+        return f"{how}({x}, axis={axis})"
 
     def Dot(self, e: S.Dot, loc=None) -> str:
         i, k, j = e.a.dims[0], e.axis, e.b.dims[1]

@@ -19,6 +19,11 @@ def check_fuse(producer, consumer, dim, funcs, schedules, fused):
         raise DTScheduleError(f"'{consumer}' has no loop over '{dim}' to fuse '{producer}' at",
                               schedules[producer].dim_locs.get(("fuse_at", dim)) or loc,
                               f"the loops of {consumer} are: {', '.join(loops)}")
+    scan = next((e for e in A.walk(funcs[producer].expr) if isinstance(e, A.Scan) and e.dim == dim), None)
+    if scan is not None:
+        raise DTScheduleError(f"'{producer}' runs cum{scan.op} along '{dim}', so it cannot be fused at a loop over "
+                              f"'{dim}': each tile would start the scan afresh", loc,
+                              f"fuse it at a loop over another dimension, where it is computed along all of '{dim}'")
     seen = {producer}
     c = consumer
     while c in fused:
@@ -129,8 +134,16 @@ def _enclosing_reductions(e: A.Expr, target: str) -> list[tuple[str, ...]]:
 
 
 def check_func_schedule(cp: CheckedProgram, root: str):
-    """Schedules name only dimensions the kernel has; fused Funcs have no block/map of their own."""
+    """Schedules name only dimensions the kernel has; fused Funcs have no block/map of their own;
+    a scan runs along all of its dimension in each program."""
     kernel_dims = set(cp.kernel_dims(root))
+    for e in A.walk(cp.funcs[root].expr):
+        if isinstance(e, A.Scan) and e.dim in cp.schedules[root].block:
+            raise DTScheduleError(f"'{root}' runs cum{e.op} along '{e.dim}', so each program must walk all of "
+                                  f"'{e.dim}' (in tiles, carrying the running value), but block splits it over "
+                                  f"programs", cp.schedules[root].dim_locs.get(("block", e.dim)),
+                                  f"remove '{e.dim}' from {root}.block(...); tensorize({e.dim}:...) sets the tiles "
+                                  f"it is walked in")
     for f in cp.kernel_funcs(root):
         s = cp.schedules[f]
         for dim in s.tensorize:

@@ -38,6 +38,12 @@ def _substitute_step(e: A.Expr, funcs: dict[str, A.FuncDef], inline: set[str]):
         for sub in e.subscripts:  # a gather's own subscripts may read inlined Funcs too
             subscripts.append((yield sub))
         f = funcs[e.name]
+        scan = next((n for n in A.walk(f.expr) if isinstance(n, A.Scan)), None)
+        if scan is not None:
+            raise DTScheduleError(f"cannot inline '{f.name}': cum{scan.op} runs along its own dimension "
+                                  f"'{scan.dim}', carrying a running value from tile to tile", e.loc,
+                                  f"compute {f.name} at root (remove its inline()), or fuse it at a loop over "
+                                  f"another dimension")
         used = frozenset().union(*(A.free_dims(sub) for sub in subscripts)) if subscripts else frozenset()
         bound = {n.dim for n in A.walk(f.expr) if isinstance(n, A.Reduce)}
         clash = bound & used - set(f.dims)

@@ -144,6 +144,19 @@ def _check_expr(f, e, bound, kinds, defs, input_ranks):
         if kinds.get(e.dim) not in ("Var", "RVar"):
             raise DTNameError(f"'{e.dim}' is not a declared dimension", e.loc, f"declare it with `Var {e.dim};`")
         return
+    if isinstance(e, A.Scan):
+        function = f"cum{e.op}"
+        if e.dim not in f.dims or e.dim in bound:
+            raise DTDimensionError(f"{function} runs along '{e.dim}', which is not a dimension of '{f.name}'"
+                                   + (" here (a reduction over it encloses the scan)" if e.dim in bound else ""),
+                                   e.dim_loc or e.loc, f"a scan gives the running result at each index of a "
+                                   f"dimension of the left-hand side: {f.name}[{', '.join(f.dims)}] = "
+                                   f"{function}(..., {f.dims[-1] if f.dims else 'x'})")
+        if bound:
+            raise DTDimensionError(f"{function} inside a reduction (over {', '.join(sorted(bound))}) is not supported",
+                                   e.loc, "compute the scan in a Func of its own and reduce that")
+        yield e.x, bound
+        return
     if isinstance(e, A.Reduce):
         kind = kinds.get(e.dim)
         if kind != "RVar":

@@ -97,6 +97,8 @@ class ExpressionLowering:
             value = S.Where(*self.align(*self._operands("where", [cond, a, (yield e.b, not both_bool)])))
         elif isinstance(e, A.Reduce):
             value = self.reduction(e, func, env)
+        elif isinstance(e, A.Scan):
+            value = self.scan(e, func, env)
         else:
             raise AssertionError(f"cannot lower {e!r}")
         return S.Cast(value, self.compute) if as_number and is_bool(e) else value

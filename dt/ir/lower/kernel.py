@@ -17,11 +17,12 @@ from dt.ir.lower.loops import LoopNestLowering
 from dt.ir.lower.online_statistics import OnlineStatistics
 from dt.ir.lower.types import Types
 from dt.ir.lower.reductions import ReductionLowering
+from dt.ir.lower.scans import ScanLowering
 from dt.ir.naming import RESERVED_NAMES, size_name
 
 
 class KernelLowering(GridLowering, LoopNestLowering, ExpressionLowering, ReductionLowering, OnlineStatistics,
-                     KernelBuilder):
+                     ScanLowering, KernelBuilder):
     """Lowers the kernel computing one root Func. Its parts share the state set here: the names
     taken, the statements emitted and their scopes, the axes, the producers fused at each loop and
     the reductions already accumulated in a sibling's loop."""
@@ -52,6 +53,7 @@ class KernelLowering(GridLowering, LoopNestLowering, ExpressionLowering, Reducti
         # Reductions accumulated in a sibling's loop (compute_with): the A.Reduce's id -> its result
         self.shared_reductions: dict[int, S.Ref] = {}
         self.arg_values: dict[int, S.Ref] = {}  # an arg-reduction's id -> its value accumulator
+        self.carries: dict[int, S.Ref] = {}  # a scan's id -> its running value across the loop over its dim
         self.known_true: list[A.Expr] = []  # index conditions that hold on every lane of the tiles walked
         self.walking_funcs = self._walking_funcs()
         self.accumulator_stems = self._accumulator_stems()

@@ -4,6 +4,7 @@ loops, and the result stored. The producers fused at a loop are computed just in
 from __future__ import annotations
 
 from dt.errors import DTScheduleError
+from dt.ir import algorithm as A
 from dt.ir import scheduled as S
 from dt.ir.index_expr import IConst, IVar, iadd
 from dt.ir.lower.grid import Range
@@ -34,6 +35,11 @@ class LoopNestLowering:
                 return
             d = fd.dims[i]
             if d in env and not is_root:
+                scan = next((e for e in A.walk(fd.expr) if isinstance(e, A.Scan) and e.dim == d), None)
+                if scan is not None:
+                    raise DTScheduleError(f"'{func}' runs cum{scan.op} along '{d}', but it is fused inside a loop "
+                                          f"over '{d}' of '{self.cp.fused[func][0]}', so each tile would start the "
+                                          f"scan afresh", scan.loc, f"fuse {func} outside the loop over '{d}'")
                 self.emit_fused(func, d, env)
                 level(i + 1, env)
                 return
@@ -45,6 +51,7 @@ class LoopNestLowering:
                 self.emit_fused(func, d, env2)
                 level(i + 1, env2)
                 return
+            env = self.scan_carries(func, i, env, lambda inner: self.whole_axis(func, inner, is_root, env))
             var = self.fresh(f"{d}_iter")
 
             def body():
@@ -57,6 +64,15 @@ class LoopNestLowering:
 
         level(0, env)
         return result[0] if result else None
+
+    def whole_axis(self, func: str, dim: str, is_root: bool, env) -> str | None:
+        """The axis of a dimension of func walked in one tile in the program (as `level` makes
+        it), or None where it is walked in a loop of tiles."""
+        rng = self.block_ranges.get(dim) or self.whole(dim)
+        tile = self.pure_tile(func, dim, rng, is_root)
+        if tile == 0 or (rng.static_size is not None and tile >= rng.static_size):
+            return self.axis(dim, rng.start, rng.size, rng.limit, env, self.cp.funcs[func].loc)
+        return None
 
     def whole(self, dim: str) -> Range:
         size = IVar(size_name(dim))

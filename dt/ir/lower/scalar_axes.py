@@ -74,7 +74,7 @@ class _Squeeze:
             return e.x if target == e.x.dims else replace(e, target=target)
         if isinstance(e, S.BroadcastTo) and not e.x.unit:
             return e.x
-        if isinstance(e, S.Reduce) and e.axis in self.scalar:
+        if isinstance(e, (S.Reduce, S.Scan)) and e.axis in self.scalar:
             return e.x  # one lane, always valid
         return _numbers_unexpanded(e)
 

@@ -6,7 +6,7 @@ defined as a `cast` is stored in that dtype, one whose definition is an integer 
 other in the storage dtype of the pipeline.
 
 Reductions compute in the compute dtype, integers included (their sum is a float); an
-arg-reduction (rargmax, rargmin) is an integer, an index."""
+arg-reduction (rargmax, rargmin) is an integer, an index; scans compute in the compute dtype too."""
 from __future__ import annotations
 
 from dt.dtypes import INTEGERS, is_integer
@@ -53,6 +53,9 @@ class Types:
             for a in e.args:
                 yield a
             kind = "int" if REDUCTIONS[e.op].index else "float"
+        elif isinstance(e, A.Scan):
+            yield e.x
+            kind = "float"
         else:
             kinds = []
             for c in A.children(e):

@@ -34,11 +34,12 @@ OPS = {
     "where": np.where, "not": np.logical_not, "and": np.logical_and,
 }
 REDUCE = {"sum": np.sum, "max": np.max, "min": np.min}
+SCAN = {"sum": np.cumsum, "prod": np.cumprod, "max": np.maximum.accumulate, "min": np.minimum.accumulate}
 
 
 class ExampleBackend:
     name = "example"
-    capabilities = Capabilities(dtypes=frozenset(DTYPES), ops=supported_ops(OPS, (*REDUCE, "dot")), array="numpy",
+    capabilities = Capabilities(dtypes=frozenset(DTYPES), ops=supported_ops(OPS, (*REDUCE, "dot"), SCAN), array="numpy",
                                 devices=("cpu",), gathers=True)
 
     def source(self, pipeline: S.Pipeline) -> str:
@@ -177,6 +178,9 @@ class Instance(Renderer):
 
     def Reduce(self, e: S.Reduce):
         return REDUCE[e.op](self.value(e.x), axis=e.x.dims.index(e.axis))
+
+    def Scan(self, e: S.Scan):
+        return SCAN[e.op](self.value(e.x), axis=e.x.dims.index(e.axis))
 
     def Dot(self, e: S.Dot):
         acc = DTYPES[e.acc_dtype]
