@@ -8,7 +8,7 @@ import re
 
 import numpy as np
 
-from dt.dtypes import ITEM_BYTES
+from dt.dtypes import ITEM_BYTES, NUMPY_NAMES, TORCH_NAMES
 from dt.errors import DTExtentError, DTInputError, Loc
 from dt.ir.check.schedule import MAX_EXTENT
 from dt.ir.tiles import value_dims
@@ -127,3 +127,62 @@ def reference_tensors(cp, extents: dict[str, int]) -> list[tuple[str, str, tuple
         name, dims, loc = max(values, key=lambda v: math.prod(extents[d] for d in v[1]))
         tensors.append(("a value the reference computes for", name, dims, "f64", loc))
     return tensors
+
+
+def given_outputs(out, specs: dict[str, tuple[tuple[int, ...], str]], torch_device, inputs: dict) -> dict:
+    """`out=` of a call as {output name: array}, each checked to be what the call would return
+    (`specs`: name -> (shape, dtype)): a NumPy array, or with torch inputs a tensor on their device;
+    of the output's shape and dtype; C-contiguous; sharing no memory with an input or another one."""
+    names = list(specs)
+    if not isinstance(out, dict):
+        if len(names) != 1:
+            raise DTInputError(f"out= must be a dict of arrays by output name: the program has outputs "
+                               f"{', '.join(names)}", None, f"e.g. out={{'{names[0]}': array}}")
+        out = {names[0]: out}
+    given = {}
+    for name, array in out.items():
+        if name not in specs:
+            raise DTInputError(f"out= names '{name}', which is not an output", None, f"the outputs: {', '.join(names)}")
+        shape, dtype = specs[name]
+        is_torch = type(array).__module__.startswith("torch")
+        if torch_device is not None:
+            kind_ok = is_torch and array.device == torch_device
+            want = f"a torch tensor on {torch_device} (the inputs' device)"
+        else:
+            kind_ok = isinstance(array, np.ndarray)
+            want = "a NumPy array (the inputs are NumPy arrays)"
+        if not kind_ok:
+            raise DTInputError(f"out '{name}' must be {want}, not {type(array).__name__}"
+                               + (f" on {array.device}" if is_torch else ""), None, "pass what the call would return")
+        have = TORCH_NAMES.get(str(array.dtype)) if is_torch else NUMPY_NAMES.get(array.dtype)
+        if tuple(array.shape) != shape or have != dtype:
+            raise DTInputError(f"out '{name}' is {have or array.dtype} {tuple(array.shape)}; the output is {dtype} "
+                               f"{shape}", None, "allocate it with the output's shape and dtype")
+        if not (array.is_contiguous() if is_torch else array.flags.c_contiguous):
+            raise DTInputError(f"out '{name}' is not contiguous (C order)", None,
+                               "pass a contiguous array (.contiguous() / np.ascontiguousarray makes a copy "
+                               "to write into, not the array itself)")
+        for other, value in [*inputs.items(), *given.items()]:
+            if _overlap(array, value):
+                raise DTInputError(f"out '{name}' shares memory with '{other}'", None,
+                                   "write outputs into arrays of their own: a kernel reads its inputs while "
+                                   "it writes")
+        given[name] = array
+    return given
+
+
+def _overlap(a, b) -> bool:
+    """Whether two arrays (NumPy's or torch's) share memory, by the bytes they span."""
+    if type(a).__module__.startswith("torch") != type(b).__module__.startswith("torch"):
+        return False
+    if isinstance(a, np.ndarray):
+        return np.may_share_memory(a, b)
+    if a.device != b.device or not a.numel() or not b.numel():
+        return False
+    start_a, start_b = a.data_ptr(), b.data_ptr()
+    return start_a < start_b + _span(b) and start_b < start_a + _span(a)
+
+
+def _span(t) -> int:
+    """The bytes from a tensor's first element to just past its last (strided views included)."""
+    return (sum((n - 1) * s for n, s in zip(t.shape, t.stride())) + 1) * t.element_size()

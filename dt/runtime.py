@@ -72,7 +72,11 @@ class Program:
 
     # ------------------------------------------------------------------ running
     @user_facing
-    def __call__(self, /, *positional, backend: str | None = None, sizes: dict | None = None, **args):
+    def __call__(self, /, *positional, backend: str | None = None, sizes: dict | None = None, out=None, **args):
+        """The outputs (one, or a dict by name) for inputs and scalars by DT name. `out`: arrays
+        to write outputs into instead of allocating them (the output's array for one output, or a
+        dict by name): each of the output's shape and dtype, C-contiguous, of the inputs' kind
+        (NumPy arrays, or torch tensors on the inputs' device), sharing no memory with an input."""
         self._refuse_positional(positional)
         name = backend or env.read("DT_BACKEND") or None
         key = self._call_key(name, sizes, args)
@@ -81,7 +85,7 @@ class Program:
             plan = self._plan(name, sizes, args)
             if key is not None:
                 self._plans[key] = plan
-        return plan(args)
+        return plan(args, out)
 
     def _call_key(self, name, sizes, args):
         """What decides a call's plan: the backend asked for, the debug state, extents given, and
@@ -125,8 +129,15 @@ class Program:
         as_given = all(_is_torch(args[n]) if wants_torch else isinstance(args[n], np.ndarray) for n in inputs)
         convert_in = _to_torch if wants_torch else _to_numpy
 
-        def run(args):
+        specs = {t.name: (tuple(b.extents[d] for d in t.dims), t.dtype) for t in pipeline.outputs}
+
+        def run(args, out=None):
             arrays = {n: args[n] for n in inputs} if as_given else {n: convert_in(args[n]) for n in inputs}
+            given = call_checks.given_outputs(out, specs, device, {n: args[n] for n in inputs}) \
+                if out is not None else {}
+            # written in place where the backend's arrays are the caller's memory, else copied in after
+            in_place = {n: a for n, a in ((n, _backend_view(a, wants_torch, backend_obj)) for n, a in given.items())
+                        if a is not None} if backend_obj.capabilities.given_outputs else {}
             try:  # the call key fixes each scalar's type: only a value (an int past a float's range) can fail
                 scalar_values = {n: float(args[n]) for n in scalars if n not in integer_scalars}
                 for n in integer_scalars:
@@ -135,12 +146,18 @@ class Program:
                         raise OverflowError(n)
             except (TypeError, ValueError, OverflowError):
                 scalar_values = {n: self._scalar(n, args[n]) for n in scalars}
-            outs = compiled(arrays, scalar_values, size_args)
+            outs = compiled(arrays, scalar_values, size_args, in_place) if in_place else \
+                compiled(arrays, scalar_values, size_args)
+            outs = {n: o for n, o in outs.items() if n not in in_place}
             if device is not None:
                 outs = {n: o if _is_torch(o) and o.device == device else
                         (o.to(device) if _is_torch(o) else _numpy_to_torch(o, device)) for n, o in outs.items()}
             elif wants_torch:
                 outs = {n: _to_numpy(o) for n, o in outs.items()}
+            for n, a in given.items():
+                if n not in in_place:
+                    _copy_into(a, outs[n])
+                outs[n] = a
             return outs[outputs[0]] if len(outputs) == 1 else {n: outs[n] for n in outputs}
 
         return run
@@ -365,6 +382,24 @@ def resolve_backend(name: str | None, torch_device=None) -> str:
         if candidate in backends.names() and backends.available(candidate):
             return candidate
     return "interp"
+
+
+def _backend_view(a, wants_torch: bool, backend):
+    """A caller's out= array as the backend's array type over the same memory, or None where
+    the backend computes elsewhere (a NumPy array for kernels on a GPU, a GPU tensor for a CPU
+    backend)."""
+    if wants_torch:
+        devices = backend.capabilities.devices
+        return a if _is_torch(a) and a.device.type in devices else None
+    return _to_numpy(a) if not _is_torch(a) or a.device.type == "cpu" else None
+
+
+def _copy_into(target, value):
+    """A result copied into the caller's out= array (of the call's kind, checked)."""
+    if _is_torch(target):
+        target.copy_(_to_torch(value) if not _is_torch(value) else value)
+    else:
+        np.copyto(target, _to_numpy(value))
 
 
 def _to_numpy(a) -> np.ndarray:

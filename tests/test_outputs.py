@@ -1,15 +1,19 @@
 """Several outputs from one kernel (issue 29): an output fused into another output's kernel is
 stored from there, once; a guarded store where programs or loop iterations compute it again."""
+from pathlib import Path
+
 import numpy as np
 import pytest
 
 import dt
+from dt.testing import to_numpy
 from dt.conformance import outputs as cases
 from dt.errors import DTScheduleError
 from dt.ir import scheduled as S
 from test_llm_examples import BACKENDS
 
 RNG = np.random.default_rng(29)
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def program(algorithm: str, schedule: str) -> dt.Program:
@@ -108,3 +112,69 @@ def test_an_output_fused_into_one_kernel_is_not_read_by_another():
     schedule = "h.fuse_at(y, t);\nh.compile();\ny.compile();"  # ss is a kernel of its own, reading h
     with pytest.raises(DTScheduleError, match="'ss' also uses it and is not computed inside 'y'"):
         program(cases.RESIDUAL_RMSNORM, schedule)
+
+
+# ---------------------------------------------------------------- outputs the caller provides
+ADD_RMSNORM = "examples/llm/add_rmsnorm.dt"
+
+
+def add_rmsnorm_args():
+    x = normal(13, 300)
+    return {"X": x, "R": 0.5 * x, "W": normal(300), "eps": 1e-6}
+
+
+@pytest.mark.parametrize("backend", ["interp", "numba", "example",
+                                     pytest.param("triton", marks=pytest.mark.needs_triton)])
+def test_outputs_are_written_into_the_callers_arrays_in_place(backend, monkeypatch):
+    import dt.runtime
+    from dt import backends
+    if not backends.available(backend):
+        pytest.skip(f"backend {backend} is not available")
+    monkeypatch.setattr(dt.runtime, "_copy_into", lambda *a: pytest.fail("copied, not written in place"))
+    p = dt.load(ROOT / ADD_RMSNORM)
+    args = add_rmsnorm_args()
+    if backend == "triton":  # its arrays are tensors: given on the inputs' device, written there
+        import torch
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+        args = {k: torch.from_numpy(v).to(device) if isinstance(v, np.ndarray) else v for k, v in args.items()}
+        h = torch.full((13, 300), float("nan"), device=device)
+    else:
+        h = np.full((13, 300), np.nan, np.float32)
+    out = p(**args, backend=backend, out={"h": h})  # y is allocated
+    assert out["h"] is h and out["y"].shape == (13, 300)
+    np.testing.assert_allclose(to_numpy(h), to_numpy(args["X"] + args["R"]), rtol=1e-6)
+
+
+def test_one_output_takes_its_array_and_a_numpy_array_for_gpu_kernels_is_copied_into():
+    p = program(cases.TWO_MM, cases.TWO_MM_SCHEDULES["inner"].replace("mm.compile();\n", ""))
+    a, b, c = normal(37, 19), normal(19, 21), normal(21, 50)
+    target = np.empty((37, 50), np.float32)
+    assert p(A=a, B=b, C=c, out=target, backend="interp") is target
+    np.testing.assert_allclose(target, a.astype(np.float64) @ b @ c, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("out,message", [
+    ({"h": np.empty((13, 300), np.float64)}, "out 'h' is f64 \\(13, 300\\); the output is f32 \\(13, 300\\)"),
+    ({"h": np.empty((13, 301), np.float32)}, "out 'h' is f32 \\(13, 301\\)"),
+    ({"h": np.empty((300, 13), np.float32).T}, "not contiguous"),
+    ({"q": np.empty((13, 300), np.float32)}, "out= names 'q', which is not an output"),
+    (np.empty((13, 300), np.float32), "out= must be a dict of arrays by output name"),
+    ({"h": [[0.0] * 300] * 13}, "must be a NumPy array"),
+    ("X", "shares memory with 'X'"),
+    ("y and h", "shares memory with 'h'"),
+])
+def test_what_out_must_be(out, message):
+    p = dt.load(ROOT / ADD_RMSNORM)
+    args = add_rmsnorm_args()
+    if isinstance(out, str) and out == "X":
+        out = {"h": args["X"]}
+    elif isinstance(out, str):  # y and h in one array
+        both = np.empty((13, 300), np.float32)
+        out = {"h": both, "y": both}
+    with pytest.raises(dt.DTInputError, match=message):
+        p(**args, out=out)
+
+
+def test_an_input_cannot_be_called_out():
+    with pytest.raises(dt.DTNameError, match="an input cannot be named 'out'"):
+        dt.loads("Func f;\nIn out;\nVar x;\nf[x] = out[x];\nf.compile();")

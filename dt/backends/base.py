@@ -26,10 +26,16 @@ class Capabilities:
     gathers: bool = False  # whether it renders S.Gather: loads at computed indices (A[x + 1], E[I[t], d])
     devices: tuple[str, ...] = ("cpu",)
     notes: dict[str, str] = field(default_factory=dict)
+    # whether its compiled pipelines take `outputs` (below) and write into them; if not, a call
+    # with out= has the results copied into the caller's arrays
+    given_outputs: bool = False
 
 
 # A compiled pipeline: (tensors by name, scalars by name, sizes by `{dim}_SIZE`) -> outputs by name.
-CompiledPipeline = Callable[[dict, dict, dict], dict]
+# A backend whose Capabilities say given_outputs also takes `outputs`: arrays of its array type,
+# by output name (any of them, checked by the runtime: shape, dtype, contiguity, no overlap), to
+# write those outputs into instead of allocating them; it returns them.
+CompiledPipeline = Callable[..., dict]
 
 
 class Backend(Protocol):

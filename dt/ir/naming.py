@@ -17,7 +17,7 @@ from typing import Iterable
 # the IR takes them.
 RESERVED_NAMES = frozenset(keyword.kwlist) | frozenset(dir(builtins)) | frozenset(
     ("np", "rt", "tl", "triton", "torch", "numba", "math", "libdevice", "f32", "f16", "bf16", "f64", "pid", "_dbg",
-     "_on", "_post"))
+     "_on", "_post", "outputs"))
 
 
 def size_name(dim: str) -> str:

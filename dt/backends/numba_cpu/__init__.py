@@ -61,7 +61,7 @@ class NumbaBackend:
         dtypes = {"f32", "f16", "f64", *INTEGERS} | ({"bf16"} if BFLOAT16 is not None else set()) | set(FLOAT8_NUMPY)
         self.capabilities = Capabilities(
             dtypes=frozenset(dtypes), ops=SUPPORTED_OPS, array="numpy", gathers=True, devices=("cpu",),
-            notes={"threads": "a launch's program instances run in chunks on a pool of NUMBA_NUM_THREADS threads",
+            given_outputs=True, notes={"threads": "a launch's program instances run in chunks on a pool of NUMBA_NUM_THREADS threads",
                    "f16/bf16": "loaded as uint16 bits, computed in f32, rounded to nearest even on store",
                    "f8e4m3/f8e5m2": "loaded as uint8 bits, computed in f32 (products too), rounded to nearest even "
                                     "on store, saturating as ml_dtypes does",
@@ -84,9 +84,12 @@ class NumbaBackend:
         entry = self.entry(pipeline)
         order = [t.name for t in pipeline.inputs], list(pipeline.scalars), [f"{d}_SIZE" for d in pipeline.sizes]
 
-        def run(tensors: dict, scalars: dict, sizes: dict) -> dict:
+        single = pipeline.outputs[0].name if len(pipeline.outputs) == 1 else None
+
+        def run(tensors: dict, scalars: dict, sizes: dict, outputs: dict | None = None) -> dict:
+            out = outputs.get(single) if outputs and single else outputs  # the entry's out=: an array, or a dict
             return entry(*(tensors[n] for n in order[0]), *(scalars[n] for n in order[1]),
-                         *(sizes[n] for n in order[2]))
+                         *(sizes[n] for n in order[2]), out=out)
 
         return run
 

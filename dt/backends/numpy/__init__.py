@@ -39,7 +39,8 @@ class NumpyInterpreter:
     name = "interp"
 
     def __init__(self):
-        self.capabilities = Capabilities(dtypes=frozenset(NUMPY), ops=SUPPORTED_OPS, array="numpy", gathers=True)
+        self.capabilities = Capabilities(dtypes=frozenset(NUMPY), ops=SUPPORTED_OPS, array="numpy", gathers=True,
+                                         given_outputs=True)
 
     def source(self, pipeline: Pipeline) -> str:
         return render(pipeline)
@@ -49,14 +50,15 @@ class NumpyInterpreter:
         launcher = namespace[pipeline.name]
         instrumented = []  # built on the first instrumented run
 
-        def run(tensors: dict, scalars: dict, sizes: dict) -> dict:
+        def run(tensors: dict, scalars: dict, sizes: dict, outputs: dict | None = None) -> dict:
             instrumentation = _instrumentation
             state = instrumentation.state() if instrumentation is not None else None
+            args = {**launcher_args(pipeline, tensors, scalars, sizes), "outputs": outputs}
             if state is None:
-                return launcher(**launcher_args(pipeline, tensors, scalars, sizes))
+                return launcher(**args)
             if not instrumented:
                 instrumented.append(instrumentation.build(pipeline))
-            return instrumented[0].run(state, launcher_args(pipeline, tensors, scalars, sizes), sizes)
+            return instrumented[0].run(state, args, sizes)
 
         return run
 

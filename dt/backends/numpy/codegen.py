@@ -89,14 +89,18 @@ class Renderer(BaseRenderer):
 
     def launcher(self, w: Writer):
         pipeline = self.pipeline
-        w.line(f"def {pipeline.name}({', '.join(self.launcher_params())}):")
+        w.line(f"def {pipeline.name}({', '.join(self.launcher_params() + ['outputs=None'])}):")
         with w.indent():
+            w.line('"""outputs: arrays to write outputs into, by name (the others are allocated)."""')
+            w.line("outputs = outputs or {}")
             for t in pipeline.temporaries + pipeline.outputs:
                 shape = ", ".join(S.size_name(d) for d in t.dims)
                 # NaN-filled, so an element no program writes shows up instead of passing as stale memory.
                 unwritten = "np.nan" if not is_integer(t.dtype) else "False" if t.dtype == "bool" else \
                     f"np.iinfo({t.dtype}).min"
                 alloc = f"np.full(({shape}{',' if len(t.dims) == 1 else ''}), {unwritten}, dtype={t.dtype})"
+                if t.role == "output":
+                    alloc = f'outputs["{t.name}"] if "{t.name}" in outputs else {alloc}'
                 w.line(f"{pipeline.global_names.tensors[t.name]} = {self.allocate(t.name, alloc)}")
             w.line('with np.errstate(all="ignore"):  # masked lanes may hold inf/nan; they are never stored')
             with w.indent():

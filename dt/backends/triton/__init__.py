@@ -50,7 +50,7 @@ class TritonBackend:
                 "source only: no CUDA GPU and TRITON_INTERPRET is not set"}[device]
         self.capabilities = Capabilities(
             dtypes=frozenset(DTYPES + (FLOAT8 if device == "cuda" else ())), ops=SUPPORTED_OPS,
-            array="torch", gathers=True,
+            array="torch", gathers=True, given_outputs=True,
             devices={"cuda": ("cuda",), "cpu": ("cpu",), None: ()}[device],
             notes={"f32_dot": f"input_precision from ${F32_DOT_ENV} (default ieee)", "mode": mode,
                    "nan": "rmax/rmin follow tl.max/tl.min, which may drop NaN on the GPU"})
@@ -85,12 +85,14 @@ class TritonBackend:
             replays = Replays(launcher, namespace, module.kernels, pipeline.name)
         kwargs = {"device": "cuda" if to_cuda else "cpu"} if no_inputs else {}
 
-        def run(tensors: dict, scalars: dict, sizes: dict) -> dict:
+        def run(tensors: dict, scalars: dict, sizes: dict, outputs: dict | None = None) -> dict:
             args = [tensors[n] for n in module.inputs]
             if to_cuda:
                 args = [a if a.is_cuda else a.cuda() for a in args]
             scalar_args = [scalars[s] for s in module.scalars]
-            key = replays.key(args, tuple(sizes.items())) if replays is not None and not replays.hooked() else None
+            # a replay allocates its outputs: given ones go through the launcher
+            key = replays.key(args, tuple(sizes.items())) \
+                if replays is not None and not replays.hooked() and not outputs else None
             replay = replays.functions.get(key, _UNRECORDED) if key is not None else None
             if replay is not None and replay is not _UNRECORDED:
                 result = replay(*args, *scalar_args)
@@ -102,7 +104,8 @@ class TritonBackend:
                     if replay is _UNRECORDED:
                         result = replays.record(key, args, scalar_args, extent_args)
                     else:
-                        result = launcher(*args, *scalar_args, *extent_args, **kwargs)
+                        result = launcher(*args, *scalar_args, *extent_args, **kwargs,
+                                          **({"outputs": outputs} if outputs else {}))
                 except Exception as e:
                     _raise_resource_error(e, module, filename)
                     raise

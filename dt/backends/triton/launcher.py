@@ -35,21 +35,25 @@ class Launcher:
             self.names.ir(t.name)
         self.sizes = {d: self.names.fresh(S.size_name(d)) for d in pipeline.sizes}
         self.device = self.names.fresh("device")
+        self.outputs = self.names.fresh("outputs")  # arrays to write outputs into, by DT name
         self.integer_scalars = integer_scalars(pipeline)
 
     def render(self, w: Writer):
         p = self.pipeline
-        args = list(self.args) + ([f"{self.device}=None"] if not p.inputs else [])
+        args = list(self.args) + ([f"{self.device}=None"] if not p.inputs else []) + [f"{self.outputs}=None"]
         w.line(f"def {self.function}({', '.join(args)}):")
         with w.indent():
             outs = ", ".join(f"{t.name}[{', '.join(t.dims)}]" for t in p.outputs)
             given = f"; extents {', '.join(self.call_extents)} as arguments" if self.call_extents else ""
-            w.line(f'"""Computes {outs}{given}. {self._returns()}"""')
+            w.line(f'"""Computes {outs}{given}. {self._returns()} {self.outputs}: tensors to write outputs into, '
+                   f'by name."""')
             self.bind(w)
+            w.line(f"{self.outputs} = {self.outputs} or {{}}")
             for t in p.temporaries + p.outputs:
                 shape = ", ".join(self.sizes[d] for d in t.dims)
                 shape = f"({shape},)" if len(t.dims) == 1 else f"({shape})"
-                w.line(f"{self.names.ir(t.name)} = torch.empty({shape}, dtype={TORCH_BY_NAME[t.dtype]}, "
+                given = f'{self.outputs}["{t.name}"] if "{t.name}" in {self.outputs} else ' if t.role == "output" else ""
+                w.line(f"{self.names.ir(t.name)} = {given}torch.empty({shape}, dtype={TORCH_BY_NAME[t.dtype]}, "
                        f"device={self.device})")
             for kr in self.kernels:
                 self.launch(w, kr)
@@ -73,7 +77,7 @@ class Launcher:
             with w.indent():
                 w.line(f"with torch.cuda.device({self.device}):  # Triton launches on the current device")
                 with w.indent():
-                    w.line(f"return {self.function}({', '.join(self.args)})")
+                    w.line(f"return {self.function}({', '.join(self.args)}, {self.outputs}={self.outputs})")
         else:
             w.line(f'{self.device} = torch.device({self.device} or ("cuda" if torch.cuda.is_available() else "cpu"))')
         for t in p.inputs:

@@ -7,7 +7,8 @@ from dt.errors import DTDimensionError, DTNameError, DTSyntaxError, Loc
 from dt.ir import algorithm as A
 
 # Keyword arguments of a program call: inputs and scalars cannot take these names.
-CALL_KEYWORDS = {"backend": "to choose the backend", "sizes": "for extents no input gives"}
+CALL_KEYWORDS = {"backend": "to choose the backend", "sizes": "for extents no input gives",
+                 "out": "for arrays to write the outputs into"}
 
 
 def declared_kinds(program: A.Program) -> dict[str, str]:

@@ -40,16 +40,18 @@ SCAN = {"sum": np.cumsum, "prod": np.cumprod, "max": np.maximum.accumulate, "min
 class ExampleBackend:
     name = "example"
     capabilities = Capabilities(dtypes=frozenset(DTYPES), ops=supported_ops(OPS, (*REDUCE, "dot"), SCAN), array="numpy",
-                                devices=("cpu",), gathers=True)
+                                devices=("cpu",), gathers=True, given_outputs=True)
 
     def source(self, pipeline: S.Pipeline) -> str:
         """There is no generated code: the IR itself is what runs, so show that."""
         return ir_text(pipeline)
 
     def compile(self, pipeline: S.Pipeline):
-        def run(tensors: dict, scalars: dict, sizes: dict) -> dict:
-            memory = dict(tensors)
+        def run(tensors: dict, scalars: dict, sizes: dict, outputs: dict | None = None) -> dict:
+            memory = {**tensors, **(outputs or {})}
             for t in pipeline.temporaries + pipeline.outputs:  # NaN (or the least integer): an unwritten element shows
+                if t.name in memory:
+                    continue
                 kind = np.dtype(DTYPES[t.dtype]).kind
                 unwritten = np.nan if kind in "fV" else 0 if kind == "b" else np.iinfo(DTYPES[t.dtype]).min
                 memory[t.name] = np.full([sizes[S.size_name(d)] for d in t.dims], unwritten, DTYPES[t.dtype])
