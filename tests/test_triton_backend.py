@@ -384,7 +384,7 @@ def test_matmul_reads_like_the_talk():
                  "for k_iter in range(0, k_SIZE, 32):",
                  "A = tl.load(A_ptr + x_offsets[:, None] * A_x_stride + k_offsets[None, :] * A_k_stride,",
                  'k_accumulator = tl.dot(A, B, k_accumulator, input_precision="ieee")',
-                 "def matmul(A, B):", "num_warps=4, num_stages=3)", "return mm\n"):
+                 "def matmul(A, B, outputs=None):", "num_warps=4, num_stages=3)", "return mm\n"):
         assert text in src, text
     add = program("add").source("triton")
     assert "for y_iter in range(0, y_block_end - y_block_start, 64):" in add  # the block's valid part

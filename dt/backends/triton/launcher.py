@@ -45,8 +45,8 @@ class Launcher:
         with w.indent():
             outs = ", ".join(f"{t.name}[{', '.join(t.dims)}]" for t in p.outputs)
             given = f"; extents {', '.join(self.call_extents)} as arguments" if self.call_extents else ""
-            w.line(f'"""Computes {outs}{given}. {self._returns()} {self.outputs}: tensors to write outputs into, '
-                   f'by name."""')
+            w.line(f'"""Computes {outs}{given}. {self._returns()} {self.outputs}: tensors to write into, by '
+                   f'name."""')
             self.bind(w)
             w.line(f"{self.outputs} = {self.outputs} or {{}}")
             for t in p.temporaries + p.outputs:
