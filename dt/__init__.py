@@ -8,7 +8,7 @@
 from dt.errors import (DTBackendError, DTDimensionError, DTError, DTExtentError, DTInputError, DTNameError,
                        DTScheduleError, DTSyntaxError, DTTypeError)
 from dt.frontend.api import (FUNCTIONS, RVar, SIn, Var, In, Func, cast, cummax, cummin, cumprod, cumsum, dim_len,
-                             rargmax, rargmin, rdot, reshape, rmax, rmin, rsum)
+                             rargmax, rargmin, rargtopk, rdot, reshape, rmax, rmin, rsum)
 from dt.runtime import Program, load, loads, program
 from dt import debug  # breakpoints, tracing and sanitizers on the interpreter
 
@@ -18,5 +18,5 @@ __version__ = "0.1.0"
 globals().update(FUNCTIONS)
 
 __all__ = ["Program", "load", "loads", "program", "Func", "In", "SIn", "Var", "RVar", "rsum", "rmax", "rmin",
-           "rargmax", "rargmin", "rdot", "cumsum", "cumprod", "cummax", "cummin", *FUNCTIONS, "reshape", "cast", "dim_len", "DTError", "DTSyntaxError", "DTNameError",
+           "rargmax", "rargmin", "rargtopk", "rdot", "cumsum", "cumprod", "cummax", "cummin", *FUNCTIONS, "reshape", "cast", "dim_len", "DTError", "DTSyntaxError", "DTNameError",
            "DTDimensionError", "DTTypeError", "DTScheduleError", "DTExtentError", "DTInputError", "DTBackendError"]

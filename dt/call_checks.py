@@ -158,6 +158,8 @@ def given_outputs(out, specs: dict[str, tuple[tuple[int, ...], str]], torch_devi
         if tuple(array.shape) != shape or have != dtype:
             raise DTInputError(f"out '{name}' is {have or array.dtype} {tuple(array.shape)}; the output is {dtype} "
                                f"{shape}", None, "allocate it with the output's shape and dtype")
+        if not is_torch and not array.flags.writeable:
+            raise DTInputError(f"out '{name}' is read-only", None, "pass an array the call may write into")
         if not (array.is_contiguous() if is_torch else array.flags.c_contiguous):
             raise DTInputError(f"out '{name}' is not contiguous (C order)", None,
                                "pass a contiguous array (.contiguous() / np.ascontiguousarray makes a copy "

@@ -73,3 +73,34 @@ def test_the_debugger_shows_the_running_index_and_value():
     assert {"y_accumulator", "y_max", "y_tile_first"} <= set(seen)
     np.testing.assert_array_equal(seen["y_accumulator"], np.argmax(a[:2], axis=1))  # after the last tile
     np.testing.assert_array_equal(seen["y_max"], a[:2].max(axis=1))
+
+
+@pytest.mark.parametrize("schedule", list(cases.TOPK_SCHEDULES))
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_top_k_indices_largest_first_and_their_values_gathered(backend, schedule):
+    p = dt.loads(f"{cases.TOPK}\n{cases.TOPK_SCHEDULES[schedule]}")
+    a = specials(9, 101)
+    out = run_program(p, backend, sizes={"i": 5}, A=a)
+    want = cases._top(a.astype(np.float64), 5)
+    np.testing.assert_array_equal(out["ti"], want["ti"])
+    np.testing.assert_array_equal(out["tv"], want["tv"].astype(np.float32))
+
+
+def test_ranks_past_the_row_are_minus_one():
+    p = dt.loads(f"{cases.TOPK}\n{cases.TOPK_SCHEDULES['tiles']}")
+    out = p(A=np.array([[3.0, 1.0, 2.0]], np.float32), sizes={"i": 5})
+    np.testing.assert_array_equal(out["ti"], [[0, 2, 1, -1, -1]])
+    np.testing.assert_array_equal(out["tv"], [[3.0, 2.0, 1.0, 0.0, 0.0]])
+
+
+@pytest.mark.parametrize("source,error,message", [
+    ("Func t;\nIn A;\nVar x, i;\nRVar y;\nt[x, i] = rargtopk(A[x, y], y, i);\nt.tensorize(i:4);\nt.compile();",
+     dt.DTScheduleError, "walks 'i' in blocks or tiles"),
+    ("Func t;\nIn A;\nVar x, i;\nRVar y;\nt[x] = rargtopk(A[x, y], y, i);\nt.compile();", dt.DTDimensionError,
+     "not a dimension of 't'"),
+    ("Func t, s;\nIn A;\nVar x;\nt[x] = A[x] * 0.5;\ns[x] = A[t[x]];\ns.compile();", dt.DTTypeError,
+     "Func 't' indexes 'A'"),
+])
+def test_what_rargtopk_and_a_gather_through_a_func_need(source, error, message):
+    with pytest.raises(error, match=message):
+        dt.loads(source).pipeline("f32")

@@ -144,6 +144,15 @@ def test_greedy_decoding_picks_the_first_largest_logit(backend):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+def test_top_k_logits_and_their_ids(backend):
+    logits = normal(3, 9001)
+    out = run("topk", backend, sizes={"i": 16}, L=logits)
+    ids = np.argsort(-logits, axis=1, kind="stable")[:, :16]
+    np.testing.assert_array_equal(out["ti"], ids)
+    np.testing.assert_array_equal(out["tv"], np.take_along_axis(logits, ids, 1))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_prefix_sums_along_rows(backend):
     a = normal(5, 3001)  # a row no power of two divides, in one tile
     np.testing.assert_allclose(run("cumsum", backend, A=a), np.cumsum(a.astype(np.float64), axis=1),

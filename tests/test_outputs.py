@@ -157,6 +157,7 @@ def test_one_output_takes_its_array_and_a_numpy_array_for_gpu_kernels_is_copied_
     ({"h": np.empty((13, 300), np.float64)}, "out 'h' is f64 \\(13, 300\\); the output is f32 \\(13, 300\\)"),
     ({"h": np.empty((13, 301), np.float32)}, "out 'h' is f32 \\(13, 301\\)"),
     ({"h": np.empty((300, 13), np.float32).T}, "not contiguous"),
+    ({"h": np.broadcast_to(np.float32(0), (13, 300))}, "read-only"),
     ({"q": np.empty((13, 300), np.float32)}, "out= names 'q', which is not an output"),
     (np.empty((13, 300), np.float32), "out= must be a dict of arrays by output name"),
     ({"h": [[0.0] * 300] * 13}, "must be a NumPy array"),

@@ -76,3 +76,11 @@ def test_the_python_api_and_the_debugger_show_the_carry():
 def test_what_a_scan_needs(source, error, message):
     with pytest.raises(error, match=message):
         dt.loads(source).pipeline("f32")
+
+
+def test_a_fused_scan_along_a_blocked_dimension_is_refused():
+    """A fused Func spans only the program's block of a blocked dimension: its scan would restart."""
+    source = ("Func c, p;\nIn A;\nVar x, y;\np[x, y] = cumsum(A[x, y], y);\nc[x, y] = p[x, y];\n"
+              "c.block(y:4);\nc.tensorize(y:4);\np.fuse_at(c, x);\nc.compile();")
+    with pytest.raises(DTScheduleError, match="'p' runs cumsum along 'y'.*but c.block splits it"):
+        dt.loads(source)

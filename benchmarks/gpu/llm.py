@@ -121,6 +121,18 @@ def _cumsum(A):
     return torch.cumsum(A, dim=1)
 
 
+def _topk16(L):
+    values, ids = torch.topk(L, 16, dim=-1)
+    return ids, values  # dt's output order: ti, tv
+
+
+def _distinct_logits(e, g, device, dtype):
+    """Logits with no two equal (a permutation of evenly spaced values, exact in float32): the
+    order among equal values is torch.topk's own."""
+    return (torch.stack([torch.randperm(e["v"], generator=g, device=device) for _ in range(e["r"])]).to(dtype)
+            / e["v"] * 8.0 - 4.0)
+
+
 def _argmax(L):
     return torch.argmax(L, dim=-1)
 
@@ -266,6 +278,10 @@ def _argmax_bytes(e, item):
     return e["r"] * e["v"] * item + e["r"] * 8  # the logits read, the int64 ids written
 
 
+def _topk_bytes(e, item):
+    return e["r"] * e["v"] * item + e["r"] * e["i"] * (8 + item)  # the logits read, the ids and values written
+
+
 def _paged_bytes(e, item):
     tokens = e["b"] * e["l"] * 3 // 4  # lengths average three quarters of the context
     return (2 * tokens * e["Kc_axis2"] * e["d"] + 2 * e["b"] * e["h"] * e["d"]) * item + e["b"] * (e["l"] // 16) * 4
@@ -322,6 +338,11 @@ LLM_KERNELS: dict[str, Kernel] = {k.name: k for k in [
            ((7, 5003),), DTYPES, _argmax, moved=_argmax_bytes,
            notes="greedy decoding over Llama 3's vocabulary (64 rows: a decode batch; 4096: a prefill) and "
                  "GPT-2's and Llama 2's: torch.argmax(dim=-1), int64 ids."),
+    Kernel("topk", MEMORY, LLM / "topk.dt", {"L": ("r", "v")}, ("r", "i"), {}, ("r", "v", "i"),
+           ((64, 128256, 16), (4096, 32000, 16)), ((64, 128256, 16),), ((7, 5003, 16),), ("f32",), _topk16,
+           made_inputs={"L": _distinct_logits}, dt_sizes=("i",), moved=_topk_bytes,
+           notes="top-16 ids and logits per row (sampling): torch.topk(L, 16); distinct float32 logits, since "
+                 "torch.topk orders equal values as it likes."),
     Kernel("cumsum", MEMORY, LLM / "cumsum.dt", {"A": ("x", "y")}, ("x", "y"), {}, ("x", "y"),
            ((4096, 8192), (16384, 1024), (1000, 32000)), ((4096, 8192),), ((7, 3001),), DTYPES, _cumsum,
            notes="prefix sums along rows: torch.cumsum(dim=1)."),

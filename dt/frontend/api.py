@@ -266,6 +266,13 @@ rsum, rmax, rmin = _reduction("sum"), _reduction("max"), _reduction("min")
 rargmax, rargmin = _reduction("argmax"), _reduction("argmin")
 
 
+def rargtopk(body, dim, slot):
+    """The indices along `dim` of the len(slot) largest values of body, largest first."""
+    if not isinstance(dim, Var) or not isinstance(slot, Var):
+        raise DTDimensionError("rargtopk needs dimension objects as its last two arguments", caller_loc())
+    return A.Reduce("argtopk", (A.as_expr(body),), dim.name, caller_loc(), None, dim_decl=dim, slot=slot.name)
+
+
 def _scan(op):
     def fn(body, dim):
         if not isinstance(dim, Var):

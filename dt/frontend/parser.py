@@ -263,6 +263,11 @@ class _Builder:
             arity(2)
             dim, dim_loc = dim_arg(arg_nodes[1])
             return A.Reduce(fn[1:], ((yield arg_nodes[0]),), dim, fn_loc, dim_loc)
+        if fn == "rargtopk":
+            arity(3)
+            dim, dim_loc = dim_arg(arg_nodes[1])
+            slot, _ = dim_arg(arg_nodes[2])
+            return A.Reduce("argtopk", ((yield arg_nodes[0]),), dim, fn_loc, dim_loc, slot=slot)
         if fn in _SCAN_OPS:
             arity(2)
             dim, dim_loc = dim_arg(arg_nodes[1])

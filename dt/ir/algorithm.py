@@ -151,13 +151,15 @@ class Cast(Expr):
 
 @dataclass(frozen=True, eq=False)
 class Reduce(Expr):
-    """rsum / rmax / rmin over `dim` of `body`; rdot(a, b, k) is Reduce('dot', (a, b), k)."""
-    op: str  # 'sum' | 'max' | 'min' | 'dot'
+    """rsum / rmax / rmin over `dim` of `body`; rdot(a, b, k) is Reduce('dot', (a, b), k);
+    rargtopk(e, r, i) is Reduce('argtopk', (e,), r, slot='i'): its result varies along `slot`."""
+    op: str  # 'sum' | 'max' | 'min' | 'dot' | 'argmax' | 'argmin' | 'argtopk'
     args: tuple[Expr, ...]
     dim: str
     loc: Loc | None = field(default=None, compare=False)
     dim_loc: Loc | None = field(default=None, compare=False)
     dim_decl: object = field(default=None, compare=False, repr=False)
+    slot: str | None = None
 
 
 @dataclass(frozen=True)
@@ -255,7 +257,7 @@ def rebuild(e: Expr, kids: tuple[Expr, ...]) -> Expr:
     if isinstance(e, Where):
         return Where(kids[0], kids[1], kids[2], e.loc)
     if isinstance(e, Reduce):
-        return Reduce(e.op, kids, e.dim, e.loc, e.dim_loc, e.dim_decl)
+        return Reduce(e.op, kids, e.dim, e.loc, e.dim_loc, e.dim_decl, e.slot)
     if isinstance(e, Scan):
         return Scan(e.op, kids[0], e.dim, e.loc, e.dim_loc)
     return e
@@ -294,7 +296,9 @@ def _free_dims(e: Expr):
     dims = frozenset()
     for c in children(e):
         dims |= yield c
-    return dims - {e.dim} if isinstance(e, Reduce) else dims | {e.dim} if isinstance(e, Scan) else dims
+    if isinstance(e, Reduce):
+        return dims - {e.dim} | ({e.slot} if e.slot else set())
+    return dims | {e.dim} if isinstance(e, Scan) else dims
 
 
 _PRECEDENCE = {"+": 1, "-": 1, "*": 2, "/": 2, "//": 2, "%": 2}
@@ -327,7 +331,7 @@ def expr_text(e: Expr, parent: int = 0) -> str:
         return f"{expr_text(e.a, 4)} ** {expr_text(e.b, 4)}"
     if isinstance(e, Reduce):
         function = "rdot" if e.op == "dot" else f"r{e.op}"
-        return f"{function}({', '.join(expr_text(a) for a in e.args)}, {e.dim})"
+        return f"{function}({', '.join(expr_text(a) for a in e.args)}, {e.dim}{', ' + e.slot if e.slot else ''})"
     if isinstance(e, Scan):
         return f"cum{e.op}({expr_text(e.x)}, {e.dim})"
     name = e.op if isinstance(e, (Unary, Binary)) else type(e).__name__.lower()

@@ -173,12 +173,14 @@ REDUCTIONS: dict[str, Reduction] = {r.name: r for r in (
     Reduction("dot", "rdot", 0.0, "+"),
     Reduction("argmax", "rargmax", float("-inf"), "maximum", np.argmax, index=True),
     Reduction("argmin", "rargmin", float("inf"), "minimum", np.argmin, index=True),
+    # rargtopk(e, r, i): the indices of the len(i) largest, largest first (the reference: reference.py)
+    Reduction("argtopk", "rargtopk", float("-inf"), "maximum", index=True),
 )}
 # Scans: the running form of a reduction, cumsum(e, v) the prefix sums of e along v (a pure
 # dimension), each described as a Reduction is: identity, the op combining a running value with
 # the next element, NumPy (array, axis=...) for the reference.
 SCANS: dict[str, Reduction] = {r.name: r for r in (
-    Reduction("sum", "cumsum", 0.0, "+", np.cumsum),
+    Reduction("sum", "cumsum", -0.0, "+", np.cumsum),  # -0.0 + x is x, for x = -0.0 too
     Reduction("prod", "cumprod", 1.0, "*", np.cumprod),
     Reduction("max", "cummax", float("-inf"), "maximum", np.maximum.accumulate),
     Reduction("min", "cummin", float("inf"), "minimum", np.minimum.accumulate),

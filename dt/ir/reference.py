@@ -63,6 +63,20 @@ def _cast(x: _Named, dtype: str, compute: str | None) -> _Named:
     return _Named(np.asarray(out, dtype=np.float64), x.dims)
 
 
+def _top_indices(x: _Named, dim: str, slot: str, extents) -> _Named:
+    """rargtopk: along `dim`, the indices of the extents[slot] largest values, largest first, NaN
+    before every number, equal values by index; -1 past the row's length."""
+    dims = x.dims if dim in x.dims else x.dims + (dim,)
+    values = np.broadcast_to(x.aligned(dims), [extents[d] for d in dims])
+    values = np.moveaxis(values, dims.index(dim), -1)
+    n, k = values.shape[-1], extents[slot]
+    index = np.broadcast_to(np.arange(n), values.shape)
+    order = np.lexsort((index, -np.where(np.isnan(values), 0.0, values), ~np.isnan(values)), axis=-1)[..., :k]
+    if k > n:
+        order = np.concatenate([order, np.full(order.shape[:-1] + (k - n,), -1)], axis=-1)
+    return _Named(order.astype(np.float64), tuple(d for d in dims if d != dim) + (slot,))
+
+
 def evaluate(cp: CheckedProgram, inputs: dict[str, np.ndarray], scalars: dict[str, float],
              extents: dict[str, int], compute: str = "f32", types: Types | None = None) -> dict[str, np.ndarray]:
     """Every computed Func as a float64 array over its LHS dims; casts round a float operand to
@@ -126,6 +140,8 @@ def evaluate(cp: CheckedProgram, inputs: dict[str, np.ndarray], scalars: dict[st
                 out = out * extents[e.dim]
             return _Named(np.asarray(out, dtype=np.float64), out_dims)
         x = args[0]
+        if e.slot:
+            return _top_indices(x, e.dim, e.slot, extents)
         if e.dim not in x.dims:  # the body does not vary along the reduced dimension
             x = _Named(np.broadcast_to(np.asarray(x.array)[..., None], np.shape(x.array) + (extents[e.dim],)),
                        x.dims + (e.dim,))

@@ -5,6 +5,8 @@ names and plans the kernel renderer makes (offsets, masks, tensor arguments, lay
 Integer tiles and reads at computed indices follow integers.py's rules on Triton's typing."""
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass
 
 from dt.backends.pysource import Writer, number
@@ -272,7 +274,7 @@ class ExpressionRenderer(Renderer):
         return f"tl.full({self.shape_text((e.axis,))}, 1, tl.int1)"
 
     def Full(self, e: S.Full, loc=None) -> str:
-        if e.value == 0.0:
+        if e.value == 0.0 and math.copysign(1.0, e.value) > 0:  # -0.0 keeps its sign (a scan's carry)
             return f"tl.zeros({self.shape_text(e.axes)}, {TL_DTYPE[e.dtype]})"
         return f"tl.full({self.shape_text(e.axes)}, {self.Literal(S.Literal(e.value, e.dtype))}, {TL_DTYPE[e.dtype]})"
 

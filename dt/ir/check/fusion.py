@@ -137,13 +137,14 @@ def check_func_schedule(cp: CheckedProgram, root: str):
     """Schedules name only dimensions the kernel has; fused Funcs have no block/map of their own;
     a scan runs along all of its dimension in each program."""
     kernel_dims = set(cp.kernel_dims(root))
-    for e in A.walk(cp.funcs[root].expr):
-        if isinstance(e, A.Scan) and e.dim in cp.schedules[root].block:
-            raise DTScheduleError(f"'{root}' runs cum{e.op} along '{e.dim}', so each program must walk all of "
-                                  f"'{e.dim}' (in tiles, carrying the running value), but block splits it over "
-                                  f"programs", cp.schedules[root].dim_locs.get(("block", e.dim)),
-                                  f"remove '{e.dim}' from {root}.block(...); tensorize({e.dim}:...) sets the tiles "
-                                  f"it is walked in")
+    for f in cp.kernel_funcs(root):  # a fused Func spans only the program's block of a blocked dimension
+        for e in A.walk(cp.funcs[f].expr):
+            if isinstance(e, A.Scan) and e.dim in cp.schedules[root].block:
+                raise DTScheduleError(f"'{f}' runs cum{e.op} along '{e.dim}', so each program must walk all of "
+                                      f"'{e.dim}' (in tiles, carrying the running value), but {root}.block splits it "
+                                      f"over programs", cp.schedules[root].dim_locs.get(("block", e.dim)),
+                                      f"remove '{e.dim}' from {root}.block(...); tensorize({e.dim}:...) sets the "
+                                      f"tiles it is walked in")
     for f in cp.kernel_funcs(root):
         s = cp.schedules[f]
         for dim in s.tensorize:

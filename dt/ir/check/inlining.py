@@ -44,6 +44,11 @@ def _substitute_step(e: A.Expr, funcs: dict[str, A.FuncDef], inline: set[str]):
                                   f"'{scan.dim}', carrying a running value from tile to tile", e.loc,
                                   f"compute {f.name} at root (remove its inline()), or fuse it at a loop over "
                                   f"another dimension")
+        ranked = next((n for n in A.walk(f.expr) if isinstance(n, A.Reduce) and n.slot), None)
+        if ranked is not None:
+            raise DTScheduleError(f"cannot inline '{f.name}': r{ranked.op} fills its dimension '{ranked.slot}' "
+                                  f"with the ranks it finds", e.loc,
+                                  f"compute {f.name} at root (remove its inline()), or fuse it")
         used = frozenset().union(*(A.free_dims(sub) for sub in subscripts)) if subscripts else frozenset()
         bound = {n.dim for n in A.walk(f.expr) if isinstance(n, A.Reduce)}
         clash = bound & used - set(f.dims)
@@ -89,7 +94,7 @@ def _replace_step(e: A.Expr, subscripts: dict[str, A.Expr]):
         args = []
         for a in e.args:
             args.append((yield a, inner))
-        return A.Reduce(e.op, tuple(args), e.dim, e.loc, e.dim_loc)
+        return A.Reduce(e.op, tuple(args), e.dim, e.loc, e.dim_loc, slot=e.slot)
     kids = []
     for c in A.children(e):
         kids.append((yield c, subscripts))

@@ -167,6 +167,11 @@ def _check_expr(f, e, bound, kinds, defs, input_ranks):
         if e.dim in f.dims and e.dim not in bound:
             raise DTDimensionError(f"'{f.name}' reduces over '{e.dim}', which is also on its left-hand side",
                                    e.dim_loc or e.loc, f"a dimension of {f.name} cannot be reduced away")
+        if e.slot is not None and (e.slot not in f.dims or e.slot in bound):
+            raise DTDimensionError(f"rargtopk's ranks run along '{e.slot}', which is not a dimension of '{f.name}'"
+                                   + (" here (a reduction over it encloses this one)" if e.slot in bound else ""),
+                                   e.loc, f"give {f.name} the dimension of the ranks, its extent k: "
+                                          f"{f.name}[..., {e.slot}] = rargtopk(..., {e.dim}, {e.slot})")
         for a in e.args:
             yield a, bound | {e.dim}
         return

@@ -2,7 +2,7 @@
 inputs and reads of input tensors (gathers) combine with the ops closed over integers (the op
 table's `integer` flag: `+ - * // %`, `maximum`, `minimum`, `abs`, `-x`), `//` and `%` by a
 positive divisor; a cast to an integer dtype makes any value an index. Whether a scalar or a
-gathered tensor holds integers is known only when the program is called (dt.ir.lower.types)."""
+gathered tensor or Func holds integers is known only when the program is called (dt.ir.lower.types)."""
 from __future__ import annotations
 
 from dt.dtypes import INTEGERS
@@ -30,9 +30,7 @@ def _check_index(s: A.Expr, access: A.Access):
                 raise DTTypeError(f"the index {A.expr_text(s)} of '{access.name}' is not an integer: {e.value!r} is "
                                   "a float", e.loc or access.loc, "write an integer constant")
         elif isinstance(e, A.Access):
-            if e.kind != "input":
-                raise DTTypeError(f"'{access.name}' is indexed by Func '{e.name}': a gather reads an integer input",
-                                  e.loc or access.loc, f"pass the indices as an input tensor (In {e.name};)")
+            continue  # a gather through an input or a Func: integers, checked with the dtypes (dt.ir.lower.types)
         elif isinstance(e, A.Cast):
             if e.dtype not in INTEGERS:
                 raise DTTypeError(f"the index {A.expr_text(s)} of '{access.name}' is cast to {e.dtype}, not an integer",

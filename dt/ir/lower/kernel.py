@@ -17,12 +17,13 @@ from dt.ir.lower.loops import LoopNestLowering
 from dt.ir.lower.online_statistics import OnlineStatistics
 from dt.ir.lower.types import Types
 from dt.ir.lower.reductions import ReductionLowering
+from dt.ir.lower.ranks import RankLowering
 from dt.ir.lower.scans import ScanLowering
 from dt.ir.naming import RESERVED_NAMES, size_name
 
 
 class KernelLowering(GridLowering, LoopNestLowering, ExpressionLowering, ReductionLowering, OnlineStatistics,
-                     ScanLowering, KernelBuilder):
+                     ScanLowering, RankLowering, KernelBuilder):
     """Lowers the kernel computing one root Func. Its parts share the state set here: the names
     taken, the statements emitted and their scopes, the axes, the producers fused at each loop and
     the reductions already accumulated in a sibling's loop."""

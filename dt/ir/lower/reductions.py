@@ -28,7 +28,7 @@ class ReductionLowering:
     def reduction(self, e: A.Reduce, func: str, env):
         shared = self.shared_reductions.get(id(e))
         if shared is not None:
-            return shared
+            return self.rank_indices(e, shared) if e.slot else shared
         siblings = self.siblings(e, func)
         # a loop that accumulates several Funcs' reductions, or one of several Funcs' loops over the
         # same dim, names each accumulator after its Func (`y_mean_accumulator`, `y_variance_accumulator`)
@@ -136,7 +136,7 @@ class ReductionLowering:
                 self.emit(S.Assign(r_acc.name, S.Where(all_minus_inf, nan, r_acc), f"r{r.op}", r.loc))
                 if r is not e:
                     self.shared_reductions[id(r)] = r_acc
-        return acc
+        return self.rank_indices(e, acc) if e.slot else acc
 
     def walked(self, e: A.Reduce, siblings: list[A.Reduce], env, tile: int, shifts, funcs):
         """(start, split, stop, condition) of the loop over e.dim accumulating the reductions of
@@ -205,6 +205,8 @@ class ReductionLowering:
         stem = self.accumulator_stems.get(e.dim, {}).get(func, func) if func else None
         name = f"{e.dim}_{stem}_accumulator" if func else f"{e.dim}_accumulator"
         reduction = REDUCTIONS[e.op]
+        if e.slot:  # the k best so far (dt.ir.lower.ranks)
+            return self.rank_accumulators(e, env, axes, name)
         if reduction.index:  # the index found so far, and the value there (arg_update)
             self.arg_values[id(e)] = self.assign(name.replace("accumulator", reduction.combine[:3]),
                                                  S.Full(reduction.identity, axes, self.compute), f"r{e.op}", e.loc)
@@ -215,6 +217,8 @@ class ReductionLowering:
         """The accumulator after one step of reduction e over the current tile `ax`; `given`:
         operands already computed as tiles, by index (the shifted exponentials of a product)."""
         op, identity = e.op, REDUCTIONS[e.op].identity
+        if e.slot:
+            return self.rank_update(e, func, env, ax, acc)
         if REDUCTIONS[op].index:
             return self.arg_update(e, func, env, ax, acc)
         given = given or {}

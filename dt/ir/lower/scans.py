@@ -55,13 +55,13 @@ class ScanLowering:
         combine = SCANS[e.op].combine
         result = self.assign(f"{e.dim}_scan", S.Binary(combine, S.Expand(carry, dims) if carry.dims != dims
                                                        else carry, scanned), f"cum{e.op}", e.loc)
-        # the carry becomes the tile's last valid lane: the one sum of the lanes it is nonzero on
+        # the carry becomes the tile's last valid lane: a sum of it and -0.0s, exact (NaN, inf, -0.0 too)
         axis = self.axes[ax]
         end = iadd(axis.start, axis.size)
         if axis.limit is not None:
             end = imin(end, axis.limit)
         last = S.Binary("==", S.IndexOf(ax, INDEX), S.Index(isub(end, 1), INDEX))
         last = last if dims == (ax,) else S.Expand(last, dims)
-        picked = S.Reduce("sum", S.Where(last, result, S.Literal(0.0, self.compute)), ax)
+        picked = S.Reduce("sum", S.Where(last, result, S.Literal(-0.0, self.compute)), ax)
         self.emit(S.Assign(carry.name, self.fit(picked, carry.dims), f"cum{e.op}", e.loc))
         return result

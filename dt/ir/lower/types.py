@@ -87,6 +87,11 @@ class Types:
                             raise DTTypeError(f"'{node.name}' indexes '{e.name}' ({e.text}) but holds "
                                               f"{self.input_dtypes.get(node.name)} values, not integers", node.loc,
                                               f"pass {node.name} as an integer tensor (int32 or int64)")
+                        if isinstance(node, A.Access) and node.kind == "func" and \
+                                self.func_dtypes.get(node.name) not in INTEGERS:
+                            raise DTTypeError(f"Func '{node.name}' indexes '{e.name}' ({e.text}) but holds "
+                                              f"{self.func_dtypes.get(node.name)} values, not integers", node.loc,
+                                              f"define {node.name} as an integer (an index, or cast(..., i64))")
                         if isinstance(node, A.ScalarRef) and node.name not in self.scalar_dtypes:
                             raise DTTypeError(f"scalar '{node.name}' indexes '{e.name}' ({e.text}) but is a float",
                                               node.loc, f"pass {node.name} as a Python int")
