@@ -104,3 +104,14 @@ def test_ranks_past_the_row_are_minus_one():
 def test_what_rargtopk_and_a_gather_through_a_func_need(source, error, message):
     with pytest.raises(error, match=message):
         dt.loads(source).pipeline("f32")
+
+
+def test_the_sanitizers_see_the_values_ranked_not_the_empty_ranks():
+    p = dt.loads(f"{cases.TOPK}\n{cases.TOPK_SCHEDULES['tiles']}")
+    a = RNG.standard_normal((5, 40)).astype(np.float32)
+    with dt.debug.sanitize():  # the kept ranks start empty, at -inf: no report
+        out = p(A=a, sizes={"i": 4})
+    np.testing.assert_array_equal(out["ti"], np.argsort(-a, axis=1, kind="stable")[:, :4])
+    a[1, 3] = np.inf
+    with pytest.raises(dt.debug.DTNonFiniteError, match="is inf at x=1, y=3"), dt.debug.sanitize():
+        p(A=a, sizes={"i": 4})

@@ -10,9 +10,10 @@ from dt.backends.numpy.codegen import Renderer
 from dt.backends.pysource import Writer
 from dt.errors import Loc
 from dt.ir import scheduled as S
-from dt.ir.ops import REDUCTIONS
+from dt.ir.ops import REDUCTIONS, SCANS
 
-REDUCTION_FUNCTIONS = frozenset(r.function for r in REDUCTIONS.values())  # rsum, rmax, ...
+# rsum, rmax, ..., cumsum, ...: what an accumulator's (a scan's carry's) dt_name is
+REDUCTION_FUNCTIONS = frozenset(r.function for r in (*REDUCTIONS.values(), *SCANS.values()))
 
 
 def tile_statements(pipeline: S.Pipeline):
@@ -122,7 +123,7 @@ class _Walker:
     def role(self, s: S.Assign) -> str:
         if isinstance(s.value, S.Load):
             return "load"
-        if s.dt_name in REDUCTION_FUNCTIONS:  # an accumulator, or a one-pass update's running max, mean, ...
+        if s.dt_name in REDUCTION_FUNCTIONS:  # an accumulator, a one-pass update's running max, mean, a carry
             return "accumulator"
         return "func"
 

@@ -328,8 +328,9 @@ def _valid_lanes(spans, shape) -> np.ndarray:
 
 
 def _checks_finite(st: Statement) -> bool:
-    """Every Assign but the ±inf initialisation of a max/min accumulator."""
-    if st.target is None:
+    """Every Assign but the ±inf initialisation of a max/min accumulator and rargtopk's ranks
+    (-inf marks an empty or taken one)."""
+    if st.target is None or st.node.dt_name == "rargtopk":
         return False
     value = st.node.value
     return not (isinstance(value, S.Full) and not np.isfinite(value.value))
