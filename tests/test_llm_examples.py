@@ -144,6 +144,19 @@ def test_greedy_decoding_picks_the_first_largest_logit(backend):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+def test_layernorm_backward_from_saved_statistics(backend):
+    dy, a, w = normal(37, 301), normal(37, 301) + 2, normal(301)
+    mean, rstd = a.mean(-1).astype(np.float32), (1 / np.sqrt(a.var(-1) + 1e-5)).astype(np.float32)
+    xhat = (a.astype(np.float64) - mean[:, None]) * rstd[:, None]
+    wdy = w * dy.astype(np.float64)
+    dx = rstd[:, None] * (wdy - wdy.mean(-1, keepdims=True) - xhat * (wdy * xhat).mean(-1, keepdims=True))
+    out = run("layernorm_backward", backend, DY=dy, A=a, W=w, Mean=mean, Rstd=rstd)
+    assert_close(out["dx"], dx, "f32")
+    assert_close(out["dw"], (dy * xhat).sum(0), "f32")
+    assert_close(out["db"], dy.astype(np.float64).sum(0), "f32")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_top_k_logits_and_their_ids(backend):
     logits = normal(3, 9001)
     out = run("topk", backend, sizes={"i": 16}, L=logits)

@@ -137,6 +137,13 @@ def _argmax(L):
     return torch.argmax(L, dim=-1)
 
 
+def _layernorm_backward(DY, A, W, Mean, Rstd):
+    """What autograd runs for a layer norm's gradients: (dx, dw, db)."""
+    dx, dw, db = torch.ops.aten.native_layer_norm_backward(DY, A, [A.shape[-1]], Mean[:, None], Rstd[:, None], W,
+                                                           torch.zeros_like(W), [True, True, True])
+    return dx, dw, db
+
+
 def _int8_matmul(X, Wq, S):
     return (X @ Wq.to(X.dtype).t()) * S  # dequantize, then the product
 
@@ -256,6 +263,21 @@ def _liger_layernorm_stats(lf, t, s):
     return call
 
 
+def _liger_layernorm_backward(lf, t, s):
+    from liger_kernel.ops.layer_norm import layer_norm_backward
+    DY, A, W, Mean, Rstd = (t[n] for n in ("DY", "A", "W", "Mean", "Rstd"))
+    B = torch.zeros_like(W)
+    return lambda: layer_norm_backward(DY, A, W, B, Mean, Rstd)
+
+
+def _statistics(kind):
+    """A row's mean (normal) or 1/std (between 0.5 and 2): any values serve a backward pass."""
+    def make(e, g, device, dtype):
+        values = torch.rand(e["x"], generator=g, device=device, dtype=torch.float64)
+        return (values * 1.5 + 0.5 if kind == "rstd" else values * 2.0 - 1.0).to(dtype)
+    return make
+
+
 def _liger_cross_entropy(lf, t, s):
     L, T = t["L"], t["T"]
     return lambda: lf.liger_cross_entropy(L, T, ignore_index=-100, reduction="none")
@@ -280,6 +302,10 @@ def _argmax_bytes(e, item):
 
 def _topk_bytes(e, item):
     return e["r"] * e["v"] * item + e["r"] * e["i"] * (8 + item)  # the logits read, the ids and values written
+
+
+def _layernorm_backward_bytes(e, item):
+    return (3 * e["x"] * e["k"] + 3 * e["k"] + 2 * e["x"]) * item  # DY and A read, dx written; W, dw, db; statistics
 
 
 def _paged_bytes(e, item):
@@ -333,6 +359,14 @@ LLM_KERNELS: dict[str, Kernel] = {k.name: k for k in [
            moved=_layernorm_stats_bytes,
            notes="layer norm forward returning y and each row's float32 mean and 1/std: eager is "
                  "torch.native_layer_norm (what autograd calls), Liger its layer_norm_forward."),
+    Kernel("layernorm_backward", MEMORY, LLM / "layernorm_backward.dt",
+           {"DY": ("x", "k"), "A": ("x", "k"), "W": ("k",), "Mean": ("x",), "Rstd": ("x",)}, ("x", "k"), {},
+           ("x", "k"), ((4096, 4096), (16384, 4096), (4096, 8192)), ((4096, 4096),), ((7, 300),), ("f32",),
+           _layernorm_backward, liger=_liger_layernorm_backward, moved=_layernorm_backward_bytes,
+           made_inputs={"Mean": _statistics("mean"), "Rstd": _statistics("rstd")},
+           notes="dx, dw and db from the forward's statistics: torch.ops.aten.native_layer_norm_backward (what "
+                 "autograd calls), Liger's layer_norm_backward; float32 (dt's outputs take the inputs' promoted "
+                 "float dtype, and the statistics are float32)."),
     Kernel("argmax", MEMORY, LLM / "argmax.dt", {"L": ("r", "v")}, ("r",), {}, ("r", "v"),
            ((64, 128256), (4096, 128256), (256, 50257), (1000, 32000)), ((64, 128256), (4096, 128256)),
            ((7, 5003),), DTYPES, _argmax, moved=_argmax_bytes,
