@@ -1,4 +1,4 @@
-"""Lane accumulators for reductions that walk a loop of tiles.
+"""Lane accumulators for reductions that walk a loop of tiles (arg-reductions too).
 
 The scheduled IR accumulates a tiled reduction tile by tile: each step reduces its tile
 (`tl.sum(tile, axis)`) and adds the result to the accumulator. On a GPU a reduction across
@@ -108,6 +108,7 @@ def _rewrite(body: tuple, taken: set[str], from_dot: set[str]) -> tuple:
             continue
         loop = S.For(loop.var, loop.start, loop.stop, loop.step, _rewrite(loop.body, taken, from_dot), loop.dim,
                      loop.kind, loop.loc)
+        loop, arg_finals = _arg_lanes(out, i, loop, taken)
         own_axes = {a.name for a in loop.body if isinstance(a, S.Axis) and loop.var in S.index_names(a.start)}
         inits = {s.name: k for k, s in enumerate(out[:i]) if isinstance(s, S.Assign)}
         loop_body, after = list(loop.body), []
@@ -128,6 +129,104 @@ def _rewrite(body: tuple, taken: set[str], from_dot: set[str]) -> tuple:
             loop_body[k] = S.Assign(lanes, S.Binary(s.value.op, lanes_ref, reduce.x), s.dt_name, s.loc)
             after.append(S.Assign(s.name, wrap(S.Reduce(reduce.op, lanes_ref, reduce.axis)), s.dt_name, s.loc))
         out[i] = S.For(loop.var, loop.start, loop.stop, loop.step, tuple(loop_body), loop.dim, loop.kind, loop.loc)
+        after += arg_finals
         out[i + 1:i + 1] = after
         i += 1 + len(after)
     return tuple(out)
+
+
+# ------------------------------------------------------------------ arg-reductions
+# rargmax / rargmin: the comparison a later tile wins by, the reduction over lanes, NaN's key
+ARG_REDUCTIONS = {"rargmax": (">", "max", float("inf")), "rargmin": ("<", "min", float("-inf"))}
+
+
+def _arg_group(body: list, k: int):
+    """(kind, values, the six statements) when body[k] starts the tile-by-tile update of rargmax or
+    rargmin (dt.ir.lower.reductions.arg_update): its keys (the values, NaN read as past every
+    number), the tile's best, the tile's first index, the new index, the value accumulator's
+    update, the index accumulator's."""
+    keys = body[k]
+    kind = ARG_REDUCTIONS.get(getattr(keys, "dt_name", None))
+    if kind is None or not isinstance(keys, S.Assign) or k + 6 > len(body):
+        return None
+    v = keys.value
+    if not (isinstance(v, S.Where) and isinstance(v.cond, S.Binary) and v.cond.op == "!="
+            and v.cond.a == v.cond.b == v.b and isinstance(v.a, S.Literal) and v.a.value == kind[2]):
+        return None
+    group = body[k:k + 6]
+    if not all(isinstance(s, S.Assign) and s.dt_name == keys.dt_name for s in group) \
+            or not (isinstance(group[5].value, S.Ref) and group[5].value.name == group[3].name):
+        return None
+    return kind, v.b, group
+
+
+def _arg_lanes(out: list, i: int, loop: S.For, taken: set[str]) -> tuple[S.For, list]:
+    """`loop` (out[i]) with each rargmax / rargmin it updates tile by tile kept lane by lane
+    instead — each lane its best value so far and the first index it came from, NaN winning —
+    and the statements reducing the lanes once after it: the best lane's index, the smallest
+    among equal ones (NaN first). Their initialisations in out[:i] become the lanes'."""
+    body, after = list(loop.body), []
+    inits = {s.name: n for n, s in enumerate(out[:i]) if isinstance(s, S.Assign)}
+    k = 0
+    while k < len(body):
+        found = _arg_group(body, k)
+        if found is None:
+            k += 1
+            continue
+        (strictly, reduce, past), values, group = found
+        index_acc, value_acc = group[5].name, group[4].name
+        if index_acc not in inits or value_acc not in inits:
+            k += 1
+            continue
+        first_init = min(inits[index_acc], inits[value_acc])
+        others = [t for n, t in enumerate(out[first_init + 1:i], first_init + 1)
+                  if n not in (inits[index_acc], inits[value_acc])] + body[:k] + body[k + 6:]
+        if any(_touches(t, index_acc) or _touches(t, value_acc) for t in others):
+            k += 1
+            continue
+        keys = group[0]
+        dims, dtype, acc_dims = keys.value.dims, keys.value.dtype, group[5].value.dims
+        lanes = [a for a in dims if a not in acc_dims]
+        if not lanes:  # tiles of one lane (a scalar axis): nothing to keep lane by lane
+            k += 1
+            continue
+        axis = lanes[0]
+        best = S.Ref(S.fresh_name(f"{value_acc}_lanes", taken), dims, dtype)
+        index = S.Ref(S.fresh_name(f"{index_acc}_lanes", taken), dims, "i64")
+        init = out[inits[value_acc]].value
+        out[inits[value_acc]] = S.Assign(best.name, S.Full(init.value, dims, dtype), keys.dt_name, keys.loc)
+        out[inits[index_acc]] = S.Assign(index.name, S.Full(0, dims, "i64"), keys.dt_name, keys.loc)
+        wins = S.Where(S.Binary("!=", values, values), S.Binary("==", best, best), S.Binary(strictly, values, best))
+        lane_index = S.IndexOf(axis, "i64") if dims == (axis,) else S.Expand(S.IndexOf(axis, "i64"), dims)
+        body[k:k + 6] = [S.Assign(index.name, S.Where(wins, lane_index, index), keys.dt_name, keys.loc),
+                         S.Assign(best.name, S.Where(wins, values, best), keys.dt_name, keys.loc)]
+        after += _arg_final(best, index, axis, reduce, past, loop.dim, group, taken)
+        k += 2
+    return dataclasses.replace(loop, body=tuple(body)), after
+
+
+def _arg_final(best: S.Ref, index: S.Ref, axis: str, reduce: str, past: float, dim: str, group,
+               taken: set[str]) -> list:
+    """After the loop: over the lanes, the best value (NaN first) and the smallest index holding
+    it, assigned to the accumulators as the tile-by-tile statements left them."""
+    keys, extent = group[0], S.Extent(dim, "i64")
+    stem = group[5].name
+    out = []
+
+    def tile(base, value):
+        name = S.fresh_name(f"{stem}_{base}", taken)
+        out.append(S.Assign(name, value, keys.dt_name, keys.loc))
+        return S.Ref(name, value.dims, value.dtype)
+    nan = S.Binary("!=", best, best)
+    lane_keys = tile("keys", S.Where(nan, S.Literal(past, best.dtype), best))
+    top = tile("top", S.Reduce(reduce, lane_keys, axis))
+    holds_top = S.Binary("==", lane_keys, S.BroadcastTo(S.Expand(top, best.dims)))
+    ranked = S.Where(nan, index, S.Binary("+", index, extent))
+    first = tile("first", S.Reduce("min", S.Where(holds_top, ranked, S.Binary("*", extent, S.Literal(2, "i64"))),
+                                   axis))
+    found_nan = S.Binary("<", first, extent)
+    out.append(S.Assign(group[5].name, S.Where(found_nan, first, S.Binary("-", first, extent)), keys.dt_name,
+                        keys.loc))
+    out.append(S.Assign(group[4].name, S.Where(found_nan, S.Literal(float("nan"), best.dtype), top), keys.dt_name,
+                        keys.loc))
+    return out
