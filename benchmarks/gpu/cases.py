@@ -289,8 +289,8 @@ SCHEDULES: list[tuple[str, str | None, str | None, str]] = [
     ("batched_matmul", "b=32, x=1024, y=1024, k=1024", None, _S + "batched_matmul_tma.dt"),
     ("batched_matmul", "b=512, x=128, y=128, k=64", None, _S + "batched_matmul_64x128.dt"),
     ("argmax", "r=64, v=128256", None, _S + "argmax_16384.dt"),
-    ("argmax", "r=4096, v=128256", None, _S + "argmax_2048.dt"),
-    ("argmax", "r=1000, v=32000", None, _S + "argmax_2048.dt"),
+    ("argmax", "r=256, v=50257", "bf16", _S + "argmax_2048.dt"),
+    ("argmax", "r=1000, v=32000", "bf16", _S + "argmax_1024.dt"),
     ("cumsum", "x=16384, y=1024", None, _S + "cumsum_short_rows.dt"),
 ]
 
