@@ -221,7 +221,7 @@ class Program:
         pipeline's TensorSpecs) fit in `limit`, the memory they are made in."""
         tiles.check_extents(self.checked.tiles, extents)
         call_checks.check_memory([(t.role, t.name, t.dims, t.dtype,
-                                   self._first_access(t.name) if t.role == "input" else self.checked.funcs[t.name].loc)
+                                   self._first_access(t.name) if t.role == "input" else self.checked.written[t.name].loc)
                                   for t in tensors], extents, limit)
 
     def _check_capabilities(self, backend_obj, pipeline: Pipeline):

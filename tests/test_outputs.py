@@ -101,7 +101,6 @@ def test_an_output_in_a_loop_keeps_every_tile_the_condition_would_skip(backend):
 @pytest.mark.parametrize("schedule,message", [
     ("h.fuse_at(y, t);\nh.compile_to_kernel();\ny.compile();", "cannot be both fused into another Func and "
                                                                "compile_to_kernel"),
-    ("h.inline();\nh.compile();\ny.compile();", "cannot be both inline and compile"),
 ])
 def test_what_an_output_cannot_also_be(schedule, message):
     with pytest.raises(DTScheduleError, match=message):
@@ -179,3 +178,34 @@ def test_what_out_must_be(out, message):
 def test_an_input_cannot_be_called_out():
     with pytest.raises(dt.DTNameError, match="an input cannot be named 'out'"):
         dt.loads("Func f;\nIn out;\nVar x;\nf[x] = out[x];\nf.compile();")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_an_inlined_output_is_stored_where_a_kernel_first_reads_it_at_plain_dimensions(backend):
+    p = program(cases.RESIDUAL_RMSNORM, cases.RESIDUAL_SCHEDULES["inlined"])
+    store = stores(p)
+    assert store["h"].guard == ()  # in ss's loop over d: each tile of each row once
+    x, r, w = normal(13, 300), normal(13, 300), normal(300)
+    out = p(X=x, R=r, W=w, eps=1e-5, backend=backend)
+    want = cases._residual_rmsnorm(x, r, w, 1e-5)
+    for name in want:
+        np.testing.assert_allclose(np.asarray(out[name]), want[name], rtol=1e-4, atol=1e-5)
+
+
+def test_an_inlined_output_read_by_two_kernels_is_stored_by_the_first():
+    p = program("Func a, b, s;\nIn X;\nVar x;\ns[x] = exp(X[x]);\na[x] = s[x] + 1.0;\nb[x] = s[x] * 2.0;",
+                "s.inline();\ns.compile();\na.compile();\nb.compile();")
+    kernels = p.pipeline("f32").kernels
+    assert [k.writes for k in kernels] == [("a", "s"), ("b",)]
+    x = normal(50)
+    out = p(X=x)
+    np.testing.assert_allclose(out["s"], np.exp(x), rtol=1e-6)
+    with dt.debug.sanitize():
+        p(X=x)
+
+
+def test_an_inlined_output_needs_a_read_at_plain_dimensions():
+    with pytest.raises(DTScheduleError, match="no Func computed in a kernel reads it at plain dimensions"):
+        program("Func a, s;\nIn X;\nVar x;\ns[x] = exp(X[x]);\na[x] = s[x + 1];", "s.inline();\ns.compile();\n"
+                "a.compile();")
+

@@ -2,7 +2,8 @@
 another output's kernel and stored from there — once per tile where each program computes it once
 (a fused residual add next to its RMSNorm, a layernorm's saved statistics), and by the first of
 the programs or loop iterations that compute it again (a matmul recomputed in every program along
-a dimension it lacks; a row statistic recomputed in each tile of a loop over another dimension).
+a dimension it lacks; a row statistic recomputed in each tile of a loop over another dimension); an
+inlined output stored where a kernel first reads it at plain dimensions.
 
 Each reference is NumPy written for the case."""
 from __future__ import annotations
@@ -24,6 +25,9 @@ RESIDUAL_SCHEDULES = {
     "row": "y.block(t:1);\ny.tensorize(d:0);\n" + _RESIDUAL_FUSED,
     "rows": "y.block(t:4);\ny.tensorize(t:4, d:0);\n" + _RESIDUAL_FUSED,
     "row_loop": "y.block(t:8);\ny.tensorize(t:2, d:0);\n" + _RESIDUAL_FUSED,
+    # h inlined, each row walked in tiles: stored from ss's loop, where it is first read
+    "inlined": "y.block(t:1);\ny.tensorize(d:16);\nh.inline();\nss.fuse_at(y, t);\nh.compile();\n"
+               "y.compile_to_kernel();",
 }
 
 LAYERNORM_STATS = """Func y, mean, variance, rstd;

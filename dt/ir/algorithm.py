@@ -173,6 +173,16 @@ class Scan(Expr):
     dim_loc: Loc | None = field(default=None, compare=False)
 
 
+@dataclass(frozen=True)
+class Stored(Expr):
+    """An output inlined at a use read at plain dimensions: the value of `name` at `dims` (its
+    axes, in order), `x` (its definition there), which the first kernel computing it also stores."""
+    name: str
+    dims: tuple[str, ...]
+    x: Expr
+    loc: Loc | None = field(default=None, compare=False)
+
+
 def elementwise(op: str, operands: tuple[Expr, ...], loc: Loc | None = None) -> Expr:
     """Element-wise op `op` (a name of the op table, dt.ir.ops) applied to `operands`."""
     if len(operands) == 1:
@@ -183,7 +193,7 @@ def elementwise(op: str, operands: tuple[Expr, ...], loc: Loc | None = None) -> 
 
 
 def children(e: Expr) -> tuple[Expr, ...]:
-    if isinstance(e, (Unary, Cast, Scan)):
+    if isinstance(e, (Unary, Cast, Scan, Stored)):
         return (e.x,)
     if isinstance(e, Access):
         return e.subscripts
@@ -260,6 +270,8 @@ def rebuild(e: Expr, kids: tuple[Expr, ...]) -> Expr:
         return Reduce(e.op, kids, e.dim, e.loc, e.dim_loc, e.dim_decl, e.slot)
     if isinstance(e, Scan):
         return Scan(e.op, kids[0], e.dim, e.loc, e.dim_loc)
+    if isinstance(e, Stored):
+        return Stored(e.name, e.dims, kids[0], e.loc)
     return e
 
 

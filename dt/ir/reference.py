@@ -115,6 +115,8 @@ def evaluate(cp: CheckedProgram, inputs: dict[str, np.ndarray], scalars: dict[st
             with np.errstate(all="ignore"):
                 out = OPS[e.op if isinstance(e, A.Binary) else "where"].reference(*arrays)
             return _Named(np.asarray(out, dtype=np.float64), dims)
+        if isinstance(e, A.Stored):
+            return (yield e.x)
         if isinstance(e, A.Scan):
             x = yield e.x
             dims = x.dims if e.dim in x.dims else x.dims + (e.dim,)
@@ -151,7 +153,7 @@ def evaluate(cp: CheckedProgram, inputs: dict[str, np.ndarray], scalars: dict[st
             return _Named(np.full([s for i, s in enumerate(x.array.shape) if i != axis], identity), out_dims)
         return _Named(REDUCTIONS[e.op].reference(x.array, axis=axis), out_dims)
 
-    for name, f in cp.funcs.items():
+    for name, f in (*cp.funcs.items(), *cp.inlined_outputs.items()):
         v = A.recurse(ev, f.expr)
         shape = [extents[d] for d in f.dims]
         values[name] = np.array(np.broadcast_to(v.aligned(f.dims), shape), dtype=np.float64)

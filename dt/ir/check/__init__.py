@@ -18,7 +18,7 @@ from dt.ir import algorithm as A
 from dt.ir.check.compute_with import shared_loops
 from dt.ir.check.fusion import (check_func_schedule, check_fuse, check_fused_uses, check_launch_primitives,
                                 check_single_kernel)
-from dt.ir.check.inlining import check_inlined_depth, inline
+from dt.ir.check.inlining import check_inlined_depth, check_inlined_outputs, inline
 from dt.ir.check.names import check_expressions, declared_kinds, definitions
 from dt.ir.check.program import CheckedProgram
 from dt.ir.check.schedule import compiled_outputs, resolve_schedule
@@ -41,7 +41,9 @@ def check(program: A.Program) -> CheckedProgram:
     for n in order:
         check_inlined_depth(funcs[n], defs[n], schedules)
     needed = reachable(funcs, outputs)
+    inlined_outputs = {n: funcs[n] for n in outputs if schedules[n].inline}
     funcs = {n: funcs[n] for n in order if n in needed and not schedules[n].inline}
+    check_inlined_outputs(inlined_outputs, funcs, schedules)
     fused = {n: schedules[n].fuse_at for n in funcs if schedules[n].fuse_at}
     for n, (consumer, dim) in fused.items():
         check_fuse(n, consumer, dim, funcs, schedules, fused)
@@ -50,7 +52,8 @@ def check(program: A.Program) -> CheckedProgram:
     computed_with = shared_loops(funcs, schedules, fused, dim_kinds)
     written = {n: defs[n] for n in order if n in reachable(defs, outputs)}
     checked = CheckedProgram(program, funcs, program.names_of("In"), program.names_of("SIn"), dim_kinds,
-                             schedules, outputs, kernel_roots, fused, input_ranks, computed_with, written=written)
+                             schedules, outputs, kernel_roots, fused, input_ranks, computed_with, written=written,
+                             inlined_outputs=inlined_outputs)
     check_fused_uses(checked)
     for root in kernel_roots:
         check_func_schedule(checked, root)

@@ -8,12 +8,14 @@ from dt.ir.check.uses import uses
 
 
 def inline(defs, order, schedules) -> dict[str, A.FuncDef]:
-    """Each definition, in `order`, with the Funcs scheduled inline substituted at their uses."""
+    """Each definition, in `order`, with the Funcs scheduled inline substituted at their uses; an
+    inlined output read at plain dimensions is marked there (A.Stored) to be stored from it."""
     inlined = {n for n in defs if schedules[n].inline}
+    stored = {n for n in inlined if schedules[n].compiled}
     funcs: dict[str, A.FuncDef] = {}
     for n in order:  # producers first, so substitutions are already complete
         f = defs[n]
-        funcs[n] = A.FuncDef(f.name, f.dims, substitute(f.expr, funcs, inlined), f.loc)
+        funcs[n] = A.FuncDef(f.name, f.dims, substitute(f.expr, funcs, inlined, stored), f.loc)
     return funcs
 
 
@@ -28,11 +30,16 @@ def check_inlined_depth(f: A.FuncDef, written: A.FuncDef, schedules):
                           f"compute {inlined[0]} at root or fuse it into '{f.name}' (fuse_at) instead of inlining it")
 
 
-def substitute(e: A.Expr, funcs: dict[str, A.FuncDef], inline: set[str]) -> A.Expr:
-    return A.recurse(lambda node: _substitute_step(node, funcs, inline), e)
+def substitute(e: A.Expr, funcs: dict[str, A.FuncDef], inline: set[str], stored=frozenset()) -> A.Expr:
+    return A.recurse(lambda node: _substitute_step(node, funcs, inline, stored), e)
 
 
-def _substitute_step(e: A.Expr, funcs: dict[str, A.FuncDef], inline: set[str]):
+def _plain(subscripts) -> bool:
+    """Distinct dimensions, each subscript one: a use that reads every element of its Func once."""
+    return all(isinstance(s, A.DimRef) for s in subscripts) and len({s.dim for s in subscripts}) == len(subscripts)
+
+
+def _substitute_step(e: A.Expr, funcs: dict[str, A.FuncDef], inline: set[str], stored):
     if isinstance(e, A.Access) and e.kind == "func" and e.name in inline:
         subscripts = []
         for sub in e.subscripts:  # a gather's own subscripts may read inlined Funcs too
@@ -57,6 +64,8 @@ def _substitute_step(e: A.Expr, funcs: dict[str, A.FuncDef], inline: set[str]):
                                   f"'{sorted(clash)[0]}' is also an index of this use", e.loc,
                                   "rename the reduction dimension in the inlined Func")
         body = _replace_dims(f.expr, dict(zip(f.dims, subscripts)))
+        if e.name in stored and _plain(subscripts):
+            return A.Stored(e.name, tuple(s.dim for s in subscripts), body, e.loc)
         return _within_extents(body, f, subscripts, e.loc)
     kids = []
     for c in A.children(e):
@@ -84,6 +93,10 @@ def _replace_dims(e: A.Expr, subscripts: dict[str, A.Expr]) -> A.Expr:
 
 
 def _replace_step(e: A.Expr, subscripts: dict[str, A.Expr]):
+    if isinstance(e, A.Stored):  # still plain where the new subscripts are: else no longer a place to store it
+        x = yield e.x, subscripts
+        renamed = [subscripts.get(d, A.DimRef(d)) for d in e.dims]
+        return A.Stored(e.name, tuple(s.dim for s in renamed), x, e.loc) if _plain(renamed) else x
     if isinstance(e, A.DimRef):
         return subscripts.get(e.dim, e)
     if isinstance(e, A.Len):
@@ -99,3 +112,15 @@ def _replace_step(e: A.Expr, subscripts: dict[str, A.Expr]):
     for c in A.children(e):
         kids.append((yield c, subscripts))
     return A.rebuild(e, tuple(kids)) if kids else e
+
+
+def check_inlined_outputs(outputs: dict[str, A.FuncDef], funcs: dict[str, A.FuncDef], schedules):
+    """An inlined output is stored where a computed Func reads it at plain dimensions: there must
+    be such a read."""
+    stored = {n.name for f in funcs.values() for n in A.walk(f.expr) if isinstance(n, A.Stored)}
+    for name in outputs:
+        if name not in stored:
+            raise DTScheduleError(f"'{name}' is inlined and compiled, but no Func computed in a kernel reads it at "
+                                  f"plain dimensions ({name}[{', '.join(outputs[name].dims)}], the names may "
+                                  f"differ), where it could be stored from", schedules[name].locs.get("inline"),
+                                  f"compute {name} at root (remove its inline()), or fuse it")

@@ -57,13 +57,16 @@ class CheckedProgram:
     # bind the extents, those of inlined Funcs too (an inlined Func read at a shifted index is
     # masked by its own extents)
     written: dict[str, A.FuncDef] = field(default_factory=dict)
+    # Outputs that are inlined (with what they use inlined): stored where a kernel reads them at
+    # plain dimensions (A.Stored); not in `funcs`
+    inlined_outputs: dict[str, A.FuncDef] = field(default_factory=dict)
 
     @cached_property  # computed once: every call of a program checks its extents against it
     def needed_dims(self) -> tuple[str, ...]:
         """The dimensions whose extents running the program needs, in the order it first uses them:
         every Func's own, those it indexes, reduces over, takes the len of or uses as a value."""
         dims: dict[str, None] = {}
-        for f in self.funcs.values():
+        for f in (*self.funcs.values(), *self.inlined_outputs.values()):
             dims.update(dict.fromkeys(f.dims))
             for e in A.walk(f.expr):
                 if isinstance(e, A.Access) and e.kind == "input":

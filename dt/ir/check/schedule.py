@@ -148,10 +148,6 @@ def resolve_schedule(program, defs, kinds) -> dict[str, FuncSchedule]:
                                   "its kernel computes", s.locs.get("compile_to_kernel"),
                                   f"use {name}.compile(): an output fused into another Func's kernel is stored "
                                   "from there")
-        if s.compiled and s.inline:
-            raise DTScheduleError(f"'{name}' cannot be both inline and compile", s.locs.get("inline"),
-                                  f"fuse it instead ({name}.fuse_at(consumer, dim)): an output fused into another "
-                                  "Func's kernel is computed once per tile there and stored from there")
     return schedules
 
 

@@ -35,13 +35,14 @@ def lower(cp: CheckedProgram, dtypes: dict[str, str]) -> S.Pipeline:
     input_dtypes = {n: d for n, d in dtypes.items() if n not in cp.scalars}
     storage = promote(d for n, d in input_dtypes.items() if n in cp.inputs and not is_integer(d))
     compute = compute_dtype_of(storage)
-    types = Types(cp.funcs, {n: input_dtypes.get(n, storage) for n in cp.inputs},
+    types = Types({**cp.funcs, **cp.inlined_outputs}, {n: input_dtypes.get(n, storage) for n in cp.inputs},
                   {n: d for n, d in dtypes.items() if n in cp.scalars}, storage)
     types.check_indices(cp.written)
     input_dims = cp.input_axes
     inputs = tuple(S.TensorSpec(n, input_dims[n], input_dtypes.get(n, storage), "input")
                    for n in cp.inputs if n in input_dims)
-    outputs = tuple(S.TensorSpec(n, cp.funcs[n].dims, types.func_dtypes[n], "output") for n in cp.outputs)
+    defined = {**cp.funcs, **cp.inlined_outputs}
+    outputs = tuple(S.TensorSpec(n, defined[n].dims, types.func_dtypes[n], "output") for n in cp.outputs)
     temporaries = tuple(S.TensorSpec(n, cp.funcs[n].dims, types.func_dtypes[n], "temporary")
                         for n in cp.kernel_roots if n not in cp.outputs)
     # the declared dimensions the kernels use, then the axes of inputs no dimension spans (E_axis0)
@@ -55,8 +56,9 @@ def lower(cp: CheckedProgram, dtypes: dict[str, str]) -> S.Pipeline:
     global_names = naming.global_names(launcher, kernel_names.values(), sizes, scalars,
                                        (t.name for t in inputs + temporaries + outputs))
     taken = set(kernel_names.values()) | global_names.all()
+    stored: set[str] = set()  # the inlined outputs a kernel has stored: the first to compute one does
     kernels = tuple(squeeze_scalar_axes(KernelLowering(cp, root, compute, storage, kernel_names[root], taken,
-                                                       types).lower())
+                                                       types, stored).lower())
                     for root in cp.kernel_roots)
     pipeline = S.Pipeline(launcher, inputs, scalars, sizes, temporaries, outputs, kernels, compute, global_names,
                           cp.program.file)

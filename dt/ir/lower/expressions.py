@@ -99,9 +99,24 @@ class ExpressionLowering:
             value = self.reduction(e, func, env)
         elif isinstance(e, A.Scan):
             value = self.scan(e, func, env)
+        elif isinstance(e, A.Stored):
+            value = self.store_inlined(e, (yield e.x, as_number), env)
         else:
             raise AssertionError(f"cannot lower {e!r}")
         return S.Cast(value, self.compute) if as_number and is_bool(e) else value
+
+    def store_inlined(self, e: A.Stored, value: S.TExpr, env) -> S.TExpr:
+        """An inlined output at its plain dimensions (its value there): stored by the first kernel
+        computing it, at the first place it does, once (guarded where programs or loop iterations
+        repeat it); then the tile it is read from there."""
+        if e.name in self.stored_inline:
+            return value
+        self.stored_inline.add(e.name)
+        axes = tuple(env[d] for d in e.dims)
+        tile = self.assign(e.name, self.fit(value, axes), e.name, e.loc)
+        self.emit(S.Store(e.name, axes, tile, e.loc, self.repeat_guard(e.dims)))
+        self.writes.append(e.name)
+        return tile if tile.dims == value.dims else value
 
     def gather(self, e: A.Access, subscripts: list[S.TExpr], env, order=None, floats: str | None = None) -> S.TExpr:
         """e read at computed subscripts: a Gather over the axes its subscripts span (in `order`

@@ -29,9 +29,10 @@ class KernelLowering(GridLowering, LoopNestLowering, ExpressionLowering, Reducti
     the reductions already accumulated in a sibling's loop."""
 
     def __init__(self, cp: CheckedProgram, root: str, compute: str, storage: str, name: str, taken: set[str],
-                 types: Types):
+                 types: Types, stored: set[str]):
         """Lowers the kernel computing `root`, called `name`; its own names avoid `taken`; `types`
-        gives each expression's static type and each Func's dtype."""
+        gives each expression's static type and each Func's dtype; `stored`: the inlined outputs
+        stored already (by earlier kernels), to which this one adds those it stores."""
         self.cp = cp
         self.types = types
         self.root = root
@@ -61,7 +62,8 @@ class KernelLowering(GridLowering, LoopNestLowering, ExpressionLowering, Reducti
         self.reads: list[str] = []
         self.load_dtypes: dict[str, str] = {}  # tile variables holding a Load, and its dtype
         self.open_loops: list[tuple] = []  # (dim, loop variable, start) of each loop being built, outermost first
-        self.writes: list[str] = [root]  # the root, then the outputs fused into this kernel
+        self.writes: list[str] = [root]  # the root, then the outputs fused or inlined into this kernel
+        self.stored_inline = stored
 
     def lower(self) -> S.Kernel:
         root = self.cp.funcs[self.root]

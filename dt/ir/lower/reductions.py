@@ -148,7 +148,8 @@ class ReductionLowering:
         split. An output computed in the loop keeps the whole walk, in one loop: every tile of it
         is stored, once."""
         start, stop = IConst(0), IVar(size_name(e.dim))
-        if self.outputs_in_reduction_loops(funcs):
+        if self.outputs_in_reduction_loops(funcs) or any(isinstance(n, A.Stored) for r in [e, *siblings]
+                                                         for n in A.walk(r)):
             return start, None, stop, None
         uppers, lowers = [], 0
         reductions = [e, *siblings]

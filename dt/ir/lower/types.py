@@ -56,6 +56,8 @@ class Types:
         elif isinstance(e, A.Scan):
             yield e.x
             kind = "float"
+        elif isinstance(e, A.Stored):
+            kind = yield e.x
         else:
             kinds = []
             for c in A.children(e):
