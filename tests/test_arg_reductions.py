@@ -99,7 +99,9 @@ def test_ranks_past_the_row_are_minus_one():
     ("Func t;\nIn A;\nVar x, i;\nRVar y;\nt[x] = rargtopk(A[x, y], y, i);\nt.compile();", dt.DTDimensionError,
      "not a dimension of 't'"),
     ("Func t, s;\nIn A;\nVar x;\nt[x] = A[x] * 0.5;\ns[x] = A[t[x]];\ns.compile();", dt.DTTypeError,
-     "Func 't' indexes 'A'"),
+     "Func 't' indexes 'A'.*holds f32 values"),
+    ("Func t;\nIn A, B;\nVar x, i;\nRVar y;\nt[x, i] = rargtopk(A[x, y] + B[i], y, i);\nt.tensorize(i:0);\n"
+     "t.compile();", dt.DTDimensionError, "ranks values that vary along 'i'"),
 ])
 def test_what_rargtopk_and_a_gather_through_a_func_need(source, error, message):
     with pytest.raises(error, match=message):
@@ -115,3 +117,9 @@ def test_the_sanitizers_see_the_values_ranked_not_the_empty_ranks():
     a[1, 3] = np.inf
     with pytest.raises(dt.debug.DTNonFiniteError, match="is inf at x=1, y=3"), dt.debug.sanitize():
         p(A=a, sizes={"i": 4})
+    causal = dt.loads("Func o;\nIn S;\nVar m, i;\nRVar l;\no[m, i] = rargtopk(where(l <= m, S[m, l], -inf), l, i);\n"
+                      "o.tensorize(i:0, l:4);\no.compile();")
+    scores = RNG.standard_normal((5, 5)).astype(np.float32)
+    with dt.debug.sanitize():  # -inf where the where masks is a value ranked, as rmax would compare it
+        ranks = causal(S=scores, sizes={"i": 2})
+    np.testing.assert_array_equal(ranks[:, 0], [np.argmax(scores[m, :m + 1]) for m in range(5)])

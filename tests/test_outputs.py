@@ -205,7 +205,26 @@ def test_an_inlined_output_read_by_two_kernels_is_stored_by_the_first():
 
 
 def test_an_inlined_output_needs_a_read_at_plain_dimensions():
-    with pytest.raises(DTScheduleError, match="no Func computed in a kernel reads it at plain dimensions"):
+    with pytest.raises(DTScheduleError, match="no Func computed in a kernel reads it at its own dimensions"):
         program("Func a, s;\nIn X;\nVar x;\ns[x] = exp(X[x]);\na[x] = s[x + 1];", "s.inline();\ns.compile();\n"
                 "a.compile();")
+
+
+def test_an_inlined_output_read_at_other_dimensions_is_stored_whole_or_refused():
+    """p[y] with y shorter than p's x would store part of p: only a read at p's own x stores it."""
+    two = "p.inline();\np.compile();\ng.compile();"
+    with pytest.raises(DTScheduleError, match="reads it at its own dimensions, p\\[x\\]"):
+        program("Func p, g;\nIn A, B;\nVar x, y;\np[x] = A[x] * 2.0 + 1.0;\ng[y] = p[y] + B[y];", two)
+    p = program("Func p, g, h;\nIn A, B;\nVar x, y;\np[x] = A[x] * 2.0 + 1.0;\ng[y] = p[y] + B[y];\n"
+                "h[x] = p[x] * A[x];", two + "\nh.compile();")
+    a, b = normal(8), normal(3)
+    out = p(A=a, B=b)
+    np.testing.assert_allclose(out["p"], a * 2.0 + 1.0, rtol=1e-6)
+
+
+def test_an_inlined_integer_func_indexes_a_gather():
+    p = dt.loads("Func q, o;\nIn A, E;\nVar x, d;\nq[x] = cast(A[x], i32);\no[x, d] = E[q[x], d];\n"
+                 "q.inline();\no.compile();")
+    a, e = np.array([0.1, 1.7, 5.2], np.float32), normal(6, 4)
+    np.testing.assert_array_equal(p(A=a, E=e), e[[0, 1, 5]])
 

@@ -328,9 +328,10 @@ def _valid_lanes(spans, shape) -> np.ndarray:
 
 
 def _checks_finite(st: Statement) -> bool:
-    """Every Assign but the ±inf initialisation of a max/min accumulator and rargtopk's ranks
-    (-inf marks an empty or taken one)."""
-    if st.target is None or st.node.dt_name == "rargtopk":
+    """Every Assign but the ±inf initialisation of a max/min accumulator and the tiles of
+    arg-reductions, which rank values as rmax compares them (-inf where a `where` masks, +inf for
+    NaN, -inf for an empty or taken rank): their inputs are checked where they are loaded."""
+    if st.target is None or st.node.dt_name in ("rargmax", "rargmin", "rargtopk"):
         return False
     value = st.node.value
     return not (isinstance(value, S.Full) and not np.isfinite(value.value))

@@ -34,11 +34,6 @@ def substitute(e: A.Expr, funcs: dict[str, A.FuncDef], inline: set[str], stored=
     return A.recurse(lambda node: _substitute_step(node, funcs, inline, stored), e)
 
 
-def _plain(subscripts) -> bool:
-    """Distinct dimensions, each subscript one: a use that reads every element of its Func once."""
-    return all(isinstance(s, A.DimRef) for s in subscripts) and len({s.dim for s in subscripts}) == len(subscripts)
-
-
 def _substitute_step(e: A.Expr, funcs: dict[str, A.FuncDef], inline: set[str], stored):
     if isinstance(e, A.Access) and e.kind == "func" and e.name in inline:
         subscripts = []
@@ -64,8 +59,8 @@ def _substitute_step(e: A.Expr, funcs: dict[str, A.FuncDef], inline: set[str], s
                                   f"'{sorted(clash)[0]}' is also an index of this use", e.loc,
                                   "rename the reduction dimension in the inlined Func")
         body = _replace_dims(f.expr, dict(zip(f.dims, subscripts)))
-        if e.name in stored and _plain(subscripts):
-            return A.Stored(e.name, tuple(s.dim for s in subscripts), body, e.loc)
+        if e.name in stored and tuple(getattr(s, "dim", None) for s in subscripts) == f.dims:
+            return A.Stored(e.name, f.dims, body, e.loc)  # read at its own dimensions: every element, once
         return _within_extents(body, f, subscripts, e.loc)
     kids = []
     for c in A.children(e):
@@ -93,10 +88,11 @@ def _replace_dims(e: A.Expr, subscripts: dict[str, A.Expr]) -> A.Expr:
 
 
 def _replace_step(e: A.Expr, subscripts: dict[str, A.Expr]):
-    if isinstance(e, A.Stored):  # still plain where the new subscripts are: else no longer a place to store it
+    if isinstance(e, A.Stored):  # read at other indices once this is inlined: no longer a place to store it
         x = yield e.x, subscripts
         renamed = [subscripts.get(d, A.DimRef(d)) for d in e.dims]
-        return A.Stored(e.name, tuple(s.dim for s in renamed), x, e.loc) if _plain(renamed) else x
+        same = all(isinstance(s, A.DimRef) and s.dim == d for s, d in zip(renamed, e.dims))
+        return A.Stored(e.name, e.dims, x, e.loc) if same else x
     if isinstance(e, A.DimRef):
         return subscripts.get(e.dim, e)
     if isinstance(e, A.Len):
@@ -115,12 +111,12 @@ def _replace_step(e: A.Expr, subscripts: dict[str, A.Expr]):
 
 
 def check_inlined_outputs(outputs: dict[str, A.FuncDef], funcs: dict[str, A.FuncDef], schedules):
-    """An inlined output is stored where a computed Func reads it at plain dimensions: there must
+    """An inlined output is stored where a computed Func reads it at its own dimensions: there must
     be such a read."""
     stored = {n.name for f in funcs.values() for n in A.walk(f.expr) if isinstance(n, A.Stored)}
     for name in outputs:
         if name not in stored:
             raise DTScheduleError(f"'{name}' is inlined and compiled, but no Func computed in a kernel reads it at "
-                                  f"plain dimensions ({name}[{', '.join(outputs[name].dims)}], the names may "
-                                  f"differ), where it could be stored from", schedules[name].locs.get("inline"),
+                                  f"its own dimensions, {name}[{', '.join(outputs[name].dims)}], where it could be "
+                                  f"stored from", schedules[name].locs.get("inline"),
                                   f"compute {name} at root (remove its inline()), or fuse it")

@@ -167,6 +167,10 @@ def _check_expr(f, e, bound, kinds, defs, input_ranks):
         if e.dim in f.dims and e.dim not in bound:
             raise DTDimensionError(f"'{f.name}' reduces over '{e.dim}', which is also on its left-hand side",
                                    e.dim_loc or e.loc, f"a dimension of {f.name} cannot be reduced away")
+        if e.slot is not None and e.slot in A.free_dims(e.args[0]):
+            raise DTDimensionError(f"rargtopk ranks values that vary along '{e.slot}', its ranks' own dimension",
+                                   e.loc, f"rank values of the other dimensions; {e.slot} numbers the ranks 0 to "
+                                          f"len({e.slot}) - 1")
         if e.slot is not None and (e.slot not in f.dims or e.slot in bound):
             raise DTDimensionError(f"rargtopk's ranks run along '{e.slot}', which is not a dimension of '{f.name}'"
                                    + (" here (a reduction over it encloses this one)" if e.slot in bound else ""),

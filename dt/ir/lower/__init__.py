@@ -35,7 +35,8 @@ def lower(cp: CheckedProgram, dtypes: dict[str, str]) -> S.Pipeline:
     input_dtypes = {n: d for n, d in dtypes.items() if n not in cp.scalars}
     storage = promote(d for n, d in input_dtypes.items() if n in cp.inputs and not is_integer(d))
     compute = compute_dtype_of(storage)
-    types = Types({**cp.funcs, **cp.inlined_outputs}, {n: input_dtypes.get(n, storage) for n in cp.inputs},
+    # every Func as written (inlined ones too: an inlined integer Func may index a gather)
+    types = Types(cp.written, {n: input_dtypes.get(n, storage) for n in cp.inputs},
                   {n: d for n, d in dtypes.items() if n in cp.scalars}, storage)
     types.check_indices(cp.written)
     input_dims = cp.input_axes

@@ -47,9 +47,7 @@ class RankLowering:
 
         def tile(base, value):
             return self.assign(f"{e.dim}_{base}", value, "rargtopk", e.loc)
-        # the values ranked are the Func's own (the sanitizers check them); the other tiles mark empty
-        # and taken ranks with -inf
-        values = self.assign(f"{e.dim}_values", self.fit(self.real(e.args[0], func, env), full), func, e.loc)
+        values = tile("values", self.fit(self.real(e.args[0], func, env), full))
         nan = S.Binary("!=", values, values)
         index = self._expand(S.IndexOf(ax, INDEX), full)
         tile_keys = tile("keys", self.masked(S.Where(nan, S.Literal(math.inf, self.compute), values), ax, -math.inf))
