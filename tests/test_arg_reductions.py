@@ -123,3 +123,16 @@ def test_the_sanitizers_see_the_values_ranked_not_the_empty_ranks():
     with dt.debug.sanitize():  # -inf where the where masks is a value ranked, as rmax would compare it
         ranks = causal(S=scores, sizes={"i": 2})
     np.testing.assert_array_equal(ranks[:, 0], [np.argmax(scores[m, :m + 1]) for m in range(5)])
+
+
+def test_a_tiles_lanes_are_ranked_in_i32_by_their_place_in_the_tile():
+    """Whole rows of 8192 lanes ranked by i64 indices came out wrong on an H100 (Triton 3.6, 4 warps);
+    a lane's place in its tile fits i32 (tiles have at most 2**20 lanes), and its tile start makes it
+    an index again."""
+    p = dt.loads(ROW.format(fn="rargmin", schedule=cases.ROWS["tiles"]))
+    firsts = [s for k in p.pipeline("f32").kernels for s in S.walk_statements(k.body)
+              if isinstance(s, S.Assign) and s.name == "y_tile_first"]
+    assert [s.value.dtype for s in firsts] == ["i32"]
+    a = RNG.standard_normal((3, 5000)).astype(np.float32)
+    a[1, 4321] = -10.0  # in a late tile: the tile's start turns its place back into an index
+    np.testing.assert_array_equal(p(A=a), np.argmin(a, axis=1))

@@ -17,6 +17,8 @@ from dt.ir.lower import skipping
 from dt.ir.lower.dtypes import float8_dot_dtype
 from dt.ir.naming import size_name
 from dt.ir.lower.expressions import INDEX
+
+LANE = "i32"  # a lane's place in its tile
 from dt.ir.ops import REDUCTIONS
 
 
@@ -256,16 +258,21 @@ class ReductionLowering:
         keys = self.assign(f"{e.dim}_keys", S.Where(nan, past_every_number, values), f"r{e.op}", e.loc)
         extreme = self.assign(f"{e.dim}_tile_{reduction.combine[:3]}",
                               S.Reduce(reduction.combine[:3], keys, ax), f"r{e.op}", e.loc)
-        index = S.IndexOf(ax, INDEX)
-        index = index if full == (ax,) else S.Expand(index, full)
-        extent = S.Extent(e.dim, INDEX)  # past every index: a number's index ranks after every NaN's
-        ranked = S.Where(nan, index, S.Binary("+", index, extent))
-        none = S.Binary("*", extent, S.Literal(2, INDEX))
+        # lanes ranked in i32, by their place in the tile (a tile has at most 2**20 lanes): the tile's
+        # size past every lane, so a number's lane ranks after every NaN's (and i64 minima over
+        # whole rows of 8192 lanes in 4 warps came out wrong on an H100, Triton 3.6)
+        axis = self.axes[ax]
+        lane = S.Cast(S.Binary("-", S.IndexOf(ax, INDEX), S.Index(axis.start, INDEX)), LANE)
+        lane = lane if full == (ax,) else S.Expand(lane, full)
+        lanes = S.Index(axis.size, LANE)
+        ranked = S.Where(nan, lane, S.Binary("+", lane, lanes))
+        none = S.Binary("*", lanes, S.Literal(2, LANE))
         candidates = S.Where(S.Binary("==", keys, self.fit(extreme, full)), ranked, none)
         first = self.assign(f"{e.dim}_tile_first", self.fit(S.Reduce("min", candidates, ax), acc.dims),
                             f"r{e.op}", e.loc)
-        tile_nan = S.Binary("<", first, extent)
-        tile_index = S.Where(tile_nan, first, S.Binary("-", first, extent))
+        tile_nan = S.Binary("<", first, lanes)
+        local = S.Where(tile_nan, first, S.Binary("-", first, lanes))
+        tile_index = S.Binary("+", S.Index(axis.start, INDEX), S.Cast(local, INDEX))
         strictly = ">" if e.op == "argmax" else "<"
         # a NaN tile wins over a number; a number wins by being strictly better (never over NaN)
         wins = S.Where(tile_nan, S.Binary("==", best, best), S.Binary(strictly, self.fit(extreme, acc.dims), best))
