@@ -18,5 +18,6 @@ __version__ = "0.1.0"
 globals().update(FUNCTIONS)
 
 __all__ = ["Program", "load", "loads", "program", "Func", "In", "SIn", "Var", "RVar", "rsum", "rmax", "rmin",
-           "rargmax", "rargmin", "rargtopk", "rdot", "cumsum", "cumprod", "cummax", "cummin", *FUNCTIONS, "reshape", "cast", "dim_len", "DTError", "DTSyntaxError", "DTNameError",
+           "rargmax", "rargmin", "rargtopk", "rdot", "cumsum", "cumprod", "cummax", "cummin", *FUNCTIONS, "reshape",
+           "cast", "dim_len", "DTError", "DTSyntaxError", "DTNameError",
            "DTDimensionError", "DTTypeError", "DTScheduleError", "DTExtentError", "DTInputError", "DTBackendError"]

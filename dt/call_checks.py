@@ -129,6 +129,11 @@ def reference_tensors(cp, extents: dict[str, int]) -> list[tuple[str, str, tuple
     return tensors
 
 
+def is_torch(x) -> bool:
+    """Whether x is a torch tensor (without importing torch)."""
+    return type(x).__module__.startswith("torch") and hasattr(x, "device")
+
+
 def given_outputs(out, specs: dict[str, tuple[tuple[int, ...], str]], torch_device, inputs: dict) -> dict:
     """`out=` of a call as {output name: array}, each checked to be what the call would return
     (`specs`: name -> (shape, dtype)): a NumPy array, or with torch inputs a tensor on their device;
@@ -144,23 +149,23 @@ def given_outputs(out, specs: dict[str, tuple[tuple[int, ...], str]], torch_devi
         if name not in specs:
             raise DTInputError(f"out= names '{name}', which is not an output", None, f"the outputs: {', '.join(names)}")
         shape, dtype = specs[name]
-        is_torch = type(array).__module__.startswith("torch")
+        torch_array = is_torch(array)
         if torch_device is not None:
-            kind_ok = is_torch and array.device == torch_device
+            kind_ok = torch_array and array.device == torch_device
             want = f"a torch tensor on {torch_device} (the inputs' device)"
         else:
             kind_ok = isinstance(array, np.ndarray)
             want = "a NumPy array (the inputs are NumPy arrays)"
         if not kind_ok:
             raise DTInputError(f"out '{name}' must be {want}, not {type(array).__name__}"
-                               + (f" on {array.device}" if is_torch else ""), None, "pass what the call would return")
-        have = TORCH_NAMES.get(str(array.dtype)) if is_torch else NUMPY_NAMES.get(array.dtype)
+                               + (f" on {array.device}" if torch_array else ""), None, "pass what the call would return")
+        have = TORCH_NAMES.get(str(array.dtype)) if torch_array else NUMPY_NAMES.get(array.dtype)
         if tuple(array.shape) != shape or have != dtype:
             raise DTInputError(f"out '{name}' is {have or array.dtype} {tuple(array.shape)}; the output is {dtype} "
                                f"{shape}", None, "allocate it with the output's shape and dtype")
-        if not is_torch and not array.flags.writeable:
+        if not torch_array and not array.flags.writeable:
             raise DTInputError(f"out '{name}' is read-only", None, "pass an array the call may write into")
-        if not (array.is_contiguous() if is_torch else array.flags.c_contiguous):
+        if not (array.is_contiguous() if torch_array else array.flags.c_contiguous):
             raise DTInputError(f"out '{name}' is not contiguous (C order)", None,
                                "pass a contiguous array (.contiguous() / np.ascontiguousarray makes a copy "
                                "to write into, not the array itself)")
@@ -175,7 +180,7 @@ def given_outputs(out, specs: dict[str, tuple[tuple[int, ...], str]], torch_devi
 
 def _overlap(a, b) -> bool:
     """Whether two arrays (NumPy's or torch's) share memory, by the bytes they span."""
-    if type(a).__module__.startswith("torch") != type(b).__module__.startswith("torch"):
+    if is_torch(a) != is_torch(b):
         return False
     if isinstance(a, np.ndarray):
         return np.may_share_memory(a, b)

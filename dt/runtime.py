@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from dt import backends, call_checks, env
+from dt.call_checks import is_torch
 from dt.debug import config as debug_config
 from dt.dtypes import ALL, FLOAT8, NUMPY, NUMPY_NAMES, TORCH_BY_NAME, TORCH_NAMES
 from dt.errors import (DTBackendError, DTError, DTExtentError, DTInputError, DTSyntaxError, DTTypeError, Loc,
@@ -26,10 +27,6 @@ from dt.ir.printer import ir_text
 from dt.ir.scheduled import Assign, Gather, Pipeline, Store, walk_statements, walk_texpr
 
 DEFAULT_BACKEND_ORDER = ("numba", "interp")  # for CPU arrays, the first that loads
-
-
-def _is_torch(x) -> bool:
-    return type(x).__module__.startswith("torch") and hasattr(x, "device")
 
 
 @dataclass
@@ -126,7 +123,7 @@ class Program:
         integer_scalars = {n for n in scalars if n in b.dtypes}
         # Arguments already in the backend's array type pass through untouched (the call key
         # fixes each argument's type, so this holds for every call with this plan).
-        as_given = all(_is_torch(args[n]) if wants_torch else isinstance(args[n], np.ndarray) for n in inputs)
+        as_given = all(is_torch(args[n]) if wants_torch else isinstance(args[n], np.ndarray) for n in inputs)
         convert_in = _to_torch if wants_torch else _to_numpy
 
         specs = {t.name: (tuple(b.extents[d] for d in t.dims), t.dtype) for t in pipeline.outputs}
@@ -150,8 +147,8 @@ class Program:
                 compiled(arrays, scalar_values, size_args)
             outs = {n: o for n, o in outs.items() if n not in in_place}
             if device is not None:
-                outs = {n: o if _is_torch(o) and o.device == device else
-                        (o.to(device) if _is_torch(o) else _numpy_to_torch(o, device)) for n, o in outs.items()}
+                outs = {n: o if is_torch(o) and o.device == device else
+                        (o.to(device) if is_torch(o) else _numpy_to_torch(o, device)) for n, o in outs.items()}
             elif wants_torch:
                 outs = {n: _to_numpy(o) for n, o in outs.items()}
             for n, a in given.items():
@@ -221,7 +218,8 @@ class Program:
         pipeline's TensorSpecs) fit in `limit`, the memory they are made in."""
         tiles.check_extents(self.checked.tiles, extents)
         call_checks.check_memory([(t.role, t.name, t.dims, t.dtype,
-                                   self._first_access(t.name) if t.role == "input" else self.checked.written[t.name].loc)
+                                   self._first_access(t.name) if t.role == "input"
+                                   else self.checked.written[t.name].loc)
                                   for t in tensors], extents, limit)
 
     def _check_capabilities(self, backend_obj, pipeline: Pipeline):
@@ -270,7 +268,7 @@ class Program:
                 decl = self.ast.decl(n)
                 raise DTInputError(f"missing input '{n}'", decl.loc if decl else None, f"pass {n}=<array>")
             a = args[n]
-            if _is_torch(a):
+            if is_torch(a):
                 device = device if device is not None else a.device
                 dtype = TORCH_NAMES.get(str(a.dtype))
                 shown = str(a.dtype)
@@ -297,7 +295,7 @@ class Program:
             if n in self.checked.divisor_scalars and not scalars[n] > 0:
                 raise DTTypeError(f"scalar '{n}' divides a subscript (// or %) but is {scalars[n]!r}",
                                   self.checked.divisor_scalars[n], f"pass {n} as a positive integer")
-        devices = {str(a.device) for a in arrays.values() if _is_torch(a)}
+        devices = {str(a.device) for a in arrays.values() if is_torch(a)}
         if len(devices) > 1:
             raise DTInputError(f"inputs are on different devices ({', '.join(sorted(devices))})", None,
                                "move every tensor to one device")
@@ -390,20 +388,20 @@ def _backend_view(a, wants_torch: bool, backend):
     backend)."""
     if wants_torch:
         devices = backend.capabilities.devices
-        return a if _is_torch(a) and a.device.type in devices else None
-    return _to_numpy(a) if not _is_torch(a) or a.device.type == "cpu" else None
+        return a if is_torch(a) and a.device.type in devices else None
+    return _to_numpy(a) if not is_torch(a) or a.device.type == "cpu" else None
 
 
 def _copy_into(target, value):
     """A result copied into the caller's out= array (of the call's kind, checked)."""
-    if _is_torch(target):
-        target.copy_(_to_torch(value) if not _is_torch(value) else value)
+    if is_torch(target):
+        target.copy_(_to_torch(value) if not is_torch(value) else value)
     else:
         np.copyto(target, _to_numpy(value))
 
 
 def _to_numpy(a) -> np.ndarray:
-    if not _is_torch(a):
+    if not is_torch(a):
         return np.asarray(a)
     import torch
     t = a.detach().cpu()
@@ -417,7 +415,7 @@ def _to_numpy(a) -> np.ndarray:
 
 
 def _to_torch(a):
-    if _is_torch(a):
+    if is_torch(a):
         return a
     import torch
     a = np.ascontiguousarray(a).reshape(np.shape(a))  # ascontiguousarray makes 0-d arrays 1-d

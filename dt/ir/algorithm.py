@@ -183,6 +183,11 @@ class Stored(Expr):
     loc: Loc | None = field(default=None, compare=False)
 
 
+def scans_along(e: Expr, dim: str) -> list[Scan]:
+    """The scans in e that run along `dim`."""
+    return [n for n in walk(e) if isinstance(n, Scan) and n.dim == dim]
+
+
 def elementwise(op: str, operands: tuple[Expr, ...], loc: Loc | None = None) -> Expr:
     """Element-wise op `op` (a name of the op table, dt.ir.ops) applied to `operands`."""
     if len(operands) == 1:

@@ -61,7 +61,8 @@ class NumbaBackend:
         dtypes = {"f32", "f16", "f64", *INTEGERS} | ({"bf16"} if BFLOAT16 is not None else set()) | set(FLOAT8_NUMPY)
         self.capabilities = Capabilities(
             dtypes=frozenset(dtypes), ops=SUPPORTED_OPS, array="numpy", gathers=True, devices=("cpu",),
-            given_outputs=True, notes={"threads": "a launch's program instances run in chunks on a pool of NUMBA_NUM_THREADS threads",
+            given_outputs=True,
+            notes={"threads": "a launch's program instances run in chunks on a pool of NUMBA_NUM_THREADS threads",
                    "f16/bf16": "loaded as uint16 bits, computed in f32, rounded to nearest even on store",
                    "f8e4m3/f8e5m2": "loaded as uint8 bits, computed in f32 (products too), rounded to nearest even "
                                     "on store, saturating as ml_dtypes does",

@@ -18,9 +18,9 @@ stored tile or tensor keeps its own width), booleans as booleans.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass, field
 
 import numpy as np
-from dataclasses import dataclass, field
 
 from dt.backends.numba_cpu.plan import KernelPlan, Storage, is_mask
 from dt.backends.pysource import number

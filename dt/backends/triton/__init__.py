@@ -104,8 +104,7 @@ class TritonBackend:
                     if replay is _UNRECORDED:
                         result = replays.record(key, args, scalar_args, extent_args)
                     else:
-                        result = launcher(*args, *scalar_args, *extent_args, **kwargs,
-                                          **({"outputs": outputs} if outputs else {}))
+                        result = launcher(*args, *scalar_args, *extent_args, **kwargs, outputs=outputs)
                 except Exception as e:
                     _raise_resource_error(e, module, filename)
                     raise

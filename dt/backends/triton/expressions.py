@@ -6,7 +6,6 @@ Integer tiles and reads at computed indices follow integers.py's rules on Triton
 from __future__ import annotations
 
 import math
-
 from dataclasses import dataclass
 
 from dt.backends.pysource import Writer, number

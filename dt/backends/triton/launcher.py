@@ -52,7 +52,8 @@ class Launcher:
             for t in p.temporaries + p.outputs:
                 shape = ", ".join(self.sizes[d] for d in t.dims)
                 shape = f"({shape},)" if len(t.dims) == 1 else f"({shape})"
-                given = f'{self.outputs}["{t.name}"] if "{t.name}" in {self.outputs} else ' if t.role == "output" else ""
+                given = f'{self.outputs}["{t.name}"] if "{t.name}" in {self.outputs} else ' \
+                    if t.role == "output" else ""
                 w.line(f"{self.names.ir(t.name)} = {given}torch.empty({shape}, dtype={TORCH_BY_NAME[t.dtype]}, "
                        f"device={self.device})")
             for kr in self.kernels:

@@ -19,7 +19,7 @@ def check_fuse(producer, consumer, dim, funcs, schedules, fused):
         raise DTScheduleError(f"'{consumer}' has no loop over '{dim}' to fuse '{producer}' at",
                               schedules[producer].dim_locs.get(("fuse_at", dim)) or loc,
                               f"the loops of {consumer} are: {', '.join(loops)}")
-    scan = next((e for e in A.walk(funcs[producer].expr) if isinstance(e, A.Scan) and e.dim == dim), None)
+    scan = next(iter(A.scans_along(funcs[producer].expr, dim)), None)
     if scan is not None:
         raise DTScheduleError(f"'{producer}' runs cum{scan.op} along '{dim}', so it cannot be fused at a loop over "
                               f"'{dim}': each tile would start the scan afresh", loc,

@@ -35,7 +35,7 @@ class LoopNestLowering:
                 return
             d = fd.dims[i]
             if d in env and not is_root:
-                scan = next((e for e in A.walk(fd.expr) if isinstance(e, A.Scan) and e.dim == d), None)
+                scan = next(iter(A.scans_along(fd.expr, d)), None)
                 if scan is not None:
                     raise DTScheduleError(f"'{func}' runs cum{scan.op} along '{d}', but it is fused inside a loop "
                                           f"over '{d}' of '{self.cp.fused[func][0]}', so each tile would start the "

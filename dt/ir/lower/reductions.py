@@ -15,13 +15,11 @@ from dt.ir.check.statistics import loop_statistic, mean_reduction
 from dt.ir.index_expr import IBin, IConst, IVar, iadd, ifloordiv, imin, imul
 from dt.ir.lower import skipping
 from dt.ir.lower.dtypes import float8_dot_dtype
-from dt.ir.naming import size_name
 from dt.ir.lower.expressions import INDEX
-
-LANE = "i32"  # a lane's place in its tile
+from dt.ir.naming import size_name
 from dt.ir.ops import REDUCTIONS
 
-
+LANE = "i32"  # a lane's place in its tile
 
 
 class ReductionLowering:
@@ -150,8 +148,7 @@ class ReductionLowering:
         split. An output computed in the loop keeps the whole walk, in one loop: every tile of it
         is stored, once."""
         start, stop = IConst(0), IVar(size_name(e.dim))
-        if self.outputs_in_reduction_loops(funcs) or any(isinstance(n, A.Stored) for r in [e, *siblings]
-                                                         for n in A.walk(r)):
+        if self.stores_in_loop(funcs, [e, *siblings]):
             return start, None, stop, None
         uppers, lowers = [], 0
         reductions = [e, *siblings]
@@ -178,9 +175,12 @@ class ReductionLowering:
         split = imul(ifloordiv(IBin("max", IConst(0), whole), tile), tile)
         return start, split, stop, cond
 
-    def outputs_in_reduction_loops(self, funcs) -> bool:
-        """Whether an output is fused, itself or through the Funcs it is fused into, at a reduction
-        loop of one of `funcs`."""
+    def stores_in_loop(self, funcs, reductions) -> bool:
+        """Whether the loop accumulating `reductions` (of `funcs`) computes an output it stores: an
+        inlined one in their operands, or one fused, itself or through the Funcs it is fused into,
+        at a reduction loop of one of `funcs`."""
+        if any(isinstance(n, A.Stored) for r in reductions for n in A.walk(r)):
+            return True
         for placed in self.cp.outputs:
             while placed in self.cp.fused:
                 placed, dim = self.cp.fused[placed]
@@ -211,7 +211,7 @@ class ReductionLowering:
         if e.slot:  # the k best so far (dt.ir.lower.ranks)
             return self.rank_accumulators(e, env, axes, name)
         if reduction.index:  # the index found so far, and the value there (arg_update)
-            self.arg_values[id(e)] = self.assign(name.replace("accumulator", reduction.combine[:3]),
+            self.arg_values[id(e)] = self.assign(name.replace("accumulator", e.op.removeprefix("arg")),
                                                  S.Full(reduction.identity, axes, self.compute), f"r{e.op}", e.loc)
             return self.assign(name, S.Full(0, axes, INDEX), f"r{e.op}", e.loc)
         return self.assign(name, S.Full(reduction.identity, axes, self.compute), f"r{e.op}", e.loc)
@@ -256,8 +256,8 @@ class ReductionLowering:
         nan = S.Binary("!=", values, values)
         past_every_number = S.Literal(-reduction.identity, self.compute)
         keys = self.assign(f"{e.dim}_keys", S.Where(nan, past_every_number, values), f"r{e.op}", e.loc)
-        extreme = self.assign(f"{e.dim}_tile_{reduction.combine[:3]}",
-                              S.Reduce(reduction.combine[:3], keys, ax), f"r{e.op}", e.loc)
+        tile_reduce = e.op.removeprefix("arg")  # max, min
+        extreme = self.assign(f"{e.dim}_tile_{tile_reduce}", S.Reduce(tile_reduce, keys, ax), f"r{e.op}", e.loc)
         # lanes ranked in i32, by their place in the tile (a tile has at most 2**20 lanes): the tile's
         # size past every lane, so a number's lane ranks after every NaN's (and i64 minima over
         # whole rows of 8192 lanes in 4 warps came out wrong on an H100, Triton 3.6)

@@ -24,9 +24,7 @@ class ScanLowering:
         fd = self.cp.funcs[func]
         dim = fd.dims[level]
         env = dict(env)
-        for e in A.walk(fd.expr):
-            if not (isinstance(e, A.Scan) and e.dim == dim):
-                continue
+        for e in A.scans_along(fd.expr, dim):
             for inner in A.free_dims(e) - set(env) - {dim}:
                 axis = whole_tile(inner)
                 if axis is None:
