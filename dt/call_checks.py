@@ -158,7 +158,8 @@ def given_outputs(out, specs: dict[str, tuple[tuple[int, ...], str]], torch_devi
             want = "a NumPy array (the inputs are NumPy arrays)"
         if not kind_ok:
             raise DTInputError(f"out '{name}' must be {want}, not {type(array).__name__}"
-                               + (f" on {array.device}" if torch_array else ""), None, "pass what the call would return")
+                               + (f" on {array.device}" if torch_array else ""), None,
+                               "pass what the call would return")
         have = TORCH_NAMES.get(str(array.dtype)) if torch_array else NUMPY_NAMES.get(array.dtype)
         if tuple(array.shape) != shape or have != dtype:
             raise DTInputError(f"out '{name}' is {have or array.dtype} {tuple(array.shape)}; the output is {dtype} "
