@@ -12,7 +12,7 @@ from pathlib import Path
 
 from dt.dtypes import FLOAT8
 from dt.dtypes import NAMES as DTYPE_CHOICES
-from dt.errors import DTError
+from dt.errors import DTError, PerformanceWarning
 
 
 class UsageError(Exception):
@@ -289,6 +289,43 @@ def cmd_compile(args) -> int:
     return 0
 
 
+def cmd_lint(args) -> int:
+    import dt
+    from dt import backends
+    prog = dt.load(args.file)
+    sizes = _sizes(args.size or [])
+    backend = backends.get(args.backend)
+    found = prog.lint(sizes, args.dtype, args.backend)
+    facts = None
+    if args.compiled and sizes and hasattr(backend, "compiled_facts"):
+        if getattr(backend, "missing", None) is None:
+            facts, compiled = prog.kernel_facts(sizes, args.dtype, args.backend)
+            found += compiled
+        else:
+            print(f"dt: compiled facts need torch and triton: {backend.missing}", file=sys.stderr)
+    for w in found:
+        print(w.render(), end="\n\n")
+    if facts:
+        _facts_table(facts, args.file)
+    shape = ", ".join(f"{d}={n}" for d, n in sizes.items()) or "no extents given"
+    print(f"{args.file}: {len(found)} performance warning{'s' * (len(found) != 1)} on {args.backend} "
+          f"({args.dtype}; {shape})")
+    return 1 if args.strict and found else 0
+
+
+def _facts_table(facts, title: str):
+    from rich.console import Console
+    from rich.table import Table
+    table = Table(title=f"{title}: compiled kernels")
+    for column in ("kernel", "Func", "warps", "registers", "spilled (stored/loaded)", "shared memory", "programs/SM",
+                   "occupancy", "limited by"):
+        table.add_column(column, justify="left" if column in ("kernel", "Func", "limited by") else "right")
+    for f in facts:
+        table.add_row(f.kernel, f.func, str(f.warps), str(f.registers), f"{f.spill_stores} / {f.spill_loads} B",
+                      f"{f.shared / 1024:.1f} KiB", str(f.programs_per_sm), f"{f.occupancy:.0%}", f.limited_by)
+    Console(width=max(Console().width, 130)).print(table)
+
+
 def cmd_conformance(args) -> int:
     from dt.conformance.runner import run_command
     return run_command(backend=args.backend, ops=args.ops, dtypes=args.dtypes, full=args.full, report=args.report,
@@ -337,6 +374,19 @@ def build_parser() -> argparse.ArgumentParser:
     comp.add_argument("-o", "--output", help="file to write (default: standard output)")
     comp.set_defaults(fn=cmd_compile)
 
+    lnt = sub.add_parser("lint", help="print the performance warnings of a DT file's schedule and what the compiler "
+                                      "makes of its kernels (registers, spills, shared memory, occupancy)")
+    lnt.add_argument("file")
+    lnt.add_argument("--size", action="append", metavar="DIM=N",
+                     help="extent of a dimension (repeat); without extents, only the warnings no extent decides")
+    lnt.add_argument("--dtype", choices=DTYPE_CHOICES + FLOAT8, default="f32", help="dtype of the inputs")
+    lnt.add_argument("--backend", default="triton", help="the backend whose kernels to lint (default: triton; it "
+                                                          "needs no GPU: kernels compile for an H100)")
+    lnt.add_argument("--no-compiled", dest="compiled", action="store_false",
+                     help="skip compiling the kernels (static warnings only)")
+    lnt.add_argument("--strict", action="store_true", help="exit with 1 when there is a warning (for CI)")
+    lnt.set_defaults(fn=cmd_lint)
+
     conf = sub.add_parser("conformance", help="certify a backend: run the conformance suite on it")
     conf.add_argument("--backend", help="the backend to certify (default: $DT_BACKEND, else interp)")
     conf.add_argument("--ops", action="append", metavar="PATTERN",
@@ -351,7 +401,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _format_warning(message, category, filename, lineno, line=None, _plain=warnings.formatwarning) -> str:
-    """dt's own warnings as `dt: warning: ...` (where in dt they were raised says nothing to a user)."""
+    """dt's own warnings as `dt: warning: ...` (where in dt they were raised says nothing to a user);
+    a performance warning as its diagnostic."""
+    if isinstance(message, PerformanceWarning):
+        return message.render() + "\n"
     if category.__module__.split(".")[0] == "dt":
         return f"dt: warning: {message}\n"
     return _plain(message, category, filename, lineno, line)

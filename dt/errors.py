@@ -18,10 +18,33 @@ class Loc:
         return f"{self.file}:{self.line}:{self.col}" if self.col else f"{self.file}:{self.line}"
 
 
-class DTError(Exception):
-    """Base of every error dt reports to users."""
+class _Diagnostic:
+    """What an error and a warning show: the location, a caret under the DT source, notes, a hint."""
 
     kind = "error"
+
+    def render(self) -> str:
+        heading = f"{self._label()}: {self.message}"
+        lines = [f"{self.loc}: {heading}" if self.loc else heading]
+        lines += _excerpt(self.loc)
+        lines += self._details()
+        for note, loc in self.notes:
+            lines.append(f"{loc}: note: {note}" if loc else f"note: {note}")
+            lines += _excerpt(loc)
+        if self.hint:
+            lines.append(f"hint: {self.hint}")
+        # a file name that is not UTF-8 (surrogate escapes) shown escaped: the text can be printed and sent
+        return "\n".join(lines).encode("utf-8", "backslashreplace").decode("utf-8")
+
+    def _label(self) -> str:
+        return self.kind
+
+    def _details(self) -> list[str]:
+        return []
+
+
+class DTError(_Diagnostic, Exception):
+    """Base of every error dt reports to users."""
 
     def __init__(self, message: str, loc: Loc | None = None, hint: str | None = None,
                  notes: tuple[tuple[str, Loc | None], ...] = ()):
@@ -31,15 +54,37 @@ class DTError(Exception):
         self.notes = notes
         super().__init__(self.render())
 
-    def render(self) -> str:
-        lines = [f"{self.loc}: {self.kind}: {self.message}" if self.loc else f"{self.kind}: {self.message}"]
-        lines += _excerpt(self.loc)
-        for note, loc in self.notes:
-            lines.append(f"{loc}: note: {note}" if loc else f"note: {note}")
-            lines += _excerpt(loc)
-        if self.hint:
-            lines.append(f"hint: {self.hint}")
-        return "\n".join(lines)
+
+class PerformanceWarning(_Diagnostic, UserWarning):
+    """A schedule that will run slowly, at the DT line that makes it so: what it costs (an
+    estimate) and the schedule change that removes it. `code` names the warning
+    (docs/performance-warnings.md lists them); `func` is the DT Func whose kernel it concerns."""
+
+    kind = "performance warning"
+
+    def __init__(self, code: str, message: str, loc: Loc | None, *, cost: str, hint: str, func: str = "",
+                 notes: tuple[tuple[str, Loc | None], ...] = ()):
+        self.code = code
+        self.message = message
+        self.loc = loc
+        self.cost = cost
+        self.hint = hint
+        self.func = func
+        self.notes = notes
+        super().__init__(self.render())
+
+    def _label(self) -> str:
+        return f"{self.kind} [{self.code}]"
+
+    def _details(self) -> list[str]:
+        return [f"cost: {self.cost}"]
+
+    def __eq__(self, other):
+        return isinstance(other, PerformanceWarning) and (self.code, self.message, self.loc) == \
+            (other.code, other.message, other.loc)
+
+    def __hash__(self):
+        return hash((self.code, self.message, self.loc))
 
 
 def _excerpt(loc: Loc | None) -> list[str]:
@@ -98,7 +143,7 @@ def user_facing(fn):
     def wrapper(*args, **kwargs):
         try:
             return fn(*args, **kwargs)
-        except DTError as e:
+        except (DTError, PerformanceWarning) as e:  # a warning raised under DT_WARNINGS=error
             raise e.with_traceback(None) from None
 
     return wrapper

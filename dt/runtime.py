@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from dt import backends, call_checks, env
+from dt import backends, call_checks, env, lint
 from dt.call_checks import is_torch
 from dt.debug import config as debug_config
 from dt.dtypes import ALL, FLOAT8, NUMPY, NUMPY_NAMES, TORCH_BY_NAME, TORCH_NAMES
@@ -49,6 +49,7 @@ class Program:
         self._pipelines: dict[tuple, Pipeline] = {}
         self._compiled: dict[tuple, object] = {}
         self._plans: dict[tuple, object] = {}  # call signature -> planned call, see _call_key
+        self.linted = lint.Linted()  # the shapes warned about, per backend and dtypes
         self._accesses = self.checked.input_accesses
         self.inputs = tuple(n for n in self.checked.inputs if any(a.name == n for a in self._accesses))
         used_scalars = {e.name for f in self.checked.funcs.values() for e in A.walk(f.expr)
@@ -117,8 +118,9 @@ class Program:
         if compiled is None:
             self._check_capabilities(backend_obj, pipeline)
             compiled = self._compiled[key] = backend_obj.compile(pipeline)
-        wants_torch = backend_obj.capabilities.array == "torch"
         size_args = {size_name(d): n for d, n in b.extents.items() if d in pipeline.sizes}
+        lint.warn_once(self, backend_obj, key, pipeline, b.extents, size_args)
+        wants_torch = backend_obj.capabilities.array == "torch"
         device, inputs, scalars, outputs = b.torch_device, self.inputs, self.scalars, self.outputs
         integer_scalars = {n for n in scalars if n in b.dtypes}
         # Arguments already in the backend's array type pass through untouched (the call key
@@ -158,6 +160,26 @@ class Program:
             return outs[outputs[0]] if len(outputs) == 1 else {n: outs[n] for n in outputs}
 
         return run
+
+    @user_facing
+    def lint(self, sizes: dict | None = None, dtype: dict[str, str] | str = "f32", backend: str = "triton",
+             compiled: bool = False, **inputs) -> list:
+        """Every performance warning of this schedule on `backend` for inputs of `dtype`, whatever
+        DT_WARNINGS says, at the extents of `sizes` (by dimension) and of `inputs` (anything with
+        a shape, by input name, as a call takes them); without either, the warnings no extent
+        decides. `compiled`: also those of the backend's compiled kernels (spills, occupancy: the
+        triton backend compiles for the GPU here, else for an H100, without launching)."""
+        extents = self._extents(inputs, sizes, "sizes") if sizes or inputs else {}
+        return lint.program_warnings(self, backends.get(backend), self.pipeline(dtype), extents, compiled)
+
+    @user_facing
+    def kernel_facts(self, sizes: dict | None = None, dtype: dict[str, str] | str = "f32", backend: str = "triton",
+                     **inputs):
+        """What the backend's compiler says of each kernel at these extents (as `lint` takes them):
+        (its facts: kernel, func, warps, registers, spills, shared memory, occupancy; the
+        warnings they give)."""
+        return lint.kernel_facts(self, backends.get(backend), self.pipeline(dtype),
+                                 self._extents(inputs, sizes, "sizes"))
 
     @user_facing
     def reference(self, /, *positional, sizes: dict | None = None, **args):

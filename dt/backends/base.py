@@ -29,6 +29,10 @@ class Capabilities:
     # whether its compiled pipelines take `outputs` (below) and write into them; if not, a call
     # with out= has the results copied into the caller's arrays
     given_outputs: bool = False
+    # what its kernels run on, for performance warnings (dt.ir.lint): 'cpu' or 'gpu'
+    machine: str = "cpu"
+    # whether it compiles its kernels again for every new shape (extents are constants in them)
+    compiles_per_shape: bool = False
 
 
 # A compiled pipeline: (tensors by name, scalars by name, sizes by `{dim}_SIZE`) -> outputs by name.
@@ -45,3 +49,7 @@ class Backend(Protocol):
     def compile(self, pipeline: Pipeline) -> CompiledPipeline: ...
 
     def source(self, pipeline: Pipeline) -> str: ...
+
+    # Optional: `lint_rules`, the backend's own performance-warning rules (dt.ir.lint.Rule by
+    # name), and `compiled_facts(pipeline, extents)`, what its compiler says of each kernel
+    # (registers, spills, shared memory, occupancy) with the warnings those facts give.

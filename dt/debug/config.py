@@ -21,6 +21,8 @@ _breakpoints: list[Breakpoint] = []
 _traces: list = []
 _contexts: list[tuple[frozenset[str], int | None]] = []  # active sanitize()/shuffle() contexts
 _env_breaks: tuple[str, list[Breakpoint]] = ("", [])
+# (id of a pipeline, its size arguments) -> (the pipeline, its performance warnings on a GPU)
+_schedule_warnings: dict[tuple, tuple] = {}
 live_sessions: list = []  # the runs in progress (a stop can set breakpoints that apply to them)
 
 
@@ -126,6 +128,17 @@ def _changed():
 
 def breakpoints() -> list[Breakpoint]:
     return list(_breakpoints) + _env_breakpoints(env.read("DT_BREAK"))
+
+
+def record_warnings(pipeline, sizes: dict, found):
+    """The performance warnings a GPU would give this pipeline at these size arguments, for the
+    debugger to show at the statements they concern."""
+    _schedule_warnings[(id(pipeline), tuple(sorted(sizes.items())))] = (pipeline, tuple(found))
+
+
+def recorded_warnings(pipeline, sizes: dict) -> tuple:
+    held = _schedule_warnings.get((id(pipeline), tuple(sorted(sizes.items()))))
+    return held[1] if held is not None and held[0] is pipeline else ()
 
 
 def push_context(entry: tuple[frozenset[str], int | None]):

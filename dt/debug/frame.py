@@ -40,6 +40,8 @@ class Frame:
         self._scope = scope
         self._vars: dict[str, TileVar] = dict(st.live)
         self.tiles = {name: self._masked(var) for name, var in st.live}
+        # the performance warnings a GPU would give that point at this statement's line
+        self.warnings = [w for w in session.warnings if _concerns(w, st.loc)]
 
     # ------------------------------------------------------------ values
     def _spans(self, var: TileVar):
@@ -116,6 +118,8 @@ class Frame:
         if self.ranges:
             lines.append("axes: " + "; ".join(_range_text(d, r) for d, r in self.ranges.items()))
         lines.append("tiles: " + (", ".join(self.tiles) if self.tiles else "none yet"))
+        for w in self.warnings:
+            lines.append(f"performance warning [{w.code}] at {w.loc}: {w.message}; hint: {w.hint}")
         return "\n".join(lines)
 
     def table(self) -> str:
@@ -162,3 +166,11 @@ def _range_text(dim: str, r: tuple[int, int, int]) -> str:
     if valid_end == end:
         return f"{dim} {start}:{end}"
     return f"{dim} {start}:{end} ({valid_end - start} of {end - start} lanes valid)"
+
+
+def _concerns(warning, loc) -> bool:
+    """Whether a warning, or one of its notes, points at the line of `loc`."""
+    if loc is None:
+        return False
+    places = [warning.loc] + [where for _, where in warning.notes]
+    return any(p is not None and p.line == loc.line and p.file == loc.file for p in places)

@@ -35,6 +35,7 @@ class Session:
         self.info = info
         self.config = config
         self.sizes = dict(sizes)
+        self.warnings = debug_config.recorded_warnings(info.pipeline, sizes)
         n = len(info.statements)
         self.on = [False] * n
         self.all_on = [True] * n

@@ -19,7 +19,7 @@ import threading
 
 from dt.backends.base import BackendUnavailable, Capabilities
 from dt.backends.pysource import load_module
-from dt.backends.triton import interpreter_fix
+from dt.backends.triton import interpreter_fix, lint
 from dt.backends.triton.codegen import DTYPES, Module, render
 from dt.dtypes import FLOAT8
 from dt.backends.triton.expressions import SUPPORTED_OPS
@@ -50,10 +50,21 @@ class TritonBackend:
                 "source only: no CUDA GPU and TRITON_INTERPRET is not set"}[device]
         self.capabilities = Capabilities(
             dtypes=frozenset(DTYPES + (FLOAT8 if device == "cuda" else ())), ops=SUPPORTED_OPS,
-            array="torch", gathers=True, given_outputs=True,
+            array="torch", gathers=True, given_outputs=True, machine="gpu", compiles_per_shape=True,
             devices={"cuda": ("cuda",), "cpu": ("cpu",), None: ()}[device],
             notes={"f32_dot": f"input_precision from ${F32_DOT_ENV} (default ieee)", "mode": mode,
                    "nan": "rmax/rmin follow tl.max/tl.min, which may drop NaN on the GPU"})
+
+    lint_rules = lint.RULES
+
+    def compiled_facts(self, pipeline: S.Pipeline, context):
+        """Each kernel's registers, spills, shared memory and occupancy at the context's extents,
+        compiled for the GPU here (else an H100) without launching, and the warnings they give."""
+        if self.missing is not None:
+            raise DTBackendError(f"backend 'triton' cannot compile kernels here: {self.missing}", None,
+                                 self.missing.hint)
+        from dt.backends.triton.compiled import compiled_facts
+        return compiled_facts(pipeline, context, render(pipeline, f32_dot_precision()))
 
     def module(self, pipeline: S.Pipeline) -> Module:
         """The module `compile` runs here (the interpreter's under TRITON_INTERPRET=1)."""

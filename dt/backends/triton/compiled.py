@@ -1,0 +1,165 @@
+"""What Triton's compiler makes of each kernel at given extents: registers and spills (from
+ptxas, as the driver would report them), shared memory, warps and the occupancy they allow,
+and the performance warnings those facts give (`spills`, `occupancy`). Kernels are compiled
+without launching, for the GPU here or, without one, for an H100 (sm_90): the launcher runs on
+tensors without storage (torch's meta device) and its launches are recorded, then compiled
+with the arguments, constants and options they would have had."""
+from __future__ import annotations
+
+import re
+import subprocess
+import tempfile
+from dataclasses import dataclass
+
+from dt.backends.pysource import load_module
+from dt.backends.triton.integers import integer_scalars
+from dt.errors import PerformanceWarning
+from dt.ir import scheduled as S
+from dt.ir.lint.facts import Context
+
+H100 = 90  # the compute capability compiled for without a GPU
+REGISTERS_PER_SM = 65536
+SHARED_PER_SM = 228 * 1024  # bytes a Hopper multiprocessor gives its programs
+SHARED_RESERVED = 1024  # bytes the driver keeps per program
+MAX_WARPS_PER_SM = 64
+MAX_PROGRAMS_PER_SM = 32
+LOW_OCCUPANCY = 0.25  # warn below this share of a multiprocessor's warps, for kernels that stream memory
+STREAMING_SHARED = 16 * 1024  # a kernel using less shared memory than this streams from memory
+
+
+@dataclass(frozen=True)
+class KernelFacts:
+    kernel: str
+    func: str  # the DT Func the kernel computes and stores
+    warps: int
+    registers: int  # a thread
+    spill_stores: int  # bytes a thread
+    spill_loads: int
+    shared: int  # bytes a program
+    programs_per_sm: int  # programs a multiprocessor holds at once
+    limited_by: str  # 'registers', 'shared memory', 'warps' or 'programs'
+
+    @property
+    def occupancy(self) -> float:
+        return self.programs_per_sm * self.warps / MAX_WARPS_PER_SM
+
+
+def occupancy(registers: int, warps: int, shared: int) -> tuple[int, str]:
+    """Programs a multiprocessor holds at once, and what limits them."""
+    per_warp = -(-registers * 32 // 256) * 256  # registers are allocated to warps 256 at a time
+    limits = {"warps": MAX_WARPS_PER_SM // warps, "programs": MAX_PROGRAMS_PER_SM,  # ties name these first
+              "registers": REGISTERS_PER_SM // (per_warp * warps) if per_warp else MAX_PROGRAMS_PER_SM,
+              "shared memory": SHARED_PER_SM // (shared + SHARED_RESERVED)}
+    limiter = min(limits, key=limits.get)
+    return limits[limiter], limiter
+
+
+def record_launches(module, pipeline: S.Pipeline, tensors: list, scalars: list, extents: dict) -> list[tuple]:
+    """Run the module's launcher with kernels that record their launches: (the JIT function,
+    its arguments, its launch options) of each."""
+    namespace = load_module(module.source, f"compiled {pipeline.name}", {"__name__": f"dt_compiled_{pipeline.name}"})
+    launches = []
+
+    class Record:
+        def __init__(self, fn):
+            self.fn = fn
+
+        def __getitem__(self, grid):
+            return lambda *args, **options: launches.append((self.fn, args, options))
+
+    for k in pipeline.kernels:
+        namespace[k.name] = Record(namespace[k.name])
+    namespace[module.function](*tensors, *scalars, *[extents[d] for d in module.call_extents])
+    return launches
+
+
+def compile_launch(fn, args, options, capability: int):
+    """The compiled kernel for one recorded launch, for a GPU of `capability` (90: sm_90)."""
+    import torch
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+    from triton.tools.tensor_descriptor import TensorDescriptor
+    pointer = {torch.float32: "*fp32", torch.float16: "*fp16", torch.bfloat16: "*bf16", torch.bool: "*i1",
+               torch.int8: "*i8", torch.uint8: "*u8", torch.int16: "*i16", torch.int32: "*i32", torch.int64: "*i64",
+               torch.float8_e4m3fn: "*fp8e4nv", torch.float8_e5m2: "*fp8e5"}
+    signature, constants, attrs = {}, {}, {}
+    for i, (param, value) in enumerate(zip(fn.params, args)):
+        if param.is_constexpr or value is None:
+            signature[param.name], constants[(i,)] = "constexpr", value
+        elif isinstance(value, torch.Tensor):
+            signature[param.name] = pointer[value.dtype]
+            attrs[(i,)] = [["tt.divisibility", 16]]  # as Triton specialises aligned pointers
+        elif isinstance(value, TensorDescriptor):
+            signature[param.name] = f"tensordesc<{pointer[value.base.dtype][1:]}{list(value.block_shape)}>"
+        else:  # a scalar: an integer one is annotated int64
+            signature[param.name] = param.annotation or "fp32"
+    return triton.compile(ASTSource(fn, signature, constants, attrs), target=GPUTarget("cuda", capability, 32),
+                          options=options)
+
+
+def ptxas_facts(compiled, capability: int) -> tuple[int, int, int]:
+    """(registers, spill store bytes, spill load bytes) of a thread, as ptxas reports them."""
+    from triton.backends.nvidia.compiler import get_ptxas, sm_arch_from_capability
+    with tempfile.NamedTemporaryFile("w", suffix=".ptx") as ptx:
+        ptx.write(compiled.asm["ptx"])
+        ptx.flush()
+        log = subprocess.run([get_ptxas(capability).path, "-v", f"--gpu-name={sm_arch_from_capability(capability)}",
+                              ptx.name, "-o", "/dev/null"], capture_output=True, text=True, check=True).stderr
+    registers = int(re.search(r"Used (\d+) registers", log).group(1))
+    spills = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", log)
+    return registers, int(spills.group(1)), int(spills.group(2))
+
+
+def capability_here() -> int:
+    import torch
+    if torch.cuda.is_available():
+        major, minor = torch.cuda.get_device_capability()
+        return major * 10 + minor
+    return H100
+
+
+def compiled_facts(pipeline: S.Pipeline, context: Context, module) -> tuple[list[KernelFacts], list]:
+    """Each kernel's facts at the context's extents, and the warnings they give."""
+    import torch
+    from dt.dtypes import TORCH_BY_NAME
+    capability = capability_here()
+    dtype = {name: getattr(torch, TORCH_BY_NAME[name].split(".")[1]) for name in TORCH_BY_NAME}
+    tensors = [torch.empty([context.extents[d] for d in spec.dims], dtype=dtype[spec.dtype], device="meta")
+               for spec in (pipeline.tensor(n) for n in module.inputs)]
+    integers = integer_scalars(pipeline)
+    scalars = [1 if s in integers else 1.0 for s in module.scalars]
+    extents = dict(context.extents)
+    launches = record_launches(module, pipeline, tensors, scalars, extents)
+    by_name = {k.name: k for k in pipeline.kernels}
+    facts, found = [], []
+    for fn, args, options in launches:
+        kernel = by_name[fn.__name__]
+        compiled = compile_launch(fn, args, options, capability)
+        registers, stores, loads = ptxas_facts(compiled, capability)
+        warps, shared = compiled.metadata.num_warps, compiled.metadata.shared
+        programs, limiter = occupancy(registers, warps, shared)
+        kf = KernelFacts(kernel.name, kernel.func, warps, registers, stores, loads, shared, programs, limiter)
+        facts.append(kf)
+        found += _warnings(kf, kernel, context)
+    return facts, [w for w in found if w.code not in context.allowed]
+
+
+def _warnings(facts: KernelFacts, kernel: S.Kernel, context: Context):
+    func = kernel.func
+    loc = context.schedule_loc(func, "num_warps", "tensorize") or kernel.loc
+    if facts.spill_stores or facts.spill_loads:
+        yield PerformanceWarning(
+            "spills", f"kernel '{kernel.name}' spills registers to local memory: {facts.registers} registers a "
+            f"thread in {facts.warps} warps are not enough", loc,
+            cost=f"{facts.spill_stores} bytes stored and {facts.spill_loads} loaded a thread through local memory "
+                 f"(the L1 cache, and DRAM past it)",
+            hint=f"more warps ({func}.num_warps({min(facts.warps * 2, 32)})) or smaller tiles ({func}.tensorize(...))",
+            func=func)
+    if facts.occupancy < LOW_OCCUPANCY and facts.shared < STREAMING_SHARED and facts.limited_by == "registers":
+        yield PerformanceWarning(
+            "occupancy", f"kernel '{kernel.name}' fits {facts.programs_per_sm} program(s) of {facts.warps} warps on "
+            f"a multiprocessor, limited by its {facts.registers} registers a thread", loc,
+            cost=f"{facts.occupancy:.0%} of a multiprocessor's warps: too few loads in flight to hide memory latency",
+            hint=f"smaller tiles a thread ({func}.tensorize(...) smaller, or {func}.num_warps more), so that each "
+                 f"thread needs fewer registers", func=func)

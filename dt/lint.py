@@ -1,0 +1,126 @@
+"""Performance warnings at run time: the context a program's lint runs in, the warnings a
+program's source allows, how DT_WARNINGS and the `warnings` filters control them, and the
+warning for kernels compiled again for every new shape.
+
+    DT_WARNINGS=error    raise the first performance warning as an exception
+    DT_WARNINGS=ignore   say nothing
+    (unset)              warn, once per program and shape, through `warnings`
+
+A program allows a warning it has measured and accepts with a comment line in its source:
+`# allow: recomputed -- the 2mm inner fusion trades FLOPs for one kernel` (a code, then why).
+"""
+from __future__ import annotations
+
+import re
+import warnings
+
+from dt import env
+from dt.errors import DTBackendError, DTInputError, PerformanceWarning
+from dt.ir.check.program import CheckedProgram
+from dt.ir.lint import RULES, Context
+from dt.ir.lint import lint as lint_pipeline
+
+ENV = "DT_WARNINGS"
+MODES = ("error", "ignore", "default")
+ALLOW = re.compile(r"^\s*#\s*allow:\s*([a-z-]+)\s*(?:--|—|:)\s*(\S.*)$", re.MULTILINE)
+# distinct shapes after which a program whose kernels compile per shape is warned about it
+RECOMPILES = 8
+
+
+def all_codes(extra: dict | None = None) -> set[str]:
+    return {c for r in {**RULES, **(extra or {})}.values() for c in r.codes} | {"recompiles", "spills",
+                                                                                "occupancy"}
+
+
+def allowed(source: str) -> dict[str, str]:
+    """The warnings a program's source allows: code -> the reason given."""
+    return {m.group(1): m.group(2).strip() for m in ALLOW.finditer(source)}
+
+
+def context(checked: CheckedProgram, extents: dict[str, int], machine: str) -> Context:
+    schedule = {(f, p): loc for f, s in checked.schedules.items() for p, loc in s.locs.items()}
+    return Context(extents=dict(extents), machine=machine, schedule=schedule, fused=dict(checked.fused),
+                   allowed=frozenset(allowed(checked.program.source)))
+
+
+def mode() -> str:
+    value = env.read(ENV).lower() or "default"
+    if value not in MODES:
+        raise DTInputError(f"{ENV}={value!r} is not a mode dt knows", None,
+                           f"set {ENV} to error or ignore, or unset it")
+    return value
+
+
+def emit(found: list[PerformanceWarning], stacklevel: int = 4):
+    """Report warnings as DT_WARNINGS says: through `warnings` (its filters apply), raised, or not at all."""
+    how = mode()
+    if how == "ignore":
+        return
+    for w in found:
+        if how == "error":
+            raise w
+        warnings.warn(w, stacklevel=stacklevel)
+
+
+def static_warnings(prog, backend_obj, pipeline, extents: dict[str, int]) -> list[PerformanceWarning]:
+    """The warnings of the scheduled IR and of the backend's rules."""
+    return lint_pipeline(pipeline, context(prog.checked, extents, backend_obj.capabilities.machine),
+                         getattr(backend_obj, "lint_rules", None))
+
+
+def program_warnings(prog, backend_obj, pipeline, extents: dict[str, int], compiled: bool):
+    found = static_warnings(prog, backend_obj, pipeline, extents)
+    if compiled:
+        found += kernel_facts(prog, backend_obj, pipeline, extents)[1]
+    return found
+
+
+def kernel_facts(prog, backend_obj, pipeline, extents: dict[str, int]):
+    if not hasattr(backend_obj, "compiled_facts"):
+        raise DTBackendError(f"backend '{backend_obj.name}' reports nothing of its compiled kernels", None,
+                             "ask the triton backend (backend='triton')")
+    return backend_obj.compiled_facts(pipeline, context(prog.checked, extents, backend_obj.capabilities.machine))
+
+
+def warn_once(prog, backend_obj, key: tuple, pipeline, extents: dict[str, int], size_args: dict[str, int]):
+    """At a call's planning: the warnings of its schedule at its extents, once per program and
+    shape; for the debugger, those a GPU would give."""
+    from dt.debug import config as debug_config
+    if debug_config.current() is not None:  # the debugger shows them where they point
+        from dt import backends
+        debug_config.record_warnings(pipeline, size_args,
+                                     static_warnings(prog, backends.get("triton"), pipeline, extents))
+    shape = (key, tuple(sorted(extents.items())))
+    if shape in prog.linted.shapes or mode() == "ignore":
+        return
+    prog.linted.shapes.add(shape)
+    found = static_warnings(prog, backend_obj, pipeline, extents)
+    if backend_obj.capabilities.compiles_per_shape:
+        again = prog.linted.add(key, extents, pipeline.kernels[0].loc if pipeline.kernels else None)
+        if again is not None and again.code not in allowed(prog.ast.source):
+            found.append(again)
+    emit(found, stacklevel=6)  # the caller of prog(...)
+
+
+class Linted:
+    """The shapes a program has been warned about, and the distinct extents it has been called
+    with per backend and dtypes, for backends that compile their kernels again for each
+    (Triton's: extents and strides are constants)."""
+
+    def __init__(self):
+        self.shapes: set[tuple] = set()
+        self.seen: dict[tuple, set[tuple]] = {}
+
+    def add(self, key: tuple, extents: dict[str, int], kernel_loc) -> PerformanceWarning | None:
+        shapes = self.seen.setdefault(key, set())
+        shapes.add(tuple(sorted(extents.items())))
+        if len(shapes) != RECOMPILES:
+            return None
+        varying = sorted({d for shape in shapes for d, n in shape if n != dict(next(iter(shapes)))[d]})
+        return PerformanceWarning(
+            "recompiles", f"this program has been called with {RECOMPILES} shapes on backend '{key[0]}', which "
+            f"compiles its kernels again for each: extents ({', '.join(varying)} here) are compile-time constants "
+            f"of its kernels", kernel_loc,
+            cost="a compile for every new shape (about 0.2 to 2 s each on a GPU) instead of one",
+            hint=f"call it with few distinct shapes: pad {', '.join(varying)} up to a few sizes (a multiple of 256, "
+                 f"say) and mask the padding in the algorithm (dt's Triton kernels have no run-time extents yet)")
