@@ -121,6 +121,6 @@ class Linted:
             "recompiles", f"this program has been called with {RECOMPILES} shapes on backend '{key[0]}', which "
             f"compiles its kernels again for each: extents ({', '.join(varying)} here) are compile-time constants "
             f"of its kernels", kernel_loc,
-            cost="a compile for every new shape (about 0.2 to 2 s each on a GPU) instead of one",
+            cost="a compile of every kernel for every new shape (0.13 s for a row-wise norm on an H100) instead of one",
             hint=f"call it with few distinct shapes: pad {', '.join(varying)} up to a few sizes (a multiple of 256, "
                  f"say) and mask the padding in the algorithm (dt's Triton kernels have no run-time extents yet)")

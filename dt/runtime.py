@@ -169,7 +169,7 @@ class Program:
         a shape, by input name, as a call takes them); without either, the warnings no extent
         decides. `compiled`: also those of the backend's compiled kernels (spills, occupancy: the
         triton backend compiles for the GPU here, else for an H100, without launching)."""
-        extents = self._extents(inputs, sizes, "sizes") if sizes or inputs else {}
+        extents = self._extents(inputs, sizes or {}, "sizes") if sizes or inputs else {}
         return lint.program_warnings(self, backends.get(backend), self.pipeline(dtype), extents, compiled)
 
     @user_facing
@@ -179,7 +179,7 @@ class Program:
         (its facts: kernel, func, warps, registers, spills, shared memory, occupancy; the
         warnings they give)."""
         return lint.kernel_facts(self, backends.get(backend), self.pipeline(dtype),
-                                 self._extents(inputs, sizes, "sizes"))
+                                 self._extents(inputs, sizes or {}, "sizes"))
 
     @user_facing
     def reference(self, /, *positional, sizes: dict | None = None, **args):

@@ -3,13 +3,18 @@ ptxas, as the driver would report them), shared memory, warps and the occupancy 
 and the performance warnings those facts give (`spills`, `occupancy`). Kernels are compiled
 without launching, for the GPU here or, without one, for an H100 (sm_90): the launcher runs on
 tensors without storage (torch's meta device) and its launches are recorded, then compiled
-with the arguments, constants and options they would have had."""
+with the arguments, constants and options they would have had; under Triton's interpreter,
+in a fresh process without it."""
 from __future__ import annotations
 
+import os
+import pickle
 import re
 import subprocess
+import sys
 import tempfile
 from dataclasses import dataclass
+from pathlib import Path
 
 from dt.backends.pysource import load_module
 from dt.backends.triton.integers import integer_scalars
@@ -121,28 +126,52 @@ def capability_here() -> int:
 
 def compiled_facts(pipeline: S.Pipeline, context: Context, module) -> tuple[list[KernelFacts], list]:
     """Each kernel's facts at the context's extents, and the warnings they give."""
+    extents = dict(context.extents)
+    if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
+        facts = _facts_in_a_compiler_process(pipeline, extents, module)
+    else:
+        facts = facts_here(pipeline, extents, module)
+    by_name = {k.name: k for k in pipeline.kernels}
+    found = [w for f in facts for w in _warnings(f, by_name[f.kernel], context)]
+    return facts, [w for w in found if w.code not in context.allowed]
+
+
+def facts_here(pipeline: S.Pipeline, extents: dict, module) -> list[KernelFacts]:
+    """The facts of each kernel, compiled in this process (Triton imported for compiling)."""
     import torch
     from dt.dtypes import TORCH_BY_NAME
     capability = capability_here()
     dtype = {name: getattr(torch, TORCH_BY_NAME[name].split(".")[1]) for name in TORCH_BY_NAME}
-    tensors = [torch.empty([context.extents[d] for d in spec.dims], dtype=dtype[spec.dtype], device="meta")
+    tensors = [torch.empty([extents[d] for d in spec.dims], dtype=dtype[spec.dtype], device="meta")
                for spec in (pipeline.tensor(n) for n in module.inputs)]
     integers = integer_scalars(pipeline)
     scalars = [1 if s in integers else 1.0 for s in module.scalars]
-    extents = dict(context.extents)
-    launches = record_launches(module, pipeline, tensors, scalars, extents)
     by_name = {k.name: k for k in pipeline.kernels}
-    facts, found = [], []
-    for fn, args, options in launches:
+    facts = []
+    for fn, args, options in record_launches(module, pipeline, tensors, scalars, extents):
         kernel = by_name[fn.__name__]
         compiled = compile_launch(fn, args, options, capability)
         registers, stores, loads = ptxas_facts(compiled, capability)
         warps, shared = compiled.metadata.num_warps, compiled.metadata.shared
         programs, limiter = occupancy(registers, warps, shared)
-        kf = KernelFacts(kernel.name, kernel.func, warps, registers, stores, loads, shared, programs, limiter)
-        facts.append(kf)
-        found += _warnings(kf, kernel, context)
-    return facts, [w for w in found if w.code not in context.allowed]
+        facts.append(KernelFacts(kernel.name, kernel.func, warps, registers, stores, loads, shared, programs, limiter))
+    return facts
+
+
+def _facts_in_a_compiler_process(pipeline: S.Pipeline, extents: dict, module) -> list[KernelFacts]:
+    """facts_here in a fresh Python without TRITON_INTERPRET: Triton imported for its
+    interpreter has made its standard library's functions for the interpreter, which its
+    compiler cannot compile."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    root = str(Path(__file__).resolve().parents[3])
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
+    code = ("import pickle, sys; from dt.backends.triton.compiled import facts_here; "
+            "pickle.dump(facts_here(*pickle.load(sys.stdin.buffer)), sys.stdout.buffer)")
+    proc = subprocess.run([sys.executable, "-c", code], input=pickle.dumps((pipeline, extents, module)), env=env,
+                          capture_output=True)
+    if proc.returncode:
+        raise RuntimeError(f"compiling the kernels of {pipeline.name} failed:\n{proc.stderr.decode()[-3000:]}")
+    return pickle.loads(proc.stdout)
 
 
 def _warnings(facts: KernelFacts, kernel: S.Kernel, context: Context):

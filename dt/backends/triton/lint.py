@@ -21,39 +21,44 @@ VECTOR_BYTES = 16  # the widest access of one thread
 
 
 def padding(kernel: S.Kernel, pipeline: S.Pipeline, context: Context):
-    """Tiles padded to a power of two with few useful lanes: the matrix lanes of a product, or an
-    element-wise tile."""
+    """Tiles padded to a power of two with few useful lanes: the matrix lanes of a kernel's
+    products, or else its most padded tile."""
     facts = KernelFacts(kernel, pipeline, context)
-    func = kernel.func
-    reported = set()
+    products, tiles = [], []
     for s, value in statements_with_values(kernel.body):
         for node in S.walk_texpr(value):
             if isinstance(node, S.Dot):
-                axes = (node.a.dims[0], node.axis, node.b.dims[1])
-                what = f"the product over {facts.dim_of(node.axis)}"
-            elif node.dims and not isinstance(node, S.Dot):
-                axes = tuple(a for a in node.dims if a not in node.unit)
-                what = f"a tile of '{computed(s)}'"
-            else:
-                continue
-            used = [_used(facts, a) for a in axes]
-            if None in used or not axes or tuple(axes) in reported:
-                continue
-            padded = [next_power_of_2(n) for n in used]
-            share = math.prod(used) / math.prod(padded)
-            if share >= USEFUL:
-                continue
-            reported.add(tuple(axes))
-            shape, to = "x".join(map(str, used)), "x".join(map(str, padded))
-            wide = [facts.dim_of(a) for a, n, p in zip(axes, used, padded) if n != p]
-            loc = context.schedule_loc(func, "tensorize") or s.loc
-            yield PerformanceWarning(
-                "padded-tile", f"{what} in kernel '{kernel.name}' is a {shape} tile, which Triton pads to {to}", loc,
-                cost=f"{share:.0%} of its lanes do useful work" + (" (matrix-unit lanes)" if isinstance(node, S.Dot)
-                                                                  else ""),
-                hint=f"tile {', '.join(wide)} with a power of two ({func}.tensorize(...)); a whole extent "
-                     f"(tensorize(d:0)) padded this much is better walked in power-of-two tiles", func=func,
-                notes=(("the tile is computed here", s.loc),) if loc is not s.loc else ())
+                products.append((_padded(facts, (node.a.dims[0], node.b.dims[1], node.axis)), node, s))
+            elif node.dims:
+                tiles.append((_padded(facts, tuple(a for a in node.dims if a not in node.unit)), node, s))
+    found = [p for p in products if p[0] is not None and p[0][0] < USEFUL]
+    if not products:
+        found = sorted((t for t in tiles if t[0] is not None and t[0][0] < USEFUL), key=lambda t: t[0][0])[:1]
+    reported = set()
+    for (share, used, padded, wide), node, s in found:
+        if (used, padded) in reported:
+            continue
+        reported.add((used, padded))
+        func = kernel.func
+        what = f"the product over {facts.dim_of(node.axis)}" if isinstance(node, S.Dot) else f"a tile of '{computed(s)}'"
+        loc = context.schedule_loc(func, "tensorize") or s.loc
+        yield PerformanceWarning(
+            "padded-tile", f"{what} in kernel '{kernel.name}' is a {'x'.join(map(str, used))} tile, which Triton pads "
+            f"to {'x'.join(map(str, padded))}", loc,
+            cost=f"{share:.0%} of its lanes do useful work" + (" (matrix-unit lanes)" if isinstance(node, S.Dot) else ""),
+            hint=f"tile {', '.join(wide)} with a power of two ({func}.tensorize(...)); a whole extent (tensorize(d:0)) "
+                 f"padded this much is better walked in power-of-two tiles", func=func,
+            notes=(("the tile is computed here", s.loc),) if loc is not s.loc else ())
+
+
+def _padded(facts: KernelFacts, axes: tuple[str, ...]):
+    """(useful share, lanes used, lanes padded, the dims padded) of a tile over `axes`, or None."""
+    used = [_used(facts, a) for a in axes]
+    if not axes or None in used:
+        return None
+    padded = [next_power_of_2(n) for n in used]
+    wide = [facts.dim_of(a) for a, n, p in zip(axes, used, padded) if n != p]
+    return math.prod(used) / math.prod(padded), tuple(used), tuple(padded), wide
 
 
 def _used(facts: KernelFacts, axis: str) -> int | None:
@@ -77,7 +82,7 @@ def alignment(kernel: S.Kernel, pipeline: S.Pipeline, context: Context):
             if row is None or (facts.lanes(node.indices[-1]) or 1) * item < VECTOR_BYTES:
                 continue  # a row tile narrower than one access could not do better
             width = math.gcd(row * item, VECTOR_BYTES)
-            if width >= VECTOR_BYTES or all((facts.lanes(a) or 1) == 1 for a in node.indices[:-1]):
+            if width >= VECTOR_BYTES:
                 continue
             seen.add(node.tensor)
             multiple = VECTOR_BYTES // math.gcd(item, VECTOR_BYTES)
@@ -120,7 +125,8 @@ def tma_fallback(kernel: S.Kernel, pipeline: S.Pipeline, context: Context):
     moved = set(plan.box_descriptor)
     facts = KernelFacts(kernel, pipeline, context)
     for s, value in statements_with_values(kernel.body):
-        for node in [n for n in S.walk_texpr(value) if isinstance(n, S.Load)] + ([s] if isinstance(s, S.Store) else []):
+        accesses = [n for n in S.walk_texpr(value) if isinstance(n, (S.Load, S.Gather))]
+        for node in accesses + ([s] if isinstance(s, S.Store) else []):
             if node not in moved:
                 yield PerformanceWarning(
                     "tma-fallback", f"{func}.tma(): the tile of '{node.tensor}' in kernel '{kernel.name}' moves "

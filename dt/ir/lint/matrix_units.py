@@ -72,7 +72,7 @@ def _contraction(node: S.Reduce, s, facts: KernelFacts):
 
 
 def _small_dot(node: S.Dot, s, facts: KernelFacts):
-    axes = (node.a.dims[0], node.axis, node.b.dims[1])
+    axes = (node.a.dims[0], node.b.dims[1], node.axis)
     small = [a for a in axes if (facts.lanes(a) or MIN_MATRIX_TILE) < MIN_MATRIX_TILE]
     if not small:
         return None

@@ -1,8 +1,9 @@
 """A tile too large for its warps. A GPU program's tiles live in the registers of its
-num_warps x 32 threads; a thread has at most 255, and a tile that needs more than half of them
-alone leaves too few for the rest (the tiles it is computed from, addresses, masks), so the
-kernel spills to local memory (a 65,536-lane row in 4 warps: 512 values a thread, 3,100 spill
-stores on an H100)."""
+num_warps x 32 threads; a thread has at most 255, and fewer in a large program (a
+multiprocessor's 65,536 registers shared by its threads: 64 each in 32 warps). A tile that needs
+more than half of them alone leaves too few for the rest (the tiles it is computed from,
+addresses, masks), so the kernel spills to local memory (a 65,536-lane row in 4 warps: 512
+values a thread, 3,100 spill stores on an H100)."""
 from __future__ import annotations
 
 from dt.dtypes import ITEM_BYTES
@@ -13,8 +14,18 @@ from dt.ir.lint.facts import computed, WARP, Context, KernelFacts, statements_wi
 MACHINES = ("gpu",)
 CODES = ("registers",)
 MAX_REGISTERS = 255
-LIMIT = 128  # registers a thread one tile may take
+REGISTERS_PER_SM = 65536
 MAX_WARPS = 32
+
+
+def budget(warps: int) -> int:
+    """The registers a thread of a program of `warps` warps can have."""
+    return min(MAX_REGISTERS, REGISTERS_PER_SM // (warps * WARP))
+
+
+def fits(need: int, warps: int) -> bool:
+    """Whether one tile of `need` registers a thread leaves enough for the rest."""
+    return 2 * need <= budget(warps) + 1  # half of 255 rounds up: 128 of 255 is fine
 
 
 def registers(lanes: int, dtype: str, warps: int) -> int:
@@ -38,23 +49,23 @@ def check(kernel: S.Kernel, pipeline: S.Pipeline, context: Context):
             need = registers(lanes, node.dtype, facts.warps)
             if worst is None or need > worst[0]:
                 worst = (need, lanes, node, s)
-    if worst is None or worst[0] <= LIMIT:
+    if worst is None or fits(worst[0], facts.warps):
         return
     need, lanes, node, s = worst
     func = kernel.func
     shape = "x".join(str(facts.lanes(a, padded=True)) for a in node.dims if a not in node.unit)
     warps = facts.warps
-    while warps < MAX_WARPS and registers(lanes, node.dtype, warps) > LIMIT // 2:
+    while warps < MAX_WARPS and not fits(registers(lanes, node.dtype, warps), warps):
         warps *= 2
     dims = ", ".join(dict.fromkeys(facts.dim_of(a) for a in node.dims if a not in node.unit))
-    fixes = [f"{func}.num_warps({warps})"] if warps > facts.warps and registers(lanes, node.dtype, warps) <= LIMIT \
-        else []
+    fixes = [f"{func}.num_warps({warps})"] if fits(registers(lanes, node.dtype, warps), warps) else []
     fixes.append(f"smaller tiles along {dims} with a loop over them ({func}.tensorize(...))")
     loc = context.schedule_loc(func, "num_warps", "tensorize") or s.loc
     yield PerformanceWarning(
         "registers", f"a {shape} tile of '{computed(s)}' in kernel '{kernel.name}' needs {need} registers a "
         f"thread in {facts.warps} warps", loc,
-        cost=f"{need} of a thread's {MAX_REGISTERS} registers for this tile alone: the kernel spills to local memory",
+        cost=f"{need} of a thread's {budget(facts.warps)} registers (in {facts.warps} warps) for this tile alone: the "
+             f"kernel spills to local memory",
         hint=" or ".join(fixes), func=func, notes=(("the tile is computed here", s.loc),) if loc is not s.loc else ())
 
 
