@@ -587,16 +587,8 @@ def compile_for_sm90(cases, inspect=None, index_dtype: str = "int64") -> dict:
     arguments, constexprs and options they would have had. Runs without TRITON_INTERPRET.
     With `inspect`, also gives inspect(compiled kernel) for each kernel, as
     `{program}-{dtype} {kernel}`. Gather indices (I of E[I[t], d]) are of `index_dtype`."""
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
-
-    from triton.tools.tensor_descriptor import TensorDescriptor
-
-    from dt.backends.pysource import load_module
+    from dt.backends.triton.compiled import H100, compile_launch, record_launches
     from dt.dtypes import NUMPY_NAMES
-    pointer = {torch.float32: "*fp32", torch.float16: "*fp16", torch.bfloat16: "*bf16", torch.bool: "*i1",
-               torch.int8: "*i8", torch.uint8: "*u8", torch.int16: "*i16", torch.int32: "*i32", torch.int64: "*i64"}
     results = {}
     for name, dtype in cases:
         prog = program(name)
@@ -606,38 +598,11 @@ def compile_for_sm90(cases, inspect=None, index_dtype: str = "int64") -> dict:
                 for n, a in args.items()}
         pipeline = prog.pipeline({n: NUMPY_NAMES[args[n].dtype] for n in prog.inputs} or dtype)
         module = codegen.render(pipeline)
-        namespace = load_module(module.source, f"sm90 {name}", {"__name__": f"sm90_{name}"})
-        launches = []
-
-        class Record:
-            def __init__(self, fn):
-                self.fn = fn
-
-            def __getitem__(self, grid):
-                return lambda *args, **options: launches.append((self.fn, args, options))
-
-        for k in pipeline.kernels:
-            namespace[k.name] = Record(namespace[k.name])
         inputs = [dt.runtime._to_torch(args[n]) for n in module.inputs]
-        namespace[module.function](*inputs, *[args[s] for s in module.scalars],
-                                   *[sizes[d] for d in module.call_extents])
+        launches = record_launches(module, pipeline, inputs, [args[s] for s in module.scalars], sizes)
         try:
             for fn, values, options in launches:
-                signature, constants, attrs = {}, {}, {}
-                for i, (param, value) in enumerate(zip(fn.params, values)):
-                    if param.is_constexpr:
-                        signature[param.name], constants[(i,)] = "constexpr", value
-                    elif isinstance(value, torch.Tensor):
-                        signature[param.name] = pointer[value.dtype]
-                        attrs[(i,)] = [["tt.divisibility", 16]]  # as Triton specialises aligned pointers
-                    elif isinstance(value, TensorDescriptor):
-                        signature[param.name] = f"tensordesc<{pointer[value.base.dtype][1:]}{list(value.block_shape)}>"
-                    elif value is None:
-                        signature[param.name], constants[(i,)] = "constexpr", None
-                    else:  # a scalar: an integer one is annotated int64
-                        signature[param.name] = param.annotation or "fp32"
-                compiled = triton.compile(ASTSource(fn, signature, constants, attrs), target=GPUTarget("cuda", 90, 32),
-                                          options=options)
+                compiled = compile_launch(fn, values, options, H100)
                 if inspect:
                     results[f"{name}-{dtype} {fn.__name__}"] = inspect(compiled)
             results[f"{name}-{dtype}"] = "ok"

@@ -1,11 +1,13 @@
 """The schedules `tune.py` tries for each benchmark row: DT schedule text over blockings,
 tiles, program orders, warps and stages, written for each kernel's algorithm (the algorithm
 part of the kernel's program in cases.py). Only plausible points are generated: tiles of a
-few to a few dozen elements per thread, and tiles that fit in registers."""
+few to a few dozen elements per thread, and tiles that fit in registers; then those dt's
+performance warnings call slow at the row's shape are dropped (`PRUNED`)."""
 from __future__ import annotations
 
 import re
 
+import dt
 from cases import EXAMPLES, Case
 from dt.ir.check.schedule import PRIMITIVES
 
@@ -220,7 +222,28 @@ GENERATORS = {**{k: _rowwise for k in ROWWISE}, **{k: _elementwise for k in ELEM
               "attention": _attention, "attention_safe": _attention_safe}
 
 
-def variants(case: Case) -> list[tuple[str, str]]:
-    """(name, DT program text) of every schedule tried for this row."""
-    return [(name, algorithm(case, *program) + schedule)
-            for name, schedule, *program in GENERATORS[case.kernel.name](case)]
+# Warnings no fast schedule raises (docs/performance-warnings.md): a variant raising one at its
+# row's shape is not compiled or timed. Others stand: the 2mm inner fusion recomputes on purpose.
+PRUNED = frozenset({"not-on-matrix-units", "registers", "uncoalesced", "one-lane-tiles", "padded-tile"})
+
+
+class _Shaped:
+    """An input as dt's lint takes it: a shape."""
+
+    def __init__(self, shape):
+        self.shape = shape
+
+
+def cliffs(case: Case, text: str) -> set[str]:
+    """The PRUNED warnings a schedule raises at its row's shape and dtype."""
+    inputs = {n: _Shaped(tuple(case.extents[d] for d in dims)) for n, dims in case.kernel.inputs.items()}
+    found = dt.loads(text, "variant").lint({d: case.extents[d] for d in case.kernel.dt_sizes}, case.dtype, **inputs)
+    return {w.code for w in found} & PRUNED
+
+
+def variants(case: Case, prune: bool = True) -> list[tuple[str, str]]:
+    """(name, DT program text) of every schedule tried for this row; `prune`: but those
+    raising a PRUNED warning there."""
+    found = [(name, algorithm(case, *program) + schedule)
+             for name, schedule, *program in GENERATORS[case.kernel.name](case)]
+    return [(name, text) for name, text in found if not (prune and cliffs(case, text))]

@@ -179,7 +179,9 @@ def main(argv=None) -> int:
     variants = [space.variants(case) for case in rows]
     jobs = [(_ident(case, name), text, case.kernel.name, case.shape, case.dtype)
             for case, found in zip(rows, variants) for name, text in found]
-    print(f"{len(rows)} rows, {len(jobs)} variants; compiling on {args.workers} workers", flush=True)
+    pruned = sum(len(space.variants(case, prune=False)) for case in rows) - len(jobs)
+    print(f"{len(rows)} rows, {len(jobs)} variants ({pruned} pruned by dt's performance warnings); compiling on "
+          f"{args.workers} workers", flush=True)
     errors = {}
     with ProcessPoolExecutor(args.workers, mp_context=torch.multiprocessing.get_context("spawn")) as pool:
         for future in as_completed([pool.submit(_compile, j) for j in jobs]):

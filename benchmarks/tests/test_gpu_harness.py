@@ -942,3 +942,15 @@ def test_tune_choose_makes_another_schedule_the_rows_file_until_the_row_is_searc
     search.write_text(json.dumps({"device": "GPU", "rows": [row]}))
     assert tune.main(["--write", str(tmp_path / "results" / "tune.json"), str(search)]) == 0
     assert (tmp_path / "tuned" / "add_4096x8192_bf16.dt").read_text().endswith(variants[picked])
+
+
+def test_the_search_space_drops_schedules_dt_calls_slow():
+    """A 64x256 fp32 accumulator in 2 warps (256 registers a thread) is not tried; its 4-warp
+    sibling is."""
+    case = next(c for c in cases.cases(["2mm_outer"]) if c.shape == (128, 256, 32, 32) and c.dtype == "f16")
+    everything = dict(space.variants(case, prune=False))
+    kept = dict(space.variants(case))
+    assert "m64_nall_w2_s1" in everything and "m64_nall_w2_s1" not in kept
+    assert space.cliffs(case, everything["m64_nall_w2_s1"]) == {"registers"}
+    assert "m64_nall_w4_s1" in kept and space.cliffs(case, kept["m64_nall_w4_s1"]) == set()
+    assert set(kept) < set(everything)
