@@ -5,8 +5,8 @@
     ref = prog.reference(A=a)            # the algorithm evaluated directly (the oracle)
     print(prog.source("interp"))         # generated code
 """
-from dt.errors import (DTBackendError, DTDimensionError, DTError, DTExtentError, DTInputError, DTNameError, PerformanceWarning,
-                       DTScheduleError, DTSyntaxError, DTTypeError)
+from dt.errors import (DTBackendError, DTDimensionError, DTError, DTExtentError, DTInputError, DTNameError,
+                       DTScheduleError, DTSyntaxError, DTTypeError, PerformanceWarning)
 from dt.frontend.api import (FUNCTIONS, RVar, SIn, Var, In, Func, cast, cummax, cummin, cumprod, cumsum, dim_len,
                              rargmax, rargmin, rargtopk, rdot, reshape, rmax, rmin, rsum)
 from dt.runtime import Program, load, loads, program
@@ -20,4 +20,5 @@ globals().update(FUNCTIONS)
 __all__ = ["Program", "load", "loads", "program", "Func", "In", "SIn", "Var", "RVar", "rsum", "rmax", "rmin",
            "rargmax", "rargmin", "rargtopk", "rdot", "cumsum", "cumprod", "cummax", "cummin", *FUNCTIONS, "reshape",
            "cast", "dim_len", "DTError", "DTSyntaxError", "DTNameError",
-           "DTDimensionError", "DTTypeError", "DTScheduleError", "DTExtentError", "DTInputError", "DTBackendError", "PerformanceWarning"]
+           "DTDimensionError", "DTTypeError", "DTScheduleError", "DTExtentError", "DTInputError", "DTBackendError",
+           "PerformanceWarning"]

@@ -76,6 +76,9 @@ class PerformanceWarning(_Diagnostic, UserWarning):
     def _label(self) -> str:
         return f"{self.kind} [{self.code}]"
 
+    def __reduce__(self):  # by its fields: a process pool's worker may raise it (DT_WARNINGS=error)
+        return _performance_warning, (self.code, self.message, self.loc, self.cost, self.hint, self.func, self.notes)
+
     def _details(self) -> list[str]:
         return [f"cost: {self.cost}"]
 
@@ -85,6 +88,10 @@ class PerformanceWarning(_Diagnostic, UserWarning):
 
     def __hash__(self):
         return hash((self.code, self.message, self.loc))
+
+
+def _performance_warning(code, message, loc, cost, hint, func, notes) -> PerformanceWarning:
+    return PerformanceWarning(code, message, loc, cost=cost, hint=hint, func=func, notes=notes)
 
 
 def _excerpt(loc: Loc | None) -> list[str]:

@@ -12,24 +12,27 @@ A program allows a warning it has measured and accepts with a comment line in it
 from __future__ import annotations
 
 import re
+import sys
 import warnings
 
 from dt import env
-from dt.errors import DTBackendError, DTInputError, PerformanceWarning
+from dt.errors import DTBackendError, DTExtentError, DTInputError, PerformanceWarning
 from dt.ir.check.program import CheckedProgram
 from dt.ir.lint import RULES, Context
 from dt.ir.lint import lint as lint_pipeline
 
 ENV = "DT_WARNINGS"
 MODES = ("error", "ignore", "default")
-ALLOW = re.compile(r"^\s*#\s*allow:\s*([a-z-]+)\s*(?:--|—|:)\s*(\S.*)$", re.MULTILINE)
+ALLOW = re.compile(r"^[ \t]*#[ \t]*allow:[ \t]*([a-z-]+)[ \t]+--[ \t]*(\S.*)$", re.MULTILINE)
 # distinct shapes after which a program whose kernels compile per shape is warned about it
 RECOMPILES = 8
 
 
-def all_codes(extra: dict | None = None) -> set[str]:
-    return {c for r in {**RULES, **(extra or {})}.values() for c in r.codes} | {"recompiles", "spills",
-                                                                                "occupancy"}
+def all_codes(backend_obj=None) -> set[str]:
+    """Every warning code: dt's rules', `recompiles`, and those of a backend's rules and compiled facts."""
+    rules = {**RULES, **getattr(backend_obj, "lint_rules", {})}
+    compiled = set(getattr(backend_obj, "compiled_codes", ()))
+    return {c for r in rules.values() for c in r.codes} | {"recompiles"} | compiled
 
 
 def allowed(source: str) -> dict[str, str]:
@@ -39,8 +42,18 @@ def allowed(source: str) -> dict[str, str]:
 
 def context(checked: CheckedProgram, extents: dict[str, int], machine: str) -> Context:
     schedule = {(f, p): loc for f, s in checked.schedules.items() for p, loc in s.locs.items()}
+    here = {"multiprocessors": multiprocessors_here()} if machine == "gpu" and multiprocessors_here() else {}
     return Context(extents=dict(extents), machine=machine, schedule=schedule, fused=dict(checked.fused),
-                   allowed=frozenset(allowed(checked.program.source)))
+                   allowed=frozenset(allowed(checked.program.source)), **here)
+
+
+def multiprocessors_here() -> int | None:
+    """The multiprocessors of the GPU torch uses here, where torch is imported and sees one
+    (else the lint assumes an H100's)."""
+    torch = sys.modules.get("torch")
+    if torch is None or not torch.cuda.is_available():
+        return None
+    return torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
 
 
 def mode() -> str:
@@ -51,7 +64,7 @@ def mode() -> str:
     return value
 
 
-def emit(found: list[PerformanceWarning], stacklevel: int = 4):
+def emit(found: list[PerformanceWarning], stacklevel: int):
     """Report warnings as DT_WARNINGS says: through `warnings` (its filters apply), raised, or not at all."""
     how = mode()
     if how == "ignore":
@@ -70,6 +83,9 @@ def static_warnings(prog, backend_obj, pipeline, extents: dict[str, int]) -> lis
 
 def program_warnings(prog, backend_obj, pipeline, extents: dict[str, int], compiled: bool):
     found = static_warnings(prog, backend_obj, pipeline, extents)
+    if compiled and not extents:
+        raise DTExtentError("the compiled kernels' warnings need extents", None,
+                            "pass sizes= (and inputs), or lint without compiled=True")
     if compiled:
         found += kernel_facts(prog, backend_obj, pipeline, extents)[1]
     return found
@@ -93,13 +109,13 @@ def warn_once(prog, backend_obj, key: tuple, pipeline, extents: dict[str, int], 
     shape = (key, tuple(sorted(extents.items())))
     if shape in prog.linted.shapes or mode() == "ignore":
         return
-    prog.linted.shapes.add(shape)
     found = static_warnings(prog, backend_obj, pipeline, extents)
     if backend_obj.capabilities.compiles_per_shape:
         again = prog.linted.add(key, extents, pipeline.kernels[0].loc if pipeline.kernels else None)
         if again is not None and again.code not in allowed(prog.ast.source):
             found.append(again)
     emit(found, stacklevel=6)  # the caller of prog(...)
+    prog.linted.shapes.add(shape)  # after: a warning raised as an error (DT_WARNINGS=error) is raised again
 
 
 class Linted:

@@ -4,7 +4,7 @@ its hint, which does not; they are the pairs benchmarks/gpu/warning_costs.py tim
 Then how warnings reach users: once per program and shape at a call, DT_WARNINGS, `# allow:`
 lines, `dt lint`, the debugger; and every committed schedule, linted at the shapes it runs."""
 import dataclasses
-import os
+import pickle
 import re
 import sys
 import warnings
@@ -80,10 +80,18 @@ def test_a_product_tile_padded_to_powers_of_two():
     found = slow.lint(p.sizes, p.dtype)
     assert [w.code for w in found] == ["padded-tile"]
     w = found[0]
-    assert "is a 96x96x48 tile, which Triton pads to 128x128x64" in w.message
-    assert w.cost == "42% of its lanes do useful work (matrix-unit lanes)"
+    assert "the product over k in kernel 'mm_kernel' is a 96x96x48 tile, which Triton pads to 128x128x64" in w.message
+    assert w.cost == "42% of its matrix-unit lanes do useful work"
     assert line_of(w) == "mm.tensorize(x:96, y:96, k:48);"
     assert fixed.lint(p.sizes, p.dtype) == []
+    # a whole extent in a product is padded to 16 lanes at least, where tl.dot takes it
+    whole = dt.loads("Func mm;\nIn A, B;\nVar x, y;\nRVar k;\nmm[x, y] = rdot(A[x, k], B[k, y], k);\n"
+                     "mm.block(x:16, y:32);\nmm.tensorize(x:16, y:32, k:0);\nmm.compile();")
+    assert "tl.dot(" in whole.source("triton", "bf16")
+    w = only(whole.lint(dict(x=64, y=64, k=5), "bf16"), "padded-tile")
+    assert "is a 16x32x5 tile, which Triton pads to 16x32x16" in w.message
+    assert "not-on-matrix-units" not in [w.code for w in whole.lint(dict(x=64, y=64, k=5), "bf16")]
+    assert whole.lint(dict(x=64, y=64, k=64), "bf16") == []
 
 
 def test_a_whole_row_tile_too_large_for_its_warps():
@@ -109,6 +117,20 @@ def test_a_fused_producer_computed_in_every_program_along_a_dimension_it_lacks()
     assert fixed.lint(p.sizes, p.dtype) == []
 
 
+def test_a_product_written_as_rsum_is_not_on_the_matrix_units():
+    def lint(product):
+        return dt.loads(f"Func C;\nIn A, B, W;\nVar x, y;\nRVar k;\nC[x, y] = rsum({product}, k);\n"
+                        "C.block(x:32, y:32);\nC.tensorize(x:32, y:32, k:16);\nC.compile();").lint(
+            dict(x=512, y=512, k=512), "bf16")
+    w = only(lint("A[x, k] * B[k, y]"), "not-on-matrix-units")
+    assert "written as rsum of a product" in w.message and w.hint.startswith("write it as rdot(a, b, k)")
+    w = only(lint("A[x, k] * B[k, y] * W[k]"), "not-on-matrix-units")
+    assert "it multiplies 3 tiles" in w.message
+    rows = dt.loads("Func C;\nIn A;\nVar x;\nRVar k;\nC[x] = rsum(A[x, k] * A[x, k], k);\nC.block(x:32);\n"
+                    "C.tensorize(x:32, k:16);\nC.compile();")
+    assert rows.lint(dict(x=512, k=512), "bf16") == []  # sums of squares of rows: no matrix product
+
+
 def test_a_fused_producer_computed_in_every_step_of_a_loop():
     prog = dt.loads("""
         Func y, s;
@@ -125,6 +147,12 @@ def test_a_fused_producer_computed_in_every_step_of_a_loop():
     w = only(prog.lint(dict(r=64, c=8192), "f32"), "recomputed")
     assert "once per step of the loop over c (8)" in w.message and w.cost.startswith("8x")
     assert prog.lint(dict(r=64, c=1024), "f32") == []  # one step: nothing repeats
+    # blocks of 4096 walked in tiles of 1024: 4 programs along c, 4 steps each
+    blocked = dt.loads(RECOMPUTED.replace("y.block(r:1, c:16);\n    y.tensorize(c:16);",
+                                          "y.block(r:1, c:4096);\n    y.tensorize(c:1024);"))
+    w = only(blocked.lint(dict(r=64, c=16384), "f32"), "recomputed")
+    assert "computed 16 times" in w.message
+    assert "the loop over c (4)" in w.message and "program along c (4)" in w.message
 
 
 def test_tiles_one_lane_wide_along_the_contiguous_dimension():
@@ -158,6 +186,11 @@ def test_too_few_programs_to_fill_the_gpu():
     assert line_of(w) == "o.block(x:512);" and "smaller blocks along x" in w.hint
     assert fixed.lint(p.sizes, p.dtype) == []
     assert slow.lint(dict(x=512, y=64), p.dtype) == []  # too little data for it to matter
+    # one row a program already: no smaller block helps
+    rows = dt.loads("Func m;\nIn L;\nVar r;\nRVar v;\nm[r] = rmax(L[r, v], v);\nm.block(r:1);\n"
+                    "m.tensorize(v:4096);\nm.compile();")
+    w = only(rows.lint(dict(r=64, v=128256), "f32"), "too-few-programs")
+    assert "each program already has one index of r" in w.hint and "block(" not in w.hint
 
 
 def test_num_stages_with_nothing_to_pipeline():
@@ -244,9 +277,10 @@ def test_compiled_facts_report_spills_and_the_fix_has_none():
 
 def test_occupancy_is_limited_by_the_scarcest_resource():
     from dt.backends.triton.compiled import occupancy
-    assert occupancy(32, 4, 0) == (16, "warps")
-    assert occupancy(255, 8, 0) == (1, "registers")
-    assert occupancy(64, 4, 100 * 1024) == (2, "shared memory")
+    assert occupancy(32, 4, 0) == (16, "warps", 1.0)
+    assert occupancy(255, 8, 0) == (1, "registers", 0.125)
+    assert occupancy(64, 4, 100 * 1024) == (2, "shared memory", 0.125)
+    assert occupancy(64, 4, 100 * 1024, capability=86) == (0, "shared memory", 0.0)  # 100 KiB there, less reserved
 
 
 # ---------------------------------------------------------------- how warnings reach users
@@ -294,6 +328,25 @@ def test_dt_warnings_raises_or_silences(monkeypatch):
         _call(dt.loads(RECOMPUTED))
 
 
+def test_dt_warnings_error_raises_at_every_call(monkeypatch):
+    monkeypatch.setenv("DT_WARNINGS", "error")
+    prog = dt.loads(RECOMPUTED)
+    for _ in range(2):
+        with pytest.raises(dt.PerformanceWarning):
+            _call(prog)
+
+
+def test_a_performance_warning_pickles():
+    w = only(dt.loads(RECOMPUTED).lint(dict(r=4, c=64), "f32"), "recomputed")
+    copy = pickle.loads(pickle.dumps(w))
+    assert copy == w and str(copy) == str(w) and copy.hint == w.hint and copy.notes == w.notes
+
+
+def test_compiled_warnings_need_extents():
+    with pytest.raises(dt.DTExtentError, match="need extents"):
+        dt.loads(RECOMPUTED).lint(compiled=True)
+
+
 def test_warnings_filters_apply(monkeypatch):
     monkeypatch.delenv("DT_WARNINGS", raising=False)
     with warnings.catch_warnings():
@@ -310,8 +363,8 @@ def test_an_allow_line_with_a_reason_silences_a_warning(monkeypatch):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         _call(allowed)
-    no_reason = dt.loads("# allow: recomputed\n" + RECOMPUTED)
-    assert [w.code for w in no_reason.lint(dict(r=4, c=64), "f32")] == ["recomputed"]
+    for bad in ("# allow: recomputed\n", "# allow: recomputed --\n", "# allow: recomputed: measured\n"):
+        assert [w.code for w in dt.loads(bad + RECOMPUTED).lint(dict(r=4, c=64), "f32")] == ["recomputed"], bad
 
 
 def test_the_debugger_shows_the_warnings_of_the_statement_it_stops_at(monkeypatch):

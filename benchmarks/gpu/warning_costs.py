@@ -36,6 +36,7 @@ class Pair:
     scalars: dict = field(default_factory=dict)
 
 
+TMA_MATMUL = "benchmarks/gpu/schedules/batched_matmul_tma.dt"
 PAIRS = [
     Pair("not-on-matrix-units", "batched_product.dt", "batched_product_fixed.dt",
          dict(b=8, x=512, y=512, k=512), "bf16"),
@@ -53,8 +54,8 @@ PAIRS = [
          fixed_sizes=dict(r=16384, c=1008)),
     Pair("tma-fallback", "tma_rows.dt", "tma_rows.dt", dict(x=8192, y=4100), "f16", fixed_sizes=dict(x=8192, y=4104),
          scalars=dict(alpha=0.5)),
-    Pair("tma-fallback", "benchmarks/gpu/schedules/batched_matmul_tma.dt", "benchmarks/gpu/schedules/batched_matmul_tma.dt",
-         dict(b=8, x=2048, y=2048, k=2052), "bf16", fixed_sizes=dict(b=8, x=2048, y=2048, k=2056)),
+    Pair("tma-fallback", TMA_MATMUL, TMA_MATMUL, dict(b=8, x=2048, y=2048, k=2052), "bf16",
+         fixed_sizes=dict(b=8, x=2048, y=2048, k=2056)),
 ]
 
 

@@ -51,5 +51,5 @@ class Backend(Protocol):
     def source(self, pipeline: Pipeline) -> str: ...
 
     # Optional: `lint_rules`, the backend's own performance-warning rules (dt.ir.lint.Rule by
-    # name), and `compiled_facts(pipeline, extents)`, what its compiler says of each kernel
+    # name), and `compiled_facts(pipeline, context)`, what its compiler says of each kernel
     # (registers, spills, shared memory, occupancy) with the warnings those facts give.

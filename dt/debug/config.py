@@ -23,6 +23,7 @@ _contexts: list[tuple[frozenset[str], int | None]] = []  # active sanitize()/shu
 _env_breaks: tuple[str, list[Breakpoint]] = ("", [])
 # (id of a pipeline, its size arguments) -> (the pipeline, its performance warnings on a GPU)
 _schedule_warnings: dict[tuple, tuple] = {}
+KEPT_WARNINGS = 64
 live_sessions: list = []  # the runs in progress (a stop can set breakpoints that apply to them)
 
 
@@ -134,6 +135,8 @@ def record_warnings(pipeline, sizes: dict, found):
     """The performance warnings a GPU would give this pipeline at these size arguments, for the
     debugger to show at the statements they concern."""
     _schedule_warnings[(id(pipeline), tuple(sorted(sizes.items())))] = (pipeline, tuple(found))
+    while len(_schedule_warnings) > KEPT_WARNINGS:  # the oldest go: they keep their pipelines alive
+        del _schedule_warnings[next(iter(_schedule_warnings))]
 
 
 def recorded_warnings(pipeline, sizes: dict) -> tuple:

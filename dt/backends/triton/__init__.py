@@ -23,16 +23,11 @@ from dt.backends.triton import interpreter_fix, lint
 from dt.backends.triton.codegen import DTYPES, Module, render
 from dt.dtypes import FLOAT8
 from dt.backends.triton.expressions import SUPPORTED_OPS
+from dt.backends.triton.compiled import CODES as COMPILED_CODES
 from dt.backends.triton.limits import check_at_launch
+from dt.backends.triton.precision import F32_DOT_ENV, f32_dot_precision
 from dt.errors import DTBackendError
 from dt.ir import scheduled as S
-
-
-F32_DOT_ENV = "DT_TRITON_F32_DOT"
-
-
-def f32_dot_precision() -> str:
-    return os.environ.get(F32_DOT_ENV, "ieee").strip().lower() or "ieee"
 
 
 class TritonBackend:
@@ -50,12 +45,14 @@ class TritonBackend:
                 "source only: no CUDA GPU and TRITON_INTERPRET is not set"}[device]
         self.capabilities = Capabilities(
             dtypes=frozenset(DTYPES + (FLOAT8 if device == "cuda" else ())), ops=SUPPORTED_OPS,
-            array="torch", gathers=True, given_outputs=True, machine="gpu", compiles_per_shape=True,
+            array="torch", gathers=True, given_outputs=True, machine="gpu",
+            compiles_per_shape=device == "cuda",
             devices={"cuda": ("cuda",), "cpu": ("cpu",), None: ()}[device],
             notes={"f32_dot": f"input_precision from ${F32_DOT_ENV} (default ieee)", "mode": mode,
                    "nan": "rmax/rmin follow tl.max/tl.min, which may drop NaN on the GPU"})
 
     lint_rules = lint.RULES
+    compiled_codes = COMPILED_CODES  # the warnings of compiled_facts
 
     def compiled_facts(self, pipeline: S.Pipeline, context):
         """Each kernel's registers, spills, shared memory and occupancy at the context's extents,

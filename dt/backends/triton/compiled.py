@@ -20,20 +20,22 @@ from dt.backends.pysource import load_module
 from dt.backends.triton.integers import integer_scalars
 from dt.errors import PerformanceWarning
 from dt.ir import scheduled as S
-from dt.ir.lint.facts import Context
+from dt.ir.lint.facts import WARP, Context
+from dt.ir.lint.registers import REGISTERS_PER_SM
 
 H100 = 90  # the compute capability compiled for without a GPU
-REGISTERS_PER_SM = 65536
-SHARED_PER_SM = 228 * 1024  # bytes a Hopper multiprocessor gives its programs
+CODES = ("spills", "occupancy")
 SHARED_RESERVED = 1024  # bytes the driver keeps per program
-MAX_WARPS_PER_SM = 64
-MAX_PROGRAMS_PER_SM = 32
+# compute capability -> (shared memory bytes a multiprocessor gives its programs, warps it holds,
+# programs it holds); 65,536 registers each (dt.ir.lint.registers.REGISTERS_PER_SM)
+MULTIPROCESSOR = {80: (164 * 1024, 64, 32), 86: (100 * 1024, 48, 16), 89: (100 * 1024, 48, 24),
+                  90: (228 * 1024, 64, 32), 100: (228 * 1024, 64, 32), 120: (100 * 1024, 48, 32)}
 LOW_OCCUPANCY = 0.25  # warn below this share of a multiprocessor's warps, for kernels that stream memory
 STREAMING_SHARED = 16 * 1024  # a kernel using less shared memory than this streams from memory
 
 
 @dataclass(frozen=True)
-class KernelFacts:
+class CompiledKernel:
     kernel: str
     func: str  # the DT Func the kernel computes and stores
     warps: int
@@ -43,20 +45,18 @@ class KernelFacts:
     shared: int  # bytes a program
     programs_per_sm: int  # programs a multiprocessor holds at once
     limited_by: str  # 'registers', 'shared memory', 'warps' or 'programs'
-
-    @property
-    def occupancy(self) -> float:
-        return self.programs_per_sm * self.warps / MAX_WARPS_PER_SM
+    occupancy: float  # the share of a multiprocessor's warps they are
 
 
-def occupancy(registers: int, warps: int, shared: int) -> tuple[int, str]:
-    """Programs a multiprocessor holds at once, and what limits them."""
-    per_warp = -(-registers * 32 // 256) * 256  # registers are allocated to warps 256 at a time
-    limits = {"warps": MAX_WARPS_PER_SM // warps, "programs": MAX_PROGRAMS_PER_SM,  # ties name these first
-              "registers": REGISTERS_PER_SM // (per_warp * warps) if per_warp else MAX_PROGRAMS_PER_SM,
-              "shared memory": SHARED_PER_SM // (shared + SHARED_RESERVED)}
+def occupancy(registers: int, warps: int, shared: int, capability: int = H100) -> tuple[int, str, float]:
+    """Programs a multiprocessor holds at once, what limits them, and the share of its warps."""
+    shared_per_sm, max_warps, max_programs = MULTIPROCESSOR.get(capability, MULTIPROCESSOR[H100])
+    per_warp = -(-registers * WARP // 256) * 256  # registers are allocated to warps 256 at a time
+    limits = {"warps": max_warps // warps, "programs": max_programs,  # ties name these first
+              "registers": REGISTERS_PER_SM // (per_warp * warps) if per_warp else max_programs,
+              "shared memory": shared_per_sm // (shared + SHARED_RESERVED)}
     limiter = min(limits, key=limits.get)
-    return limits[limiter], limiter
+    return limits[limiter], limiter, limits[limiter] * warps / max_warps
 
 
 def record_launches(module, pipeline: S.Pipeline, tensors: list, scalars: list, extents: dict) -> list[tuple]:
@@ -124,7 +124,7 @@ def capability_here() -> int:
     return H100
 
 
-def compiled_facts(pipeline: S.Pipeline, context: Context, module) -> tuple[list[KernelFacts], list]:
+def compiled_facts(pipeline: S.Pipeline, context: Context, module) -> tuple[list[CompiledKernel], list]:
     """Each kernel's facts at the context's extents, and the warnings they give."""
     extents = dict(context.extents)
     if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
@@ -136,7 +136,7 @@ def compiled_facts(pipeline: S.Pipeline, context: Context, module) -> tuple[list
     return facts, [w for w in found if w.code not in context.allowed]
 
 
-def facts_here(pipeline: S.Pipeline, extents: dict, module) -> list[KernelFacts]:
+def facts_here(pipeline: S.Pipeline, extents: dict, module) -> list[CompiledKernel]:
     """The facts of each kernel, compiled in this process (Triton imported for compiling)."""
     import torch
     from dt.dtypes import TORCH_BY_NAME
@@ -153,12 +153,13 @@ def facts_here(pipeline: S.Pipeline, extents: dict, module) -> list[KernelFacts]
         compiled = compile_launch(fn, args, options, capability)
         registers, stores, loads = ptxas_facts(compiled, capability)
         warps, shared = compiled.metadata.num_warps, compiled.metadata.shared
-        programs, limiter = occupancy(registers, warps, shared)
-        facts.append(KernelFacts(kernel.name, kernel.func, warps, registers, stores, loads, shared, programs, limiter))
+        programs, limiter, share = occupancy(registers, warps, shared, capability)
+        facts.append(CompiledKernel(kernel.name, kernel.func, warps, registers, stores, loads, shared, programs,
+                                    limiter, share))
     return facts
 
 
-def _facts_in_a_compiler_process(pipeline: S.Pipeline, extents: dict, module) -> list[KernelFacts]:
+def _facts_in_a_compiler_process(pipeline: S.Pipeline, extents: dict, module) -> list[CompiledKernel]:
     """facts_here in a fresh Python without TRITON_INTERPRET: Triton imported for its
     interpreter has made its standard library's functions for the interpreter, which its
     compiler cannot compile."""
@@ -174,7 +175,7 @@ def _facts_in_a_compiler_process(pipeline: S.Pipeline, extents: dict, module) ->
     return pickle.loads(proc.stdout)
 
 
-def _warnings(facts: KernelFacts, kernel: S.Kernel, context: Context):
+def _warnings(facts: CompiledKernel, kernel: S.Kernel, context: Context):
     func = kernel.func
     loc = context.schedule_loc(func, "num_warps", "tensorize") or kernel.loc
     if facts.spill_stores or facts.spill_loads:

@@ -12,12 +12,9 @@ from itertools import product
 
 from dt.errors import DTBackendError
 from dt.ir import scheduled as S
+from dt.ir.lint.facts import next_power_of_2
 
 MIN_DOT = 16  # smallest M, N and K a tl.dot takes on every target
-
-
-def next_power_of_2(n: int) -> int:
-    return 1 << max(n - 1, 0).bit_length()
 
 
 @dataclass(frozen=True)

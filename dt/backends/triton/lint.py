@@ -1,64 +1,86 @@
 """The triton backend's performance warnings (dt.ir.lint rules), from how it renders the
-scheduled IR: tiles padded to powers of two, accesses Triton cannot prove aligned, float32
-products in IEEE precision, and `tma()` tiles that move through pointers."""
+scheduled IR: products with a tile under tl.dot's 16 lanes or in float32 IEEE precision,
+product tiles padded to powers of two, accesses Triton cannot prove aligned, and `tma()` tiles
+that move through pointers."""
 from __future__ import annotations
 
 import math
 
-from dt.backends.triton.lane_accumulators import with_lane_accumulators
-from dt.backends.triton.layout import KernelLayout, next_power_of_2
 from dt.backends.pysource import Names
+from dt.backends.triton.lane_accumulators import with_lane_accumulators
+from dt.backends.triton.layout import MIN_DOT, KernelLayout
+from dt.backends.triton.limits import tile_padding
+from dt.backends.triton.precision import F32_DOT_ENV, f32_dot_precision
 from dt.backends.triton.tma import TMA_MAX_BOX, TMA_MIN_ROW_BYTES, TmaPlan
 from dt.dtypes import ITEM_BYTES
 from dt.errors import PerformanceWarning
 from dt.ir import scheduled as S
 from dt.ir.lint import Rule
-from dt.ir.lint.facts import computed, Context, KernelFacts, statements_with_values
+from dt.ir.lint.facts import Context, KernelFacts, statements_with_values
 from dt.ir.lint.matrix_units import MATRIX_SPEEDUP
 
 USEFUL = 0.6  # below this share of useful lanes in a padded tile, warn
 VECTOR_BYTES = 16  # the widest access of one thread
 
 
-def padding(kernel: S.Kernel, pipeline: S.Pipeline, context: Context):
-    """Tiles padded to a power of two with few useful lanes: the matrix lanes of a kernel's
-    products, or else its most padded tile."""
-    facts = KernelFacts(kernel, pipeline, context)
-    products, tiles = [], []
+def _dot_tiles(kernel: S.Kernel, facts: KernelFacts):
+    """(product, statement, the lanes its M, N and K tiles have and are padded to) of each
+    product, as the renderer lays them out (KernelLayout: a whole extent is padded at launch,
+    to MIN_DOT at least in a product)."""
+    layout = KernelLayout(with_lane_accumulators(kernel))
     for s, value in statements_with_values(kernel.body):
         for node in S.walk_texpr(value):
             if isinstance(node, S.Dot):
-                products.append((_padded(facts, (node.a.dims[0], node.b.dims[1], node.axis)), node, s))
-            elif node.dims:
-                tiles.append((_padded(facts, tuple(a for a in node.dims if a not in node.unit)), node, s))
-    found = [p for p in products if p[0] is not None and p[0][0] < USEFUL]
-    if not products:
-        found = sorted((t for t in tiles if t[0] is not None and t[0][0] < USEFUL), key=lambda t: t[0][0])[:1]
-    reported = set()
-    for (share, used, padded, wide), node, s in found:
-        if (used, padded) in reported:
+                axes = (node.a.dims[0], node.b.dims[1], node.axis)
+                tiles = [layout.axes[a].tile if a in layout.axes else None for a in axes]
+                used = [_used(facts, a) for a in axes]
+                padded = [t if isinstance(t, int) else None if u is None else tile_padding(u, dot=True)
+                          for t, u in zip(tiles, used)]
+                yield node, s, axes, tiles, used, padded
+
+
+def small_products(kernel: S.Kernel, pipeline: S.Pipeline, context: Context):
+    """Products with a fixed tile under tl.dot's MIN_DOT lanes: Triton multiplies and sums
+    them in float32 (a whole extent in a product is padded to MIN_DOT: it goes to tl.dot)."""
+    facts = KernelFacts(kernel, pipeline, context)
+    for node, s, axes, tiles, used, padded in _dot_tiles(kernel, facts):
+        small = [a for a, t in zip(axes, tiles) if isinstance(t, int) and t < MIN_DOT]
+        if not small:
             continue
-        reported.add((used, padded))
         func = kernel.func
-        what = f"the product over {facts.dim_of(node.axis)}" if isinstance(node, S.Dot) else f"a tile of '{computed(s)}'"
+        dims = ", ".join(facts.dim_of(a) for a in small)
+        loc = context.schedule_loc(func, "tensorize") or s.loc
+        shape = "x".join(str(t) if isinstance(t, int) else facts.dim_of(a) for a, t in zip(axes, tiles))
+        yield PerformanceWarning(
+            "not-on-matrix-units", f"the {shape} product over {facts.dim_of(node.axis)} in kernel '{kernel.name}' has "
+            f"a tile under {MIN_DOT} lanes along {dims}: the matrix units take {MIN_DOT} or more along each", loc,
+            cost=f"a multiply-and-sum in float32 on the CUDA cores, {MATRIX_SPEEDUP}",
+            hint=f"tensorize {dims} with {MIN_DOT} lanes or more "
+                 f"({func}.tensorize({', '.join(f'{facts.dim_of(a)}:{MIN_DOT}' for a in small)}, ...))",
+            func=func, notes=(("the product is here", s.loc),) if loc is not s.loc else ())
+
+
+def padding(kernel: S.Kernel, pipeline: S.Pipeline, context: Context):
+    """Product tiles padded to a power of two with few useful matrix lanes. (An element-wise
+    tile's padding lanes are masked: they move no bytes, and were not measured to cost time.)"""
+    facts = KernelFacts(kernel, pipeline, context)
+    reported = set()
+    for node, s, axes, tiles, used, padded in _dot_tiles(kernel, facts):
+        if None in used or None in padded or (tuple(used), tuple(padded)) in reported:
+            continue
+        share = math.prod(used) / math.prod(padded)
+        if share >= USEFUL:
+            continue
+        reported.add((tuple(used), tuple(padded)))
+        func = kernel.func
+        wide = [facts.dim_of(a) for a, u, p in zip(axes, used, padded) if u != p]
         loc = context.schedule_loc(func, "tensorize") or s.loc
         yield PerformanceWarning(
-            "padded-tile", f"{what} in kernel '{kernel.name}' is a {'x'.join(map(str, used))} tile, which Triton pads "
-            f"to {'x'.join(map(str, padded))}", loc,
-            cost=f"{share:.0%} of its lanes do useful work" + (" (matrix-unit lanes)" if isinstance(node, S.Dot) else ""),
-            hint=f"tile {', '.join(wide)} with a power of two ({func}.tensorize(...)); a whole extent (tensorize(d:0)) "
-                 f"padded this much is better walked in power-of-two tiles", func=func,
-            notes=(("the tile is computed here", s.loc),) if loc is not s.loc else ())
-
-
-def _padded(facts: KernelFacts, axes: tuple[str, ...]):
-    """(useful share, lanes used, lanes padded, the dims padded) of a tile over `axes`, or None."""
-    used = [_used(facts, a) for a in axes]
-    if not axes or None in used:
-        return None
-    padded = [next_power_of_2(n) for n in used]
-    wide = [facts.dim_of(a) for a, n, p in zip(axes, used, padded) if n != p]
-    return math.prod(used) / math.prod(padded), tuple(used), tuple(padded), wide
+            "padded-tile", f"the product over {facts.dim_of(node.axis)} in kernel '{kernel.name}' is a "
+            f"{'x'.join(map(str, used))} tile, which Triton pads to {'x'.join(map(str, padded))}", loc,
+            cost=f"{share:.0%} of its matrix-unit lanes do useful work",
+            hint=f"tile {', '.join(wide)} with powers of two ({func}.tensorize(...)), of at most the extent",
+            func=func, notes=(("the product is here", s.loc),) if loc is not s.loc else ())
 
 
 def _used(facts: KernelFacts, axis: str) -> int | None:
@@ -97,16 +119,14 @@ def alignment(kernel: S.Kernel, pipeline: S.Pipeline, context: Context):
 
 
 def f32_products(kernel: S.Kernel, pipeline: S.Pipeline, context: Context):
-    """float32 products in IEEE precision: Triton multiplies them on the CUDA cores."""
-    from dt.backends.triton import F32_DOT_ENV, f32_dot_precision
+    """float32 products in IEEE precision: tl.dot multiplies them on the CUDA cores."""
     if f32_dot_precision() != "ieee":
         return
-    for s, value in statements_with_values(kernel.body):
-        dot = next((n for n in S.walk_texpr(value) if isinstance(n, S.Dot) and "f32" in (n.a.dtype, n.b.dtype)), None)
-        if dot is not None:
-            facts = KernelFacts(kernel, pipeline, context)
+    facts = KernelFacts(kernel, pipeline, context)
+    for node, s, axes, tiles, used, padded in _dot_tiles(kernel, facts):
+        if "f32" in (node.a.dtype, node.b.dtype) and not any(isinstance(t, int) and t < MIN_DOT for t in tiles):
             yield PerformanceWarning(
-                "not-on-matrix-units", f"the float32 product over {facts.dim_of(dot.axis)} in kernel '{kernel.name}' "
+                "not-on-matrix-units", f"the float32 product over {facts.dim_of(node.axis)} in kernel '{kernel.name}' "
                 f"runs in IEEE precision ({F32_DOT_ENV}=ieee, the default), which the matrix units do not have",
                 s.loc, cost=f"float32 multiply-adds on the CUDA cores, {MATRIX_SPEEDUP}",
                 hint=f"store the operands as bf16 or f16, or set {F32_DOT_ENV}=tf32 (10-bit mantissas) or tf32x3 "
@@ -156,5 +176,6 @@ def _rule(check, *codes) -> Rule:
     return Rule(check, frozenset({"gpu"}), codes)
 
 
-RULES = {"padding": _rule(padding, "padded-tile"), "alignment": _rule(alignment, "unaligned-rows"),
-         "f32_products": _rule(f32_products, "not-on-matrix-units"), "tma": _rule(tma_fallback, "tma-fallback")}
+RULES = {"small_products": _rule(small_products, "not-on-matrix-units"), "padding": _rule(padding, "padded-tile"),
+         "alignment": _rule(alignment, "unaligned-rows"), "f32_products": _rule(f32_products, "not-on-matrix-units"),
+         "tma": _rule(tma_fallback, "tma-fallback")}

@@ -108,6 +108,16 @@ class KernelFacts:
     def dim_of(self, axis: str) -> str:
         return self.axes[axis].dim
 
+    def block(self, axis: S.Axis) -> int:
+        """The lanes of the axis's dimension each program has: the block (its start is the
+        dimension's block start, `{d}_pid * block`, plus a tile loop's step), 1 where the
+        start is the program's index along it."""
+        for name in S.index_names(axis.start) & set(self.lets):
+            value = self.lets[name]
+            if isinstance(value, S.IBin) and value.op == "*" and isinstance(value.b, S.IConst):
+                return value.b.value
+        return 1
+
     def per_program(self, axis: S.Axis) -> bool:
         """Whether programs have different tiles of the axis (it is blocked)."""
         seen, todo = set(), list(S.index_names(axis.start))

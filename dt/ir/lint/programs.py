@@ -25,14 +25,18 @@ def check(kernel: S.Kernel, pipeline: S.Pipeline, context: Context):
     if moved < MIN_BYTES:
         return
     func = kernel.func
-    blocked = [a.dim for a in facts.axes.values() if facts.per_program(a)]
+    blocked = {a.dim: facts.block(a) for a in facts.axes.values() if facts.per_program(a)}
     loc = context.schedule_loc(func, "block", "map") or kernel.loc
-    if blocked:
-        hint = (f"smaller blocks along {', '.join(blocked)} ({func}.block(...)), so that {sms} programs "
-                f"or more run")
+    wide = [d for d, block in blocked.items() if block > 1]
+    if wide:
+        hint = f"smaller blocks along {', '.join(wide)} ({func}.block(...)), so that {sms} programs or more run"
+    elif blocked:
+        hint = (f"each program already has one index of {', '.join(blocked)}: the work a program does is a reduction "
+                f"or a whole row, and splitting it over programs is not in dt yet")
     else:
         hint = f"block {func} along a dimension it has ({func}.block(...)), so that {sms} programs or more run"
     yield PerformanceWarning(
-        "too-few-programs", f"kernel '{kernel.name}' runs {programs} program{'s' * (programs != 1)} on a GPU of {sms} multiprocessors",
+        "too-few-programs",
+        f"kernel '{kernel.name}' runs {programs} program{'s' * (programs != 1)} on a GPU of {sms} multiprocessors",
         loc, cost=f"{sms - programs} of {sms} multiprocessors idle ({programs / sms:.0%} of the GPU moves its "
                   f"{megabytes(moved)})", hint=hint, func=func)

@@ -33,14 +33,16 @@ def check(kernel: S.Kernel, pipeline: S.Pipeline, context: Context):
 
     for loop in facts.loops.values():
         note(invariant_assigns(loop.body, {loop.var}), facts.trips(loop), f"step of the loop over {loop.dim}")
-    lets = {s.name: s.value for s in kernel.body if isinstance(s, S.Let)}
-    for axis in (s for s in kernel.body if isinstance(s, S.Axis)):
-        seeds = {axis.name} | ((index_names(axis.start) | index_names(axis.limit)) & set(lets))
-        if not facts.per_program(axis):
-            continue  # every program has the same tile of it
-        lanes, extent = facts.lanes(axis.name), facts.extent(axis.dim)
-        count = None if lanes is None or extent is None else -(-extent // lanes)
-        note(invariant_assigns(kernel.body, seeds), count, f"program along {axis.dim}")
+    blocked: dict[str, list[S.Axis]] = {}  # dimension -> its axes whose tiles differ from program to program
+    for axis in facts.axes.values():
+        if facts.per_program(axis):
+            blocked.setdefault(axis.dim, []).append(axis)
+    for dim, axes in blocked.items():
+        seeds = {a.name for a in axes} | {n for a in axes for n in
+                                          (index_names(a.start) | index_names(a.limit)) & set(facts.lets)}
+        extent = facts.extent(dim)
+        count = None if extent is None else -(-extent // facts.block(axes[0]))
+        note(invariant_assigns(kernel.body, seeds), count, f"program along {dim}")
     for producer, found in repeats.items():
         yield _warning(producer, found, first[producer], facts)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dt.dtypes import ITEM_BYTES
 from dt.errors import PerformanceWarning
 from dt.ir import scheduled as S
-from dt.ir.lint.facts import computed, WARP, Context, KernelFacts, statements_with_values
+from dt.ir.lint.facts import WARP, Context, KernelFacts, computed, statements_with_values
 
 MACHINES = ("gpu",)
 CODES = ("registers",)
