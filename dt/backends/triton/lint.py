@@ -18,6 +18,7 @@ from dt.ir import scheduled as S
 from dt.ir.lint import Rule
 from dt.ir.lint.facts import Context, KernelFacts, statements_with_values
 from dt.ir.lint.matrix_units import MATRIX_SPEEDUP
+from dt.ir.lint.programs import MIN_BYTES
 
 USEFUL = 0.6  # below this share of useful lanes in a padded tile, warn
 VECTOR_BYTES = 16  # the widest access of one thread
@@ -91,7 +92,8 @@ def _used(facts: KernelFacts, axis: str) -> int | None:
 
 def alignment(kernel: S.Kernel, pipeline: S.Pipeline, context: Context):
     """Rows whose length in bytes is not a multiple of 16: Triton proves an access's alignment
-    from the (constant) strides, and loads or stores each row's lanes a few bytes at a time."""
+    from the (constant) strides, and loads or stores each row's lanes a few bytes at a time.
+    Reported for tensors of MIN_BYTES or more (below, the launch costs more)."""
     facts = KernelFacts(kernel, pipeline, context)
     seen = set()
     for s, value in statements_with_values(kernel.body):
@@ -101,7 +103,8 @@ def alignment(kernel: S.Kernel, pipeline: S.Pipeline, context: Context):
             if len(spec.dims) < 2 or node.tensor in seen:
                 continue
             row, item = facts.extent(spec.dims[-1]), ITEM_BYTES[spec.dtype]
-            if row is None or (facts.lanes(node.indices[-1]) or 1) * item < VECTOR_BYTES:
+            if row is None or (facts.lanes(node.indices[-1]) or 1) * item < VECTOR_BYTES or \
+                    (facts.tensor_bytes(node.tensor) or 0) < MIN_BYTES:
                 continue  # a row tile narrower than one access could not do better
             width = math.gcd(row * item, VECTOR_BYTES)
             if width >= VECTOR_BYTES:
