@@ -164,22 +164,26 @@ class Program:
     @user_facing
     def lint(self, sizes: dict | None = None, dtype: dict[str, str] | str = "f32", backend: str = "triton",
              compiled: bool = False, **inputs) -> list:
-        """Every performance warning of this schedule on `backend` for inputs of `dtype`, whatever
-        DT_WARNINGS says, at the extents of `sizes` (by dimension) and of `inputs` (anything with
-        a shape, by input name, as a call takes them); without either, the warnings no extent
-        decides. `compiled`: also those of the backend's compiled kernels (spills, occupancy: the
-        triton backend compiles for the GPU here, else for an H100, without launching)."""
+        """Every performance warning of this schedule on `backend` for inputs of `dtype` at the
+        extents of `sizes` and of `inputs` (anything with a shape, by name), whatever DT_WARNINGS
+        says; `compiled`: also its compiled kernels' (docs/performance-warnings.md)."""
         extents = self._extents(inputs, sizes or {}, "sizes") if sizes or inputs else {}
         return lint.program_warnings(self, backends.get(backend), self.pipeline(dtype), extents, compiled)
 
     @user_facing
     def kernel_facts(self, sizes: dict | None = None, dtype: dict[str, str] | str = "f32", backend: str = "triton",
                      **inputs):
-        """What the backend's compiler says of each kernel at these extents (as `lint` takes them):
-        (its facts: kernel, func, warps, registers, spills, shared memory, occupancy; the
-        warnings they give)."""
+        """(What the backend's compiler says of each kernel at these extents, as `lint` takes
+        them; the warnings that gives)."""
         return lint.kernel_facts(self, backends.get(backend), self.pipeline(dtype),
                                  self._extents(inputs, sizes or {}, "sizes"))
+
+    @user_facing
+    def space(self, sizes: dict, dtype: str = "f32", backend: str = "triton", limit: int = 4096):
+        """The schedules of this program at these extents that dt would explore (dt.tune.space):
+        the kept candidates, each the whole program as DT text, and what became of the rest."""
+        from dt.tune import space
+        return space(self, sizes, dtype, backend, limit)
 
     @user_facing
     def reference(self, /, *positional, sizes: dict | None = None, **args):

@@ -10,6 +10,7 @@ import re
 import dt
 from cases import EXAMPLES, Case
 from dt.ir.check.schedule import PRIMITIVES
+from dt.tune.space import PRUNED
 
 SCHEDULE_LINE = re.compile(rf"^\s*\w+\.({'|'.join(PRIMITIVES)})\s*\(")
 
@@ -222,9 +223,8 @@ GENERATORS = {**{k: _rowwise for k in ROWWISE}, **{k: _elementwise for k in ELEM
               "attention": _attention, "attention_safe": _attention_safe}
 
 
-# Warnings no fast schedule raises (docs/performance-warnings.md): a variant raising one at its
+# A variant raising one of the warnings no fast schedule raises (dt.tune.space.PRUNED) at its
 # row's shape is not compiled or timed. Others stand: the 2mm inner fusion recomputes on purpose.
-PRUNED = frozenset({"not-on-matrix-units", "registers", "uncoalesced", "one-lane-tiles", "padded-tile"})
 
 
 class _Shaped:

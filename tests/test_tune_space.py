@@ -1,0 +1,67 @@
+"""The space of a program's schedules (dt.tune.space): every kept schedule is legal and computes
+what the algorithm says, the statements it does not choose stay as written, and dt's
+performance warnings prune it."""
+import glob
+from pathlib import Path
+
+import pytest
+
+import dt
+from dt.testing import assert_close, random_inputs
+from dt.tune.space import PRUNED
+
+ROOT = Path(__file__).resolve().parents[1]
+SMALL = {"softmax_safe": dict(x=5, y=300), "matmul": dict(x=40, y=72, k=48), "add": dict(x=3, y=130),
+         "layernorm": dict(x=5, y=300), "attention_safe_onepass": dict(m=33, l=40, k=16, n=16),
+         "2mm_inner": dict(m=40, n=36, k=16, l=24)}
+
+
+@pytest.mark.parametrize("name", sorted(SMALL))
+def test_every_schedule_of_the_space_is_legal_and_right(name):
+    prog = dt.load(ROOT / "examples" / f"{name}.dt")
+    space = prog.space(SMALL[name], "f32")
+    assert len(space) > 0 and space.generated == len(space) + space.illegal + space.removed
+    args = random_inputs(prog, SMALL[name], "f32", seed=1)
+    expected = prog.reference(**args)
+    for candidate in space:
+        out = dt.loads(candidate.text, name=name)(backend="interp", **args)
+        assert_close(out, expected, "f32")
+
+
+def test_the_space_keeps_what_it_does_not_choose():
+    prog = dt.load(ROOT / "examples" / "softmax_safe.dt")
+    space = prog.space(dict(x=4096, y=4096), "bf16")
+    names = [c.name for c in space]
+    assert len(set(names)) == len(names)
+    for c in space:
+        assert "_sum.compute_with(_max, y);" in c.text and "_max.fuse_at(_softmax, x);" in c.text
+        # the example's own block, tiles and warps are gone, the candidate's are there once
+        assert "_softmax.tensorize(y:512);" not in c.text and "_softmax.num_warps(8);\n_softmax.compile" not in c.text
+        assert c.text.count("_softmax.num_warps(") == 1 and c.text.count("_softmax.tensorize(") <= 1
+    assert any(" y*/1024 " in c.name for c in space)  # one program walking a whole row in tiles
+
+
+def test_performance_warnings_prune_the_space():
+    prog = dt.load(ROOT / "examples" / "matmul.dt")
+    sizes = dict(x=4096, y=4096, k=4096)
+    space = prog.space(sizes, "bf16")
+    assert space.removed and space.pruned["registers"] and space.pruned["not-on-matrix-units"]
+    for c in space.candidates[::25]:
+        assert not {w.code for w in dt.loads(c.text).lint(sizes, "bf16")} & PRUNED
+    assert "pruned by performance warnings" in space.summary()
+    assert len(prog.space(sizes, "bf16", limit=10).candidates) <= 10
+
+
+def test_the_cpu_space_has_no_warps_or_stages():
+    space = dt.load(ROOT / "examples" / "matmul.dt").space(dict(x=512, y=512, k=512), "f32", backend="numba")
+    assert space and not any("num_warps" in c.text or "num_stages" in c.text for c in space)
+
+
+def test_every_example_has_a_space():
+    for path in sorted(glob.glob(str(ROOT / "examples" / "*.dt"))):
+        name = Path(path).stem
+        if name in SMALL:
+            continue
+        prog = dt.load(path)
+        sizes = {d: 64 for d in prog.checked.needed_dims}
+        assert len(prog.space(sizes, "f32", limit=64)) > 0, name
