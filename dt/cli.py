@@ -326,6 +326,26 @@ def _facts_table(facts, title: str):
     Console(width=max(Console().width, 130)).print(table)
 
 
+def cmd_tune(args) -> int:
+    import dt
+    from rich.progress import Progress
+    prog = dt.load(args.file)
+    sizes = _sizes(args.size or [])
+    with Progress(transient=True) as bar:
+        task = bar.add_task(f"tuning {Path(args.file).name}", total=None)
+
+        def progress(done: int, total: int, name: str):
+            bar.update(task, completed=done, total=total, description=f"{name}")
+        result = prog.tune(sizes, args.dtype, args.backend, args.budget, progress=progress)
+    print(result.table(args.show))
+    out = Path(args.output) if args.output else Path(args.file).with_name(Path(args.file).stem + "_tuned.dt")
+    shape = ", ".join(f"{d}={n}" for d, n in sizes.items())
+    out.write_text(f"# Tuned by `dt tune` for {shape} ({args.dtype}) on {result.device}: {result.timed[0].ms:.4f} ms, "
+                   f"the fastest of {len(result.timed)} timed.\n" + result.best.text)
+    print(f"wrote {out}")
+    return 0
+
+
 def cmd_conformance(args) -> int:
     from dt.conformance.runner import run_command
     return run_command(backend=args.backend, ops=args.ops, dtypes=args.dtypes, full=args.full, report=args.report,
@@ -386,6 +406,17 @@ def build_parser() -> argparse.ArgumentParser:
                      help="skip compiling the kernels (static warnings only)")
     lnt.add_argument("--strict", action="store_true", help="exit with 1 when there is a warning (for CI)")
     lnt.set_defaults(fn=cmd_lint)
+
+    tun = sub.add_parser("tune", help="search the space of a DT file's schedules at a shape and write the fastest "
+                                      "(docs/tuning.md)")
+    tun.add_argument("file")
+    tun.add_argument("--size", action="append", metavar="DIM=N", help="extent of a dimension (repeat)")
+    tun.add_argument("--dtype", choices=DTYPE_CHOICES, default="f32", help="dtype of the inputs")
+    tun.add_argument("--backend", default="triton", help="where to time the schedules (default: triton)")
+    tun.add_argument("--budget", type=float, default=300, help="seconds of search (default: 300)")
+    tun.add_argument("--show", type=_count, default=10, help="the fastest this many schedules printed")
+    tun.add_argument("-o", "--output", help="the fastest schedule's file (default: FILE_tuned.dt beside FILE)")
+    tun.set_defaults(fn=cmd_tune)
 
     conf = sub.add_parser("conformance", help="certify a backend: run the conformance suite on it")
     conf.add_argument("--backend", help="the backend to certify (default: $DT_BACKEND, else interp)")

@@ -86,9 +86,8 @@ class Program:
         return plan(args, out)
 
     def _call_key(self, name, sizes, args):
-        """What decides a call's plan: the backend asked for, the debug state, extents given, and
-        each argument's kind, shape, dtype and device (None, to plan this call afresh, for
-        arguments that have none, such as lists). Values and strides may change freely."""
+        """What decides a call's plan: backend, debug state, extents given, each argument's kind,
+        shape, dtype and device (None: plan afresh). Values and strides may change freely."""
         signature = []
         for k, v in args.items():
             if getattr(v, "ndim", None) is not None:  # arrays, tensors and NumPy scalars (a dtype each)
@@ -173,17 +172,21 @@ class Program:
     @user_facing
     def kernel_facts(self, sizes: dict | None = None, dtype: dict[str, str] | str = "f32", backend: str = "triton",
                      **inputs):
-        """(What the backend's compiler says of each kernel at these extents, as `lint` takes
-        them; the warnings that gives)."""
+        """(Each compiled kernel's facts at these extents, as `lint` takes them; their warnings)."""
         return lint.kernel_facts(self, backends.get(backend), self.pipeline(dtype),
                                  self._extents(inputs, sizes or {}, "sizes"))
 
     @user_facing
     def space(self, sizes: dict, dtype: str = "f32", backend: str = "triton", limit: int = 4096):
-        """The schedules of this program at these extents that dt would explore (dt.tune.space):
-        the kept candidates, each the whole program as DT text, and what became of the rest."""
+        """The schedules of this program at these extents that dt explores (dt.tune.space)."""
         from dt.tune import space
         return space(self, sizes, dtype, backend, limit)
+
+    @user_facing
+    def tune(self, sizes: dict, dtype: str = "f32", backend: str = "triton", budget: float = 300, **options):
+        """The space searched on `backend` for `budget` seconds, fastest first (dt.tune.search)."""
+        from dt.tune import tune
+        return tune(self, sizes, dtype, backend, budget, **options)
 
     @user_facing
     def reference(self, /, *positional, sizes: dict | None = None, **args):
@@ -230,11 +233,9 @@ class Program:
 
     @user_facing
     def check_extents(self, extents: dict, dtype: str = "f32"):
-        """Check extents (a dict: dimension name -> extent) as a call with them would, before
-        anything is made: every dimension the program needs is given and only its dimensions, each
-        extent an integer in bounds, every tile within its limit, and the inputs of `dtype` (NumPy
-        arrays) with the outputs and temporaries a call creates within the machine's memory. For
-        code that makes a program's inputs, such as dt.testing.random_inputs."""
+        """Check extents (dimension name -> extent) as a call would, before anything is made: the
+        dimensions, each extent, every tile's limit, and the memory inputs of `dtype`, outputs
+        and temporaries need. For code that makes inputs, such as dt.testing.random_inputs."""
         checked = self._extents({}, extents, "extents")
         pipeline = self.pipeline(dtype)
         self._check_fits(pipeline.inputs + pipeline.outputs + pipeline.temporaries, checked, call_checks.cpu_memory())

@@ -1,6 +1,7 @@
 """The space of a program's schedules (dt.tune.space): every kept schedule is legal and computes
 what the algorithm says, the statements it does not choose stay as written, and dt's
-performance warnings prune it."""
+performance warnings prune it. The search over it (dt.tune.search, `dt tune`): every correct
+schedule timed within the budget, wrong ones caught, the fastest written as DT text."""
 import glob
 from pathlib import Path
 
@@ -65,3 +66,46 @@ def test_every_example_has_a_space():
         prog = dt.load(path)
         sizes = {d: 64 for d in prog.checked.needed_dims}
         assert len(prog.space(sizes, "f32", limit=64)) > 0, name
+
+
+# ---------------------------------------------------------------- the search
+def test_tune_times_every_correct_schedule_and_returns_the_fastest():
+    prog = dt.load(ROOT / "examples" / "add.dt")
+    sizes = dict(x=24, y=300)
+    result = prog.tune(sizes, "f32", backend="interp", budget=60)
+    assert result.timed and not result.failed and result.untried == 0
+    assert len(result.timed) == len(prog.space(sizes, "f32", backend="interp"))
+    finalists = result.timed[:3]
+    assert [t.ms for t in finalists] == sorted(t.ms for t in finalists) and all(len(t.rounds) == 3 for t in finalists)
+    args = random_inputs(prog, sizes, "f32", seed=5)
+    assert_close(dt.loads(result.best.text)(backend="interp", **args), prog.reference(**args), "f32")
+    assert result.best.name in result.table(3)
+
+
+def test_tune_stops_at_its_budget():
+    prog = dt.load(ROOT / "examples" / "add.dt")
+    result = prog.tune(dict(x=24, y=300), "f32", backend="interp", budget=0)
+    assert len(result.timed) == 1 and result.untried == len(prog.space(dict(x=24, y=300), "f32", "interp")) - 1
+
+
+def test_a_wrong_output_is_caught_before_timing():
+    import numpy as np
+    from dt.tune.search import _disagreement
+    ref = np.ones((3, 4))
+    assert _disagreement(ref.copy(), ref, "f32") == ""
+    assert _disagreement(ref * 2, ref, "f32") != ""
+    assert _disagreement({"a": ref, "b": ref * 2}, {"a": ref, "b": ref}, "f32").startswith("b ")
+
+
+def test_dt_tune_writes_the_fastest_schedule(tmp_path, capsys):
+    from dt.cli import main
+    out = tmp_path / "add_tuned.dt"
+    argv = ["tune", str(ROOT / "examples" / "add.dt"), "--size", "x=24", "--size", "y=300", "--backend", "numba",
+            "--budget", "20", "-o", str(out)]
+    assert main(argv) == 0
+    assert f"wrote {out}" in capsys.readouterr().out
+    text = out.read_text()
+    assert text.startswith("# Tuned by `dt tune` for x=24, y=300 (f32) on CPU")
+    prog = dt.loads(text)
+    args = random_inputs(prog, dict(x=24, y=300), "f32")
+    assert_close(prog(backend="numba", **args), prog.reference(**args), "f32")

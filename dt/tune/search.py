@@ -1,0 +1,143 @@
+"""The search over a program's space (dt.tune.space): each candidate compiled, checked against
+the reference on the same inputs, then timed; the fastest few timed again in alternating
+rounds. Within a time budget the candidates are tried in a seeded random order, so that a
+budget too short for all of them samples the whole space rather than its first corner.
+
+    result = prog.tune({"x": 4096, "y": 4096}, "bf16", budget=300)
+    print(result.table())
+    Path("softmax_tuned.dt").write_text(result.best.text)
+"""
+from __future__ import annotations
+
+import random
+import statistics
+import time
+from dataclasses import dataclass, field
+
+from dt.errors import DTError
+from dt.tune.space import Candidate, space
+
+FINALISTS = 3  # the fastest, timed again in rounds
+ROUNDS = 3
+
+
+@dataclass
+class Timed:
+    candidate: Candidate
+    ms: float  # the median of its rounds (of one screening run before the final rounds)
+    rounds: list[float] = field(default_factory=list)
+
+
+@dataclass
+class Result:
+    timed: list[Timed]  # fastest first
+    failed: dict[str, str]  # candidate name -> why (compile error, wrong output)
+    untried: int  # candidates the budget left out
+    summary: str  # the space's
+    device: str
+
+    @property
+    def best(self) -> Candidate:
+        if not self.timed:
+            raise DTError("no schedule of the space ran correctly", None,
+                          "see the result's `failed`, or give a larger budget")
+        return self.timed[0].candidate
+
+    def table(self, rows: int = 10) -> str:
+        lines = [f"{self.summary}; {len(self.timed)} timed, {len(self.failed)} failed, {self.untried} left untried "
+                 f"(budget) on {self.device}; the fastest {FINALISTS} timed again in {ROUNDS} rounds, first"]
+        lines += [f"{t.ms:10.4f} ms  {t.candidate.name}" for t in self.timed[:rows]]
+        return "\n".join(lines)
+
+
+def tune(prog, sizes: dict[str, int], dtype: str = "f32", backend: str = "triton", budget: float = 300,
+         seed: int = 0, progress=None) -> Result:
+    """Search the space of `prog` at these extents on `backend` for `budget` seconds."""
+    from dt.testing import random_inputs
+    found = space(prog, sizes, dtype, backend)
+    candidates = list(found)
+    random.Random(seed).shuffle(candidates)
+    args = random_inputs(prog, sizes, dtype, seed=seed)
+    expected = prog.reference(**args)
+    clock = _clock(backend)
+    begin = time.monotonic()
+    timed, failed, tried = [], {}, 0
+    for candidate in candidates:
+        if tried and time.monotonic() - begin > budget:  # the first is always tried
+            break
+        tried += 1
+        if progress is not None:
+            progress(tried, len(candidates), candidate.name)
+        try:
+            run = _runner(prog.name, candidate.text, backend, args)
+            wrong = _disagreement(run(), expected, dtype)
+            if wrong:
+                failed[candidate.name] = f"wrong output: {wrong}"
+                continue
+            timed.append(Timed(candidate, clock(run)))
+        except DTError as e:  # a backend's refusal (e.g. a tile too large at these extents)
+            failed[candidate.name] = e.message
+    timed.sort(key=lambda t: t.ms)
+    finalists = timed[:FINALISTS]
+    for _ in range(ROUNDS if len(finalists) > 1 else 0):
+        for t in finalists:
+            t.rounds.append(clock(_runner(prog.name, t.candidate.text, backend, args)))
+    for t in finalists:
+        t.ms = statistics.median(t.rounds) if t.rounds else t.ms
+    timed = sorted(finalists, key=lambda t: t.ms) + timed[len(finalists):]
+    return Result(timed, failed, len(candidates) - tried, found.summary(), _device(backend))
+
+
+def _runner(name: str, text: str, backend: str, args: dict):
+    """A function running the candidate on the inputs (the first call compiles it)."""
+    from dt.runtime import loads
+    prog = loads(text, name=name)
+    if backend == "triton" and _cuda():
+        import torch
+        args = {n: torch.as_tensor(a).cuda() if hasattr(a, "shape") else a for n, a in args.items()}
+    return lambda: prog(backend=backend, **args)
+
+
+def _disagreement(out, expected, dtype: str) -> str:
+    """'' where every output agrees with the reference, else how one does not."""
+    from dt.testing import compare
+    outs, refs = (out, expected) if isinstance(out, dict) else ({"": out}, {"": expected})
+    for name, ref in refs.items():
+        check = compare(outs[name].cpu() if hasattr(outs[name], "cpu") else outs[name], ref, dtype)
+        if not check.ok:
+            return f"{name} {check}".strip()
+    return ""
+
+
+def _clock(backend: str):
+    """The median time of a call in milliseconds: Triton's do_bench on a GPU (warm-up, the L2
+    cache flushed before each run), else wall time over repeated calls."""
+    if backend == "triton" and _cuda():
+        from triton.testing import do_bench
+        return lambda fn: do_bench(fn, warmup=25, rep=100, return_mode="median")
+
+    def wall(fn):
+        fn()
+        runs, begin = [], time.perf_counter()
+        while len(runs) < 5 or (time.perf_counter() - begin < 0.2 and len(runs) < 50):
+            start = time.perf_counter()
+            fn()
+            runs.append((time.perf_counter() - start) * 1e3)
+        return statistics.median(runs)
+    return wall
+
+
+def _cuda() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return torch.cuda.is_available()
+
+
+def _device(backend: str) -> str:
+    if backend == "triton" and _cuda():
+        import torch
+        return torch.cuda.get_device_name()
+    import platform
+    return f"CPU ({platform.machine()}, {backend})"
