@@ -90,11 +90,10 @@ def tune(prog, sizes: dict[str, int], dtype: str = "f32", backend: str = "triton
 
 def _runner(name: str, text: str, backend: str, args: dict):
     """A function running the candidate on the inputs (the first call compiles it)."""
-    from dt.runtime import loads
+    from dt.runtime import _to_torch, loads
     prog = loads(text, name=name)
-    if backend == "triton" and _cuda():
-        import torch
-        args = {n: torch.as_tensor(a).cuda() if hasattr(a, "shape") else a for n, a in args.items()}
+    if backend == "triton" and _cuda():  # the inputs on the GPU, once
+        args = {n: _to_torch(a).cuda() if hasattr(a, "shape") else a for n, a in args.items()}
     return lambda: prog(backend=backend, **args)
 
 

@@ -107,7 +107,10 @@ def _choices(checked, root: str, extents: dict[str, int], gpu: bool) -> list[tup
     walks = []
     for r, product in reductions.items():
         extent = extents[r]
-        tiles = [t for t in (PRODUCT_TILES if product else WALKS) if t < extent] + [0]
+        if product:  # a whole reduced extent in a product stages all of it in shared memory: only a short one
+            tiles = [t for t in PRODUCT_TILES if t < extent] + ([0] if extent <= max(PRODUCT_TILES) else [])
+        else:
+            tiles = [t for t in WALKS if t < extent] + [0]
         walks.append([(f"{r}{t or '*'}", r, t) for t in tiles])
     warps = [(f"w{w}", f"{root}.num_warps({w});\n") for w in WARPS] if gpu else [("", "")]
     stages = [(f"s{s}", f"{root}.num_stages({s});\n") for s in STAGES] if gpu and reductions else [("", "")]
