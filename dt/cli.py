@@ -336,7 +336,7 @@ def cmd_tune(args) -> int:
 
         def progress(done: int, total: int, name: str):
             bar.update(task, completed=done, total=total, description=f"{name}")
-        result = prog.tune(sizes, args.dtype, args.backend, args.budget, progress=progress)
+        result = prog.tune(sizes, args.dtype, args.backend, args.budget, progress=progress, cache=args.cache)
     print(result.table(args.show))
     out = Path(args.output) if args.output else Path(args.file).with_name(Path(args.file).stem + "_tuned.dt")
     shape = ", ".join(f"{d}={n}" for d, n in sizes.items())
@@ -415,6 +415,8 @@ def build_parser() -> argparse.ArgumentParser:
     tun.add_argument("--backend", default="triton", help="where to time the schedules (default: triton)")
     tun.add_argument("--budget", type=float, default=300, help="seconds of search (default: 300)")
     tun.add_argument("--show", type=_count, default=10, help="the fastest this many schedules printed")
+    tun.add_argument("--no-cache", dest="cache", action="store_false",
+                     help="search even where the tuning cache has this algorithm and shape bucket")
     tun.add_argument("-o", "--output", help="the fastest schedule's file (default: FILE_tuned.dt beside FILE)")
     tun.set_defaults(fn=cmd_tune)
 

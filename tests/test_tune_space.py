@@ -12,6 +12,13 @@ from dt.testing import assert_close, random_inputs
 from dt.tune.space import PRUNED
 
 ROOT = Path(__file__).resolve().parents[1]
+@pytest.fixture(autouse=True)
+def tuning_cache(tmp_path, monkeypatch):
+    """Each test its own tuning cache."""
+    monkeypatch.setenv("DT_TUNE_CACHE", str(tmp_path / "tuned"))
+    return tmp_path / "tuned"
+
+
 SMALL = {"softmax_safe": dict(x=5, y=300), "matmul": dict(x=40, y=72, k=48), "add": dict(x=3, y=130),
          "layernorm": dict(x=5, y=300), "attention_safe_onepass": dict(m=33, l=40, k=16, n=16),
          "2mm_inner": dict(m=40, n=36, k=16, l=24)}
@@ -109,3 +116,45 @@ def test_dt_tune_writes_the_fastest_schedule(tmp_path, capsys):
     prog = dt.loads(text)
     args = random_inputs(prog, dict(x=24, y=300), "f32")
     assert_close(prog(backend="numba", **args), prog.reference(**args), "f32")
+
+
+# ---------------------------------------------------------------- the cache
+def test_a_second_tune_of_the_same_algorithm_and_shape_bucket_is_a_cache_hit(tuning_cache):
+    import time
+    prog = dt.load(ROOT / "examples" / "add.dt")
+    first = prog.tune(dict(x=24, y=300), "f32", backend="interp", budget=30)
+    assert not first.cached and len(list(tuning_cache.glob("*.json"))) == 1
+    begin = time.monotonic()
+    # another schedule of the same algorithm, at other extents of the same bucket (32 x 512)
+    other = dt.loads((ROOT / "examples" / "add.dt").read_text().replace("add_out.tensorize(y:64);", ""))
+    again = other.tune(dict(x=30, y=400), "f32", backend="interp", budget=30)
+    assert time.monotonic() - begin < 1
+    assert again.cached and again.best.text == first.best.text and "from the tuning cache" in again.summary
+    assert not prog.tune(dict(x=24, y=600), "f32", backend="interp", budget=0).cached  # another bucket
+    assert not prog.tune(dict(x=24, y=300), "f16", backend="interp", budget=0).cached  # another dtype
+    assert not prog.tune(dict(x=24, y=300), "f32", backend="interp", budget=0, cache=False).cached
+
+
+def test_a_cache_entry_for_another_algorithm_is_not_used(tuning_cache):
+    import json
+    prog = dt.load(ROOT / "examples" / "add.dt")
+    prog.tune(dict(x=24, y=300), "f32", backend="interp", budget=30)
+    entry = next(tuning_cache.glob("*.json"))
+    data = json.loads(entry.read_text())
+    data["schedule"] = data["schedule"].replace("alpha * (A[x, y] + B[x, y])", "alpha * (A[x, y] - B[x, y])")
+    entry.write_text(json.dumps(data))
+    assert not prog.tune(dict(x=24, y=300), "f32", backend="interp", budget=0).cached
+    entry.write_text("{not json")
+    assert not prog.tune(dict(x=24, y=300), "f32", backend="interp", budget=0).cached
+
+
+def test_tuned_runs_the_cached_schedule_or_says_it_has_none():
+    from dt.tune import tuned
+    prog = dt.load(ROOT / "examples" / "add.dt")
+    written = tuned(prog, dict(x=24, y=300), "f32", "interp")
+    assert written is prog and written.origin.startswith("the schedule as written")
+    best = prog.tune(dict(x=24, y=300), "f32", backend="interp", budget=30).best
+    chosen = tuned(dt.load(ROOT / "examples" / "add.dt"), dict(x=20, y=500), "f32", "interp")
+    assert chosen.origin.startswith(f"the tuned schedule {best.name!r}")
+    args = random_inputs(chosen, dict(x=20, y=500), "f32")
+    assert_close(chosen(backend="interp", **args), chosen.reference(**args), "f32")

@@ -33,8 +33,9 @@ class Result:
     timed: list[Timed]  # fastest first
     failed: dict[str, str]  # candidate name -> why (compile error, wrong output)
     untried: int  # candidates the budget left out
-    summary: str  # the space's
+    summary: str  # the space's, or where the cached entry is
     device: str
+    cached: bool = False  # from the tuning cache (dt.tune.cache), not searched
 
     @property
     def best(self) -> Candidate:
@@ -51,9 +52,18 @@ class Result:
 
 
 def tune(prog, sizes: dict[str, int], dtype: str = "f32", backend: str = "triton", budget: float = 300,
-         seed: int = 0, progress=None) -> Result:
-    """Search the space of `prog` at these extents on `backend` for `budget` seconds."""
+         seed: int = 0, progress=None, cache: bool = True) -> Result:
+    """Search the space of `prog` at these extents on `backend` for `budget` seconds; with
+    `cache`, first look for this algorithm and shape bucket in the tuning cache, and keep the
+    fastest there."""
     from dt.testing import random_inputs
+    from dt.tune import cache as tuning_cache
+    device = _device(backend)
+    extents = prog._extents({}, sizes, "sizes")
+    entry = tuning_cache.lookup(prog, extents, dtype, backend, device) if cache else None
+    if entry is not None:
+        return Result([Timed(Candidate(entry["name"], entry["schedule"]), entry["ms"])], {}, 0,
+                      f"from the tuning cache ({entry['path']}, tuned at {entry['extents']})", device, cached=True)
     found = space(prog, sizes, dtype, backend)
     candidates = list(found)
     random.Random(seed).shuffle(candidates)
@@ -85,7 +95,10 @@ def tune(prog, sizes: dict[str, int], dtype: str = "f32", backend: str = "triton
     for t in finalists:
         t.ms = statistics.median(t.rounds) if t.rounds else t.ms
     timed = sorted(finalists, key=lambda t: t.ms) + timed[len(finalists):]
-    return Result(timed, failed, len(candidates) - tried, found.summary(), _device(backend))
+    if cache and timed:
+        tuning_cache.store(prog, extents, dtype, backend, device, timed[0].candidate.text, timed[0].candidate.name,
+                           timed[0].ms)
+    return Result(timed, failed, len(candidates) - tried, found.summary(), device)
 
 
 def _runner(name: str, text: str, backend: str, args: dict):
@@ -140,3 +153,17 @@ def _device(backend: str) -> str:
         return torch.cuda.get_device_name()
     import platform
     return f"CPU ({platform.machine()}, {backend})"
+
+
+def tuned(prog, sizes: dict[str, int], dtype: str = "f32", backend: str = "triton"):
+    """The program with the schedule the tuning cache holds for its algorithm at this shape
+    bucket, dtype, backend and device, else the program as written; `origin` says which."""
+    from dt.runtime import loads
+    from dt.tune import cache as tuning_cache
+    entry = tuning_cache.lookup(prog, prog._extents({}, sizes, "sizes"), dtype, backend, _device(backend))
+    if entry is None:
+        prog.origin = "the schedule as written: the tuning cache has none for this shape"
+        return prog
+    chosen = loads(entry["schedule"], name=prog.name, file=entry["path"])
+    chosen.origin = f"the tuned schedule {entry['name']!r} ({entry['path']}, {entry['ms']:.4f} ms at {entry['extents']})"
+    return chosen

@@ -1,0 +1,88 @@
+"""The tuning cache: the fastest schedule `tune` found, kept per algorithm (not per schedule:
+any schedule of the same algorithm finds it), shape bucket (each extent rounded up to a power
+of two), dtype, backend, device and the versions of dt and its compilers. One JSON file an
+entry in `$DT_TUNE_CACHE`, else `$DT_CACHE_DIR/tuned`, else `~/.cache/dt/tuned`: a directory a
+team can copy or commit and point DT_TUNE_CACHE at. An entry is used only when its algorithm
+is the program's and its schedule checks; a speed-up, not the record (tuned schedules are
+committed as DT text)."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import tempfile
+from importlib import metadata
+from pathlib import Path
+
+from dt.errors import DTError
+from dt.ir.check.schedule import PRIMITIVES
+from dt.ir.lint.facts import next_power_of_2
+
+SCHEDULE_STATEMENT = re.compile(rf"^\s*\w+\s*\.\s*({'|'.join(PRIMITIVES)})\s*\(.*?\)\s*;", re.MULTILINE)
+
+
+def directory() -> Path:
+    if os.environ.get("DT_TUNE_CACHE"):
+        return Path(os.environ["DT_TUNE_CACHE"])
+    root = os.environ.get("DT_CACHE_DIR")
+    if root:
+        return Path(root) / "tuned"
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".cache") / "dt" / "tuned"
+
+
+def algorithm(source: str) -> str:
+    """A program's algorithm: its text without schedule statements, comments or blank space."""
+    text = SCHEDULE_STATEMENT.sub("", re.sub(r"#[^\n]*", "", source))
+    return "\n".join(" ".join(line.split()) for line in text.splitlines() if line.strip())
+
+
+def bucket(extents: dict[str, int]) -> dict[str, int]:
+    return {d: next_power_of_2(n) for d, n in sorted(extents.items())}
+
+
+def versions() -> dict[str, str]:
+    import dt
+    found = {"dt": dt.__version__}
+    for package in ("triton", "torch", "numba"):
+        try:
+            found[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            pass
+    return found
+
+
+def key(source: str, extents: dict[str, int], dtype: str, backend: str, device: str) -> str:
+    fields = {"algorithm": algorithm(source), "bucket": bucket(extents), "dtype": dtype, "backend": backend,
+              "device": device, "versions": versions()}
+    return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:32]
+
+
+def lookup(prog, extents: dict[str, int], dtype: str, backend: str, device: str) -> dict | None:
+    """The entry for this program's algorithm at this shape bucket, or None (none, or one
+    that is not for this algorithm or does not check)."""
+    from dt.runtime import loads
+    path = directory() / f"{key(prog.ast.source, extents, dtype, backend, device)}.json"
+    try:
+        entry = json.loads(path.read_text())
+        if entry["algorithm"] != algorithm(prog.ast.source) or algorithm(entry["schedule"]) != entry["algorithm"]:
+            return None
+        loads(entry["schedule"], name=prog.name)  # it checks
+    except (OSError, ValueError, KeyError, TypeError, DTError):
+        return None
+    return {**entry, "path": str(path)}
+
+
+def store(prog, extents: dict[str, int], dtype: str, backend: str, device: str, schedule: str, name: str,
+          ms: float) -> Path:
+    """Write the entry (atomically: a reader sees the old file or the new one)."""
+    folder = directory()
+    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    path = folder / f"{key(prog.ast.source, extents, dtype, backend, device)}.json"
+    entry = {"algorithm": algorithm(prog.ast.source), "schedule": schedule, "name": name, "ms": ms,
+             "extents": extents, "dtype": dtype, "backend": backend, "device": device, "versions": versions()}
+    with tempfile.NamedTemporaryFile("w", dir=folder, suffix=".tmp", delete=False) as f:
+        json.dump(entry, f, indent=1)
+    os.replace(f.name, path)
+    return path
