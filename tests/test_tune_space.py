@@ -158,3 +158,13 @@ def test_tuned_runs_the_cached_schedule_or_says_it_has_none():
     assert chosen.origin.startswith(f"the tuned schedule {best.name!r}")
     args = random_inputs(chosen, dict(x=20, y=500), "f32")
     assert_close(chosen(backend="interp", **args), chosen.reference(**args), "f32")
+
+
+@pytest.mark.slow
+def test_worker_processes_compile_the_candidates_ahead():
+    prog = dt.load(ROOT / "examples" / "add.dt")
+    sizes = dict(x=24, y=300)
+    alone = prog.tune(sizes, "f32", backend="numba", budget=120, cache=False, workers=0)
+    helped = prog.tune(sizes, "f32", backend="numba", budget=120, cache=False, workers=2)
+    assert {t.candidate.name for t in helped.timed} == {t.candidate.name for t in alone.timed}
+    assert not helped.failed and helped.untried == 0

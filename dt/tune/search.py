@@ -1,7 +1,8 @@
-"""The search over a program's space (dt.tune.space): each candidate compiled, checked against
-the reference on the same inputs, then timed; the fastest few timed again in alternating
-rounds. Within a time budget the candidates are tried in a seeded random order, so that a
-budget too short for all of them samples the whole space rather than its first corner.
+"""The search over a program's space (dt.tune.space): each candidate compiled (on a GPU, by
+worker processes ahead of its timing), checked against the reference on the same inputs, then
+timed; the fastest few timed again in alternating rounds. Within a time budget the candidates
+are tried in a seeded random order, so that a budget too short for all of them samples the
+whole space rather than its first corner.
 
     result = prog.tune({"x": 4096, "y": 4096}, "bf16", budget=300)
     print(result.table())
@@ -9,9 +10,12 @@ budget too short for all of them samples the whole space rather than its first c
 """
 from __future__ import annotations
 
+import multiprocessing
+import os
 import random
 import statistics
 import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 
 from dt.errors import DTError
@@ -52,10 +56,11 @@ class Result:
 
 
 def tune(prog, sizes: dict[str, int], dtype: str = "f32", backend: str = "triton", budget: float = 300,
-         seed: int = 0, progress=None, cache: bool = True) -> Result:
+         seed: int = 0, progress=None, cache: bool = True, workers: int | None = None) -> Result:
     """Search the space of `prog` at these extents on `backend` for `budget` seconds; with
     `cache`, first look for this algorithm and shape bucket in the tuning cache, and keep the
-    fastest there."""
+    fastest there. `workers` processes compile the candidates ahead of their timing (default:
+    all cores but two on a GPU, none on a CPU, whose timing they would disturb)."""
     from dt.testing import random_inputs
     from dt.tune import cache as tuning_cache
     device = _device(backend)
@@ -72,7 +77,7 @@ def tune(prog, sizes: dict[str, int], dtype: str = "f32", backend: str = "triton
     clock = _clock(backend)
     begin = time.monotonic()
     timed, failed, tried = [], {}, 0
-    for candidate in candidates:
+    for candidate in _compiled_first(candidates, prog.name, backend, sizes, dtype, workers):
         if tried and time.monotonic() - begin > budget:  # the first is always tried
             break
         tried += 1
@@ -99,6 +104,36 @@ def tune(prog, sizes: dict[str, int], dtype: str = "f32", backend: str = "triton
         tuning_cache.store(prog, extents, dtype, backend, device, timed[0].candidate.text, timed[0].candidate.name,
                            timed[0].ms)
     return Result(timed, failed, len(candidates) - tried, found.summary(), device)
+
+
+def _compiled_first(candidates: list[Candidate], name: str, backend: str, sizes: dict, dtype: str,
+                    workers: int | None):
+    """The candidates, each once a worker process has compiled it (its kernels in the backend's
+    disk cache, under the same program name, where this process finds them), in the order
+    they finish; without workers, in order."""
+    if workers is None:
+        workers = max((os.cpu_count() or 2) - 2, 1) if backend == "triton" and _cuda() else 0
+    if workers < 1 or len(candidates) < 2:
+        yield from candidates
+        return
+    pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
+    try:
+        pending = {pool.submit(_compile, c.text, name, backend, sizes, dtype): c for c in candidates}
+        for future in as_completed(pending):
+            yield pending[future]
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _compile(text: str, name: str, backend: str, sizes: dict, dtype: str):
+    """Worker: run the candidate once on random inputs, so that its compiled kernels are on disk."""
+    from dt.runtime import loads
+    from dt.testing import random_inputs
+    try:
+        prog = loads(text, name=name)
+        prog(backend=backend, **random_inputs(prog, sizes, dtype))
+    except DTError:
+        pass  # the timing process reports it
 
 
 def _runner(name: str, text: str, backend: str, args: dict):
