@@ -14,11 +14,14 @@ import multiprocessing
 import os
 import random
 import statistics
+import sys
 import time
+import warnings
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 
-from dt.errors import DTError
+from dt.errors import DTError, PerformanceWarning
 from dt.tune.space import Candidate, space
 
 FINALISTS = 3  # the fastest, timed again in rounds
@@ -84,13 +87,15 @@ def tune(prog, sizes: dict[str, int], dtype: str = "f32", backend: str = "triton
         if progress is not None:
             progress(tried, len(candidates), candidate.name)
         try:
-            run = _runner(prog.name, candidate.text, backend, args)
-            wrong = _disagreement(run(), expected, dtype)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", PerformanceWarning)  # the space was linted already
+                run = _runner(prog.name, candidate.text, backend, args)
+                wrong = _disagreement(run(), expected, dtype)
             if wrong:
                 failed[candidate.name] = f"wrong output: {wrong}"
                 continue
             timed.append(Timed(candidate, clock(run)))
-        except DTError as e:  # a backend's refusal (e.g. a tile too large at these extents)
+        except (DTError, PerformanceWarning) as e:  # a backend's refusal (a tile too large here), DT_WARNINGS=error
             failed[candidate.name] = e.message
     timed.sort(key=lambda t: t.ms)
     finalists = timed[:FINALISTS]
@@ -113,14 +118,21 @@ def _compiled_first(candidates: list[Candidate], name: str, backend: str, sizes:
     they finish; without workers, in order."""
     if workers is None:
         workers = max((os.cpu_count() or 2) - 2, 1) if backend == "triton" and _cuda() else 0
+    caller = getattr(sys.modules.get("__main__"), "__file__", None)
+    if caller is not None and not os.path.exists(caller):
+        workers = 0  # a spawned worker imports the caller's script again: none to import (python - < script)
     if workers < 1 or len(candidates) < 2:
         yield from candidates
         return
     pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"))
+    done: set[int] = set()
     try:
-        pending = {pool.submit(_compile, c.text, name, backend, sizes, dtype): c for c in candidates}
+        pending = {pool.submit(_compile, c.text, name, backend, sizes, dtype): i for i, c in enumerate(candidates)}
         for future in as_completed(pending):
-            yield pending[future]
+            done.add(pending[future])
+            yield candidates[pending[future]]
+    except BrokenProcessPool:  # workers that could not start: this process compiles the rest
+        yield from (c for i, c in enumerate(candidates) if i not in done)
     finally:
         pool.shutdown(wait=False, cancel_futures=True)
 
@@ -131,8 +143,10 @@ def _compile(text: str, name: str, backend: str, sizes: dict, dtype: str):
     from dt.testing import random_inputs
     try:
         prog = loads(text, name=name)
-        prog(backend=backend, **random_inputs(prog, sizes, dtype))
-    except DTError:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", PerformanceWarning)  # the space was linted already
+            prog(backend=backend, **random_inputs(prog, sizes, dtype))
+    except (DTError, PerformanceWarning):
         pass  # the timing process reports it
 
 
