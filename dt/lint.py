@@ -42,9 +42,9 @@ def allowed(source: str) -> dict[str, str]:
 
 def context(checked: CheckedProgram, extents: dict[str, int], machine: str) -> Context:
     schedule = {(f, p): loc for f, s in checked.schedules.items() for p, loc in s.locs.items()}
-    here = {"multiprocessors": multiprocessors_here()} if machine == "gpu" and multiprocessors_here() else {}
+    sms = multiprocessors_here() if machine == "gpu" else None
     return Context(extents=dict(extents), machine=machine, schedule=schedule, fused=dict(checked.fused),
-                   allowed=frozenset(allowed(checked.program.source)), **here)
+                   allowed=frozenset(allowed(checked.program.source)), **({"multiprocessors": sms} if sms else {}))
 
 
 def multiprocessors_here() -> int | None:

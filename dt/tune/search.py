@@ -77,9 +77,10 @@ def tune(prog, sizes: dict[str, int], dtype: str = "f32", backend: str = "triton
     random.Random(seed).shuffle(candidates)
     args = random_inputs(prog, sizes, dtype, seed=seed)
     expected = prog.reference(**args)
+    args = _on_device(args, backend)  # once, shared by every candidate
     clock = _clock(backend)
     begin = time.monotonic()
-    timed, failed, tried = [], {}, 0
+    timed, failed, tried, runs = [], {}, 0, {}
     for candidate in _compiled_first(candidates, prog.name, backend, sizes, dtype, workers):
         if tried and time.monotonic() - begin > budget:  # the first is always tried
             break
@@ -95,13 +96,14 @@ def tune(prog, sizes: dict[str, int], dtype: str = "f32", backend: str = "triton
                 failed[candidate.name] = f"wrong output: {wrong}"
                 continue
             timed.append(Timed(candidate, clock(run)))
+            runs[candidate.name] = run
         except (DTError, PerformanceWarning) as e:  # a backend's refusal (a tile too large here), DT_WARNINGS=error
             failed[candidate.name] = e.message
     timed.sort(key=lambda t: t.ms)
     finalists = timed[:FINALISTS]
     for _ in range(ROUNDS if len(finalists) > 1 else 0):
         for t in finalists:
-            t.rounds.append(clock(_runner(prog.name, t.candidate.text, backend, args)))
+            t.rounds.append(clock(runs[t.candidate.name]))
     for t in finalists:
         t.ms = statistics.median(t.rounds) if t.rounds else t.ms
     timed = sorted(finalists, key=lambda t: t.ms) + timed[len(finalists):]
@@ -150,12 +152,18 @@ def _compile(text: str, name: str, backend: str, sizes: dict, dtype: str):
         pass  # the timing process reports it
 
 
+def _on_device(args: dict, backend: str) -> dict:
+    """The inputs where the backend runs: on the GPU for triton there, else as they are."""
+    if not (backend == "triton" and _cuda()):
+        return args
+    from dt.runtime import _to_torch
+    return {n: _to_torch(a).cuda() if hasattr(a, "shape") else a for n, a in args.items()}
+
+
 def _runner(name: str, text: str, backend: str, args: dict):
     """A function running the candidate on the inputs (the first call compiles it)."""
-    from dt.runtime import _to_torch, loads
+    from dt.runtime import loads
     prog = loads(text, name=name)
-    if backend == "triton" and _cuda():  # the inputs on the GPU, once
-        args = {n: _to_torch(a).cuda() if hasattr(a, "shape") else a for n, a in args.items()}
     return lambda: prog(backend=backend, **args)
 
 

@@ -16,7 +16,7 @@ from dt.dtypes import ITEM_BYTES
 from dt.errors import PerformanceWarning
 from dt.ir import scheduled as S
 from dt.ir.lint import Rule
-from dt.ir.lint.facts import Context, KernelFacts, statements_with_values
+from dt.ir.lint.facts import KernelFacts, statements_with_values
 from dt.ir.lint.matrix_units import MATRIX_SPEEDUP
 from dt.ir.lint.programs import MIN_BYTES
 
@@ -24,12 +24,12 @@ USEFUL = 0.6  # below this share of useful lanes in a padded tile, warn
 VECTOR_BYTES = 16  # the widest access of one thread
 
 
-def _dot_tiles(kernel: S.Kernel, facts: KernelFacts):
+def _dot_tiles(facts: KernelFacts):
     """(product, statement, the lanes its M, N and K tiles have and are padded to) of each
     product, as the renderer lays them out (KernelLayout: a whole extent is padded at launch,
     to MIN_DOT at least in a product)."""
-    layout = KernelLayout(with_lane_accumulators(kernel))
-    for s, value in statements_with_values(kernel.body):
+    layout = KernelLayout(with_lane_accumulators(facts.kernel))
+    for s, value in statements_with_values(facts.kernel.body):
         for node in S.walk_texpr(value):
             if isinstance(node, S.Dot):
                 axes = (node.a.dims[0], node.b.dims[1], node.axis)
@@ -40,11 +40,11 @@ def _dot_tiles(kernel: S.Kernel, facts: KernelFacts):
                 yield node, s, axes, tiles, used, padded
 
 
-def small_products(kernel: S.Kernel, pipeline: S.Pipeline, context: Context):
+def small_products(facts: KernelFacts):
     """Products with a fixed tile under tl.dot's MIN_DOT lanes: Triton multiplies and sums
     them in float32 (a whole extent in a product is padded to MIN_DOT: it goes to tl.dot)."""
-    facts = KernelFacts(kernel, pipeline, context)
-    for node, s, axes, tiles, used, padded in _dot_tiles(kernel, facts):
+    kernel, context = facts.kernel, facts.context
+    for node, s, axes, tiles, used, padded in _dot_tiles(facts):
         small = [a for a, t in zip(axes, tiles) if isinstance(t, int) and t < MIN_DOT]
         if not small:
             continue
@@ -61,12 +61,12 @@ def small_products(kernel: S.Kernel, pipeline: S.Pipeline, context: Context):
             func=func, notes=(("the product is here", s.loc),) if loc is not s.loc else ())
 
 
-def padding(kernel: S.Kernel, pipeline: S.Pipeline, context: Context):
+def padding(facts: KernelFacts):
     """Product tiles padded to a power of two with few useful matrix lanes. (An element-wise
     tile's padding lanes are masked: they move no bytes, and were not measured to cost time.)"""
-    facts = KernelFacts(kernel, pipeline, context)
+    kernel, context = facts.kernel, facts.context
     reported = set()
-    for node, s, axes, tiles, used, padded in _dot_tiles(kernel, facts):
+    for node, s, axes, tiles, used, padded in _dot_tiles(facts):
         if None in used or None in padded or (tuple(used), tuple(padded)) in reported:
             continue
         share = math.prod(used) / math.prod(padded)
@@ -90,11 +90,11 @@ def _used(facts: KernelFacts, axis: str) -> int | None:
     return None if lanes is None else min(lanes, extent) if extent is not None else lanes
 
 
-def alignment(kernel: S.Kernel, pipeline: S.Pipeline, context: Context):
+def alignment(facts: KernelFacts):
     """Rows whose length in bytes is not a multiple of 16: Triton proves an access's alignment
     from the (constant) strides, and loads or stores each row's lanes a few bytes at a time.
     Reported for tensors of MIN_BYTES or more (below, the launch costs more)."""
-    facts = KernelFacts(kernel, pipeline, context)
+    kernel, pipeline = facts.kernel, facts.pipeline
     seen = set()
     for s, value in statements_with_values(kernel.body):
         accesses = [n for n in S.walk_texpr(value) if isinstance(n, S.Load)] + ([s] if isinstance(s, S.Store) else [])
@@ -121,12 +121,12 @@ def alignment(kernel: S.Kernel, pipeline: S.Pipeline, context: Context):
                      f"masking the padding in the algorithm", func=kernel.func)
 
 
-def f32_products(kernel: S.Kernel, pipeline: S.Pipeline, context: Context):
+def f32_products(facts: KernelFacts):
     """float32 products in IEEE precision: tl.dot multiplies them on the CUDA cores."""
+    kernel = facts.kernel
     if f32_dot_precision() != "ieee":
         return
-    facts = KernelFacts(kernel, pipeline, context)
-    for node, s, axes, tiles, used, padded in _dot_tiles(kernel, facts):
+    for node, s, axes, tiles, used, padded in _dot_tiles(facts):
         if "f32" in (node.a.dtype, node.b.dtype) and not any(isinstance(t, int) and t < MIN_DOT for t in tiles):
             yield PerformanceWarning(
                 "not-on-matrix-units", f"the float32 product over {facts.dim_of(node.axis)} in kernel '{kernel.name}' "
@@ -137,16 +137,16 @@ def f32_products(kernel: S.Kernel, pipeline: S.Pipeline, context: Context):
             return
 
 
-def tma_fallback(kernel: S.Kernel, pipeline: S.Pipeline, context: Context):
+def tma_fallback(facts: KernelFacts):
     """`tma()` tiles that move through pointers: those that are not boxes of their tensor, and
     every tile where the call's extents make the tensors unfit for TMA."""
+    kernel, pipeline, context = facts.kernel, facts.pipeline, facts.context
     if not kernel.tma:
         return
     func = kernel.func
     loc = context.schedule_loc(func, "tma") or kernel.loc
     plan = TmaPlan(with_lane_accumulators(kernel), pipeline, KernelLayout(kernel), Names())
     moved = set(plan.box_descriptor)
-    facts = KernelFacts(kernel, pipeline, context)
     for s, value in statements_with_values(kernel.body):
         accesses = [n for n in S.walk_texpr(value) if isinstance(n, (S.Load, S.Gather))]
         for node in accesses + ([s] if isinstance(s, S.Store) else []):

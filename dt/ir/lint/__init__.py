@@ -1,7 +1,8 @@
 """Performance warnings: what the scheduled IR says about a schedule's speed, at the DT line
 that makes it slow (docs/performance-warnings.md lists them).
 
-Each rule is its own module with a `check(kernel, pipeline, context)` that yields
+Each rule is its own module with a `check(facts)` (a kernel's KernelFacts: the kernel, its
+pipeline and the context) that yields
 `dt.PerformanceWarning`s, and the machines it concerns ('gpu': tiles run by warps of 32 lanes,
 matrix units, 32-byte memory sectors; 'cpu'). `RULES` is the table of them; a backend adds its
 own (its `lint_rules`: dt.backends.triton.lint has those of Triton's code generation).
@@ -18,12 +19,12 @@ from typing import Callable, Iterable
 from dt.errors import PerformanceWarning
 from dt.ir import scheduled as S
 from dt.ir.lint import matrix_units, memory, programs, recompute, registers, stages
-from dt.ir.lint.facts import Context  # noqa: F401  (reached as dt.ir.lint.Context)
+from dt.ir.lint.facts import Context, KernelFacts
 
 
 @dataclass(frozen=True)
 class Rule:
-    check: Callable[[S.Kernel, S.Pipeline, Context], Iterable[PerformanceWarning]]
+    check: Callable[[KernelFacts], Iterable[PerformanceWarning]]
     machines: frozenset[str]
     codes: tuple[str, ...]  # the warnings it gives
 
@@ -43,8 +44,9 @@ def lint(pipeline: S.Pipeline, context: Context, extra_rules: dict[str, Rule] | 
     found: dict[PerformanceWarning, None] = {}
     rules = {**RULES, **(extra_rules or {})}
     for kernel in pipeline.kernels:
+        facts = KernelFacts(kernel, pipeline, context)  # once, for every rule
         for check in (r.check for r in rules.values() if context.machine in r.machines):
-            for w in check(kernel, pipeline, context):
+            for w in check(facts):
                 if w.code not in context.allowed:
                     found.setdefault(w)
     return sorted(found, key=lambda w: (w.loc.file, w.loc.line, w.loc.col) if w.loc else ("", 0, 0))

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dt.errors import PerformanceWarning
 from dt.ir import scheduled as S
-from dt.ir.lint.facts import Context, KernelFacts, quantity, statements_with_values
+from dt.ir.lint.facts import KernelFacts, quantity, statements_with_values
 
 MACHINES = ("gpu",)
 CODES = ("not-on-matrix-units",)
@@ -16,8 +16,8 @@ CODES = ("not-on-matrix-units",)
 MATRIX_SPEEDUP = "about 15x slower than the matrix units (H100: 67 against 989 TFLOP/s)"
 
 
-def check(kernel: S.Kernel, pipeline: S.Pipeline, context: Context):
-    facts = KernelFacts(kernel, pipeline, context)
+def check(facts: KernelFacts):
+    kernel = facts.kernel
     for s, value in statements_with_values(kernel.body):
         for node in S.walk_texpr(value):
             if isinstance(node, S.Reduce) and node.op == "sum":

@@ -9,14 +9,14 @@ from __future__ import annotations
 from dt.dtypes import ITEM_BYTES
 from dt.errors import PerformanceWarning
 from dt.ir import scheduled as S
-from dt.ir.lint.facts import SECTOR, WARP, Context, KernelFacts, quantity, statements_with_values
+from dt.ir.lint.facts import SECTOR, WARP, KernelFacts, quantity, statements_with_values
 
 MACHINES = ("gpu",)
 CODES = ("uncoalesced", "one-lane-tiles")
 
 
-def check(kernel: S.Kernel, pipeline: S.Pipeline, context: Context):
-    facts = KernelFacts(kernel, pipeline, context)
+def check(facts: KernelFacts):
+    kernel = facts.kernel
     tiled = [a for a in facts.axes.values() if not a.scalar]
     if not tiled:
         yield from _one_lane(facts)

@@ -5,8 +5,7 @@ to matter (a few MiB: below that, the launch costs more than the work)."""
 from __future__ import annotations
 
 from dt.errors import PerformanceWarning
-from dt.ir import scheduled as S
-from dt.ir.lint.facts import Context, KernelFacts, megabytes
+from dt.ir.lint.facts import KernelFacts, megabytes
 
 MACHINES = ("gpu",)
 CODES = ("too-few-programs",)
@@ -14,8 +13,8 @@ MIN_BYTES = 4 * 2**20
 BUSY = 0.75  # warn when fewer programs than this share of the multiprocessors run
 
 
-def check(kernel: S.Kernel, pipeline: S.Pipeline, context: Context):
-    facts = KernelFacts(kernel, pipeline, context)
+def check(facts: KernelFacts):
+    kernel, context = facts.kernel, facts.context
     programs = facts.program_count
     sms = context.multiprocessors
     if programs is None or programs >= BUSY * sms or kernel.persistent:

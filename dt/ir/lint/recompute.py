@@ -10,17 +10,17 @@ import math
 from dt.errors import PerformanceWarning
 from dt.ir import scheduled as S
 from dt.ir.index_expr import index_names
-from dt.ir.lint.facts import Context, KernelFacts
+from dt.ir.lint.facts import KernelFacts
 
 MACHINES = ("gpu", "cpu")
 CODES = ("recomputed",)
 
 
-def check(kernel: S.Kernel, pipeline: S.Pipeline, context: Context):
+def check(facts: KernelFacts):
+    kernel, context = facts.kernel, facts.context
     producers = {p for p in context.fused}
     if not producers:
         return
-    facts = KernelFacts(kernel, pipeline, context)
     repeats: dict[str, list[tuple[int | None, str]]] = {}
     first: dict[str, S.Assign] = {}
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dt.dtypes import ITEM_BYTES
 from dt.errors import PerformanceWarning
 from dt.ir import scheduled as S
-from dt.ir.lint.facts import WARP, Context, KernelFacts, computed, statements_with_values
+from dt.ir.lint.facts import WARP, KernelFacts, computed, statements_with_values
 
 MACHINES = ("gpu",)
 CODES = ("registers",)
@@ -33,8 +33,8 @@ def registers(lanes: int, dtype: str, warps: int) -> int:
     return -(-lanes * max(ITEM_BYTES.get(dtype, 4), 4) // (4 * warps * WARP))
 
 
-def check(kernel: S.Kernel, pipeline: S.Pipeline, context: Context):
-    facts = KernelFacts(kernel, pipeline, context)
+def check(facts: KernelFacts):
+    kernel, context = facts.kernel, facts.context
     operands = _product_operands(kernel)
     worst = None
     for s, value in statements_with_values(kernel.body):

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 from dt.errors import PerformanceWarning
 from dt.ir import scheduled as S
-from dt.ir.lint.facts import Context
+from dt.ir.lint.facts import KernelFacts
 
 MACHINES = ("gpu",)
 CODES = ("nothing-to-pipeline",)
 
 
-def check(kernel: S.Kernel, pipeline: S.Pipeline, context: Context):
+def check(facts: KernelFacts):
+    kernel, context = facts.kernel, facts.context
     if (kernel.num_stages or 0) < 2:
         return
     for s in S.walk_statements(kernel.body):
