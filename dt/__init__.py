@@ -6,7 +6,7 @@
     print(prog.source("interp"))         # generated code
 """
 from dt.errors import (DTBackendError, DTDimensionError, DTError, DTExtentError, DTInputError, DTNameError,
-                       DTScheduleError, DTSyntaxError, DTTypeError, PerformanceWarning)
+                       DTScheduleError, DTSyntaxError, DTTypeError, PerformanceWarning, ScheduleNote)
 from dt.frontend.api import (FUNCTIONS, RVar, SIn, Var, In, Func, cast, cummax, cummin, cumprod, cumsum, dim_len,
                              rargmax, rargmin, rargtopk, rdot, reshape, rmax, rmin, rsum)
 from dt.runtime import Program, load, loads, program
@@ -21,4 +21,4 @@ __all__ = ["Program", "load", "loads", "program", "Func", "In", "SIn", "Var", "R
            "rargmax", "rargmin", "rargtopk", "rdot", "cumsum", "cumprod", "cummax", "cummin", *FUNCTIONS, "reshape",
            "cast", "dim_len", "DTError", "DTSyntaxError", "DTNameError",
            "DTDimensionError", "DTTypeError", "DTScheduleError", "DTExtentError", "DTInputError", "DTBackendError",
-           "PerformanceWarning"]
+           "PerformanceWarning", "ScheduleNote"]

@@ -243,8 +243,8 @@ def _to_device(inputs):
     except ImportError:
         return inputs, None
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    from dt.runtime import _to_torch
-    return {k: _to_torch(v).to(device) if hasattr(v, "shape") else v for k, v in inputs.items()}, device
+    from dt.arrays import to_torch
+    return {k: to_torch(v).to(device) if hasattr(v, "shape") else v for k, v in inputs.items()}, device
 
 
 def _sync(device):
@@ -336,8 +336,13 @@ def cmd_tune(args) -> int:
 
         def progress(done: int, total: int, name: str):
             bar.update(task, completed=done, total=total, description=f"{name}")
-        result = prog.tune(sizes, args.dtype, args.backend, args.budget, progress=progress, cache=args.cache)
+        result = prog.tune(sizes, args.dtype, args.backend, args.budget, progress=progress, cache=args.cache,
+                           lookup=not args.report, workers=args.workers, ray=args.ray)
     print(result.table(args.show))
+    if args.report:
+        from dt.tune import report
+        for path in report.write(result, args.report):
+            print(f"wrote {path}")
     out = Path(args.output) if args.output else Path(args.file).with_name(Path(args.file).stem + "_tuned.dt")
     shape = ", ".join(f"{d}={n}" for d, n in sizes.items())
     out.write_text(f"# Tuned by `dt tune` for {shape} ({args.dtype}) on {result.device}: {result.timed[0].ms:.4f} ms, "
@@ -418,6 +423,14 @@ def build_parser() -> argparse.ArgumentParser:
     tun.add_argument("--no-cache", dest="cache", action="store_false",
                      help="search even where the tuning cache has this algorithm and shape bucket")
     tun.add_argument("-o", "--output", help="the fastest schedule's file (default: FILE_tuned.dt beside FILE)")
+    tun.add_argument("--report", metavar="DIR",
+                     help="write every timed schedule's time, plotted against the baselines (schedules.png), and a "
+                          "markdown report (report.md) into DIR; searches even where the cache has an entry")
+    tun.add_argument("--workers", type=int, help="processes compiling ahead (default: all cores but two on a GPU, "
+                                                 "none on a CPU)")
+    tun.add_argument("--ray", nargs="?", const=True, metavar="ADDRESS",
+                     help="measure on a Ray cluster: one timing process per GPU, compiles on its node's CPUs "
+                          "(no ADDRESS: start a local one; needs pip install 'dt[ray]')")
     tun.set_defaults(fn=cmd_tune)
 
     conf = sub.add_parser("conformance", help="certify a backend: run the conformance suite on it")

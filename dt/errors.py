@@ -55,6 +55,11 @@ class DTError(_Diagnostic, Exception):
         super().__init__(self.render())
 
 
+class ScheduleNote(UserWarning):
+    """Which schedule a call with schedule="tuned" runs: the tuned one and where it comes from,
+    or the one as written and why (dt.tune.choose). Once per call signature."""
+
+
 class PerformanceWarning(_Diagnostic, UserWarning):
     """A schedule that will run slowly, at the DT line that makes it so: what it costs (an
     estimate) and the schedule change that removes it. `code` names the warning

@@ -3,6 +3,7 @@ backend, and converting arrays (NumPy in, NumPy out; torch in, torch out on the 
 from __future__ import annotations
 
 import os
+import warnings
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -10,11 +11,12 @@ from pathlib import Path
 import numpy as np
 
 from dt import backends, call_checks, env, lint
+from dt.arrays import backend_view, copy_into, to_numpy, to_torch
 from dt.call_checks import is_torch
 from dt.debug import config as debug_config
-from dt.dtypes import ALL, FLOAT8, NUMPY, NUMPY_NAMES, TORCH_BY_NAME, TORCH_NAMES
+from dt.dtypes import ALL, NUMPY_NAMES, TORCH_NAMES
 from dt.errors import (DTBackendError, DTError, DTExtentError, DTInputError, DTSyntaxError, DTTypeError, Loc,
-                       user_facing)
+                       ScheduleNote, user_facing)
 from dt.frontend import api
 from dt.frontend.parser import normalise_source, parse
 from dt.ir import algorithm as A
@@ -70,17 +72,22 @@ class Program:
 
     # ------------------------------------------------------------------ running
     @user_facing
-    def __call__(self, /, *positional, backend: str | None = None, sizes: dict | None = None, out=None, **args):
+    def __call__(self, /, *positional, backend: str | None = None, sizes: dict | None = None, out=None,
+                 schedule: str | None = None, **args):
         """The outputs (one, or a dict by name) for inputs and scalars by DT name. `out`: arrays
         to write outputs into instead of allocating them (the output's array for one output, or a
         dict by name): each of the output's shape and dtype, C-contiguous, of the inputs' kind
-        (NumPy arrays, or torch tensors on the inputs' device), sharing no memory with an input."""
+        (NumPy arrays, or torch tensors on the inputs' device), sharing no memory with an input.
+        `schedule` ("written", or "tuned": the tuning cache's for this shape, docs/tuning.md;
+        default $DT_SCHEDULE, else "written")."""
         self._refuse_positional(positional)
         name = backend or env.read("DT_BACKEND") or None
+        choice = schedule or env.read("DT_SCHEDULE") or "written"
         key = self._call_key(name, sizes, args)
+        key = key and (key, choice)
         plan = self._plans.get(key) if key is not None else None
         if plan is None:
-            plan = self._plan(name, sizes, args)
+            plan = self._plan(name, sizes, args, choice)
             if key is not None:
                 self._plans[key] = plan
         return plan(args, out)
@@ -102,11 +109,13 @@ class Program:
         return (name, debug_config.current() is not None, tuple(sizes.items()) if sizes else None,
                 tuple(signature))
 
-    def _plan(self, name, sizes, args):
+    def _plan(self, name, sizes, args, choice="written"):
         """Bind and check one call's signature, compile for it, and return the function that runs
         every later call with the same signature."""
         b = self._bind(args, sizes)
         backend_obj = backends.get(name or resolve_backend(None, b.torch_device))
+        if choice != "written":
+            return self._tuned_plan(backend_obj.name, sizes, args, choice, b)
         debug_config.warn_if_ignored(backend_obj.name, self.name)
         pipeline = self.pipeline(b.dtypes)
         on_gpu = "cuda" in backend_obj.capabilities.devices
@@ -125,7 +134,7 @@ class Program:
         # Arguments already in the backend's array type pass through untouched (the call key
         # fixes each argument's type, so this holds for every call with this plan).
         as_given = all(is_torch(args[n]) if wants_torch else isinstance(args[n], np.ndarray) for n in inputs)
-        convert_in = _to_torch if wants_torch else _to_numpy
+        convert_in = to_torch if wants_torch else to_numpy
 
         specs = {t.name: (tuple(b.extents[d] for d in t.dims), t.dtype) for t in pipeline.outputs}
 
@@ -134,7 +143,7 @@ class Program:
             given = call_checks.given_outputs(out, specs, device, {n: args[n] for n in inputs}) \
                 if out is not None else {}
             # written in place where the backend's arrays are the caller's memory, else copied in after
-            in_place = {n: a for n, a in ((n, _backend_view(a, wants_torch, backend_obj)) for n, a in given.items())
+            in_place = {n: a for n, a in ((n, backend_view(a, wants_torch, backend_obj)) for n, a in given.items())
                         if a is not None} if backend_obj.capabilities.given_outputs else {}
             try:  # the call key fixes each scalar's type: only a value (an int past a float's range) can fail
                 scalar_values = {n: float(args[n]) for n in scalars if n not in integer_scalars}
@@ -149,16 +158,27 @@ class Program:
             outs = {n: o for n, o in outs.items() if n not in in_place}
             if device is not None:
                 outs = {n: o if is_torch(o) and o.device == device else
-                        (o.to(device) if is_torch(o) else _numpy_to_torch(o, device)) for n, o in outs.items()}
+                        (o.to(device) if is_torch(o) else to_torch(o).to(device)) for n, o in outs.items()}
             elif wants_torch:
-                outs = {n: _to_numpy(o) for n, o in outs.items()}
+                outs = {n: to_numpy(o) for n, o in outs.items()}
             for n, a in given.items():
                 if n not in in_place:
-                    _copy_into(a, outs[n])
+                    copy_into(a, outs[n])
                 outs[n] = a
             return outs[outputs[0]] if len(outputs) == 1 else {n: outs[n] for n in outputs}
 
         return run
+
+    def _tuned_plan(self, name, sizes, args, choice, b: _Binding):
+        """The plan of the schedule the tuning cache holds for this call (dt.tune.choose)."""
+        from dt.tune.choose import choose
+        if choice != "tuned":
+            raise DTInputError(f"schedule={choice!r} is not a schedule choice", None,
+                               'schedule="written" (the default) or schedule="tuned" (the tuning cache\'s)')
+        floats = {t for n, t in b.dtypes.items() if n in self.inputs and n not in self.checked.index_inputs}
+        chosen, origin = choose(self, b.extents, floats.pop() if len(floats) == 1 else floats, name)
+        warnings.warn(ScheduleNote(f"{self.name}: {origin}"), stacklevel=4)
+        return chosen._plan(name, sizes, args)
 
     @user_facing
     def lint(self, sizes: dict | None = None, dtype: dict[str, str] | str = "f32", backend: str = "triton",
@@ -198,11 +218,11 @@ class Program:
         compute = "f64" if "f64" in b.dtypes.values() else "f32"
         types = Types(self.checked.funcs, {n: b.dtypes[n] for n in self.inputs},
                       {n: d for n, d in b.dtypes.items() if n in self.scalars}, compute)
-        values = reference.evaluate(self.checked, {n: _to_numpy(a).astype(np.float64) for n, a in b.arrays.items()},
+        values = reference.evaluate(self.checked, {n: to_numpy(a).astype(np.float64) for n, a in b.arrays.items()},
                                     b.scalars, b.extents, compute, types)
         outs = {n: values[n] for n in self.outputs}
         if b.torch_device is not None:
-            outs = {n: _numpy_to_torch(o, b.torch_device) for n, o in outs.items()}
+            outs = {n: to_torch(o).to(b.torch_device) for n, o in outs.items()}
         return outs[self.outputs[0]] if len(self.outputs) == 1 else outs
 
     @user_facing
@@ -407,54 +427,6 @@ def resolve_backend(name: str | None, torch_device=None) -> str:
         if candidate in backends.names() and backends.available(candidate):
             return candidate
     return "interp"
-
-
-def _backend_view(a, wants_torch: bool, backend):
-    """A caller's out= array as the backend's array type over the same memory, or None where
-    the backend computes elsewhere (a NumPy array for kernels on a GPU, a GPU tensor for a CPU
-    backend)."""
-    if wants_torch:
-        devices = backend.capabilities.devices
-        return a if is_torch(a) and a.device.type in devices else None
-    return _to_numpy(a) if not is_torch(a) or a.device.type == "cpu" else None
-
-
-def _copy_into(target, value):
-    """A result copied into the caller's out= array (of the call's kind, checked)."""
-    if is_torch(target):
-        target.copy_(_to_torch(value) if not is_torch(value) else value)
-    else:
-        np.copyto(target, _to_numpy(value))
-
-
-def _to_numpy(a) -> np.ndarray:
-    if not is_torch(a):
-        return np.asarray(a)
-    import torch
-    t = a.detach().cpu()
-    name = TORCH_NAMES.get(str(t.dtype))
-    if name in ("bf16", *FLOAT8):  # NumPy has none of these: ml_dtypes has, over the same bits
-        if name not in NUMPY:
-            raise DTInputError(f"{t.dtype} tensors need the ml_dtypes package on the CPU backends", None,
-                               "pip install ml_dtypes")
-        return t.view(torch.int16 if name == "bf16" else torch.uint8).numpy().view(NUMPY[name])
-    return t.numpy()
-
-
-def _to_torch(a):
-    if is_torch(a):
-        return a
-    import torch
-    a = np.ascontiguousarray(a).reshape(np.shape(a))  # ascontiguousarray makes 0-d arrays 1-d
-    name = NUMPY_NAMES.get(a.dtype)
-    if name in ("bf16", *FLOAT8):  # torch cannot take ml_dtypes' arrays: pass their bits
-        bits = torch.from_numpy(a.view(np.int16 if name == "bf16" else np.uint8))
-        return bits.view(getattr(torch, TORCH_BY_NAME[name].removeprefix("torch.")))
-    return torch.from_numpy(a)
-
-
-def _numpy_to_torch(a: np.ndarray, device):
-    return _to_torch(a).to(device)
 
 
 @user_facing

@@ -6,8 +6,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from dt import arrays
 from dt.dtypes import INTEGERS, NUMPY, NUMPY_NAMES, TORCH_NAMES
-from dt.runtime import _to_numpy
 
 # (rtol, atol relative to the largest |reference| value) per output dtype. f16/bf16 round
 # every input, every dot operand and the output; f32 rounds only arithmetic.
@@ -127,7 +127,7 @@ def assert_close(out, ref, dtype: str, **kw):
 def to_numpy(x):
     """A torch tensor (any device) as a NumPy array; anything else as it is."""
     if type(x).__module__.startswith("torch"):
-        return _to_numpy(x)
+        return arrays.to_numpy(x)
     return x
 
 

@@ -8,7 +8,7 @@ import pytest
 
 import dt
 from dt import backends
-from dt.runtime import _to_torch
+from dt.arrays import to_torch
 from dt.testing import assert_close, to_numpy
 
 LLM = Path(__file__).resolve().parents[1] / "examples" / "llm"
@@ -27,7 +27,7 @@ def run_program(prog, backend, sizes=None, **args):
     if backend == "triton":
         import torch
         device = "cuda" if torch.cuda.is_available() else "cpu"
-        args = {k: _to_torch(v).to(device) if isinstance(v, np.ndarray) else v for k, v in args.items()}
+        args = {k: to_torch(v).to(device) if isinstance(v, np.ndarray) else v for k, v in args.items()}
         out = prog(backend=backend, sizes=sizes, **args)
         return {k: to_numpy(v) for k, v in out.items()} if isinstance(out, dict) else to_numpy(out)
     return prog(backend=backend, sizes=sizes, **args)

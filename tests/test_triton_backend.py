@@ -598,7 +598,7 @@ def compile_for_sm90(cases, inspect=None, index_dtype: str = "int64") -> dict:
                 for n, a in args.items()}
         pipeline = prog.pipeline({n: NUMPY_NAMES[args[n].dtype] for n in prog.inputs} or dtype)
         module = codegen.render(pipeline)
-        inputs = [dt.runtime._to_torch(args[n]) for n in module.inputs]
+        inputs = [dt.arrays.to_torch(args[n]) for n in module.inputs]
         launches = record_launches(module, pipeline, inputs, [args[s] for s in module.scalars], sizes)
         try:
             for fn, values, options in launches:

@@ -41,7 +41,7 @@ import triton  # noqa: E402
 import dt  # noqa: E402
 from dt.backends import triton as triton_backend  # noqa: E402
 from dt.backends.base import BackendUnavailable  # noqa: E402
-from dt.runtime import _to_torch  # noqa: E402
+from dt.arrays import to_torch  # noqa: E402
 from dt.testing import compare, random_inputs  # noqa: E402
 
 DTYPES = ("f16", "f32", "bf16")  # f16 first: the talk's matmul numbers are f16
@@ -170,7 +170,7 @@ class Verifier:
     def _run(self, r: Result, prog, sizes, dtype, reference, tolerance):
         extra = {d: n for d, n in sizes.items() if d not in prog.input_dims} or None
         args = random_inputs(prog, sizes, dtype, seed=0)
-        tensors = {n: _to_torch(a).to(self.device) if hasattr(a, "shape") else a for n, a in args.items()}
+        tensors = {n: to_torch(a).to(self.device) if hasattr(a, "shape") else a for n, a in args.items()}
         start = time.perf_counter()
         out = prog(backend="triton", sizes=extra, **tensors)
         self.sync()
@@ -228,7 +228,7 @@ class Verifier:
         """A repeat call with other values (the backend replays the first call's launches,
         dt/backends/triton/replay.py) must give the bits the generated launcher gives."""
         args = random_inputs(prog, sizes, dtype, seed=1)
-        tensors = {n: _to_torch(a).to(self.device) if hasattr(a, "shape") else a for n, a in args.items()}
+        tensors = {n: to_torch(a).to(self.device) if hasattr(a, "shape") else a for n, a in args.items()}
         replayed = prog(backend="triton", sizes=extra, **tensors)
         launched = launcher(**tensors, **(extra or {}))
         self.sync()
@@ -248,7 +248,7 @@ class Verifier:
 
 def _cpu(x):
     """A torch CPU tensor of x (dt returns NumPy arrays when no input was a torch tensor)."""
-    return x.cpu() if isinstance(x, torch.Tensor) else _to_torch(x)
+    return x.cpu() if isinstance(x, torch.Tensor) else to_torch(x)
 
 
 def _same_bits(a, b) -> bool:

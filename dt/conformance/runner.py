@@ -41,7 +41,7 @@ from dt.dtypes import is_integer
 from dt.errors import DTBackendError, DTError
 from dt.ir import algorithm as A
 from dt.ir.naming import size_name
-from dt.runtime import _to_numpy, _to_torch
+from dt.arrays import to_numpy, to_torch
 from dt.testing import compare, numpy_dtype
 
 STATUSES = ("pass", "fail", "error", "unsupported", "skip", "xfail", "xpass")
@@ -253,7 +253,7 @@ class Runner:
         sizes = {size_name(d): run.extents[d] for d in pipeline.sizes}
         try:
             outs = compiled(self._to_backend(tensors), scalars, sizes)
-            outs = {n: np.asarray(_to_numpy(o)) for n, o in outs.items()}
+            outs = {n: np.asarray(to_numpy(o)) for n, o in outs.items()}
         except Exception as e:
             return _error(run, "run", e)
         return self._check(run, pipeline, outs, want)
@@ -279,7 +279,7 @@ class Runner:
             device = "cpu"
         else:
             raise RuntimeError(f"the backend runs on {', '.join(caps.devices)}, and none of them is here")
-        return {n: _to_torch(a).to(device) for n, a in tensors.items()}
+        return {n: to_torch(a).to(device) for n, a in tensors.items()}
 
     def _check(self, run: Run, pipeline, outs: dict, want: dict) -> Result:
         rtol, atol = run.case.tolerance(run.dtype)

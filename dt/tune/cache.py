@@ -62,8 +62,39 @@ def key(source: str, extents: dict[str, int], dtype: str, backend: str, device: 
 def lookup(prog, extents: dict[str, int], dtype: str, backend: str, device: str) -> dict | None:
     """The entry for this program's algorithm at this shape bucket, or None (none, or one
     that is not for this algorithm or does not check)."""
+    return _valid(prog, directory() / f"{key(prog.ast.source, extents, dtype, backend, device)}.json")
+
+
+def nearest(prog, extents: dict[str, int], dtype: str, backend: str, device: str) -> dict | None:
+    """The entry at this shape bucket, else the one for the same algorithm, dtype, backend,
+    device and versions whose bucket is nearest (the fewest doublings and halvings of the
+    extents apart; ties to the larger shape), else None."""
+    exact = lookup(prog, extents, dtype, backend, device)
+    if exact is not None:
+        return exact
+    wanted, want = algorithm(prog.ast.source), bucket(extents)
+    same = {"dtype": dtype, "backend": backend, "device": device, "versions": versions()}
+    found = []
+    for path in sorted(directory().glob("*.json")):
+        try:
+            entry = json.loads(path.read_text())
+            if entry["algorithm"] != wanted or any(entry[k] != v for k, v in same.items()):
+                continue
+            have = bucket(entry["extents"])
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            continue
+        if have.keys() == want.keys():
+            distance = sum(abs(have[d].bit_length() - want[d].bit_length()) for d in want)
+            found.append((distance, -sum(have.values()), path))
+    for _, _, path in sorted(found):
+        entry = _valid(prog, path)
+        if entry is not None:
+            return entry
+    return None
+
+
+def _valid(prog, path: Path) -> dict | None:
     from dt.runtime import loads
-    path = directory() / f"{key(prog.ast.source, extents, dtype, backend, device)}.json"
     try:
         entry = json.loads(path.read_text())
         if entry["algorithm"] != algorithm(prog.ast.source) or algorithm(entry["schedule"]) != entry["algorithm"]:

@@ -15,25 +15,33 @@ performance warnings that call a schedule slow (`PRUNED`, docs/performance-warni
 from __future__ import annotations
 
 import itertools
+import math
+import random
 from dataclasses import dataclass, field
 
+from dt.dtypes import ITEM_BYTES
 from dt.errors import DTError
 from dt.ir import algorithm as A
 
-SHAPING = ("block", "tensorize", "num_warps", "num_stages")  # the primitives the space chooses
+SHAPING = ("block", "tensorize", "map", "num_warps", "num_stages", "persistent", "tma")  # the primitives the space chooses
 PRUNED = frozenset({"not-on-matrix-units", "registers", "uncoalesced", "one-lane-tiles", "padded-tile"})
-ROWS = (1, 4, 16, 64, 128)  # blocks of a dimension that is not the contiguous one
+ROWS = (1, 2, 4, 8, 16, 32, 64, 128)  # blocks of a dimension that is not the contiguous one
 COLUMNS = (64, 128, 256, 1024, 4096)  # blocks of the contiguous (last) dimension
-PRODUCT_TILES = (32, 64)  # tiles of a matrix product's reduced dimension
-WALKS = (256, 1024, 4096)  # tiles of another reduction's dimension
-WARPS = (4, 8, 16)
+PRODUCT_BLOCKS = (16, 32, 64, 128, 256)  # blocks of a matrix product's output dimensions
+PRODUCT_TILES = (32, 64, 128, 256)  # tiles of a matrix product's reduced dimension (the deep ones: few rows)
+SHARED_MEMORY = 227 * 1024  # what a program may take on Hopper; more is refused at launch
+WALKS = (256, 512, 1024, 2048, 4096, 8192, 16384, 32768)  # tiles of another reduction's dimension (long rows: the widest)
+WARPS = (1, 2, 4, 8, 16, 32)
+PRODUCT_WARPS = (4, 8, 16)  # a warp group (4) at least: Hopper's matrix instructions
 STAGES = (1, 3)
+PRODUCT_STAGES = (3, 4, 5)  # a product's loads are pipelined by Triton itself: at least 3 deep
 
 
 @dataclass(frozen=True)
 class Candidate:
     name: str  # the choices, e.g. 'mm: x128 y128 k64 w8 s3'
     text: str  # the whole program as DT source
+    choices: tuple[tuple[str, str], ...] = ()  # (slot, value), e.g. ('mm.x', 'x128'): what a search varies
 
 
 @dataclass
@@ -44,6 +52,7 @@ class Space:
     illegal: int = 0  # refused by the checker, or tiles over the limit at the extents
     removed: int = 0  # legal, but raising a PRUNED warning
     pruned: dict[str, int] = field(default_factory=dict)  # warning code -> candidates raising it
+    everywhere: list = field(default_factory=list)  # (code, message) every legal schedule raises: not pruned by
 
     def __iter__(self):
         return iter(self.candidates)
@@ -59,71 +68,132 @@ class Space:
 
 def space(prog, sizes: dict[str, int], dtype: str = "f32", backend: str = "triton", limit: int = 4096) -> Space:
     """The schedules of `prog` at these extents (a Space: the kept Candidates, and counts), at
-    most `limit` generated."""
+    most `limit` generated: where there are more points, a seeded random sample of them."""
     from dt import backends
     from dt.runtime import loads
     gpu = backends.get(backend).capabilities.machine == "gpu"
     extents = prog._extents({}, sizes, "sizes")
     roots = prog.checked.kernel_roots
-    per_root = [_choices(prog.checked, root, extents, gpu) for root in roots]
-    base = _without_shaping(prog.ast, roots)
+    item = ITEM_BYTES.get(dtype, 4) if isinstance(dtype, str) else 4
+    per_root = [_choices(prog.checked, root, extents, gpu, item) for root in roots]
+    base = without_shaping(prog.ast, roots)
     result = Space()
-    for combination in itertools.islice(itertools.product(*per_root), limit):
+    legal = []  # (candidate, the PRUNED warnings it raises as (code, message))
+    for combination in _points(per_root, limit):
         result.generated += 1
-        name = "; ".join(f"{root}: {' '.join(label for label, _ in choice if label)}"
+        name = "; ".join(f"{root}: {' '.join(label for _, label, _ in choice if label)}"
                          for root, choice in zip(roots, combination))
-        text = base + "".join(line for choice in combination for _, line in choice)
+        text = base + "".join(line for choice in combination for _, _, line in choice)
+        slots = tuple((f"{root}.{slot}", label) for root, choice in zip(roots, combination)
+                      for slot, label, _ in choice if slot)
         try:
             candidate = loads(text, name=prog.name, file=f"<{name}>")
             candidate.check_extents(extents, dtype if isinstance(dtype, str) else "f32")
-            found = {w.code for w in candidate.lint(extents, dtype, backend)} & PRUNED
+            found = {(w.code, w.message) for w in candidate.lint(extents, dtype, backend) if w.code in PRUNED}
         except DTError:
             result.illegal += 1
             continue
-        for code in found:
+        legal.append((Candidate(name, text, slots), found))
+    # a warning every schedule raises is the program's or the dtype's (float32 products in IEEE
+    # precision), not a schedule's: it prunes nothing
+    result.everywhere = sorted(set.intersection(*(found for _, found in legal))) if legal else []
+    for candidate, found in legal:
+        codes = {code for code, message in found if (code, message) not in result.everywhere}
+        for code in codes:
             result.pruned[code] = result.pruned.get(code, 0) + 1
-        result.removed += bool(found)
-        if not found:
-            result.candidates.append(Candidate(name, text))
+        result.removed += bool(codes)
+        if not codes:
+            result.candidates.append(candidate)
     return result
 
 
-def _choices(checked, root: str, extents: dict[str, int], gpu: bool) -> list[tuple]:
-    """Each way to shape one root Func's kernel: a tuple of (label, DT statement) pairs."""
+def _points(per_root: list[list], limit: int):
+    """Every combination of the roots' choices, or `limit` of them drawn at random (seeded) where
+    there are more: a sample of the whole space, not its first corner."""
+    total = math.prod(len(c) for c in per_root)
+    if total <= limit:
+        yield from itertools.product(*per_root)
+        return
+    for index in sorted(random.Random(0).sample(range(total), limit)):
+        combination = []
+        for choices in reversed(per_root):
+            index, i = divmod(index, len(choices))
+            combination.append(choices[i])
+        yield tuple(reversed(combination))
+
+
+def _shared_bytes(blocks, tiles, launch, reductions: dict, extents: dict, item: int) -> int:
+    """What a product's pipelined operand tiles take in shared memory: stages x (the left
+    operand's block x tile + the tile x the right operand's block) per product."""
+    x, y = (size or extents[d] for d, _, _, size in blocks[-2:]) if len(blocks) >= 2 else (1, 1)
+    stages = next((int(label[1:]) for slot, label, _ in launch if slot == "stages"), 1)
+    return sum(stages * (x * (t or extents[r]) + (t or extents[r]) * y) * item
+               for r, _, t in tiles if reductions.get(r))
+
+
+def _choices(checked, root: str, extents: dict[str, int], gpu: bool, item: int = 2) -> list[tuple]:
+    """Each way to shape one root Func's kernel: a tuple of (slot, value, DT statement) triples,
+    a slot being one choice ('x' for x's block, 'map', 'warps', ...) and its value a label."""
     dims = checked.funcs[root].dims
     reductions = _reductions(checked, root)
+    product = any(reductions.values())
     axes = []
     for i, d in enumerate(dims):
         extent = extents[d]
         if i < len(dims) - 2:  # a batch dimension: a program each
             options = [(f"{d}1", f"{root}.block({d}:1);\n", 1)]
-        elif i < len(dims) - 1:
+        elif product:  # a matrix product's output tile: 16 to 256 a side (tensor-core shapes)
+            options = [(f"{d}{b}", f"{root}.block({d}:{b});\n", b) for b in PRODUCT_BLOCKS if b < extent]
+            options += [(f"{d}*", "", 0)] if extent <= max(PRODUCT_BLOCKS) else []
+        elif i < len(dims) - 1 or reductions and len(dims) == 1:  # rows (a reduction's one output dimension too)
             options = [(f"{d}{b}", f"{root}.block({d}:{b});\n", b) for b in ROWS if b < extent]
             options.append((f"{d}*", "", 0))  # the whole extent in one program
         else:  # the contiguous dimension: blocks of it, or all of it in a program, whole or walked in tiles
             options = [(f"{d}{b}", f"{root}.block({d}:{b});\n", b) for b in COLUMNS if b < extent]
             options += [(f"{d}*/{t}", "", t) for t in WALKS if t < extent] + [(f"{d}*", "", 0)]
-        axes.append([(label, block, d, size) for label, block, size in options])
+        axes.append([(d, label, block, size) for label, block, size in options])
     walks = []
-    for r, product in reductions.items():
+    for r, in_product in reductions.items():
         extent = extents[r]
-        if product:  # a whole reduced extent in a product stages all of it in shared memory: only a short one
+        if in_product:  # a whole reduced extent in a product stages all of it in shared memory: only a short one
             tiles = [t for t in PRODUCT_TILES if t < extent] + ([0] if extent <= max(PRODUCT_TILES) else [])
+            tiles = [t for t in tiles if t == 0 or t <= PRODUCT_TILES[1] or extents[dims[-2]] <= 64]
         else:
             tiles = [t for t in WALKS if t < extent] + [0]
-        walks.append([(f"{r}{t or '*'}", r, t) for t in tiles])
-    warps = [(f"w{w}", f"{root}.num_warps({w});\n") for w in WARPS] if gpu else [("", "")]
-    stages = [(f"s{s}", f"{root}.num_stages({s});\n") for s in STAGES] if gpu and reductions else [("", "")]
+        walks.append([(r, f"{r}{t or '*'}", t) for t in tiles])
+    gpu_options = [[("warps", f"w{w}", f"{root}.num_warps({w});\n")
+                    for w in (PRODUCT_WARPS if product else WARPS)]] if gpu else []
+    if gpu and reductions:
+        gpu_options.append([("stages", f"s{s}", f"{root}.num_stages({s});\n")
+                            for s in (PRODUCT_STAGES if product else STAGES)])
+    if gpu and product:  # launch hints: a win for products only (docs/language.md), both together
+        gpu_options.append([("launch", "", ""), ("launch", "persistent+tma", f"{root}.persistent();\n{root}.tma();\n")])
     choices = []
-    for blocks, tiles, warp, stage in itertools.product(itertools.product(*axes), itertools.product(*walks),
-                                                       warps, stages):
-        tensorize = [f"{d}:{size}" for _, _, d, size in blocks if size != 1] + \
-            [f"{r}:{t}" for _, r, t in tiles]
-        lines = [(label, block) for label, block, _, _ in blocks] + [(label, "") for label, _, _ in tiles]
+    for blocks, tiles, *launch in itertools.product(itertools.product(*axes), itertools.product(*walks),
+                                                    *gpu_options):
+        if product and gpu and _shared_bytes(blocks, tiles, launch, reductions, extents, item) > SHARED_MEMORY:
+            continue
+        tensorize = [f"{d}:{size}" for d, _, _, size in blocks if size != 1] + [f"{r}:{t}" for r, _, t in tiles]
+        lines = [(d, label, block) for d, label, block, _ in blocks] + [(r, label, "") for r, label, _ in tiles]
         if tensorize:
-            lines.append(("", f"{root}.tensorize({', '.join(tensorize)});\n"))
-        choices.append(tuple(x for x in lines + [warp, stage] if x != ("", "")))
+            lines.append(("", "", f"{root}.tensorize({', '.join(tensorize)});\n"))
+        for order in _orders(root, dims, blocks, product):
+            choices.append(tuple(lines + [order] + list(launch)))
     return choices
+
+
+def _orders(root: str, dims: tuple, blocks, product: bool) -> list[tuple]:
+    """The program orders worth trying: the default (the first dimension fastest) and, where the
+    last two dimensions are both blocked, row-major (the last fastest) and, for a product,
+    groups of 8 block rows (L2 reuse, the talk's mm_kernel)."""
+    orders = [("map", "", "")]
+    if len(dims) >= 2 and all(size != 0 and label != f"{d}*" for d, label, _, size in blocks[-2:]) \
+            and all("/" not in label for _, label, _, _ in blocks[-2:]):
+        x, y = dims[-2:]
+        orders.append(("map", "rowmajor", f"{root}.map({x}, {y});\n"))
+        if product:
+            orders.append(("map", "grouped8", f"{root}.map({x}:{x}1/8, {y}, {x}1);\n"))
+    return orders
 
 
 def _reductions(checked, root: str) -> dict[str, bool]:
@@ -144,7 +214,7 @@ def _root_of(checked, func: str) -> str:
     return func
 
 
-def _without_shaping(program: A.Program, roots) -> str:
+def without_shaping(program: A.Program, roots) -> str:
     """The program's source without the statements the space chooses for its roots."""
     lines = program.source.splitlines(keepends=True)
     cuts: dict[int, list[tuple[int, int]]] = {}

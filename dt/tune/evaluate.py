@@ -1,0 +1,333 @@
+"""Measuring candidates on this machine: each compiled (on a GPU by worker processes ahead of
+its timing, in the order they finish), run on the search's inputs and checked against the
+reference, then timed in this process. `dt.tune.cluster` measures the same way on a Ray cluster;
+the search (dt.tune.search) talks to either through `submit`, `next`, `retime` and `close`.
+"""
+from __future__ import annotations
+
+import multiprocessing
+import os
+import statistics
+import sys
+import time
+import warnings
+from collections import deque
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass
+
+from dt.errors import DTError, PerformanceWarning
+
+
+@dataclass
+class Outcome:
+    candidate: object  # dt.tune.space.Candidate
+    ms: float | None  # None: failed
+    error: str = ""
+
+
+class Inputs:
+    """The search's inputs (seeded, on the backend's device), the reference's outputs, and
+    how to check and time a program on them; what every measuring process holds."""
+
+    def __init__(self, prog, sizes: dict, dtype: str, backend: str, seed: int):
+        from dt.testing import random_inputs
+        self.name, self.backend, self.dtype = prog.name, backend, dtype
+        args = random_inputs(prog, sizes, dtype, seed=seed)
+        self.expected = prog.reference(**args)
+        self.args = on_device(args, backend)
+        self.on_device = on_device({"": self.expected} if not isinstance(self.expected, dict) else self.expected,
+                                   backend) if self.args is not args else None
+        self.clock = clock(backend)
+
+    def runner(self, text: str):
+        """A function running the program `text` on the inputs (the first call compiles it)."""
+        from dt.runtime import loads
+        prog = loads(text, name=self.name)
+        return lambda: prog(backend=self.backend, **self.args)
+
+    def measure(self, candidate) -> tuple[Outcome, object, bool]:
+        """(Its outcome, its runner for timing again, whether it broke the GPU context)."""
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", PerformanceWarning)  # the space was linted already
+                run = self.runner(candidate.text)
+                out = run()
+                wrong = "" if self._agrees_on_device(out) else disagreement(out, self.expected, self.dtype)
+            if wrong:
+                return Outcome(candidate, None, f"wrong output: {wrong}"), None, False
+            return Outcome(candidate, self.clock(run)), run, False
+        except (DTError, PerformanceWarning) as e:  # a backend's refusal (a tile too large here), DT_WARNINGS=error
+            return Outcome(candidate, None, e.message), None, False
+        except Exception as e:  # a crash of the generated code: a dt bug, said as such
+            broken = not context_usable()
+            what = "broke the GPU context" if broken else "raised"
+            return Outcome(candidate, None, f"{what} ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); "
+                                            "a dt bug: please report it with this schedule"), None, broken
+
+    def _agrees_on_device(self, out) -> bool:
+        """The outputs within the dtype's tolerance of the reference, checked where they are (a
+        GPU: no copy back); False sends the check to dt.testing.compare, which says how not."""
+        if self.on_device is None:
+            return False
+        from dt.testing import tolerance
+        rtol, atol = tolerance(self.dtype)
+        outs = out if isinstance(out, dict) else {"": out}
+        for name, ref in self.on_device.items():
+            got, want = outs[name].float(), ref.float()
+            finite = want[want.isfinite()]
+            scale = max(float(finite.abs().max()), 1e-30) if finite.numel() else 1.0
+            if got.shape != want.shape or not bool(((got - want).abs() <= atol * scale + rtol * want.abs())
+                                                   .logical_or_(got == want).logical_or_(got.isnan() & want.isnan())
+                                                   .all()):
+                return False
+        return True
+
+
+class Local:
+    """Measures on this machine; `workers` processes compile ahead (0: none). On a GPU the
+    candidates run in a child process (`Child`), so that one that breaks the CUDA context
+    (a misaligned address, an illegal access: a dt bug) fails alone and the search goes on."""
+
+    def __init__(self, prog, sizes: dict, dtype: str, backend: str, seed: int, workers: int | None):
+        gpu = backend == "triton" and cuda()
+        if workers is None:
+            workers = max((os.cpu_count() or 2) - 2, 1) if gpu else 0
+        caller = getattr(sys.modules.get("__main__"), "__file__", None)
+        spawnable = caller is None or os.path.exists(caller)  # a spawned process imports the caller's script again
+        workers = workers if spawnable else 0  # none to import (python - < script)
+        setup = (prog.ast.source, prog.name, sizes, dtype, backend, seed)
+        self.measurer = Child(setup) if gpu and spawnable else InProcess(setup)
+        self.setup = setup
+        self.baseline_inputs = None  # made in this process for the baselines, if any
+        self.baselines: dict[str, object] = {}  # name -> its call
+        self.pending: deque = deque()  # (candidate, compile future or None), in submission order
+        self.pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) if workers else None
+        self.depth = workers + 1 if workers else 1  # candidates kept in flight
+
+    def submit(self, candidate):
+        future = None
+        if self.pool is not None:
+            _, name, sizes, dtype, backend, _ = self.setup
+            try:
+                future = self.pool.submit(compile_once, candidate.text, name, backend, sizes, dtype)
+            except BrokenProcessPool:  # workers that could not start: this process compiles the rest
+                self.pool = None
+        self.pending.append((candidate, future))
+
+    def next(self) -> Outcome:
+        """The next candidate whose compile finished (the oldest, without workers), measured."""
+        futures = [f for _, f in self.pending if f is not None]
+        if futures and not any(f.done() for f in futures):
+            wait(futures, return_when=FIRST_COMPLETED)
+        ready = next((i for i, (_, f) in enumerate(self.pending) if f is None or f.done()), 0)
+        candidate, _ = self.pending[ready]
+        del self.pending[ready]
+        return self.measurer.measure(candidate)
+
+    def retime(self, candidate) -> float:
+        if candidate.name in self.baselines:
+            return self.baseline_inputs.clock(self.baselines[candidate.name])
+        return self.measurer.retime(candidate)
+
+    def time(self, name: str, fn) -> float:
+        """A baseline's time: `fn(**inputs)` on the same inputs (made in this process), with the same clock."""
+        if self.baseline_inputs is None:
+            self.baseline_inputs = InProcess(self.setup).inputs
+        inputs = self.baseline_inputs.args
+        self.baselines[name] = lambda: fn(**inputs)
+        return self.baseline_inputs.clock(self.baselines[name])
+
+    def abandon(self):
+        """Drop what was submitted and not measured (the budget ran out)."""
+        for _, future in self.pending:
+            if future is not None:
+                future.cancel()
+        self.pending.clear()
+
+    def close(self):
+        if self.pool is not None:
+            self.pool.shutdown(wait=False, cancel_futures=True)
+        self.measurer.close()
+
+
+class InProcess:
+    """Measures in this process."""
+
+    def __init__(self, setup: tuple):
+        from dt.runtime import loads
+        source, name, sizes, dtype, backend, seed = setup
+        self.inputs = Inputs(loads(source, name=name), sizes, dtype, backend, seed)
+        self.runs: dict[str, object] = {}
+
+    def measure(self, candidate) -> Outcome:
+        outcome, run, _ = self.inputs.measure(candidate)
+        if run is not None:
+            self.runs[candidate.name] = run
+        return outcome
+
+    def retime(self, candidate) -> float:
+        if candidate.name not in self.runs:
+            self.measure(candidate)
+        return self.inputs.clock(self.runs[candidate.name])
+
+    def close(self):
+        pass
+
+
+class Child:
+    """Measures in a child process, started again after a candidate broke its GPU context."""
+
+    def __init__(self, setup: tuple):
+        self.setup = setup
+        self._start()
+
+    def _start(self):
+        context = multiprocessing.get_context("spawn")
+        self.connection, theirs = context.Pipe()
+        self.process = context.Process(target=_serve, args=(theirs, self.setup), daemon=True)
+        self.process.start()
+        theirs.close()
+
+    def _ask(self, request: tuple):
+        try:
+            self.connection.send(request)
+            reply, broken = self.connection.recv()
+        except (EOFError, OSError):  # it died (a crash the exception did not catch)
+            self.process.join(5)
+            reply, broken = None, True
+        if broken:
+            self.close()
+            self._start()
+        return reply
+
+    def measure(self, candidate) -> Outcome:
+        reply = self._ask(("measure", candidate))
+        return reply if reply is not None else Outcome(
+            candidate, None, f"the measuring process died (exit code {self.process.exitcode}); a dt bug: please "
+                             "report it with this schedule")
+
+    def retime(self, candidate) -> float:
+        reply = self._ask(("retime", candidate))
+        if reply is None:
+            raise DTError(f"timing {candidate.name!r} again broke the measuring process", None,
+                          "a dt bug: please report it with this schedule")
+        return reply
+
+    def close(self):
+        self.connection.close()
+        self.process.join(5)
+        if self.process.is_alive():
+            self.process.kill()
+
+
+def _serve(connection, setup: tuple):
+    """The child: measure what the parent sends until it closes the pipe or a candidate breaks
+    the GPU context (the reply says so, and the process ends)."""
+    measurer = InProcess(setup)
+    while True:
+        try:
+            op, candidate = connection.recv()
+        except EOFError:
+            return
+        if op == "measure":
+            outcome, run, broken = measurer.inputs.measure(candidate)
+            if run is not None:
+                measurer.runs[candidate.name] = run
+            connection.send((outcome, broken))
+            if broken:
+                return
+        else:
+            connection.send((measurer.retime(candidate), False))
+
+
+def compile_once(text: str, name: str, backend: str, sizes: dict, dtype: str):
+    """Worker: run the candidate once on random inputs, so that its compiled kernels are on disk
+    (the backend's cache, under the same program name, where the timing process finds them)."""
+    from dt.runtime import loads
+    try:
+        prog = loads(text, name=name)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", PerformanceWarning)  # the space was linted already
+            prog(backend=backend, **zero_inputs(prog, sizes, dtype))
+    except (DTError, PerformanceWarning):
+        pass  # the timing process reports it
+
+
+def zero_inputs(prog, sizes: dict, dtype: str) -> dict:
+    """Inputs of the right shapes and dtypes, all zeros: what a compile needs (no values; zeros
+    are valid indices), at once even for a vocabulary's logits."""
+    import numpy as np
+    from dt.testing import numpy_dtype
+    extents = prog._extents({}, sizes, "sizes")
+    indexed = prog.checked.index_inputs
+    args = {}
+    for access in prog._accesses:
+        shape = [extents[d] for d in prog.checked.input_axes[access.name]]
+        args[access.name] = np.zeros(shape, np.int64 if access.name in indexed else numpy_dtype(dtype))
+    return {**args, **{s: 1 if s in prog.checked.index_scalars else 1.0 for s in prog.scalars}}
+
+
+def on_device(args: dict, backend: str) -> dict:
+    """The inputs where the backend runs: on the GPU for triton there, else as they are."""
+    if not (backend == "triton" and cuda()):
+        return args
+    from dt.arrays import to_torch
+    return {n: to_torch(a).cuda() if hasattr(a, "shape") else a for n, a in args.items()}
+
+
+def disagreement(out, expected, dtype: str) -> str:
+    """'' where every output agrees with the reference, else how one does not."""
+    from dt.testing import compare
+    outs, refs = (out, expected) if isinstance(out, dict) else ({"": out}, {"": expected})
+    for name, ref in refs.items():
+        check = compare(outs[name].cpu() if hasattr(outs[name], "cpu") else outs[name], ref, dtype)
+        if not check.ok:
+            return f"{name} {check}".strip()
+    return ""
+
+
+def clock(backend: str):
+    """The median time of a call in milliseconds: Triton's do_bench on a GPU (warm-up, the L2
+    cache flushed before each run), else wall time over repeated calls."""
+    if backend == "triton" and cuda():
+        from triton.testing import do_bench
+        return lambda fn: do_bench(fn, warmup=25, rep=100, return_mode="median")
+
+    def wall(fn):
+        fn()
+        runs, begin = [], time.perf_counter()
+        while len(runs) < 5 or (time.perf_counter() - begin < 0.2 and len(runs) < 50):
+            start = time.perf_counter()
+            fn()
+            runs.append((time.perf_counter() - start) * 1e3)
+        return statistics.median(runs)
+    return wall
+
+
+def context_usable() -> bool:
+    """False where the CUDA context can no longer run anything (a sticky error)."""
+    if not cuda():
+        return True
+    import torch
+    try:
+        torch.cuda.synchronize()
+        return True
+    except Exception:
+        return False
+
+
+def cuda() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return torch.cuda.is_available()
+
+
+def device(backend: str) -> str:
+    if backend == "triton" and cuda():
+        import torch
+        return torch.cuda.get_device_name()
+    import platform
+    return f"CPU ({platform.machine()}, {backend})"
