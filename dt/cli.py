@@ -345,8 +345,9 @@ def cmd_tune(args) -> int:
             print(f"wrote {path}")
     out = Path(args.output) if args.output else Path(args.file).with_name(Path(args.file).stem + "_tuned.dt")
     shape = ", ".join(f"{d}={n}" for d, n in sizes.items())
+    best = result.best  # a DTError where nothing ran correctly
     out.write_text(f"# Tuned by `dt tune` for {shape} ({args.dtype}) on {result.device}: {result.timed[0].ms:.4f} ms, "
-                   f"the fastest of {len(result.timed)} timed.\n" + result.best.text)
+                   f"the fastest of {len(result.timed)} timed.\n" + best.text)
     print(f"wrote {out}")
     return 0
 

@@ -11,7 +11,7 @@ search's report (dt.tune.report: its schedules' times plotted) in DIR/reports/.
 
     python benchmarks/gpu/tune_goals.py --out DIR [--rows sample|outside] [--budget 60] [--shard 0/2]
         [--match TEXT ...] [--tag NAME]
-    python benchmarks/gpu/tune_goals.py --summarize DIR ... > benchmarks/results/tune_goals.md
+    python benchmarks/gpu/tune_goals.py --summarize DIR|FILE.json ...   (the markdown table)
 
 On a machine of several GPUs, one process per GPU (CUDA_VISIBLE_DEVICES=i, --shard i/n) takes
 every n-th row. Without CUDA it runs a dry run on the interpreter at tiny shapes.
@@ -64,7 +64,8 @@ def parse_args(argv):
     p.add_argument("--repeats", type=int, default=5, help="round-robin rounds of the comparison")
     p.add_argument("--workers", type=int, help="processes compiling ahead (default: dt tune's)")
     p.add_argument("--tag", default="run")
-    p.add_argument("--summarize", nargs="+", metavar="DIR", help="print the markdown table of these runs")
+    p.add_argument("--summarize", nargs="+", metavar="PATH",
+                   help="print the markdown table of these runs (directories, or a file of several)")
     return p.parse_args(argv)
 
 
@@ -109,12 +110,13 @@ def main(argv=None) -> int:
                 prog = dt.load(case.kernel.program)
             result = prog.tune(case.extents, case.dtype, backend, args.budget, cache=False, workers=args.workers)
             tuned = out / "schedules" / tuned_name(case.kernel.name, case.shape_text, case.dtype)
+            searched = sum(t.candidate.name != "as written" for t in result.timed)
             report.write(result, out / "reports" / tuned.stem)
             tuned.write_text(f"# Tuned by `dt tune` for {case.shape_text} ({case.dtype}) on {result.device} in "
-                             f"{args.budget:g} s: {len(result.timed)} of {len(result.timed) + result.untried + len(result.failed)} "
+                             f"{args.budget:g} s: {searched} of {searched + result.untried + len(result.failed)} "
                              f"schedules timed, {len(result.failed)} failed.\n" + result.best.text)
             searches.append(dict(kernel=case.kernel.name, shape=case.shape_text, dtype=case.dtype,
-                                 seconds=round(time.monotonic() - begin, 1), timed=len(result.timed),
+                                 seconds=round(time.monotonic() - begin, 1), timed=searched,
                                  failed=len(result.failed), untried=result.untried, space=result.summary,
                                  best=result.best.name, best_ms=result.timed[0].ms, schedule=str(tuned),
                                  as_written_ms=result.baselines.get("as written")))
@@ -137,19 +139,25 @@ def summarize(dirs: list[str]) -> str:
     """The markdown table: each row's search, the tuned schedule's time against the committed
     one (sample rows) or the fastest baseline (outside rows)."""
     lines, devices = [], set()
-    for d in dirs:
-        for f in sorted(Path(d).glob("tune-goals-*.json")):
-            data = json.loads(f.read_text())
-            devices.add(data["run"]["device"])
-            by_row: dict[tuple, dict[str, dict]] = {}
-            for r in data["records"]:
-                by_row.setdefault((r["kernel"], r["shape"], r["dtype"]), {})[r["provider"]] = r
-            for s in data["searches"]:
-                got = by_row.get((s["kernel"], s["shape"], s["dtype"]), {})
-                lines.append(_line(data["run"], s, got))
-    header = ["| rows | kernel | shape | dtype | searched (timed / failed / untried) | s | dt tune ms | "
+    for data in _runs(dirs):
+        devices.add(data["run"]["device"])
+        by_row: dict[tuple, dict[str, dict]] = {}
+        for r in data["records"]:
+            by_row.setdefault((r["kernel"], r["shape"], r["dtype"]), {})[r["provider"]] = r
+        for s in data["searches"]:
+            lines.append(_line(data["run"], s, by_row.get((s["kernel"], s["shape"], s["dtype"]), {})))
+    header = ["| rows, budget | kernel | shape | dtype | searched (timed / failed / untried) | s | dt tune ms | "
               "against | its ms | ratio | dt tune's schedule |", "|" + "---|" * 11]
     return (f"Device: {', '.join(sorted(devices))}\n\n" + "\n".join(header + sorted(lines)))
+
+
+def _runs(paths: list[str]):
+    """Each run's record: from the tune-goals-*.json files of a directory, or a file of several
+    (benchmarks/results/tune_goals.json)."""
+    for path in map(Path, paths):
+        for f in sorted(path.glob("tune-goals-*.json")) if path.is_dir() else [path]:
+            data = json.loads(f.read_text())
+            yield from data if isinstance(data, list) else [data]
 
 
 def _line(run: dict, s: dict, got: dict) -> str:
@@ -160,7 +168,7 @@ def _line(run: dict, s: dict, got: dict) -> str:
         against = {name: r for name, r in got.items() if name in BASELINES and r.get("status") == "ok"}
     name, other = min(against.items(), key=lambda kv: kv[1].get("ms") or float("inf"), default=("-", {}))
     ratio = tuned["ms"] / other["ms"] if tuned.get("ms") and other.get("ms") else None
-    return (f"| {run['rows']} | {s['kernel']} | {s['shape']} | {s['dtype']} | {s['timed']} / {s['failed']} / "
+    return (f"| {run['rows']}, {run['budget']:g} s | {s['kernel']} | {s['shape']} | {s['dtype']} | {s['timed']} / {s['failed']} / "
             f"{s['untried']} | {s['seconds']:.0f} | {_ms(tuned)} | {name} | {_ms(other)} | "
             f"{f'{ratio:.3f}' if ratio else '-'} | `{s['best']}` |")
 

@@ -19,7 +19,9 @@ from dt.errors import DTError
 from dt.ir.check.schedule import PRIMITIVES
 from dt.ir.lint.facts import next_power_of_2
 
-SCHEDULE_STATEMENT = re.compile(rf"^\s*\w+\s*\.\s*({'|'.join(PRIMITIVES)})\s*\(.*?\)\s*;", re.MULTILINE)
+# what the program's outputs are (compile, compile_to_kernel) belongs to the algorithm's key
+HOW = [p for p in PRIMITIVES if not p.startswith("compile")]
+SCHEDULE_STATEMENT = re.compile(rf"^\s*\w+\s*\.\s*({'|'.join(HOW)})\s*\(.*?\)\s*;", re.MULTILINE)
 
 
 def directory() -> Path:
@@ -33,7 +35,8 @@ def directory() -> Path:
 
 
 def algorithm(source: str) -> str:
-    """A program's algorithm: its text without schedule statements, comments or blank space."""
+    """A program's algorithm: its text without comments, blank space and the schedule statements
+    that say how, not what (all but `compile` and `compile_to_kernel`, which name its outputs)."""
     text = SCHEDULE_STATEMENT.sub("", re.sub(r"#[^\n]*", "", source))
     return "\n".join(" ".join(line.split()) for line in text.splitlines() if line.strip())
 
@@ -62,7 +65,7 @@ def key(source: str, extents: dict[str, int], dtype: str, backend: str, device: 
 def lookup(prog, extents: dict[str, int], dtype: str, backend: str, device: str) -> dict | None:
     """The entry for this program's algorithm at this shape bucket, or None (none, or one
     that is not for this algorithm or does not check)."""
-    return _valid(prog, directory() / f"{key(prog.ast.source, extents, dtype, backend, device)}.json")
+    return _valid(prog, directory() / f"{key(prog.ast.source, extents, dtype, backend, device)}.json", extents, dtype)
 
 
 def nearest(prog, extents: dict[str, int], dtype: str, backend: str, device: str) -> dict | None:
@@ -87,19 +90,21 @@ def nearest(prog, extents: dict[str, int], dtype: str, backend: str, device: str
             distance = sum(abs(have[d].bit_length() - want[d].bit_length()) for d in want)
             found.append((distance, -sum(have.values()), path))
     for _, _, path in sorted(found):
-        entry = _valid(prog, path)
+        entry = _valid(prog, path, extents, dtype)
         if entry is not None:
             return entry
     return None
 
 
-def _valid(prog, path: Path) -> dict | None:
+def _valid(prog, path: Path, extents: dict[str, int], dtype: str) -> dict | None:
+    """The entry at `path`, where it is for this program's algorithm and its schedule checks at
+    these extents (an entry tuned at another shape may tile past a limit here); else None."""
     from dt.runtime import loads
     try:
         entry = json.loads(path.read_text())
         if entry["algorithm"] != algorithm(prog.ast.source) or algorithm(entry["schedule"]) != entry["algorithm"]:
             return None
-        loads(entry["schedule"], name=prog.name)  # it checks
+        loads(entry["schedule"], name=prog.name).check_extents(extents, dtype)
     except (OSError, ValueError, KeyError, TypeError, DTError):
         return None
     return {**entry, "path": str(path)}

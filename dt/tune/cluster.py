@@ -1,15 +1,17 @@
 """Measuring candidates on a Ray cluster (`dt tune --ray [ADDRESS]`, `prog.tune(..., ray=...)`).
 
 One measuring actor per GPU of the cluster for a GPU backend, each holding the search's inputs
-and the reference's outputs; each candidate is first compiled by a CPU task on its actor's node
-(Triton's and dt's compile caches are on disk, per node), then run, checked and timed by the
-actor, so that a node's CPUs compile while its GPUs time. A CPU backend gets one actor per node
-holding all its CPUs (two timings on one machine would disturb each other, and the backend's
-kernels use every core) and compiles in the actor. The finalists and baselines are timed again
-on the first actor only, side by side on one device. Every node needs the same dt, backend and
-Python versions; the tuning cache is the driver's.
+and the reference's outputs, compiling, checking and timing the candidates it is given (two in
+flight each). A CPU backend gets one actor per node holding all its CPUs (two timings on one
+machine would disturb each other, and the backend's kernels use every core). An actor whose
+GPU context a candidate broke, or that ran past evaluate.TIMEOUT, is restarted by Ray and the
+candidate fails. The finalists and baselines are timed again on the first actor only, side by
+side on one device. Every node needs the same dt, backend and Python versions; the tuning cache
+is the driver's, keyed by one device's name (as a search on one GPU of that kind).
 """
 from __future__ import annotations
+
+import os
 
 from dt.errors import DTError
 from dt.tune import evaluate
@@ -29,9 +31,17 @@ class Cluster:
         self.started = not ray.is_initialized()
         if self.started:
             ray.init(address=address, include_dashboard=False, log_to_driver=False)
+        self.actors = []
+        try:
+            self._start_actors(prog, sizes, dtype, backend, seed)
+        except BaseException:
+            self.close()
+            raise
+
+    def _start_actors(self, prog, sizes: dict, dtype: str, backend: str, seed: int):
+        ray = self.ray
         self.gpu = backend == "triton" and ray.cluster_resources().get("GPU", 0) >= 1
         measurer = ray.remote(max_restarts=-1)(Measurer)
-        self.compile = ray.remote(evaluate.compile_once)
         arguments = (prog.ast.source, prog.name, sizes, dtype, backend, seed)
         if self.gpu:
             self.actors = [measurer.options(num_gpus=1, num_cpus=0).remote(*arguments)
@@ -41,8 +51,9 @@ class Cluster:
             self.actors = [measurer.options(num_cpus=n["Resources"]["CPU"], scheduling_strategy=self._on(n["NodeID"]))
                            .remote(*arguments) for n in nodes]
         self.nodes = ray.get([a.node.remote() for a in self.actors])
-        self.device = f"{ray.get(self.actors[0].device.remote())} x{len(self.actors)} (Ray)"
-        self.depth = 2 * len(self.actors) if self.gpu else len(self.actors)  # one compiling, one timing
+        self.device_name = ray.get(self.actors[0].device.remote())  # the cache's key: one device's name
+        self.device = f"{self.device_name} x{len(self.actors)} (Ray)"
+        self.depth = 2 * len(self.actors)  # one measuring, one waiting, on each actor
         self.arguments = arguments
         self.pending: dict = {}  # result reference -> (actor index, candidate)
         self.load = [0] * len(self.actors)
@@ -53,23 +64,26 @@ class Cluster:
 
     def submit(self, candidate):
         i = self.load.index(min(self.load))
-        compiled = None
-        if self.gpu:
-            source, name, sizes, dtype, backend, _ = self.arguments
-            compiled = self.compile.options(scheduling_strategy=self._on(self.nodes[i])).remote(
-                candidate.text, name, backend, sizes, dtype)
-        self.pending[self.actors[i].measure.remote(candidate, compiled)] = (i, candidate)
+        self.pending[self.actors[i].measure.remote(candidate)] = (i, candidate)
         self.load[i] += 1
 
     def next(self) -> evaluate.Outcome:
-        [ready], _ = self.ray.wait(list(self.pending), num_returns=1)
+        done, _ = self.ray.wait(list(self.pending), num_returns=1, timeout=evaluate.TIMEOUT)
+        ready = done[0] if done else next(iter(self.pending))  # none in TIMEOUT: the oldest has hung
         i, candidate = self.pending.pop(ready)
         self.load[i] -= 1
+        if not done:  # Ray cannot cancel an actor's running call: the actor is restarted
+            self.ray.kill(self.actors[i], no_restart=False)
+            return evaluate.Outcome(candidate, None, f"it ran for more than {evaluate.TIMEOUT} s; a dt bug: please "
+                                                     "report it with this schedule")
         try:
             return self.ray.get(ready)
-        except self.ray.exceptions.RayActorError as e:
+        except (self.ray.exceptions.RayActorError, self.ray.exceptions.RayTaskError) as e:
             return evaluate.Outcome(candidate, None, f"broke its measuring actor's GPU context ({type(e).__name__}); "
                                                      "a dt bug: please report it with this schedule")
+
+    def measure_now(self, candidate) -> evaluate.Outcome:
+        return self.ray.get(self.actors[0].measure.remote(candidate))
 
     def retime(self, candidate) -> float:
         return self.ray.get(self.actors[0].retime.remote(candidate))
@@ -106,11 +120,10 @@ class Measurer:
     def device(self) -> str:
         return evaluate.device(self.backend)
 
-    def measure(self, candidate, compiled=None) -> evaluate.Outcome:
-        outcome, run, broken = self.inputs.measure(candidate)  # `compiled`: Ray ran the compile task first
-        if broken:  # this actor's GPU context is gone: Ray starts it again (max_restarts), the call fails
-            import ray
-            ray.actor.exit_actor()
+    def measure(self, candidate) -> evaluate.Outcome:
+        outcome, run, broken = self.inputs.measure(candidate)
+        if broken:  # this actor's GPU context is gone: a crash, which Ray restarts (max_restarts); the call fails
+            os._exit(1)
         if run is not None:
             self.runs[candidate.name] = run
         return outcome

@@ -19,6 +19,10 @@ from dataclasses import dataclass
 from dt.errors import DTError, PerformanceWarning
 
 
+TIMEOUT = 300  # seconds a compile or a measurement may take before it counts as hung
+WORKERS = 16  # compile workers at most
+
+
 @dataclass
 class Outcome:
     candidate: object  # dt.tune.space.Candidate
@@ -44,7 +48,7 @@ class Inputs:
         """A function running the program `text` on the inputs (the first call compiles it)."""
         from dt.runtime import loads
         prog = loads(text, name=self.name)
-        return lambda: prog(backend=self.backend, **self.args)
+        return lambda: prog(backend=self.backend, schedule="written", **self.args)  # not $DT_SCHEDULE's
 
     def measure(self, candidate) -> tuple[Outcome, object, bool]:
         """(Its outcome, its runner for timing again, whether it broke the GPU context)."""
@@ -91,13 +95,14 @@ class Local:
 
     def __init__(self, prog, sizes: dict, dtype: str, backend: str, seed: int, workers: int | None):
         gpu = backend == "triton" and cuda()
-        if workers is None:
-            workers = max((os.cpu_count() or 2) - 2, 1) if gpu else 0
+        if workers is None:  # each runs its compiles on the GPU (a context each): a few suffice
+            workers = min(max((os.cpu_count() or 2) - 2, 1), WORKERS) if gpu else 0
         caller = getattr(sys.modules.get("__main__"), "__file__", None)
         spawnable = caller is None or os.path.exists(caller)  # a spawned process imports the caller's script again
         workers = workers if spawnable else 0  # none to import (python - < script)
         setup = (prog.ast.source, prog.name, sizes, dtype, backend, seed)
-        self.measurer = Child(setup) if gpu and spawnable else InProcess(setup)
+        self.measurer = Child.started(setup) if gpu and spawnable else None
+        self.measurer = self.measurer or InProcess(setup)
         self.setup = setup
         self.baseline_inputs = None  # made in this process for the baselines, if any
         self.baselines: dict[str, object] = {}  # name -> its call
@@ -118,8 +123,8 @@ class Local:
     def next(self) -> Outcome:
         """The next candidate whose compile finished (the oldest, without workers), measured."""
         futures = [f for _, f in self.pending if f is not None]
-        if futures and not any(f.done() for f in futures):
-            wait(futures, return_when=FIRST_COMPLETED)
+        if futures and not any(f.done() for f in futures):  # else the oldest: the measuring process compiles it
+            wait(futures, timeout=TIMEOUT, return_when=FIRST_COMPLETED)
         ready = next((i for i, (_, f) in enumerate(self.pending) if f is None or f.done()), 0)
         candidate, _ = self.pending[ready]
         del self.pending[ready]
@@ -138,17 +143,34 @@ class Local:
         self.baselines[name] = lambda: fn(**inputs)
         return self.baseline_inputs.clock(self.baselines[name])
 
+    def measure_now(self, candidate) -> Outcome:
+        """Measured at once (compiled by the measuring process, not queued behind the workers)."""
+        return self.measurer.measure(candidate)
+
     def abandon(self):
-        """Drop what was submitted and not measured (the budget ran out)."""
-        for _, future in self.pending:
-            if future is not None:
-                future.cancel()
+        """Drop what was submitted and not measured (the budget ran out), and stop the compile
+        workers: what they are compiling (a wide tile can take a minute) is of no more use."""
         self.pending.clear()
+        if self.pool is not None:
+            _stop(self.pool)
+            self.pool = None
 
     def close(self):
-        if self.pool is not None:
-            self.pool.shutdown(wait=False, cancel_futures=True)
+        self.abandon()
         self.measurer.close()
+
+
+def _stop(pool: ProcessPoolExecutor):
+    """Shut the pool down without waiting for the compiles under way: its processes killed
+    (Python 3.14 says so publicly: terminate_workers)."""
+    terminate = getattr(pool, "terminate_workers", None)
+    if terminate is not None:
+        terminate()
+        return
+    processes = list((getattr(pool, "_processes", None) or {}).values())
+    pool.shutdown(wait=False, cancel_futures=True)
+    for process in processes:
+        process.kill()
 
 
 class InProcess:
@@ -176,11 +198,21 @@ class InProcess:
 
 
 class Child:
-    """Measures in a child process, started again after a candidate broke its GPU context."""
+    """Measures in a child process, started again after a candidate broke its GPU context or
+    ran past TIMEOUT."""
 
     def __init__(self, setup: tuple):
         self.setup = setup
         self._start()
+
+    @classmethod
+    def started(cls, setup: tuple):
+        """A Child, or None where none can start (a script without `if __name__ == "__main__":`
+        runs itself again in a spawned process and fails there); its own set-up error is raised."""
+        try:
+            return cls(setup)
+        except EOFError:
+            return None
 
     def _start(self):
         context = multiprocessing.get_context("spawn")
@@ -188,29 +220,38 @@ class Child:
         self.process = context.Process(target=_serve, args=(theirs, self.setup), daemon=True)
         self.process.start()
         theirs.close()
+        status, message = self.connection.recv()  # EOFError: it died before it could say
+        if status == "error":
+            self.close()
+            raise DTError(f"the measuring process could not start: {message}", None,
+                          "the same error is raised by prog.reference with these sizes and dtype")
 
     def _ask(self, request: tuple):
+        """(The reply, or None; why there is none)."""
+        why = ""
         try:
             self.connection.send(request)
-            reply, broken = self.connection.recv()
-        except (EOFError, OSError):  # it died (a crash the exception did not catch)
+            if self.connection.poll(TIMEOUT):
+                reply, broken = self.connection.recv()
+            else:
+                reply, broken, why = None, True, f"it ran for more than {TIMEOUT} s"
+        except (EOFError, OSError):  # it died (a crash no exception caught)
             self.process.join(5)
-            reply, broken = None, True
+            reply, broken, why = None, True, f"the measuring process died (exit code {self.process.exitcode})"
         if broken:
             self.close()
             self._start()
-        return reply
+        return reply, why
 
     def measure(self, candidate) -> Outcome:
-        reply = self._ask(("measure", candidate))
+        reply, why = self._ask(("measure", candidate))
         return reply if reply is not None else Outcome(
-            candidate, None, f"the measuring process died (exit code {self.process.exitcode}); a dt bug: please "
-                             "report it with this schedule")
+            candidate, None, f"{why}; a dt bug: please report it with this schedule")
 
     def retime(self, candidate) -> float:
-        reply = self._ask(("retime", candidate))
+        reply, why = self._ask(("retime", candidate))
         if reply is None:
-            raise DTError(f"timing {candidate.name!r} again broke the measuring process", None,
+            raise DTError(f"timing {candidate.name!r} again failed: {why}", None,
                           "a dt bug: please report it with this schedule")
         return reply
 
@@ -219,12 +260,18 @@ class Child:
         self.process.join(5)
         if self.process.is_alive():
             self.process.kill()
+            self.process.join(5)
 
 
 def _serve(connection, setup: tuple):
-    """The child: measure what the parent sends until it closes the pipe or a candidate breaks
-    the GPU context (the reply says so, and the process ends)."""
-    measurer = InProcess(setup)
+    """The child: say it is ready (or why not), then measure what the parent sends until it
+    closes the pipe or a candidate breaks the GPU context (the reply says so, and it ends)."""
+    try:
+        measurer = InProcess(setup)
+    except DTError as e:
+        connection.send(("error", e.message))
+        return
+    connection.send(("ready", ""))
     while True:
         try:
             op, candidate = connection.recv()
@@ -249,7 +296,7 @@ def compile_once(text: str, name: str, backend: str, sizes: dict, dtype: str):
         prog = loads(text, name=name)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", PerformanceWarning)  # the space was linted already
-            prog(backend=backend, **zero_inputs(prog, sizes, dtype))
+            prog(backend=backend, schedule="written", **zero_inputs(prog, sizes, dtype))
     except (DTError, PerformanceWarning):
         pass  # the timing process reports it
 

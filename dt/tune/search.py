@@ -68,29 +68,29 @@ def tune(prog, sizes: dict[str, int], dtype: str = "f32", backend: str = "triton
     finalists, as is the schedule as written. `ray`: measure on a Ray cluster (True: start a
     local one; a string: its address; dt.tune.cluster)."""
     from dt.tune import cache as tuning_cache
-    device = _device(backend)
     extents = prog._extents({}, sizes, "sizes")
     shape = " ".join(f"{d}={n}" for d, n in extents.items())
     title = f"{prog.name} {shape} {dtype} on {backend}"
+    evaluator = None
+    if ray:  # the cluster's device, not this machine's, is the cache's key
+        from dt.tune.cluster import Cluster
+        evaluator = Cluster(prog, sizes, dtype, backend, seed, None if ray is True else ray)
+    device, shown = (evaluator.device_name, evaluator.device) if evaluator else (_device(backend),) * 2
     entry = tuning_cache.lookup(prog, extents, dtype, backend, device) if cache and lookup else None
     if entry is not None:
+        if evaluator is not None:
+            evaluator.close()
         return Result([Timed(Candidate(entry["name"], entry["schedule"]), entry["ms"])], {}, 0,
                       f"from the tuning cache ({entry['path']}, tuned at {entry['extents']})", device, cached=True,
                       title=title)
     found = space(prog, sizes, dtype, backend)
-    if ray:
-        from dt.tune.cluster import Cluster
-        evaluator = Cluster(prog, sizes, dtype, backend, seed, None if ray is True else ray)
-        device = evaluator.device
-    else:
-        evaluator = Local(prog, sizes, dtype, backend, seed, workers)
+    evaluator = evaluator or Local(prog, sizes, dtype, backend, seed, workers)
     try:
         timed, failed, tried = _search(Strategy(found.candidates, seed), evaluator, budget, progress,
                                        len(found))
         finalists = timed[:FINALISTS]
         written = Candidate("as written", prog.ast.source)
-        evaluator.submit(written)
-        outcome = evaluator.next()
+        outcome = evaluator.measure_now(written)
         contenders = {t.candidate.name: t for t in finalists}
         if outcome.ms is not None:
             contenders[written.name] = Timed(written, outcome.ms)
@@ -110,7 +110,7 @@ def tune(prog, sizes: dict[str, int], dtype: str = "f32", backend: str = "triton
         tuning_cache.store(prog, extents, dtype, backend, device, timed[0].candidate.text, timed[0].candidate.name,
                            timed[0].ms)
     measured = {n: t.ms for n, t in contenders.items() if n not in {f.candidate.name for f in finalists}}
-    return Result(timed, failed, len(found) - tried, found.summary(), device, baselines=measured, title=title)
+    return Result(timed, failed, len(found) - tried, found.summary(), shown, baselines=measured, title=title)
 
 
 def _search(strategy: Strategy, evaluator, budget: float, progress, total: int):

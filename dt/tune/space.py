@@ -63,7 +63,7 @@ class Space:
     def summary(self) -> str:
         pruned = ", ".join(f"{n} {code}" for code, n in sorted(self.pruned.items())) or "none"
         return (f"{len(self)} schedules kept of {self.generated} generated: {self.illegal} illegal, {self.removed} "
-                f"pruned by performance warnings ({pruned})")
+                f"pruned by performance warnings or shared memory ({pruned})")
 
 
 def space(prog, sizes: dict[str, int], dtype: str = "f32", backend: str = "triton", limit: int = 4096) -> Space:
@@ -75,9 +75,10 @@ def space(prog, sizes: dict[str, int], dtype: str = "f32", backend: str = "trito
     extents = prog._extents({}, sizes, "sizes")
     roots = prog.checked.kernel_roots
     item = ITEM_BYTES.get(dtype, 4) if isinstance(dtype, str) else 4
-    per_root = [_choices(prog.checked, root, extents, gpu, item) for root in roots]
+    over: list = []  # points whose product tiles take more shared memory than a GPU has
+    per_root = [_choices(prog.checked, root, extents, gpu, item, over) for root in roots]
     base = without_shaping(prog.ast, roots)
-    result = Space()
+    result = Space(pruned={"shared-memory": len(over)} if over else {})
     legal = []  # (candidate, the PRUNED warnings it raises as (code, message))
     for combination in _points(per_root, limit):
         result.generated += 1
@@ -114,24 +115,28 @@ def _points(per_root: list[list], limit: int):
     if total <= limit:
         yield from itertools.product(*per_root)
         return
-    for index in sorted(random.Random(0).sample(range(total), limit)):
-        combination = []
-        for choices in reversed(per_root):
-            index, i = divmod(index, len(choices))
-            combination.append(choices[i])
-        yield tuple(reversed(combination))
+    rng, drawn = random.Random(0), set()
+    while len(drawn) < limit:  # one index per root: no range of `total` (past 2**63 for many kernels)
+        drawn.add(tuple(rng.randrange(len(choices)) for choices in per_root))
+    for point in sorted(drawn):
+        yield tuple(choices[i] for choices, i in zip(per_root, point))
 
 
 def _shared_bytes(blocks, tiles, launch, reductions: dict, extents: dict, item: int) -> int:
     """What a product's pipelined operand tiles take in shared memory: stages x (the left
-    operand's block x tile + the tile x the right operand's block) per product."""
-    x, y = (size or extents[d] for d, _, _, size in blocks[-2:]) if len(blocks) >= 2 else (1, 1)
+    operand's block x tile + the tile x the right operand's block) per product, and with TMA
+    the output tile its store stages (Triton 3.6 on an H100/H200: 128x256x64 bf16 in 4 stages
+    took 262,176 bytes, this says 262,144)."""
+    sides = [size or extents[d] for d, _, _, size in blocks[-2:]]
+    x, y = (sides + [1, 1])[:2]  # a vector's product (one output dimension): its block by 1
     stages = next((int(label[1:]) for slot, label, _ in launch if slot == "stages"), 1)
+    tma = any(label == "persistent+tma" for _, label, _ in launch)  # the output tile is staged for its store
     return sum(stages * (x * (t or extents[r]) + (t or extents[r]) * y) * item
-               for r, _, t in tiles if reductions.get(r))
+               for r, _, t in tiles if reductions.get(r)) + (x * y * item if tma else 0)
 
 
-def _choices(checked, root: str, extents: dict[str, int], gpu: bool, item: int = 2) -> list[tuple]:
+def _choices(checked, root: str, extents: dict[str, int], gpu: bool, item: int = 2,
+             over: list | None = None) -> list[tuple]:
     """Each way to shape one root Func's kernel: a tuple of (slot, value, DT statement) triples,
     a slot being one choice ('x' for x's block, 'map', 'warps', ...) and its value a label."""
     dims = checked.funcs[root].dims
@@ -157,7 +162,8 @@ def _choices(checked, root: str, extents: dict[str, int], gpu: bool, item: int =
         extent = extents[r]
         if in_product:  # a whole reduced extent in a product stages all of it in shared memory: only a short one
             tiles = [t for t in PRODUCT_TILES if t < extent] + ([0] if extent <= max(PRODUCT_TILES) else [])
-            tiles = [t for t in tiles if t == 0 or t <= PRODUCT_TILES[1] or extents[dims[-2]] <= 64]
+            rows = extents[dims[-2]] if len(dims) >= 2 else 1  # deep tiles for a few rows only (a skinny product)
+            tiles = [t for t in tiles if t == 0 or t <= PRODUCT_TILES[1] or rows <= 64]
         else:
             tiles = [t for t in WALKS if t < extent] + [0]
         walks.append([(r, f"{r}{t or '*'}", t) for t in tiles])
@@ -172,6 +178,8 @@ def _choices(checked, root: str, extents: dict[str, int], gpu: bool, item: int =
     for blocks, tiles, *launch in itertools.product(itertools.product(*axes), itertools.product(*walks),
                                                     *gpu_options):
         if product and gpu and _shared_bytes(blocks, tiles, launch, reductions, extents, item) > SHARED_MEMORY:
+            if over is not None:
+                over.append(1)  # counted with the pruned
             continue
         tensorize = [f"{d}:{size}" for d, _, _, size in blocks if size != 1] + [f"{r}:{t}" for r, _, t in tiles]
         lines = [(d, label, block) for d, label, block, _ in blocks] + [(r, label, "") for r, label, _ in tiles]
