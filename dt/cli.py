@@ -352,6 +352,29 @@ def cmd_tune(args) -> int:
     return 0
 
 
+def cmd_cache(args) -> int:
+    from dt.tune import cache
+    if args.action != "list" and not args.file:
+        print(f"dt cache {args.action} needs the FILE to {'write' if args.action == 'export' else 'read'}",
+              file=sys.stderr)
+        return 2
+    if args.action == "export":
+        print(f"wrote {cache.export(args.file)} entries of {cache.directory()} to {args.file}")
+    elif args.action == "import":
+        print(f"added {cache.merge(args.file)} entries of {args.file} to {cache.directory()}")
+    else:
+        from rich.console import Console
+        from rich.table import Table
+        table = Table(title=f"dt tune's cache: {cache.directory()}")
+        for column in ("schedule", "extents", "dtype", "backend", "device", "ms"):
+            table.add_column(column, justify="right" if column == "ms" else "left")
+        for e in cache.entries():
+            table.add_row(str(e.get("name")), ", ".join(f"{d}={n}" for d, n in e.get("extents", {}).items()),
+                          str(e.get("dtype")), str(e.get("backend")), str(e.get("device")), f"{e.get('ms', 0):.4f}")
+        Console(width=max(Console().width, 130)).print(table)
+    return 0
+
+
 def cmd_conformance(args) -> int:
     from dt.conformance.runner import run_command
     return run_command(backend=args.backend, ops=args.ops, dtypes=args.dtypes, full=args.full, report=args.report,
@@ -434,6 +457,10 @@ def build_parser() -> argparse.ArgumentParser:
                           "(no ADDRESS: start a local one; needs pip install 'dt[ray]')")
     tun.set_defaults(fn=cmd_tune)
 
+    cac = sub.add_parser("cache", help="list dt tune's cache, or export it to one file a team commits and import one")
+    cac.add_argument("action", choices=("list", "export", "import"))
+    cac.add_argument("file", nargs="?", help="the JSON file to export to or import from")
+    cac.set_defaults(fn=cmd_cache)
     conf = sub.add_parser("conformance", help="certify a backend: run the conformance suite on it")
     conf.add_argument("--backend", help="the backend to certify (default: $DT_BACKEND, else interp)")
     conf.add_argument("--ops", action="append", metavar="PATTERN",

@@ -44,11 +44,27 @@ def test_the_space_keeps_what_it_does_not_choose():
     names = [c.name for c in space]
     assert len(set(names)) == len(names)
     for c in space:
-        assert "_sum.compute_with(_max, y);" in c.text and "_max.fuse_at(_softmax, x);" in c.text
+        assert "_max.fuse_at(_softmax, x);" in c.text and "_sum.fuse_at(_softmax, x);" in c.text
+        # the online softmax, or its two walks (fusion is chosen where an alternative exists)
+        assert ("_sum.compute_with(_max, y);" in c.text) == ("_sum:alone" not in c.name)
         # the example's own block, tiles and warps are gone, the candidate's are there once
         assert "_softmax.num_warps(8);\n_softmax.compile" not in c.text
         assert c.text.count("_softmax.num_warps(") == 1 and c.text.count("_softmax.tensorize(") <= 1
     assert any(" y*/1024 " in c.name for c in space)  # one program walking a whole row in tiles
+    assert any(c.name.endswith("; fusion: _sum:alone") for c in space)
+
+
+def test_the_space_chooses_fusion_where_there_is_an_alternative():
+    attention = dt.load(ROOT / "examples" / "attention_safe.dt").space(dict(m=64, l=64, k=16, n=16), "f32",
+                                                                      backend="interp")
+    labels = {dict(c.choices).get("fusion.sm") for c in attention}
+    assert labels == {"", "sm:inline"}  # an element-wise producer fused at a loop: inlined instead
+    layernorm = dt.load(ROOT / "examples" / "layernorm.dt").space(dict(x=8, y=300), "f32", backend="interp")
+    added = [c for c in layernorm if "compute_with" in c.text]
+    assert added and all("variance.compute_with(mean, y);" in c.text for c in added)  # one walk for both
+    assert not any("compute_with" in c.text or "inline" in c.text
+                   for c in dt.load(ROOT / "examples" / "2mm_inner.dt").space(dict(m=40, n=36, k=16, l=24), "f32",
+                                                                               backend="interp"))
 
 
 def test_performance_warnings_prune_the_space():
@@ -379,3 +395,31 @@ def test_a_measuring_child_that_dies_fails_its_candidate_and_is_started_again():
         child.close()
     with pytest.raises(dt.DTError, match="the measuring process could not start: .*"):
         Child((prog.ast.source, prog.name, dict(x=24), "f32", "interp", 0))  # y's extent missing
+
+
+def test_the_timer_follows_the_benchmarks_split_between_compute_and_memory_bound():
+    from dt.tune.timing import compute_bound
+    matmul = dt.load(ROOT / "examples" / "matmul.dt")
+    assert compute_bound(matmul, dict(x=4096, y=4096, k=4096), 2)
+    assert not compute_bound(matmul, dict(x=16, y=4096, k=4096), 2)  # a skinny product moves its weights
+    assert not compute_bound(dt.load(ROOT / "examples" / "softmax_safe.dt"), dict(x=4096, y=4096), 2)
+    assert not compute_bound(dt.load(ROOT / "examples" / "2mm_inner.dt"), dict(m=1024, n=1024, k=64, l=64), 2)
+
+
+def test_the_cache_exports_to_one_file_and_imports_it_elsewhere(tuning_cache, tmp_path, monkeypatch, capsys):
+    from dt.cli import main
+    from dt.tune import cache
+    prog = dt.load(ROOT / "examples" / "add.dt")
+    first = prog.tune(dict(x=24, y=300), "f32", backend="interp", budget=3)
+    shared = tmp_path / "team.json"
+    assert main(["cache", "export", str(shared)]) == 0 and "wrote 1 entries" in capsys.readouterr().out
+    monkeypatch.setenv("DT_TUNE_CACHE", str(tmp_path / "another"))  # a colleague's empty cache
+    assert cache.lookup(prog, dict(x=24, y=300), "f32", "interp", first.device) is None
+    assert main(["cache", "import", str(shared)]) == 0
+    again = prog.tune(dict(x=24, y=300), "f32", backend="interp", budget=3)
+    assert again.cached and again.best.text == first.best.text
+    assert main(["cache", "list"]) == 0 and first.best.name in capsys.readouterr().out
+    assert main(["cache", "export"]) == 2
+    shared.write_text('[{"name": "x"}]')
+    with pytest.raises(dt.DTError, match="not a list of dt tune's entries"):
+        cache.merge(shared)

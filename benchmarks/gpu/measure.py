@@ -3,7 +3,6 @@ and cuBLAS), random inputs, and the correctness check against a float64 referenc
 from __future__ import annotations
 
 import argparse
-import functools
 import math
 import platform
 import statistics
@@ -13,6 +12,9 @@ import time
 import torch
 
 from cases import DTYPES
+# the cold timer and the ridge point (a row is compute-bound at this many FLOPs per byte or more)
+from dt.tune.timing import (HEAD_START_CYCLES, MAX_HEAD_START_CYCLES, RIDGE_FLOP_PER_BYTE, cold_bench,  # noqa: F401
+                            libcuda, reset_persisting_l2)
 
 # Relative error ||out - ref|| / ||ref|| allowed per output dtype. f32 arithmetic lands far
 # below 1e-4; f16/bf16 round the inputs, the output and (in matrix products and in eager
@@ -53,12 +55,6 @@ class Timer:
         return statistics.median(times)
 
 
-# A row is compute-bound when it does this many FLOPs per byte or more (about the H100's ridge point:
-# cuBLAS's 650-760 TFLOP/s over a copy's ~3,000 GB/s is 220-250); bench.py and tune.py then time it
-# with do_bench as is.
-RIDGE_FLOP_PER_BYTE = 200
-
-
 def row_timer(mode: str, flops: float | None, nbytes: int, warmup: float = 25, rep: float = 100) -> Timer:
     """The Timer for a row doing `flops` and moving `nbytes`: `mode`'s, or for "auto" (bench.py's
     default, and what tune.py always uses) do_bench if it is compute-bound and cold otherwise.
@@ -70,76 +66,6 @@ def row_timer(mode: str, flops: float | None, nbytes: int, warmup: float = 25, r
     if mode == "auto":
         mode = "do_bench" if flops and flops >= RIDGE_FLOP_PER_BYTE * nbytes else "cold"
     return Timer(mode, warmup, rep)
-
-
-@functools.cache
-def libcuda():
-    """The CUDA driver library, loaded once (ctypes)."""
-    import ctypes
-    try:
-        return ctypes.CDLL("libcuda.so.1")
-    except OSError as e:
-        raise RuntimeError(f"the cold timer needs the CUDA driver library (libcuda.so.1): {e}; "
-                           "use --timer do_bench where it is missing") from None
-
-
-def reset_persisting_l2() -> None:
-    """Demote every L2 line marked evict_last (or persisting) to normal priority
-    (cuCtxResetPersistingL2Cache). It acts when called, not in stream order, so queued kernels
-    could mark lines after it: call it with the GPU idle. A flush by memset does not evict such
-    lines: a kernel that read a tensor with evict_last leaves part of it in L2, through every
-    later flush, for any kernel that reads it again (docs/performance.md, "Lines kept in L2
-    through the flush")."""
-    status = libcuda().cuCtxResetPersistingL2Cache()
-    if status != 0:
-        raise RuntimeError(f"cuCtxResetPersistingL2Cache failed with CUDA error {status}")
-
-
-# GPU cycles of a spin kernel queued before each cold run (about 0.5 ms at 2 GHz): the host
-# queues the run behind it, so a provider's host work (torch.compile's guards and wrapper took
-# over the flush's 90 µs) is not counted, as do_bench's deep queue does not count it. A run
-# whose host work outlasts it (a garbage collection, say) is discarded and the spin doubled,
-# up to MAX_HEAD_START_CYCLES.
-HEAD_START_CYCLES = 1_000_000
-MAX_HEAD_START_CYCLES = 64_000_000
-
-
-def cold_bench(fn, warmup: float = 25, rep: float = 100) -> float:
-    """The median time of `fn` in milliseconds, every run on a cold L2: do_bench's method (a
-    warm-up of `warmup` ms, then runs for `rep` ms, each timed with CUDA events after a 256 MB
-    write that flushes the L2), with the GPU idle and the evict_last lines demoted
-    (reset_persisting_l2) before each run's flush, then a spin kernel (HEAD_START_CYCLES) that
-    gives the host time to queue the run. A run whose start event had passed by the time the
-    host finished queuing it (the GPU waited for the host) is not kept, unless the head start
-    is already the longest (a call that synchronizes inside)."""
-    import triton
-    driver = triton.runtime.driver.active
-    fn()
-    torch.cuda.synchronize()
-    cache = driver.get_empty_cache_for_benchmark()
-    begin = time.perf_counter()
-    while time.perf_counter() - begin < warmup / 1e3:
-        fn()
-    runs, head_start = [], HEAD_START_CYCLES
-    begin = time.perf_counter()
-    while len(runs) < 10 or time.perf_counter() - begin < rep / 1e3:
-        torch.cuda.synchronize()
-        reset_persisting_l2()
-        torch.cuda._sleep(head_start)
-        driver.clear_cache(cache)
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        # The GPU reached the run before the host had queued it: give the host a longer head start.
-        # At the longest, keep the run: a call that waits for the GPU itself (Liger's cross-entropy
-        # reads a count back) is never queued ahead, and its wait is part of its cost.
-        if start.query() and head_start < MAX_HEAD_START_CYCLES:
-            head_start = min(2 * head_start, MAX_HEAD_START_CYCLES)
-            continue
-        runs.append((start, end))
-    torch.cuda.synchronize()
-    return statistics.median(start.elapsed_time(end) for start, end in runs)
 
 
 def round_robin(timer, calls: dict, rounds: int, on_error=None):

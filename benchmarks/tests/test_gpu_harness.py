@@ -15,6 +15,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from dt.tune import timing
+
 torch = pytest.importorskip("torch", reason="the GPU benchmark harness needs torch (pip install -e '.[triton]')")
 
 GPU_DIR = Path(__file__).resolve().parent.parent / "gpu"
@@ -303,7 +305,7 @@ def test_the_cold_timer_demotes_kept_lines_and_flushes_before_every_timed_run(mo
     monkeypatch.setattr(torch.cuda, "synchronize", lambda: log.append("sync"))
     monkeypatch.setattr(torch.cuda, "Event", Event)
     monkeypatch.setattr(torch.cuda, "_sleep", lambda cycles: log.append(("sleep", cycles)))
-    monkeypatch.setattr(measure, "reset_persisting_l2", lambda: log.append("reset"))
+    monkeypatch.setattr(timing, "reset_persisting_l2", lambda: log.append("reset"))
     ms = measure.cold_bench(lambda: log.append("fn"), warmup=0, rep=0)
     assert log[:2] == ["fn", "sync"]  # compiled and idle before the flush buffer is made
     head_start = measure.HEAD_START_CYCLES
@@ -345,7 +347,7 @@ def test_the_cold_timer_keeps_the_runs_of_a_call_that_waits_for_the_gpu_itself(m
     monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
     monkeypatch.setattr(torch.cuda, "Event", Event)
     monkeypatch.setattr(torch.cuda, "_sleep", sleeps.append)
-    monkeypatch.setattr(measure, "reset_persisting_l2", lambda: None)
+    monkeypatch.setattr(timing, "reset_persisting_l2", lambda: None)
     assert measure.cold_bench(lambda: None, warmup=0, rep=0) == 2.0
     longest = sleeps.index(measure.MAX_HEAD_START_CYCLES)
     assert sleeps[longest:] == [measure.MAX_HEAD_START_CYCLES] * 10 and sleeps[:longest] == sorted(sleeps[:longest])
@@ -355,8 +357,8 @@ def test_the_cold_timer_says_what_to_do_without_the_cuda_driver(monkeypatch, req
     import ctypes
 
     import measure
-    measure.libcuda.cache_clear()  # loaded once per process: forget it before and after the fakes
-    request.addfinalizer(measure.libcuda.cache_clear)
+    timing.libcuda.cache_clear()  # loaded once per process: forget it before and after the fakes
+    request.addfinalizer(timing.libcuda.cache_clear)
 
     def missing(name):
         raise OSError(f"{name}: cannot open shared object file")

@@ -56,9 +56,12 @@ def versions() -> dict[str, str]:
     return found
 
 
-def key(source: str, extents: dict[str, int], dtype: str, backend: str, device: str) -> str:
+def key(source: str, extents: dict[str, int], dtype: str, backend: str, device: str,
+        made_with: dict[str, str] | None = None) -> str:
+    """The entry's file name: a hash of the algorithm, the shape bucket, dtype, backend, device
+    and the versions (this process's, or `made_with`)."""
     fields = {"algorithm": algorithm(source), "bucket": bucket(extents), "dtype": dtype, "backend": backend,
-              "device": device, "versions": versions()}
+              "device": device, "versions": made_with or versions()}
     return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:32]
 
 
@@ -122,3 +125,46 @@ def store(prog, extents: dict[str, int], dtype: str, backend: str, device: str, 
         json.dump(entry, f, indent=1)
     os.replace(f.name, path)
     return path
+
+
+def entries() -> list[dict]:
+    """Every entry of the cache directory (unreadable files skipped), each with its `path`."""
+    found = []
+    for path in sorted(directory().glob("*.json")):
+        try:
+            found.append({**json.loads(path.read_text()), "path": str(path)})
+        except (OSError, ValueError):
+            continue
+    return found
+
+
+FIELDS = ("algorithm", "schedule", "name", "ms", "extents", "dtype", "backend", "device", "versions")
+
+
+def export(file) -> int:
+    """Write every entry into one JSON file (a list): what a team commits and shares. Returns
+    how many."""
+    found = [{k: e[k] for k in FIELDS} for e in entries() if all(k in e for k in FIELDS)]
+    Path(file).write_text(json.dumps(found, indent=1) + "\n")
+    return len(found)
+
+
+def merge(file) -> int:
+    """Add the entries of an exported file to the cache directory, each under the key its own
+    fields give (an entry for another device or versions is kept, and found only there); an
+    entry already there is replaced. Returns how many."""
+    try:
+        found = json.loads(Path(file).read_text())
+        if not isinstance(found, list) or not all(isinstance(e, dict) and all(k in e for k in FIELDS) for e in found):
+            raise ValueError("not a list of dt tune's entries")
+    except (OSError, ValueError) as e:
+        raise DTError(f"cannot read the tuning entries in {str(file)!r}: {e}", None,
+                      "give a file written by `dt cache export`") from None
+    folder = directory()
+    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    for e in found:
+        name = key(e["algorithm"], e["extents"], e["dtype"], e["backend"], e["device"], e["versions"])
+        with tempfile.NamedTemporaryFile("w", dir=folder, suffix=".tmp", delete=False) as f:
+            json.dump({k: e[k] for k in FIELDS}, f, indent=1)
+        os.replace(f.name, folder / f"{name}.json")
+    return len(found)

@@ -23,7 +23,8 @@ from dt.dtypes import ITEM_BYTES
 from dt.errors import DTError
 from dt.ir import algorithm as A
 
-SHAPING = ("block", "tensorize", "map", "num_warps", "num_stages", "persistent", "tma")  # the primitives the space chooses
+SHAPING = ("block", "tensorize", "map", "num_warps", "num_stages", "persistent", "tma")
+FUSION = ("fuse_at", "inline", "compute_with")  # chosen where an alternative exists (_fusion)  # the primitives the space chooses
 PRUNED = frozenset({"not-on-matrix-units", "registers", "uncoalesced", "one-lane-tiles", "padded-tile"})
 ROWS = (1, 2, 4, 8, 16, 32, 64, 128)  # blocks of a dimension that is not the contiguous one
 COLUMNS = (64, 128, 256, 1024, 4096)  # blocks of the contiguous (last) dimension
@@ -77,15 +78,21 @@ def space(prog, sizes: dict[str, int], dtype: str = "f32", backend: str = "trito
     item = ITEM_BYTES.get(dtype, 4) if isinstance(dtype, str) else 4
     over: list = []  # points whose product tiles take more shared memory than a GPU has
     per_root = [_choices(prog.checked, root, extents, gpu, item, over) for root in roots]
-    base = without_shaping(prog.ast, roots)
+    fusion = _fusion(prog)
+    parts = list(roots)
+    if len(fusion) > 1:  # the fusion statements are chosen too
+        per_root.append(fusion)
+        parts.append("fusion")
+    base = without_shaping(prog.ast, roots, fusion=len(fusion) > 1)
     result = Space(pruned={"shared-memory": len(over)} if over else {})
     legal = []  # (candidate, the PRUNED warnings it raises as (code, message))
     for combination in _points(per_root, limit):
         result.generated += 1
         name = "; ".join(f"{root}: {' '.join(label for _, label, _ in choice if label)}"
-                         for root, choice in zip(roots, combination))
+                         for root, choice in zip(parts, combination) if root != "fusion" or
+                         any(label for _, label, _ in choice))
         text = base + "".join(line for choice in combination for _, _, line in choice)
-        slots = tuple((f"{root}.{slot}", label) for root, choice in zip(roots, combination)
+        slots = tuple((f"{root}.{slot}", label) for root, choice in zip(parts, combination)
                       for slot, label, _ in choice if slot)
         try:
             candidate = loads(text, name=prog.name, file=f"<{name}>")
@@ -222,12 +229,14 @@ def _root_of(checked, func: str) -> str:
     return func
 
 
-def without_shaping(program: A.Program, roots) -> str:
-    """The program's source without the statements the space chooses for its roots."""
+def without_shaping(program: A.Program, roots, fusion: bool = False) -> str:
+    """The program's source without the statements the space chooses for its roots (and with
+    `fusion`, without its fuse_at, inline and compute_with statements)."""
     lines = program.source.splitlines(keepends=True)
     cuts: dict[int, list[tuple[int, int]]] = {}
     for call in program.schedule:
-        if call.func in roots and call.primitive in SHAPING and call.loc is not None:
+        chosen = call.func in roots and call.primitive in SHAPING or fusion and call.primitive in FUSION
+        if chosen and call.loc is not None:
             cuts.setdefault(call.loc.line - 1, []).append((call.loc.col - 1, call.loc.col - 1 + call.loc.length))
     for n, spans in cuts.items():
         line = lines[n]
@@ -236,4 +245,44 @@ def without_shaping(program: A.Program, roots) -> str:
         lines[n] = line if line.strip() else ""
     text = "".join(lines)
     return text if text.endswith("\n") else text + "\n"
+
+
+def _fusion(prog) -> list[tuple]:
+    """The fusion choices, each a tuple of (slot, value, DT statements) triples: for each
+    statement as written and its alternatives — an element-wise producer fused at a loop may
+    be inlined instead, a compute_with may be dropped — and for each two reductions fused at the
+    same loop over the same dimension without one, compute_with added (the later, or the one
+    reading the other, computed with the other)."""
+    checked, statements = prog.checked, []
+    defined = {f.name: f for f in prog.ast.funcs}  # inlined Funcs too (checked.funcs has them substituted)
+    for call in prog.ast.schedule:
+        if call.primitive not in FUSION or call.loc is None:
+            continue
+        written = call.loc.text[call.loc.col - 1:call.loc.col - 1 + call.loc.length] + "\n"
+        options = [(call.func, "", written)]
+        reduces = any(isinstance(e, A.Reduce) for e in A.walk(defined[call.func].expr))
+        if call.primitive == "fuse_at" and not reduces:
+            options.append((call.func, f"{call.func}:inline", f"{call.func}.inline();\n"))
+        elif call.primitive == "compute_with":
+            options.append((call.func, f"{call.func}:alone", ""))
+        statements.append(options)
+    paired = {frozenset((c.func, c.args[0])) for c in prog.ast.schedule if c.primitive == "compute_with"}
+    fused = sorted(checked.fused.items())
+    for i, (a, at) in enumerate(fused):
+        for b, at_b in fused[i + 1:]:
+            shared = _reduced(checked, a) & _reduced(checked, b)
+            if at == at_b and len(shared) == 1 and frozenset((a, b)) not in paired:
+                later, first = (a, b) if _reads(checked, a, b) else (b, a)
+                r = next(iter(shared))
+                statements.append([(later, "", ""), (later, f"{later}+{first}",
+                                                     f"{later}.compute_with({first}, {r});\n")])
+    return [tuple(point) for point in itertools.product(*statements)] if statements else []
+
+
+def _reduced(checked, func: str) -> set:
+    return {e.dim for e in A.walk(checked.funcs[func].expr) if isinstance(e, A.Reduce)}
+
+
+def _reads(checked, func: str, other: str) -> bool:
+    return any(getattr(e, "name", None) == other for e in A.walk(checked.funcs[func].expr))
 
