@@ -320,7 +320,8 @@ def test_the_strategy_finds_the_fastest_long_before_a_random_order_would(seed):
         strategy.tell(c, ms[c.name])
         if c.name == fastest:
             break
-    assert c.name == fastest, f"not found in 60 of {len(space)} picks (a random order needs {len(space) // 2} on average)"
+    assert c.name == fastest, \
+        f"not found in 60 of {len(space)} picks (a random order needs {len(space) // 2} on average)"
 
 
 def test_the_strategy_tries_every_candidate_once_then_stops():
@@ -348,7 +349,8 @@ def test_a_search_runs_its_candidates_whatever_dt_schedule_says(monkeypatch):
 def test_the_cache_tells_programs_with_other_outputs_apart():
     from dt.tune import cache
     one = dt.loads("Func t, out; In A; Var x;\nt[x] = A[x] * 2.0;\nout[x] = t[x] + 1.0;\nout.compile();\n", name="p")
-    two = dt.loads("Func t, out; In A; Var x;\nt[x] = A[x] * 2.0;\nout[x] = t[x] + 1.0;\nt.compile();\nout.compile();\n",
+    two = dt.loads("Func t, out; In A; Var x;\nt[x] = A[x] * 2.0;\nout[x] = t[x] + 1.0;\nt.compile();\n"
+                   "out.compile();\n",
                    name="p")
     assert cache.algorithm(one.ast.source) != cache.algorithm(two.ast.source)
     cache.store(one, dict(x=100), "f32", "interp", "here", one.ast.source, "one", 1.0)

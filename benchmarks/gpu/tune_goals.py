@@ -168,7 +168,8 @@ def _line(run: dict, s: dict, got: dict) -> str:
         against = {name: r for name, r in got.items() if name in BASELINES and r.get("status") == "ok"}
     name, other = min(against.items(), key=lambda kv: kv[1].get("ms") or float("inf"), default=("-", {}))
     ratio = tuned["ms"] / other["ms"] if tuned.get("ms") and other.get("ms") else None
-    return (f"| {run['rows']}, {run['budget']:g} s | {s['kernel']} | {s['shape']} | {s['dtype']} | {s['timed']} / {s['failed']} / "
+    return (f"| {run['rows']}, {run['budget']:g} s | {s['kernel']} | {s['shape']} | {s['dtype']} | "
+            f"{s['timed']} / {s['failed']} / "
             f"{s['untried']} | {s['seconds']:.0f} | {_ms(tuned)} | {name} | {_ms(other)} | "
             f"{f'{ratio:.3f}' if ratio else '-'} | `{s['best']}` |")
 

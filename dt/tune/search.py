@@ -62,8 +62,9 @@ def tune(prog, sizes: dict[str, int], dtype: str = "f32", backend: str = "triton
          baselines: dict | None = None, ray: str | bool | None = None, lookup: bool = True) -> Result:
     """Search the space of `prog` at these extents on `backend` for `budget` seconds; with
     `cache`, first look for this algorithm and shape bucket in the tuning cache, and keep the
-    fastest there (`lookup=False`: search anyway, and keep the result). `workers` processes compile the candidates ahead of their timing (default:
-    all cores but two on a GPU, none on a CPU, whose timing they would disturb). `baselines`:
+    fastest there (`lookup=False`: search anyway, and keep the result). `workers` processes
+    compile the candidates ahead of their timing (default: all cores but two, at most 16, on a
+    GPU; none on a CPU, whose timing they would disturb). `baselines`:
     name -> function of the inputs by name (on the backend's device), timed beside the
     finalists, as is the schedule as written. `ray`: measure on a Ray cluster (True: start a
     local one; a string: its address; dt.tune.cluster)."""

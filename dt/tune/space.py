@@ -23,15 +23,16 @@ from dt.dtypes import ITEM_BYTES
 from dt.errors import DTError
 from dt.ir import algorithm as A
 
-SHAPING = ("block", "tensorize", "map", "num_warps", "num_stages", "persistent", "tma")
-FUSION = ("fuse_at", "inline", "compute_with")  # chosen where an alternative exists (_fusion)  # the primitives the space chooses
+SHAPING = ("block", "tensorize", "map", "num_warps", "num_stages", "persistent", "tma")  # the primitives chosen
+FUSION = ("fuse_at", "inline", "compute_with")  # chosen where an alternative exists (_fusion)
 PRUNED = frozenset({"not-on-matrix-units", "registers", "uncoalesced", "one-lane-tiles", "padded-tile"})
 ROWS = (1, 2, 4, 8, 16, 32, 64, 128)  # blocks of a dimension that is not the contiguous one
 COLUMNS = (64, 128, 256, 1024, 4096)  # blocks of the contiguous (last) dimension
 PRODUCT_BLOCKS = (16, 32, 64, 128, 256)  # blocks of a matrix product's output dimensions
 PRODUCT_TILES = (32, 64, 128, 256)  # tiles of a matrix product's reduced dimension (the deep ones: few rows)
 SHARED_MEMORY = 227 * 1024  # what a program may take on Hopper; more is refused at launch
-WALKS = (256, 512, 1024, 2048, 4096, 8192, 16384, 32768)  # tiles of another reduction's dimension (long rows: the widest)
+# tiles of another reduction's dimension (long rows: the widest)
+WALKS = (256, 512, 1024, 2048, 4096, 8192, 16384, 32768)
 WARPS = (1, 2, 4, 8, 16, 32)
 PRODUCT_WARPS = (4, 8, 16)  # a warp group (4) at least: Hopper's matrix instructions
 STAGES = (1, 3)
