@@ -57,7 +57,7 @@ def test_the_space_keeps_what_it_does_not_choose():
 def test_the_space_chooses_fusion_where_there_is_an_alternative():
     attention = dt.load(ROOT / "examples" / "attention_safe.dt").space(dict(m=64, l=64, k=16, n=16), "f32",
                                                                       backend="interp")
-    labels = {dict(c.choices).get("fusion.sm") for c in attention}
+    labels = {dict(c.choices).get("fusion.sm.fuse_at") for c in attention}
     assert labels == {"", "sm:inline"}  # an element-wise producer fused at a loop: inlined instead
     layernorm = dt.load(ROOT / "examples" / "layernorm.dt").space(dict(x=8, y=300), "f32", backend="interp")
     added = [c for c in layernorm if "compute_with" in c.text]
@@ -406,6 +406,8 @@ def test_the_timer_follows_the_benchmarks_split_between_compute_and_memory_bound
     assert not compute_bound(matmul, dict(x=16, y=4096, k=4096), 2)  # a skinny product moves its weights
     assert not compute_bound(dt.load(ROOT / "examples" / "softmax_safe.dt"), dict(x=4096, y=4096), 2)
     assert not compute_bound(dt.load(ROOT / "examples" / "2mm_inner.dt"), dict(m=1024, n=1024, k=64, l=64), 2)
+    # an inlined product counted once, at its own dimensions (not once per reduction reading it)
+    assert compute_bound(dt.load(ROOT / "examples" / "attention_safe_onepass.dt"), dict(m=512, l=512, k=64, n=64), 2)
 
 
 def test_the_cache_exports_to_one_file_and_imports_it_elsewhere(tuning_cache, tmp_path, monkeypatch, capsys):
@@ -425,3 +427,53 @@ def test_the_cache_exports_to_one_file_and_imports_it_elsewhere(tuning_cache, tm
     shared.write_text('[{"name": "x"}]')
     with pytest.raises(dt.DTError, match="not a list of dt tune's entries"):
         cache.merge(shared)
+
+
+def test_statements_written_over_several_lines_are_chosen_whole():
+    source = (ROOT / "examples" / "softmax_safe.dt").read_text()
+    source = source.replace("_sum.compute_with(_max, y);", "_sum.compute_with(_max,\n    y);")
+    source = source.replace("_softmax.block(x:4);", "_softmax.block(\n    x:4);")
+    space = dt.loads(source, name="softmax_safe").space(dict(x=6, y=300), "f32", backend="interp")
+    assert len(space) > 0 and not space.illegal
+    assert all(c.text.count("\n_sum.compute_with") <= 1 and "block(\n" not in c.text and "    y);" not in c.text
+               for c in space)
+    assert any("_sum.compute_with(_max, y);" in c.text for c in space)
+
+
+def test_fusion_slots_are_one_each_and_compute_with_is_tried_both_ways():
+    prog = dt.load(ROOT / "examples" / "softmax_safe.dt")
+    for c in prog.space(dict(x=6, y=300), "f32", backend="interp"):
+        slots = [slot for slot, _ in c.choices]
+        assert len(slots) == len(set(slots))
+    layernorm = dt.load(ROOT / "examples" / "layernorm.dt").space(dict(x=8, y=300), "f32", backend="interp")
+    assert layernorm.illegal  # mean.compute_with(variance, y): variance reads mean, the checker refuses it
+
+
+def test_an_exported_entry_is_found_under_the_key_lookup_computes(tuning_cache, tmp_path, monkeypatch):
+    from dt.tune import cache
+    source = (ROOT / "examples" / "add.dt").read_text().replace("add_out.tensorize(y:64);",
+                                                                 "add_out.tensorize(y:64); add_out.num_warps(4);")
+    prog = dt.loads(source, name="add")  # two statements on one line
+    cache.store(prog, dict(x=24, y=300), "f32", "interp", "here", source, "two", 1.0)
+    cache.export(tmp_path / "team.json")
+    monkeypatch.setenv("DT_TUNE_CACHE", str(tmp_path / "another"))
+    cache.merge(tmp_path / "team.json")
+    assert cache.lookup(prog, dict(x=24, y=300), "f32", "interp", "here")["name"] == "two"
+
+
+def test_candidates_fail_alone_when_no_measuring_process_can_start_again(monkeypatch):
+    from dt.tune.evaluate import Child
+    prog = dt.load(ROOT / "examples" / "add.dt")
+    space = list(prog.space(dict(x=24, y=300), "f32", backend="interp"))
+    child = Child((prog.ast.source, prog.name, dict(x=24, y=300), "f32", "interp", 0))
+    try:
+        child.process.kill()
+
+        def broken(self):
+            raise EOFError("it died before it could say")
+        monkeypatch.setattr(Child, "_start", broken)
+        first, second = child.measure(space[0]), child.measure(space[1])
+        assert first.ms is None and "died" in first.error
+        assert second.ms is None and "no measuring process could be started again" in second.error
+    finally:
+        child.close()

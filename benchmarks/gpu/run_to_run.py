@@ -17,7 +17,7 @@ median was below dt's (a run-off between schedules; tune.py --choose records the
         TORCHINDUCTOR_CACHE_DIR=$(mktemp -d) python3 benchmarks/gpu/bench.py --out $RUNS --tag r$i \\
             --kernels add --providers dt,eager,compile,max-autotune --repeats 5 --no-plots
     done
-    # anywhere with torch installed
+    # anywhere with torch installed, from the checkout (measure imports dt's cold timer)
     python benchmarks/gpu/run_to_run.py --out $RUNS --name run_to_run_add $RUNS/gpu-r*.json
 
 writes OUT/NAME.json (every record of the runs, trimmed to the fields the report reads) and OUT/NAME.md.
@@ -30,7 +30,8 @@ import statistics
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+# this folder's modules, and dt (measure's cold timer) from the checkout if it is not installed
+sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[2])]
 import measure  # noqa: E402
 import render  # noqa: E402
 

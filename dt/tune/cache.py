@@ -59,9 +59,15 @@ def versions() -> dict[str, str]:
 def key(source: str, extents: dict[str, int], dtype: str, backend: str, device: str,
         made_with: dict[str, str] | None = None) -> str:
     """The entry's file name: a hash of the algorithm, the shape bucket, dtype, backend, device
-    and the versions (this process's, or `made_with`)."""
-    fields = {"algorithm": algorithm(source), "bucket": bucket(extents), "dtype": dtype, "backend": backend,
-              "device": device, "versions": made_with or versions()}
+    and the versions (this process's, or `made_with`). An entry's stored algorithm is hashed as
+    it is (`_key`): `algorithm` of an algorithm is not always the same text."""
+    return _key(algorithm(source), extents, dtype, backend, device, made_with or versions())
+
+
+def _key(algorithm_text: str, extents: dict[str, int], dtype: str, backend: str, device: str,
+         made_with: dict[str, str]) -> str:
+    fields = {"algorithm": algorithm_text, "bucket": bucket(extents), "dtype": dtype, "backend": backend,
+              "device": device, "versions": made_with}
     return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:32]
 
 
@@ -163,7 +169,7 @@ def merge(file) -> int:
     folder = directory()
     folder.mkdir(parents=True, exist_ok=True, mode=0o700)
     for e in found:
-        name = key(e["algorithm"], e["extents"], e["dtype"], e["backend"], e["device"], e["versions"])
+        name = _key(e["algorithm"], e["extents"], e["dtype"], e["backend"], e["device"], e["versions"])
         with tempfile.NamedTemporaryFile("w", dir=folder, suffix=".tmp", delete=False) as f:
             json.dump({k: e[k] for k in FIELDS}, f, indent=1)
         os.replace(f.name, folder / f"{name}.json")

@@ -12,6 +12,7 @@ is the driver's, keyed by one device's name (as a search on one GPU of that kind
 from __future__ import annotations
 
 import os
+import time
 
 from dt.errors import DTError
 from dt.tune import evaluate
@@ -53,9 +54,10 @@ class Cluster:
         self.nodes = ray.get([a.node.remote() for a in self.actors])
         self.device_name = ray.get(self.actors[0].device.remote())  # the cache's key: one device's name
         self.device = f"{self.device_name} x{len(self.actors)} (Ray)"
-        self.depth = 2 * len(self.actors)  # one measuring, one waiting, on each actor
+        # one call in flight an actor: a restart fails the calls queued behind the culprit too
+        self.depth = len(self.actors)
         self.arguments = arguments
-        self.pending: dict = {}  # result reference -> (actor index, candidate)
+        self.pending: dict = {}  # result reference -> (actor index, candidate, when submitted)
         self.load = [0] * len(self.actors)
 
     def _on(self, node: str):
@@ -64,13 +66,16 @@ class Cluster:
 
     def submit(self, candidate):
         i = self.load.index(min(self.load))
-        self.pending[self.actors[i].measure.remote(candidate)] = (i, candidate)
+        self.pending[self.actors[i].measure.remote(candidate)] = (i, candidate, time.monotonic())
         self.load[i] += 1
 
     def next(self) -> evaluate.Outcome:
-        done, _ = self.ray.wait(list(self.pending), num_returns=1, timeout=evaluate.TIMEOUT)
-        ready = done[0] if done else next(iter(self.pending))  # none in TIMEOUT: the oldest has hung
-        i, candidate = self.pending.pop(ready)
+        oldest = min(begun for _, _, begun in self.pending.values())
+        wait = max(oldest + evaluate.TIMEOUT - time.monotonic(), 0)
+        done, _ = self.ray.wait(list(self.pending), num_returns=1, timeout=wait)
+        # none in time: the oldest call has run past TIMEOUT (however busy the other actors were)
+        ready = done[0] if done else min(self.pending, key=lambda ref: self.pending[ref][2])
+        i, candidate, _ = self.pending.pop(ready)
         self.load[i] -= 1
         if not done:  # Ray cannot cancel an actor's running call: the actor is restarted
             self.ray.kill(self.actors[i], no_restart=False)
@@ -83,17 +88,31 @@ class Cluster:
                                                      "a dt bug: please report it with this schedule")
 
     def measure_now(self, candidate) -> evaluate.Outcome:
-        return self.ray.get(self.actors[0].measure.remote(candidate))
+        try:
+            return self._first(self.actors[0].measure.remote(candidate))
+        except (self.ray.exceptions.RayError, DTError) as e:
+            return evaluate.Outcome(candidate, None, f"the measuring actor failed: {e}")
 
     def retime(self, candidate) -> float:
-        return self.ray.get(self.actors[0].retime.remote(candidate))
+        return self._first(self.actors[0].retime.remote(candidate))
 
     def time(self, name: str, fn) -> float:
-        return self.ray.get(self.actors[0].time.remote(name, fn))
+        return self._first(self.actors[0].time.remote(name, fn))
+
+    def _first(self, ref):
+        """The first actor's answer, within TIMEOUT."""
+        try:
+            return self.ray.get(ref, timeout=evaluate.TIMEOUT)
+        except self.ray.exceptions.GetTimeoutError:
+            self.ray.kill(self.actors[0], no_restart=False)
+            raise DTError(f"the first measuring actor did not answer in {evaluate.TIMEOUT} s", None,
+                          "a dt bug: please report it with the program and shape") from None
 
     def abandon(self):
-        for ref in self.pending:
-            self.ray.cancel(ref)
+        """Drop the calls under way (the budget ran out): their actors are restarted, so that
+        the final rounds do not wait behind a compile."""
+        for i, _, _ in self.pending.values():
+            self.ray.kill(self.actors[i], no_restart=False)
         self.pending.clear()
         self.load = [0] * len(self.actors)
 

@@ -203,6 +203,7 @@ class Child:
 
     def __init__(self, setup: tuple):
         self.setup = setup
+        self.lost = ""  # why no measuring process could be started again, if none could
         self._start()
 
     @classmethod
@@ -220,6 +221,9 @@ class Child:
         self.process = context.Process(target=_serve, args=(theirs, self.setup), daemon=True)
         self.process.start()
         theirs.close()
+        if not self.connection.poll(TIMEOUT):  # set-up hung (the reference at these sizes, say)
+            self.close()
+            raise EOFError(f"the measuring process was not ready after {TIMEOUT} s")
         status, message = self.connection.recv()  # EOFError: it died before it could say
         if status == "error":
             self.close()
@@ -228,6 +232,8 @@ class Child:
 
     def _ask(self, request: tuple):
         """(The reply, or None; why there is none)."""
+        if self.lost:
+            return None, self.lost
         why = ""
         try:
             self.connection.send(request)
@@ -240,7 +246,10 @@ class Child:
             reply, broken, why = None, True, f"the measuring process died (exit code {self.process.exitcode})"
         if broken:
             self.close()
-            self._start()
+            try:
+                self._start()
+            except (EOFError, DTError) as e:  # the candidates left fail with this, not the search
+                self.lost = f"no measuring process could be started again ({e})"
         return reply, why
 
     def measure(self, candidate) -> Outcome:

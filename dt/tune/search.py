@@ -84,7 +84,12 @@ def tune(prog, sizes: dict[str, int], dtype: str = "f32", backend: str = "triton
         return Result([Timed(Candidate(entry["name"], entry["schedule"]), entry["ms"])], {}, 0,
                       f"from the tuning cache ({entry['path']}, tuned at {entry['extents']})", device, cached=True,
                       title=title)
-    found = space(prog, sizes, dtype, backend)
+    try:
+        found = space(prog, sizes, dtype, backend)
+    except BaseException:  # a cluster started for this search is not left running
+        if evaluator is not None:
+            evaluator.close()
+        raise
     evaluator = evaluator or Local(prog, sizes, dtype, backend, seed, workers)
     try:
         timed, failed, tried = _search(Strategy(found.candidates, seed), evaluator, budget, progress,

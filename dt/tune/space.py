@@ -233,57 +233,61 @@ def _root_of(checked, func: str) -> str:
 def without_shaping(program: A.Program, roots, fusion: bool = False) -> str:
     """The program's source without the statements the space chooses for its roots (and with
     `fusion`, without its fuse_at, inline and compute_with statements)."""
-    lines = program.source.splitlines(keepends=True)
-    cuts: dict[int, list[tuple[int, int]]] = {}
-    for call in program.schedule:
-        chosen = call.func in roots and call.primitive in SHAPING or fusion and call.primitive in FUSION
-        if chosen and call.loc is not None:
-            cuts.setdefault(call.loc.line - 1, []).append((call.loc.col - 1, call.loc.col - 1 + call.loc.length))
-    for n, spans in cuts.items():
-        line = lines[n]
-        for start, end in sorted(spans, reverse=True):
-            line = line[:start] + line[end:]
-        lines[n] = line if line.strip() else ""
-    text = "".join(lines)
-    return text if text.endswith("\n") else text + "\n"
+    source = program.source
+    spans = [_span(source, call.loc) for call in program.schedule if call.loc is not None and
+             (call.func in roots and call.primitive in SHAPING or fusion and call.primitive in FUSION)]
+    for start, end in sorted(spans, reverse=True):
+        line_start = source.rfind("\n", 0, start) + 1
+        line_end = source.find("\n", end)
+        line_end = len(source) if line_end < 0 else line_end + 1
+        alone = not source[line_start:start].strip() and not source[end:line_end].strip()
+        source = source[:line_start] + source[line_end:] if alone else source[:start] + source[end:]
+    return source if source.endswith("\n") else source + "\n"
+
+
+def _span(source: str, loc) -> tuple[int, int]:
+    """Where a schedule statement lies in the source: from its start to its semicolon, over
+    several lines if it is written over several."""
+    start = sum(len(line) for line in source.splitlines(keepends=True)[:loc.line - 1]) + loc.col - 1
+    return start, source.index(";", start) + 1
 
 
 def _fusion(prog) -> list[tuple]:
     """The fusion choices, each a tuple of (slot, value, DT statements) triples: for each
     statement as written and its alternatives — an element-wise producer fused at a loop may
     be inlined instead, a compute_with may be dropped — and for each two reductions fused at the
-    same loop over the same dimension without one, compute_with added (the later, or the one
-    reading the other, computed with the other)."""
+    same loop over a dimension both walk without one, compute_with added in either direction
+    (the checker refuses the one that does not hold)."""
     checked, statements = prog.checked, []
     defined = {f.name: f for f in prog.ast.funcs}  # inlined Funcs too (checked.funcs has them substituted)
     for call in prog.ast.schedule:
         if call.primitive not in FUSION or call.loc is None:
             continue
-        written = call.loc.text[call.loc.col - 1:call.loc.col - 1 + call.loc.length] + "\n"
-        options = [(call.func, "", written)]
+        start, end = _span(prog.ast.source, call.loc)
+        written = " ".join(prog.ast.source[start:end].split()) + "\n"
+        slot = f"{call.func}.{call.primitive}"
+        options = [(slot, "", written)]
         reduces = any(isinstance(e, A.Reduce) for e in A.walk(defined[call.func].expr))
         if call.primitive == "fuse_at" and not reduces:
-            options.append((call.func, f"{call.func}:inline", f"{call.func}.inline();\n"))
+            options.append((slot, f"{call.func}:inline", f"{call.func}.inline();\n"))
         elif call.primitive == "compute_with":
-            options.append((call.func, f"{call.func}:alone", ""))
+            options.append((slot, f"{call.func}:alone", ""))
         statements.append(options)
     paired = {frozenset((c.func, c.args[0])) for c in prog.ast.schedule if c.primitive == "compute_with"}
     fused = sorted(checked.fused.items())
     for i, (a, at) in enumerate(fused):
         for b, at_b in fused[i + 1:]:
             shared = _reduced(checked, a) & _reduced(checked, b)
-            if at == at_b and len(shared) == 1 and frozenset((a, b)) not in paired:
-                later, first = (a, b) if _reads(checked, a, b) else (b, a)
-                r = next(iter(shared))
-                statements.append([(later, "", ""), (later, f"{later}+{first}",
-                                                     f"{later}.compute_with({first}, {r});\n")])
+            if at != at_b or frozenset((a, b)) in paired:
+                continue
+            for r in sorted(shared):  # either direction: the checker keeps the one that holds
+                slot = f"{a}+{b}.{r}"
+                statements.append([(slot, "", "")] + [(slot, f"{x}+{y}", f"{x}.compute_with({y}, {r});\n")
+                                                      for x, y in ((a, b), (b, a))])
     return [tuple(point) for point in itertools.product(*statements)] if statements else []
 
 
 def _reduced(checked, func: str) -> set:
     return {e.dim for e in A.walk(checked.funcs[func].expr) if isinstance(e, A.Reduce)}
 
-
-def _reads(checked, func: str, other: str) -> bool:
-    return any(getattr(e, "name", None) == other for e in A.walk(checked.funcs[func].expr))
 

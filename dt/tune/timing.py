@@ -18,7 +18,7 @@ def compute_bound(prog, extents: dict[str, int], item_bytes: int) -> bool:
     from dt.ir import algorithm as A
     checked = prog.checked
     flops = 0
-    for f in checked.funcs.values():
+    for f in prog.ast.funcs:  # each definition once, at its own dimensions (inlined ones too)
         for e in A.walk(f.expr):
             if isinstance(e, A.Reduce) and e.op == "dot":
                 flops += 2 * extents.get(e.dim, 1) * _elements(f.dims, extents)
