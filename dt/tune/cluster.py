@@ -1,8 +1,8 @@
 """Measuring candidates on a Ray cluster (`dt tune --ray [ADDRESS]`, `prog.tune(..., ray=...)`).
 
 One measuring actor per GPU of the cluster for a GPU backend, each holding the search's inputs
-and the reference's outputs, compiling, checking and timing the candidates it is given (two in
-flight each). A CPU backend gets one actor per node holding all its CPUs (two timings on one
+and the reference's outputs, compiling, checking and timing the candidates it is given (one at
+a time: a restart would fail a call queued behind the culprit). A CPU backend gets one actor per node holding all its CPUs (two timings on one
 machine would disturb each other, and the backend's kernels use every core). An actor whose
 GPU context a candidate broke, or that ran past evaluate.TIMEOUT, is restarted by Ray and the
 candidate fails. The finalists and baselines are timed again on the first actor only, side by
