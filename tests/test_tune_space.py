@@ -12,6 +12,7 @@ import pytest
 import dt
 from dt.testing import assert_close, random_inputs
 from dt.tune.space import PRUNED
+from example_sizes import SIZES, example_path
 
 ROOT = Path(__file__).resolve().parents[1]
 @pytest.fixture(autouse=True)
@@ -121,6 +122,21 @@ def test_the_space_of_a_product_holds_program_orders_and_launch_hints():
 def test_the_cpu_space_has_no_warps_or_stages():
     space = dt.load(ROOT / "examples" / "matmul.dt").space(dict(x=512, y=512, k=512), "f32", backend="numba")
     assert space and not any("num_warps" in c.text or "num_stages" in c.text for c in space)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(SIZES))
+def test_every_schedule_of_every_example_computes_the_algorithm(name):
+    """Every kept schedule of the space of every example, at sizes its tiles divide nothing of,
+    on the interpreter, against the reference (fusion choices included)."""
+    prog = dt.load(example_path(name))
+    sizes = SIZES[name][-1]
+    space = prog.space(sizes, "f32", backend="interp")
+    assert len(space) > 0
+    args = random_inputs(prog, sizes, "f32", seed=3)
+    expected = prog.reference(**args)
+    for candidate in space:
+        assert_close(dt.loads(candidate.text, name=name)(backend="interp", **args), expected, "f32")
 
 
 def test_every_example_has_a_space():
