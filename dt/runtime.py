@@ -171,8 +171,8 @@ class Program:
 
     def _tuned_plan(self, name, sizes, args, choice, b: _Binding):
         """The plan of the schedule the tuning cache holds for this call (dt.tune.choose)."""
-        from dt.tune.choose import choose
-        if choice != "tuned":
+        from dt.tune.choose import CHOICES, choose
+        if choice not in CHOICES:
             raise DTInputError(f"schedule={choice!r} is not a schedule choice", None,
                                'schedule="written" (the default) or schedule="tuned" (the tuning cache\'s)')
         floats = {t for n, t in b.dtypes.items() if n in self.inputs and n not in self.checked.index_inputs}

@@ -87,19 +87,18 @@ def nearest(prog, extents: dict[str, int], dtype: str, backend: str, device: str
     wanted, want = algorithm(prog.ast.source), bucket(extents)
     same = {"dtype": dtype, "backend": backend, "device": device, "versions": versions()}
     found = []
-    for path in sorted(directory().glob("*.json")):
+    for entry in entries():
         try:
-            entry = json.loads(path.read_text())
             if entry["algorithm"] != wanted or any(entry[k] != v for k, v in same.items()):
                 continue
             have = bucket(entry["extents"])
-        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        except (KeyError, TypeError, AttributeError):
             continue
         if have.keys() == want.keys():
             distance = sum(abs(have[d].bit_length() - want[d].bit_length()) for d in want)
-            found.append((distance, -sum(have.values()), path))
+            found.append((distance, -sum(have.values()), entry["path"]))
     for _, _, path in sorted(found):
-        entry = _valid(prog, path, extents, dtype)
+        entry = _valid(prog, Path(path), extents, dtype)
         if entry is not None:
             return entry
     return None
@@ -121,16 +120,20 @@ def _valid(prog, path: Path, extents: dict[str, int], dtype: str) -> dict | None
 
 def store(prog, extents: dict[str, int], dtype: str, backend: str, device: str, schedule: str, name: str,
           ms: float) -> Path:
-    """Write the entry (atomically: a reader sees the old file or the new one)."""
-    folder = directory()
-    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-    path = folder / f"{key(prog.ast.source, extents, dtype, backend, device)}.json"
+    """Keep the fastest schedule of a search."""
     entry = {"algorithm": algorithm(prog.ast.source), "schedule": schedule, "name": name, "ms": ms,
              "extents": extents, "dtype": dtype, "backend": backend, "device": device, "versions": versions()}
+    return _write(key(prog.ast.source, extents, dtype, backend, device), entry)
+
+
+def _write(name: str, entry: dict) -> Path:
+    """The entry as DIR/name.json, written atomically: a reader sees the old file or the new one."""
+    folder = directory()
+    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
     with tempfile.NamedTemporaryFile("w", dir=folder, suffix=".tmp", delete=False) as f:
         json.dump(entry, f, indent=1)
-    os.replace(f.name, path)
-    return path
+    os.replace(f.name, folder / f"{name}.json")
+    return folder / f"{name}.json"
 
 
 def entries() -> list[dict]:
@@ -166,11 +169,7 @@ def merge(file) -> int:
     except (OSError, ValueError) as e:
         raise DTError(f"cannot read the tuning entries in {str(file)!r}: {e}", None,
                       "give a file written by `dt cache export`") from None
-    folder = directory()
-    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
     for e in found:
-        name = _key(e["algorithm"], e["extents"], e["dtype"], e["backend"], e["device"], e["versions"])
-        with tempfile.NamedTemporaryFile("w", dir=folder, suffix=".tmp", delete=False) as f:
-            json.dump({k: e[k] for k in FIELDS}, f, indent=1)
-        os.replace(f.name, folder / f"{name}.json")
+        _write(_key(e["algorithm"], e["extents"], e["dtype"], e["backend"], e["device"], e["versions"]),
+               {k: e[k] for k in FIELDS})
     return len(found)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dt.tune import cache as tuning_cache
 from dt.tune import evaluate
 
-CHOICES = ("written", "tuned")
+CHOICES = ("written", "tuned")  # what a call's schedule= may say
 
 
 def tuned(prog, sizes: dict[str, int], dtype: str = "f32", backend: str = "triton"):
@@ -23,10 +23,11 @@ def choose(prog, extents: dict[str, int], dtype, backend: str):
     if not isinstance(dtype, str):
         return prog, (f"the schedule as written: its inputs have several dtypes ({', '.join(sorted(set(dtype)))}) "
                       "and dt tune tunes one")
-    entry = tuning_cache.nearest(prog, extents, dtype, backend, evaluate.device(backend))
+    device = evaluate.device(backend)
+    entry = tuning_cache.nearest(prog, extents, dtype, backend, device)
     if entry is None:
         return prog, (f"the schedule as written: the tuning cache ({tuning_cache.directory()}) has no {dtype} "
-                      f"schedule of this algorithm on {evaluate.device(backend)}; `dt tune` finds one")
+                      f"schedule of this algorithm on {device}; `dt tune` finds one")
     shape = ", ".join(f"{d}={n}" for d, n in entry["extents"].items())
     where = "this shape's bucket" if tuning_cache.bucket(entry["extents"]) == tuning_cache.bucket(extents) \
         else "the nearest shape tuned"

@@ -2,8 +2,9 @@
 
 One measuring actor per GPU of the cluster for a GPU backend, each holding the search's inputs
 and the reference's outputs, compiling, checking and timing the candidates it is given (one at
-a time: a restart would fail a call queued behind the culprit). A CPU backend gets one actor per node holding all its CPUs (two timings on one
-machine would disturb each other, and the backend's kernels use every core). An actor whose
+a time: a restart would fail a call queued behind the culprit). A CPU backend gets one actor
+per node holding all its CPUs (two timings on one machine would disturb each other, and the
+backend's kernels use every core). An actor whose
 GPU context a candidate broke, or that ran past evaluate.TIMEOUT, is restarted by Ray and the
 candidate fails. The finalists and baselines are timed again on the first actor only, side by
 side on one device. Every node needs the same dt, backend and Python versions; the tuning cache
@@ -123,14 +124,12 @@ class Cluster:
             self.ray.shutdown()
 
 
-class Measurer:
+class Measurer(evaluate.InProcess):
     """A Ray actor: the search's inputs on its device, measuring what it is given."""
 
     def __init__(self, source: str, name: str, sizes: dict, dtype: str, backend: str, seed: int):
-        from dt.runtime import loads
+        super().__init__((source, name, sizes, dtype, backend, seed))
         self.backend = backend
-        self.inputs = evaluate.Inputs(loads(source, name=name), sizes, dtype, backend, seed)
-        self.runs: dict[str, object] = {}
 
     def node(self) -> str:
         import ray
@@ -140,18 +139,7 @@ class Measurer:
         return evaluate.device(self.backend)
 
     def measure(self, candidate) -> evaluate.Outcome:
-        outcome, run, broken = self.inputs.measure(candidate)
+        outcome, broken = self.attempt(candidate)
         if broken:  # this actor's GPU context is gone: a crash, which Ray restarts (max_restarts); the call fails
             os._exit(1)
-        if run is not None:
-            self.runs[candidate.name] = run
         return outcome
-
-    def retime(self, candidate) -> float:
-        if candidate.name not in self.runs:
-            self.measure(candidate)
-        return self.inputs.clock(self.runs[candidate.name])
-
-    def time(self, name: str, fn) -> float:
-        run = self.runs[name] = lambda: fn(**self.inputs.args)
-        return self.inputs.clock(run)

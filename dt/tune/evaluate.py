@@ -40,8 +40,8 @@ class Inputs:
         args = random_inputs(prog, sizes, dtype, seed=seed)
         self.expected = prog.reference(**args)
         self.args = on_device(args, backend)
-        self.on_device = on_device({"": self.expected} if not isinstance(self.expected, dict) else self.expected,
-                                   backend) if self.args is not args else None
+        expected = self.expected if isinstance(self.expected, dict) else {"": self.expected}
+        self.on_device = on_device(expected, backend) if on_gpu(backend) else None
         self.clock = clock(backend, prog, sizes, dtype)
 
     def runner(self, text: str):
@@ -94,18 +94,16 @@ class Local:
     (a misaligned address, an illegal access: a dt bug) fails alone and the search goes on."""
 
     def __init__(self, prog, sizes: dict, dtype: str, backend: str, seed: int, workers: int | None):
-        gpu = backend == "triton" and cuda()
+        gpu = on_gpu(backend)
         if workers is None:  # each runs its compiles on the GPU (a context each): a few suffice
             workers = min(max((os.cpu_count() or 2) - 2, 1), WORKERS) if gpu else 0
         caller = getattr(sys.modules.get("__main__"), "__file__", None)
         spawnable = caller is None or os.path.exists(caller)  # a spawned process imports the caller's script again
         workers = workers if spawnable else 0  # none to import (python - < script)
         setup = (prog.ast.source, prog.name, sizes, dtype, backend, seed)
-        self.measurer = Child.started(setup) if gpu and spawnable else None
-        self.measurer = self.measurer or InProcess(setup)
+        self.measurer = (Child.started(setup) if gpu and spawnable else None) or InProcess(setup)
         self.setup = setup
-        self.baseline_inputs = None  # made in this process for the baselines, if any
-        self.baselines: dict[str, object] = {}  # name -> its call
+        self.baselines = None  # an InProcess timing the baselines, made for the first
         self.pending: deque = deque()  # (candidate, compile future or None), in submission order
         self.pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) if workers else None
         self.depth = workers + 1 if workers else 1  # candidates kept in flight
@@ -131,17 +129,14 @@ class Local:
         return self.measurer.measure(candidate)
 
     def retime(self, candidate) -> float:
-        if candidate.name in self.baselines:
-            return self.baseline_inputs.clock(self.baselines[candidate.name])
+        if self.baselines is not None and candidate.name in self.baselines.runs:
+            return self.baselines.retime(candidate)
         return self.measurer.retime(candidate)
 
     def time(self, name: str, fn) -> float:
         """A baseline's time: `fn(**inputs)` on the same inputs (made in this process), with the same clock."""
-        if self.baseline_inputs is None:
-            self.baseline_inputs = InProcess(self.setup).inputs
-        inputs = self.baseline_inputs.args
-        self.baselines[name] = lambda: fn(**inputs)
-        return self.baseline_inputs.clock(self.baselines[name])
+        self.baselines = self.baselines or InProcess(self.setup)
+        return self.baselines.time(name, fn)
 
     def measure_now(self, candidate) -> Outcome:
         """Measured at once (compiled by the measuring process, not queued behind the workers)."""
@@ -182,16 +177,25 @@ class InProcess:
         self.inputs = Inputs(loads(source, name=name), sizes, dtype, backend, seed)
         self.runs: dict[str, object] = {}
 
-    def measure(self, candidate) -> Outcome:
-        outcome, run, _ = self.inputs.measure(candidate)
+    def attempt(self, candidate) -> tuple[Outcome, bool]:
+        """(Its outcome, whether it broke the GPU context); a correct one is kept for retiming."""
+        outcome, run, broken = self.inputs.measure(candidate)
         if run is not None:
             self.runs[candidate.name] = run
-        return outcome
+        return outcome, broken
+
+    def measure(self, candidate) -> Outcome:
+        return self.attempt(candidate)[0]
 
     def retime(self, candidate) -> float:
         if candidate.name not in self.runs:
             self.measure(candidate)
         return self.inputs.clock(self.runs[candidate.name])
+
+    def time(self, name: str, fn) -> float:
+        """A baseline: `fn(**inputs)` on the same inputs, kept for retiming under its name."""
+        self.runs[name] = lambda: fn(**self.inputs.args)
+        return self.inputs.clock(self.runs[name])
 
     def close(self):
         pass
@@ -287,9 +291,7 @@ def _serve(connection, setup: tuple):
         except EOFError:
             return
         if op == "measure":
-            outcome, run, broken = measurer.inputs.measure(candidate)
-            if run is not None:
-                measurer.runs[candidate.name] = run
+            outcome, broken = measurer.attempt(candidate)
             connection.send((outcome, broken))
             if broken:
                 return
@@ -326,7 +328,7 @@ def zero_inputs(prog, sizes: dict, dtype: str) -> dict:
 
 def on_device(args: dict, backend: str) -> dict:
     """The inputs where the backend runs: on the GPU for triton there, else as they are."""
-    if not (backend == "triton" and cuda()):
+    if not on_gpu(backend):
         return args
     from dt.arrays import to_torch
     return {n: to_torch(a).cuda() if hasattr(a, "shape") else a for n, a in args.items()}
@@ -348,7 +350,7 @@ def clock(backend: str, prog=None, sizes: dict | None = None, dtype: str = "f32"
     on a GPU a memory-bound program on a cold L2 for every run, a compute-bound one (its matrix
     products doing 200 FLOPs a byte or more) with Triton's do_bench; elsewhere wall time over
     repeated calls."""
-    if backend == "triton" and cuda():
+    if on_gpu(backend):
         from triton.testing import do_bench
 
         from dt.dtypes import ITEM_BYTES
@@ -375,9 +377,9 @@ def clock(backend: str, prog=None, sizes: dict | None = None, dtype: str = "f32"
 
 def context_usable() -> bool:
     """False where the CUDA context can no longer run anything (a sticky error)."""
-    if not cuda():
+    torch = sys.modules.get("torch")
+    if torch is None or not torch.cuda.is_initialized():
         return True
-    import torch
     try:
         torch.cuda.synchronize()
         return True
@@ -385,16 +387,17 @@ def context_usable() -> bool:
         return False
 
 
-def cuda() -> bool:
+def on_gpu(backend: str) -> bool:
+    """Whether `backend` runs its kernels on a CUDA GPU here (triton with one; not its interpreter)."""
+    from dt import backends
     try:
-        import torch
-    except ImportError:
+        return getattr(backends.get(backend), "device", None) == "cuda"
+    except DTError:  # not installed here: nothing of it runs anywhere
         return False
-    return torch.cuda.is_available()
 
 
 def device(backend: str) -> str:
-    if backend == "triton" and cuda():
+    if on_gpu(backend):
         import torch
         return torch.cuda.get_device_name()
     import platform

@@ -76,22 +76,15 @@ def tune(prog, sizes: dict[str, int], dtype: str = "f32", backend: str = "triton
     if ray:  # the cluster's device, not this machine's, is the cache's key
         from dt.tune.cluster import Cluster
         evaluator = Cluster(prog, sizes, dtype, backend, seed, None if ray is True else ray)
-    device, shown = (evaluator.device_name, evaluator.device) if evaluator else (_device(backend),) * 2
-    entry = tuning_cache.lookup(prog, extents, dtype, backend, device) if cache and lookup else None
-    if entry is not None:
-        if evaluator is not None:
-            evaluator.close()
-        return Result([Timed(Candidate(entry["name"], entry["schedule"]), entry["ms"])], {}, 0,
-                      f"from the tuning cache ({entry['path']}, tuned at {entry['extents']})", device, cached=True,
-                      title=title)
-    try:
+    try:  # a cluster or processes started for this search are not left running, whatever happens
+        device, shown = (evaluator.device_name, evaluator.device) if evaluator else (_device(backend),) * 2
+        entry = tuning_cache.lookup(prog, extents, dtype, backend, device) if cache and lookup else None
+        if entry is not None:
+            return Result([Timed(Candidate(entry["name"], entry["schedule"]), entry["ms"])], {}, 0,
+                          f"from the tuning cache ({entry['path']}, tuned at {entry['extents']})", device,
+                          cached=True, title=title)
         found = space(prog, sizes, dtype, backend)
-    except BaseException:  # a cluster started for this search is not left running
-        if evaluator is not None:
-            evaluator.close()
-        raise
-    evaluator = evaluator or Local(prog, sizes, dtype, backend, seed, workers)
-    try:
+        evaluator = evaluator or Local(prog, sizes, dtype, backend, seed, workers)
         timed, failed, tried = _search(Strategy(found.candidates, seed), evaluator, budget, progress,
                                        len(found))
         finalists = timed[:FINALISTS]
@@ -106,7 +99,8 @@ def tune(prog, sizes: dict[str, int], dtype: str = "f32", backend: str = "triton
             for t in contenders.values():
                 t.rounds.append(evaluator.retime(t.candidate))
     finally:
-        evaluator.close()
+        if evaluator is not None:
+            evaluator.close()
     for t in contenders.values():
         t.ms = statistics.median(t.rounds) if t.rounds else t.ms
     # the schedule as written competes too: dt tune never returns one slower than what the user wrote

@@ -77,15 +77,16 @@ def space(prog, sizes: dict[str, int], dtype: str = "f32", backend: str = "trito
     extents = prog._extents({}, sizes, "sizes")
     roots = prog.checked.kernel_roots
     item = ITEM_BYTES.get(dtype, 4) if isinstance(dtype, str) else 4
-    over: list = []  # points whose product tiles take more shared memory than a GPU has
-    per_root = [_choices(prog.checked, root, extents, gpu, item, over) for root in roots]
+    shaped = [_choices(prog.checked, root, extents, gpu, item) for root in roots]
+    per_root = [choices for choices, _ in shaped]
+    over = sum(n for _, n in shaped)  # ways whose product tiles take more shared memory than a GPU has
     fusion = _fusion(prog)
     parts = list(roots)
     if len(fusion) > 1:  # the fusion statements are chosen too
         per_root.append(fusion)
         parts.append("fusion")
     base = without_shaping(prog.ast, roots, fusion=len(fusion) > 1)
-    result = Space(pruned={"shared-memory": len(over)} if over else {})
+    result = Space(pruned={"shared-memory": over} if over else {})
     legal = []  # (candidate, the PRUNED warnings it raises as (code, message))
     for combination in _points(per_root, limit):
         result.generated += 1
@@ -143,27 +144,27 @@ def _shared_bytes(blocks, tiles, launch, reductions: dict, extents: dict, item: 
                for r, _, t in tiles if reductions.get(r)) + (x * y * item if tma else 0)
 
 
-def _choices(checked, root: str, extents: dict[str, int], gpu: bool, item: int = 2,
-             over: list | None = None) -> list[tuple]:
-    """Each way to shape one root Func's kernel: a tuple of (slot, value, DT statement) triples,
-    a slot being one choice ('x' for x's block, 'map', 'warps', ...) and its value a label."""
+def _choices(checked, root: str, extents: dict[str, int], gpu: bool, item: int = 2) -> tuple[list[tuple], int]:
+    """(Each way to shape one root Func's kernel, how many more its shared memory ruled out).
+    A way is a tuple of (slot, value, DT statement) triples, a slot being one choice ('x' for
+    x's block, 'map', 'warps', ...) and its value a label."""
     dims = checked.funcs[root].dims
     reductions = _reductions(checked, root)
     product = any(reductions.values())
     axes = []
     for i, d in enumerate(dims):
         extent = extents[d]
+
+        def blocks(sizes):  # blocks of d below its extent: (label, statement, tile size)
+            return [(f"{d}{b}", f"{root}.block({d}:{b});\n", b) for b in sizes if b < extent]
         if i < len(dims) - 2:  # a batch dimension: a program each
             options = [(f"{d}1", f"{root}.block({d}:1);\n", 1)]
         elif product:  # a matrix product's output tile: 16 to 256 a side (tensor-core shapes)
-            options = [(f"{d}{b}", f"{root}.block({d}:{b});\n", b) for b in PRODUCT_BLOCKS if b < extent]
-            options += [(f"{d}*", "", 0)] if extent <= max(PRODUCT_BLOCKS) else []
+            options = blocks(PRODUCT_BLOCKS) + ([(f"{d}*", "", 0)] if extent <= max(PRODUCT_BLOCKS) else [])
         elif i < len(dims) - 1 or reductions and len(dims) == 1:  # rows (a reduction's one output dimension too)
-            options = [(f"{d}{b}", f"{root}.block({d}:{b});\n", b) for b in ROWS if b < extent]
-            options.append((f"{d}*", "", 0))  # the whole extent in one program
+            options = blocks(ROWS) + [(f"{d}*", "", 0)]  # or the whole extent in one program
         else:  # the contiguous dimension: blocks of it, or all of it in a program, whole or walked in tiles
-            options = [(f"{d}{b}", f"{root}.block({d}:{b});\n", b) for b in COLUMNS if b < extent]
-            options += [(f"{d}*/{t}", "", t) for t in WALKS if t < extent] + [(f"{d}*", "", 0)]
+            options = blocks(COLUMNS) + [(f"{d}*/{t}", "", t) for t in WALKS if t < extent] + [(f"{d}*", "", 0)]
         axes.append([(d, label, block, size) for label, block, size in options])
     walks = []
     for r, in_product in reductions.items():
@@ -182,12 +183,11 @@ def _choices(checked, root: str, extents: dict[str, int], gpu: bool, item: int =
                             for s in (PRODUCT_STAGES if product else STAGES)])
     if gpu and product:  # launch hints: a win for products only (docs/language.md), both together
         gpu_options.append([("launch", "", ""), ("launch", "persistent+tma", f"{root}.persistent();\n{root}.tma();\n")])
-    choices = []
+    choices, over = [], 0
     for blocks, tiles, *launch in itertools.product(itertools.product(*axes), itertools.product(*walks),
                                                     *gpu_options):
         if product and gpu and _shared_bytes(blocks, tiles, launch, reductions, extents, item) > SHARED_MEMORY:
-            if over is not None:
-                over.append(1)  # counted with the pruned
+            over += 1
             continue
         tensorize = [f"{d}:{size}" for d, _, _, size in blocks if size != 1] + [f"{r}:{t}" for r, _, t in tiles]
         lines = [(d, label, block) for d, label, block, _ in blocks] + [(r, label, "") for r, label, _ in tiles]
@@ -195,7 +195,7 @@ def _choices(checked, root: str, extents: dict[str, int], gpu: bool, item: int =
             lines.append(("", "", f"{root}.tensorize({', '.join(tensorize)});\n"))
         for order in _orders(root, dims, blocks, product):
             choices.append(tuple(lines + [order] + list(launch)))
-    return choices
+    return choices, over
 
 
 def _orders(root: str, dims: tuple, blocks, product: bool) -> list[tuple]:
