@@ -25,12 +25,16 @@ def numpy_dtype(dtype: str) -> np.dtype:
     return NUMPY[dtype]
 
 
-def random_inputs(prog, extents: dict[str, int], dtype: str = "f32", seed: int = 0) -> dict:
+def random_inputs(prog, extents: dict[str, int], dtype: str = "f32", seed: int = 0, schedule: bool = True) -> dict:
     """Seeded standard-normal inputs of `dtype` for every input of `prog`, shaped by `extents`
     (dimension name -> extent), and a value in [0.5, 1.5) for every scalar. An input that indexes
     another (I in E[I[t], d]) holds int64 indices within the axis it indexes; a scalar that
-    indexes is 1."""
-    prog.check_extents(extents, dtype)  # a DTError for an extent missing, unknown, bad or too large
+    indexes is 1. `schedule=False` checks the extents against the algorithm only, not against
+    the schedule as written (for dt tune, which tries others)."""
+    if schedule:
+        prog.check_extents(extents, dtype)  # a DTError for an extent missing, unknown, bad or too large
+    else:
+        prog._extents({}, extents, "extents")
     rng = np.random.default_rng(seed)
     args: dict = {}
     indexed = prog.checked.index_inputs

@@ -156,7 +156,9 @@ def test_tune_times_every_correct_schedule_and_returns_the_fastest():
     result = prog.tune(sizes, "f32", backend="interp", budget=60)
     assert result.timed and not result.failed and result.untried == 0
     searched = [t for t in result.timed if t.candidate.name != "as written"]
-    assert len(searched) == len(prog.space(sizes, "f32", backend="interp")) == len(result.timed) - 1
+    assert len(searched) == len(prog.space(sizes, "f32", backend="interp"))
+    # the schedule as written is ranked with them, or reported beside them when far slower
+    assert ("as written" in result.baselines) != (len(result.timed) == len(searched) + 1)
     finalists = result.timed[:3]
     assert [t.ms for t in finalists] == sorted(t.ms for t in finalists) and all(len(t.rounds) == 3 for t in finalists)
     args = random_inputs(prog, sizes, "f32", seed=5)
@@ -493,3 +495,61 @@ def test_candidates_fail_alone_when_no_measuring_process_can_start_again(monkeyp
         assert second.ms is None and "no measuring process could be started again" in second.error
     finally:
         child.close()
+
+
+@pytest.mark.parametrize("written_ms", [None, 50.0, 1.5])
+def test_the_schedule_as_written_is_bounded_in_time_and_timed_again_only_if_it_competes(monkeypatch, written_ms):
+    from dt.tune import search
+    from dt.tune.evaluate import Outcome
+
+    class Evaluator:  # every candidate 1 ms; the schedule as written failed, 50x slower, or close
+        depth, asked, retimed = 1, [], []
+
+        def __init__(self, *args):
+            self.queue = []
+
+        def submit(self, candidate):
+            self.queue.append(candidate)
+
+        def next(self):
+            return Outcome(self.queue.pop(0), 1.0)
+
+        def measure_now(self, candidate, timeout):
+            self.asked.append(timeout)
+            return Outcome(candidate, written_ms, "" if written_ms else "it ran for more than 30 s", not written_ms)
+
+        def retime(self, candidate):
+            self.retimed.append(candidate.name)
+            return written_ms if candidate.name == "as written" else 1.0
+
+        def abandon(self):
+            pass
+
+        close = abandon
+
+    monkeypatch.setattr(search, "Local", Evaluator)
+    prog = dt.load(ROOT / "examples" / "add.dt")
+    result = search.tune(prog, dict(x=24, y=300), "f32", "interp", budget=1, cache=False)
+    assert Evaluator.asked == [search.WRITTEN_TIMEOUT]
+    if written_ms is None:
+        assert result.failed["as written"].startswith("not timed: it ran for more than 30 s")
+        assert "as written" not in result.baselines
+    elif written_ms > search.SLOWER:
+        assert result.baselines["as written"] == 50.0 and "as written" not in Evaluator.retimed
+    else:
+        assert Evaluator.retimed.count("as written") == search.ROUNDS and result.baselines["as written"] == 1.5
+
+
+def test_a_schedule_that_fails_at_these_extents_is_still_tuned_from_its_algorithm():
+    from dt.tune.space import without_shaping
+    example = dt.load(ROOT / "examples" / "2mm_outer.dt")
+    # its blocks and tiles cut, mm stays fused at m: '_2mm' would read mm over tiles of l of 1
+    prog = dt.loads(without_shaping(example.ast, example.checked.kernel_roots), name=example.name)
+    extents = dict(m=64, n=48, k=32, l=32)
+    with pytest.raises(dt.DTError, match="reads 'mm' over a tile of 'l' of 1"):
+        prog.check_extents(extents)
+    result = prog.tune(extents, "f32", backend="interp", budget=3, cache=False)
+    assert "reads 'mm' over a tile of 'l' of 1" in result.failed["as written"]
+    best = dt.loads(result.best.text, name="tuned")
+    args = dt.testing.random_inputs(best, extents, seed=1)
+    assert dt.testing.compare(best(backend="interp", **args), best.reference(**args), "f32").ok

@@ -88,10 +88,13 @@ class Cluster:
             return evaluate.Outcome(candidate, None, f"broke its measuring actor's GPU context ({type(e).__name__}); "
                                                      "a dt bug: please report it with this schedule")
 
-    def measure_now(self, candidate) -> evaluate.Outcome:
+    def measure_now(self, candidate, timeout: float = evaluate.TIMEOUT) -> evaluate.Outcome:
         try:
-            return self._first(self.actors[0].measure.remote(candidate))
-        except (self.ray.exceptions.RayError, DTError) as e:
+            return self.ray.get(self.actors[0].measure.remote(candidate), timeout=timeout)
+        except self.ray.exceptions.GetTimeoutError:  # the actor is restarted, as for any call that runs too long
+            self.ray.kill(self.actors[0], no_restart=False)
+            return evaluate.Outcome(candidate, None, f"it ran for more than {timeout:g} s", late=True)
+        except self.ray.exceptions.RayError as e:
             return evaluate.Outcome(candidate, None, f"the measuring actor failed: {e}")
 
     def retime(self, candidate) -> float:
@@ -100,13 +103,13 @@ class Cluster:
     def time(self, name: str, fn) -> float:
         return self._first(self.actors[0].time.remote(name, fn))
 
-    def _first(self, ref):
-        """The first actor's answer, within TIMEOUT."""
+    def _first(self, ref, timeout: float = evaluate.TIMEOUT):
+        """The first actor's answer, within `timeout` seconds."""
         try:
-            return self.ray.get(ref, timeout=evaluate.TIMEOUT)
+            return self.ray.get(ref, timeout=timeout)
         except self.ray.exceptions.GetTimeoutError:
             self.ray.kill(self.actors[0], no_restart=False)
-            raise DTError(f"the first measuring actor did not answer in {evaluate.TIMEOUT} s", None,
+            raise DTError(f"the first measuring actor did not answer in {timeout:g} s", None,
                           "a dt bug: please report it with the program and shape") from None
 
     def abandon(self):

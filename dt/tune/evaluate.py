@@ -16,7 +16,7 @@ from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 
-from dt.errors import DTError, PerformanceWarning
+from dt.errors import DTError, DTScheduleError, PerformanceWarning
 
 
 TIMEOUT = 300  # seconds a compile or a measurement may take before it counts as hung
@@ -28,6 +28,7 @@ class Outcome:
     candidate: object  # dt.tune.space.Candidate
     ms: float | None  # None: failed
     error: str = ""
+    late: bool = False  # failed by running past its time limit
 
 
 class Inputs:
@@ -37,7 +38,10 @@ class Inputs:
     def __init__(self, prog, sizes: dict, dtype: str, backend: str, seed: int):
         from dt.testing import random_inputs
         self.name, self.backend, self.dtype = prog.name, backend, dtype
-        args = random_inputs(prog, sizes, dtype, seed=seed)
+        try:
+            args = random_inputs(prog, sizes, dtype, seed=seed)
+        except DTScheduleError:  # the schedule as written fails at these extents (and so as a candidate); the space may not
+            args = random_inputs(prog, sizes, dtype, seed=seed, schedule=False)
         self.expected = prog.reference(**args)
         self.args = on_device(args, backend)
         expected = self.expected if isinstance(self.expected, dict) else {"": self.expected}
@@ -138,9 +142,10 @@ class Local:
         self.baselines = self.baselines or InProcess(self.setup)
         return self.baselines.time(name, fn)
 
-    def measure_now(self, candidate) -> Outcome:
-        """Measured at once (compiled by the measuring process, not queued behind the workers)."""
-        return self.measurer.measure(candidate)
+    def measure_now(self, candidate, timeout: float = TIMEOUT) -> Outcome:
+        """Measured at once (compiled by the measuring process, not queued behind the workers),
+        failed if that takes over `timeout` seconds (in a child process: none bounds this one)."""
+        return self.measurer.measure(candidate, timeout)
 
     def abandon(self):
         """Drop what was submitted and not measured (the budget ran out), and stop the compile
@@ -184,8 +189,8 @@ class InProcess:
             self.runs[candidate.name] = run
         return outcome, broken
 
-    def measure(self, candidate) -> Outcome:
-        return self.attempt(candidate)[0]
+    def measure(self, candidate, timeout: float | None = None) -> Outcome:
+        return self.attempt(candidate)[0]  # unbounded: this process cannot stop a run of its own
 
     def retime(self, candidate) -> float:
         if candidate.name not in self.runs:
@@ -234,17 +239,17 @@ class Child:
             raise DTError(f"the measuring process could not start: {message}", None,
                           "the same error is raised by prog.reference with these sizes and dtype")
 
-    def _ask(self, request: tuple):
-        """(The reply, or None; why there is none)."""
+    def _ask(self, request: tuple, timeout: float = TIMEOUT):
+        """(The reply, or None; why there is none; whether it ran past `timeout`)."""
         if self.lost:
-            return None, self.lost
-        why = ""
+            return None, self.lost, False
+        why, late = "", False
         try:
             self.connection.send(request)
-            if self.connection.poll(TIMEOUT):
+            if self.connection.poll(timeout):
                 reply, broken = self.connection.recv()
             else:
-                reply, broken, why = None, True, f"it ran for more than {TIMEOUT} s"
+                reply, broken, why, late = None, True, f"it ran for more than {timeout:g} s", True
         except (EOFError, OSError):  # it died (a crash no exception caught)
             self.process.join(5)
             reply, broken, why = None, True, f"the measuring process died (exit code {self.process.exitcode})"
@@ -254,15 +259,15 @@ class Child:
                 self._start()
             except (EOFError, DTError) as e:  # the candidates left fail with this, not the search
                 self.lost = f"no measuring process could be started again ({e})"
-        return reply, why
+        return reply, why, late
 
-    def measure(self, candidate) -> Outcome:
-        reply, why = self._ask(("measure", candidate))
+    def measure(self, candidate, timeout: float = TIMEOUT) -> Outcome:
+        reply, why, late = self._ask(("measure", candidate), timeout)
         return reply if reply is not None else Outcome(
-            candidate, None, f"{why}; a dt bug: please report it with this schedule")
+            candidate, None, f"{why}; a dt bug: please report it with this schedule", late)
 
     def retime(self, candidate) -> float:
-        reply, why = self._ask(("retime", candidate))
+        reply, why, _ = self._ask(("retime", candidate))
         if reply is None:
             raise DTError(f"timing {candidate.name!r} again failed: {why}", None,
                           "a dt bug: please report it with this schedule")

@@ -21,6 +21,8 @@ from dt.tune.strategy import Strategy
 
 FINALISTS = 3  # the fastest, timed again in rounds
 ROUNDS = 3
+WRITTEN_TIMEOUT = 30  # seconds the schedule as written may take to compile, check and time (a default one can crawl)
+SLOWER = 10  # as written, this many times the fastest candidate's time: reported, not timed again in rounds
 
 
 @dataclass
@@ -89,9 +91,16 @@ def tune(prog, sizes: dict[str, int], dtype: str = "f32", backend: str = "triton
                                        len(found))
         finalists = timed[:FINALISTS]
         written = Candidate("as written", prog.ast.source)
-        outcome = evaluator.measure_now(written)
+        outcome = evaluator.measure_now(written, WRITTEN_TIMEOUT)
         contenders = {t.candidate.name: t for t in finalists}
-        if outcome.ms is not None:
+        screened = {}  # baselines too slow to time again
+        if outcome.late:
+            failed[written.name] = f"not timed: it ran for more than {WRITTEN_TIMEOUT} s, far slower than the schedules found"
+        elif outcome.ms is None:
+            failed[written.name] = outcome.error
+        elif timed and outcome.ms > SLOWER * timed[0].ms:
+            screened[written.name] = outcome.ms
+        else:
             contenders[written.name] = Timed(written, outcome.ms)
         for name, fn in (baselines or {}).items():
             contenders[name] = Timed(Candidate(name, ""), evaluator.time(name, fn))
@@ -109,7 +118,7 @@ def tune(prog, sizes: dict[str, int], dtype: str = "f32", backend: str = "triton
     if cache and timed:
         tuning_cache.store(prog, extents, dtype, backend, device, timed[0].candidate.text, timed[0].candidate.name,
                            timed[0].ms)
-    measured = {n: t.ms for n, t in contenders.items() if n not in {f.candidate.name for f in finalists}}
+    measured = {n: t.ms for n, t in contenders.items() if n not in {f.candidate.name for f in finalists}} | screened
     return Result(timed, failed, len(found) - tried, found.summary(), shown, baselines=measured, title=title)
 
 
