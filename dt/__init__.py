@@ -10,6 +10,7 @@ from dt.errors import (DTBackendError, DTDimensionError, DTError, DTExtentError,
 from dt.frontend.api import (FUNCTIONS, RVar, SIn, Var, In, Func, cast, cummax, cummin, cumprod, cumsum, dim_len,
                              rargmax, rargmin, rargtopk, rdot, reshape, rmax, rmin, rsum)
 from dt.runtime import Program, load, loads, program
+from dt.autodiff import grad
 from dt import debug  # breakpoints, tracing and sanitizers on the interpreter
 
 __version__ = "0.1.0"
@@ -17,7 +18,7 @@ __version__ = "0.1.0"
 # The element-wise functions of the op table (dt.ir.ops): dt.exp, dt.abs, dt.where, dt.eq, ...
 globals().update(FUNCTIONS)
 
-__all__ = ["Program", "load", "loads", "program", "Func", "In", "SIn", "Var", "RVar", "rsum", "rmax", "rmin",
+__all__ = ["Program", "load", "loads", "program", "grad", "Func", "In", "SIn", "Var", "RVar", "rsum", "rmax", "rmin",
            "rargmax", "rargmin", "rargtopk", "rdot", "cumsum", "cumprod", "cummax", "cummin", *FUNCTIONS, "reshape",
            "cast", "dim_len", "DTError", "DTSyntaxError", "DTNameError",
            "DTDimensionError", "DTTypeError", "DTScheduleError", "DTExtentError", "DTInputError", "DTBackendError",

@@ -333,6 +333,24 @@ def cmd_conformance(args) -> int:
                        vendor=args.vendor, list_only=args.list)
 
 
+def cmd_grad(args) -> int:
+    import dt
+    prog = dt.load(args.file)
+    wrt = [n for item in args.wrt or () for n in item.split(",")] or None
+    save = [n for item in args.save or () for n in item.split(",")]
+    if save and not args.forward:
+        raise UsageError("--save needs --forward FILE: where the forward program with the saved outputs goes")
+    result = dt.grad(prog, wrt=wrt, save=save)
+    forward, backward = result if save else (None, result)
+    if forward is not None:
+        Path(args.forward).write_text(forward.dt_source())
+    if args.output:
+        Path(args.output).write_text(backward.dt_source())
+    else:
+        print(backward.dt_source(), end="")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     from dt import __version__
     parser = argparse.ArgumentParser(prog="dt", description="Run, check and compile DT kernels.")
@@ -387,6 +405,18 @@ def build_parser() -> argparse.ArgumentParser:
                      help="skip compiling the kernels (static warnings only)")
     lnt.add_argument("--strict", action="store_true", help="exit with 1 when there is a warning (for CI)")
     lnt.set_defaults(fn=cmd_lint)
+
+    grd = sub.add_parser("grad", help="write the gradient program of a DT file (its algorithm differentiated, "
+                                      "as DT text with a default schedule)")
+    grd.add_argument("file")
+    grd.add_argument("--wrt", action="append", metavar="A[,B...]",
+                     help="the inputs to differentiate with respect to (default: every input that is not an index)")
+    grd.add_argument("--save", action="append", metavar="F[,G...]",
+                     help="Funcs the forward program stores as extra outputs and the gradient program reads "
+                          "instead of recomputing them (needs --forward)")
+    grd.add_argument("--forward", metavar="FILE", help="with --save: where the forward program with them goes")
+    grd.add_argument("-o", "--output", help="file to write (default: standard output)")
+    grd.set_defaults(fn=cmd_grad)
 
     tune_cli.add_parsers(sub, _sizes, _count)
     conf = sub.add_parser("conformance", help="certify a backend: run the conformance suite on it")

@@ -66,6 +66,13 @@ class Program:
         bound = {A.binding_dim(s, self.checked.dim_kinds) for a in self._accesses for s in a.subscripts}
         return frozenset(d for axes in self.checked.input_axes.values() for d in axes) | (bound - {None})
 
+    def dt_source(self) -> str:
+        """The program as DT text (a gradient program's: its algorithm, derived by dt.grad)."""
+        if not self.ast.source:
+            raise DTError(f"{self.name} was built with the Python API and has no DT text", None,
+                          "write it in DT to have its text, or print its scheduled IR: prog.ir()")
+        return self.ast.source
+
     def __repr__(self):
         return (f"<dt.Program {self.name}: inputs {', '.join(self.inputs) or '-'}; "
                 f"scalars {', '.join(self.scalars) or '-'}; outputs {', '.join(self.outputs)}>")

@@ -1,0 +1,65 @@
+"""`dt.grad`: the gradient of a DT program, derived from its algorithm (dt.ir.grad), as a DT
+program of its own — readable (`dt_source()`), reschedulable, and run by every backend.
+
+    backward = dt.grad(prog, wrt=("A", "W"))
+    grads = backward(A=a, W=w, grad_out=g)          # {"grad_A": ..., "grad_W": ...}
+    forward, backward = dt.grad(prog, save=("mean", "rstd"))  # forward also returns mean and rstd
+"""
+from __future__ import annotations
+
+from dt.errors import DTError
+from dt.ir.grad.reverse import gradient_source
+
+
+def grad(prog, wrt=None, save=(), of=None):
+    """The program computing the gradients of `prog`'s outputs `of` (default: all) with respect
+    to the inputs `wrt` (default: every input that is not an index): its inputs are `prog`'s,
+    `grad_f` for each output f of `of` (the gradient flowing in, f's shape), and with `save` the Funcs named there; its
+    outputs `grad_X` for each X of wrt. Without `save`, it recomputes every Func it reads; with
+    it, returns (the forward program with the saved Funcs as extra outputs, the backward program
+    reading them)."""
+    from dt.runtime import loads
+    checked = prog.checked
+    wrt = tuple(x for x in prog.inputs if x not in checked.index_inputs) if wrt is None else _names(wrt)
+    save = _names(save)
+    of = None if of is None else _names(of)
+    for o in of or ():
+        if o not in prog.outputs:
+            raise DTError(f"'{o}' is not an output of {prog.name}", None,
+                          f"name some of its outputs: {', '.join(prog.outputs)}")
+    for x in wrt:
+        if x not in prog.inputs:
+            raise DTError(f"'{x}' is not an input of {prog.name}", None,
+                          f"name some of its inputs: {', '.join(prog.inputs)}")
+        if x in checked.index_inputs:
+            raise DTError(f"'{x}' indexes another tensor: it has no gradient", None, f"leave '{x}' out of wrt")
+    for s in save:
+        if s not in checked.written:
+            raise DTError(f"'{s}' is not a Func {prog.name}'s outputs need", None,
+                          f"save some of: {', '.join(checked.written)}")
+    algorithm, statements, outputs = gradient_source(checked, wrt, save, prog.name, of)
+    backward = loads(algorithm + _schedule(algorithm, statements, outputs, prog.name), name=f"{prog.name}_grad")
+    if not save:
+        return backward
+    extra = "".join(f"{s}.compile();\n" for s in save if s not in checked.outputs)
+    source = prog.ast.source if prog.ast.source.endswith("\n") else prog.ast.source + "\n"
+    return loads(source + extra, name=prog.name), backward
+
+
+def _schedule(algorithm: str, statements: list[str], outputs: list[str], name: str) -> str:
+    """The default schedule: each candidate statement kept if the program still checks and
+    lowers with it (dt.ir.grad.schedule lists them, most wanted first), then the outputs."""
+    from dt.runtime import loads
+    compile_lines = "".join(f"{o}.compile();\n" for o in outputs)
+    kept = ""
+    for statement in statements:
+        try:
+            loads(algorithm + kept + statement + "\n" + compile_lines, name=name).pipeline("f32")
+        except DTError:
+            continue
+        kept += statement + "\n"
+    return kept + compile_lines
+
+
+def _names(names) -> tuple[str, ...]:
+    return (names,) if isinstance(names, str) else tuple(names)

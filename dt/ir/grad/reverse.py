@@ -1,0 +1,297 @@
+"""Reverse-mode differentiation of a DT algorithm: the gradient program, as DT text.
+
+    text = gradient_source(checked, wrt=("A", "W"), saved=())
+
+The passes, each a function below:
+1. `hoist`: every reduction inside a larger expression becomes a Func of its own (`mean_sum0`),
+   so that each Func is element-wise, or one reduction of an element-wise body.
+2. `reverse`: the Funcs in reverse order. A Func's adjoint `d_f[dims]` — `grad_f` for an output,
+   plus what each Func reading it sends back — flows through its expression by the rules of
+   dt.ir.grad.rules to the accesses it reads; what reaches an access is summed over the
+   dimensions the access lacks (`rsum(..., x)`: a broadcast's gradient) and sent to that Func or
+   input. `rsum` sends its adjoint to every element, `rdot` is a sum of products, `rmax`/`rmin`
+   split it evenly among the elements equal to the result (as torch.amax).
+3. `emit`: declarations, the forward Funcs the gradients read (recomputed, or inputs when
+   saved), the adjoints, and `grad_X.compile();` for each input X.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from dt.errors import DTError
+from dt.ir import algorithm as A
+from dt.ir.grad import rules, schedule
+from dt.ir.grad.rules import add, mul, num
+
+# Reductions through which gradients flow; the arg-reductions give integers (no gradient).
+DIFFERENTIABLE = ("sum", "dot", "max", "min")
+
+
+@dataclass
+class Gradient:
+    """What `reverse` builds: definitions in order (forward ones first), and the names it made."""
+    forward: list[A.FuncDef]
+    backward: list[A.FuncDef] = field(default_factory=list)
+    seeds: list[str] = field(default_factory=list)  # grad_f inputs, one per output
+    outputs: list[str] = field(default_factory=list)  # grad_X, one per input in wrt
+    taken: set[str] = field(default_factory=set)
+
+    def fresh(self, base: str) -> str:
+        name, k = base, 1
+        while name in self.taken:
+            name, k = f"{base}_{k}", k + 1
+        self.taken.add(name)
+        return name
+
+
+def gradient_source(checked, wrt: tuple[str, ...], saved: tuple[str, ...] = (), name: str = "",
+                    of: tuple[str, ...] | None = None) -> tuple[str, list[str], list[str]]:
+    """The gradient program's algorithm as DT text (declarations and definitions), the candidate
+    statements of its default schedule (dt.ir.grad.schedule), and its outputs: the gradients of
+    the outputs `of` (default: all) with respect to the inputs `wrt`, reading the Funcs `saved`
+    as inputs."""
+    forward = hoist(_in_order(checked))
+    gradient = Gradient(forward, taken={d.name for d in checked.program.declarations} |
+                        {f.name for f in forward})
+    reverse(gradient, checked, wrt, checked.outputs if of is None else of)
+    text, body = emit(gradient, checked, saved, name)
+    return text, schedule.candidates(checked.program, checked.kernel_roots, body, gradient.outputs), gradient.outputs
+
+
+def _in_order(checked) -> list[A.FuncDef]:
+    """The written definitions the outputs need, producers before consumers."""
+    written, done, order = checked.written, set(), []
+
+    def visit(name: str):
+        if name in done:
+            return
+        done.add(name)
+        for e in A.walk(written[name].expr):
+            if isinstance(e, A.Access) and e.kind == "func" and e.name in written:
+                visit(e.name)
+        order.append(written[name])
+    for out in checked.outputs:
+        visit(out)
+    return order
+
+
+def _read(name: str, dims) -> A.Access:
+    return A.Access(name, "func", tuple(A.DimRef(d) for d in dims))
+
+
+# ------------------------------------------------------------------ 1. hoist
+def hoist(funcs: list[A.FuncDef]) -> list[A.FuncDef]:
+    out: list[A.FuncDef] = []
+    names = {f.name for f in funcs}
+    for f in funcs:
+        made: list[A.FuncDef] = []
+
+        def lift(e: A.Expr, context: tuple[str, ...], top: bool) -> A.Expr:
+            if isinstance(e, A.Reduce) and e.op not in DIFFERENTIABLE:
+                return e  # an index: nothing flows through it
+            inner = context + (e.dim,) if isinstance(e, A.Reduce) else context
+            if isinstance(e, A.Reduce) and e.dim in context:  # it shadows an outer dimension
+                inner = tuple(d for d in context if d != e.dim) + (e.dim,)
+            kids = tuple(lift(c, inner, False) for c in A.children(e)) if not isinstance(e, A.Access) else e.subscripts
+            e = A.rebuild(e, kids) if kids else e
+            if not isinstance(e, A.Reduce) or top:
+                return e
+            dims = tuple(d for d in context if d in A.free_dims(e))
+            base, k = f"{f.name}_{e.op}", len(made)
+            name = f"{base}{k}"
+            while name in names:
+                k += 1
+                name = f"{base}{k}"
+            names.add(name)
+            made.append(A.FuncDef(name, dims, e, e.loc))
+            return _read(name, dims)
+        try:
+            expr = lift(f.expr, f.dims, True)
+        except RecursionError:
+            raise DTError(f"'{f.name}' is nested too deeply to differentiate", f.loc,
+                          "split its expression over several Funcs") from None
+        out += made + [A.FuncDef(f.name, f.dims, expr, f.loc)]
+    return out
+
+
+# ------------------------------------------------------------------ 2. reverse
+def reverse(gradient: Gradient, checked, wrt: tuple[str, ...], of: tuple[str, ...]):
+    defs = {f.name: f for f in gradient.forward}
+    active = _active(gradient.forward, set(wrt))
+    sent: dict[str, list[A.Expr]] = {}  # Func or input -> expressions over its own dims, summed
+    for out in of:
+        if out in active:
+            seed = gradient.fresh(f"grad_{out}")
+            gradient.seeds.append(seed)
+            sent.setdefault(out, []).append(_read(seed, defs[out].dims))
+    for f in reversed(gradient.forward):
+        if f.name not in active or not sent.get(f.name):
+            continue
+        terms = sent.pop(f.name)
+        if len(terms) == 1 and isinstance(terms[0], A.Access):
+            adjoint = terms[0]
+        else:
+            name = gradient.fresh(f"d_{f.name}")
+            gradient.backward.append(A.FuncDef(name, f.dims, _sum(terms), f.loc))
+            adjoint = _read(name, f.dims)
+        for access, g, context, product in _through_func(gradient, f, adjoint):
+            if access.name in active or access.kind == "input" and access.name in wrt:
+                _send(gradient, sent, access, g, context, product, defs, checked)
+    for x in wrt:
+        if not sent.get(x):
+            raise DTError(f"input '{x}' reaches no float output ({', '.join(of)}): it has no gradient", None,
+                          f"leave '{x}' out of wrt")
+        name = gradient.fresh(f"grad_{x}")
+        gradient.backward.append(A.FuncDef(name, checked.input_axes[x], _sum(sent[x])))
+        gradient.outputs.append(name)
+
+
+def _sum(terms: list[A.Expr]) -> A.Expr:
+    total = None
+    for t in terms:
+        total = add(total, t)
+    return total
+
+
+def _active(funcs: list[A.FuncDef], wrt: set[str]) -> set[str]:
+    """The Funcs whose values depend on an input of wrt (outside subscripts)."""
+    active = set(wrt)
+    for f in funcs:
+        if any(isinstance(e, A.Access) and e.name in active for e in _values(f.expr)):
+            active.add(f.name)
+    return active - wrt
+
+
+def _values(e: A.Expr):
+    """e and its sub-expressions, not entering subscripts (they index, they carry no gradient)."""
+    stack = [e]
+    while stack:
+        node = stack.pop()
+        yield node
+        if not isinstance(node, A.Access):
+            stack.extend(A.children(node))
+
+
+def _through_func(gradient: Gradient, f: A.FuncDef, adjoint: A.Expr):
+    """(access, its adjoint, the dimensions that adjoint spans, the two factors of that adjoint
+    when it is a product's (an rdot's operand read directly), else None) for each access f's
+    definition reads."""
+    e = f.expr
+    if not isinstance(e, A.Reduce):
+        return _through(e, adjoint, f.dims, _read(f.name, f.dims))
+    if e.op not in DIFFERENTIABLE:
+        return []
+    context = f.dims + (e.dim,)
+    if e.op == "sum":
+        return _through(e.args[0], adjoint, context)
+    if e.op == "dot":  # an operand read directly gets rdot(adjoint, the other, ...): a product again
+        found = []
+        for x, other in zip(e.args, reversed(e.args)):
+            if isinstance(x, A.Access):
+                found.append((x, mul(adjoint, other), context, (adjoint, other)))
+            else:
+                found += _through(x, mul(adjoint, other), context)
+        return found
+    # rmax / rmin: split evenly among the elements equal to the result (torch.amax's rule)
+    body, result = e.args[0], _read(f.name, f.dims)
+    ties = gradient.fresh(f"{f.name}_ties")
+    gradient.backward.append(A.FuncDef(ties, f.dims, A.Reduce("sum", (A.Binary("==", body, result),), e.dim)))
+    share = rules.div(mul(adjoint, A.Binary("==", body, result)), _read(ties, f.dims))
+    return _through(body, share, context)
+
+
+def _through(e: A.Expr, g: A.Expr | None, context: tuple[str, ...], result: A.Expr | None = None) -> list:
+    """Apply the rules down the expression tree (g: the adjoint of e, None for none). `result`:
+    e's value as a read of its Func (e is a Func's definition), which the rules that use their
+    result (exp, rsqrt, sigmoid, ...) read rather than compute again."""
+    found, stack = [], [(e, g, result)]
+    while stack:
+        e, g, value = stack.pop()
+        if g is None:
+            continue
+        y = e if value is None else value
+        if isinstance(e, A.Access):
+            found.append((e, g, context, None))
+        elif isinstance(e, A.Unary):
+            stack.append((e.x, rules.UNARY[e.op](e.x, y, g), None))
+        elif isinstance(e, A.Binary):
+            stack += [(x, adjoint, None) for x, adjoint in zip((e.a, e.b), rules.BINARY[e.op](e.a, e.b, y, g))]
+        elif isinstance(e, A.Where):
+            stack += [(e.a, rules.call("where", e.cond, g, num(0)), None),
+                      (e.b, rules.call("where", e.cond, num(0), g), None)]
+        elif isinstance(e, A.Cast) and not _integer(e.dtype):
+            # as torch's .to(): the gradient passes, held in the cast's dtype as a tensor's gradient is;
+            # the operand's rule uses its own (unrounded) value
+            stack.append((e.x, A.Cast(g, e.dtype), None))
+        elif isinstance(e, A.Scan):
+            raise DTError(f"the gradient of cum{e.op} is not built yet", e.loc,
+                          "write the scan's backward by hand (a reversed cumsum for cumsum)")
+    return found
+
+
+def _integer(dtype: str) -> bool:
+    from dt.dtypes import INTEGERS
+    return dtype in INTEGERS or dtype == "bool"
+
+
+def _send(gradient: Gradient, sent: dict, access: A.Access, g: A.Expr, context, product, defs, checked):
+    """Sum g over the dimensions the access lacks (the innermost sum of a product an rdot, so
+    that it reaches the matrix units), and send it to the Func or input read."""
+    dims = access.dims
+    if dims is None or len(set(dims)) != len(dims):
+        raise DTError(f"the gradient through {access.text} needs an accumulating indexed write, which DT "
+                      f"does not have yet", access.loc,
+                      "differentiate with respect to other inputs, or write this part's backward by hand")
+    extra = [d for d in context if d not in dims]
+    if product is not None and extra:
+        g = A.Reduce("dot", product, extra.pop())
+    for d in reversed(extra):
+        g = A.Reduce("sum", (g,), d)
+    own = defs[access.name].dims if access.kind == "func" else checked.input_axes[access.name]
+    if tuple(dims) != tuple(own):  # read at other names or in another order: a Func at its own, read at ours
+        name = gradient.fresh(f"d_{access.name}_at_{'_'.join(dims)}")
+        gradient.backward.append(A.FuncDef(name, dims, g))
+        g = _read(name, own)
+    sent.setdefault(access.name, []).append(g)
+
+
+# ------------------------------------------------------------------ 3. emit
+def emit(gradient: Gradient, checked, saved: tuple[str, ...], name: str) -> tuple[str, list[A.FuncDef]]:
+    defs = {f.name: f for f in gradient.forward + gradient.backward}
+    needed, stack = set(), list(gradient.outputs)
+    while stack:
+        n = stack.pop()
+        if n in needed or n not in defs:
+            continue
+        needed.add(n)
+        if n not in saved:
+            stack += [e.name for e in A.walk(defs[n].expr) if isinstance(e, A.Access) and e.kind == "func"]
+    body = [f for f in gradient.forward + gradient.backward if f.name in needed and f.name not in saved]
+    reads = {e.name for f in body for e in A.walk(f.expr) if isinstance(e, A.Access)}
+    inputs = [x for x in checked.inputs if x in reads] + [s for s in gradient.seeds if s in reads] + \
+             [s for s in saved if s in needed]
+    scalars = [s for s in checked.scalars if any(isinstance(e, A.ScalarRef) and e.name == s
+                                                 for f in body for e in A.walk(f.expr))]
+    dims: dict[str, None] = {}
+    reduced = set()
+    for f in body:
+        dims.update(dict.fromkeys(f.dims))
+        for e in A.walk(f.expr):
+            if isinstance(e, (A.DimRef, A.Len, A.Reduce)):
+                dims[e.dim] = None
+            if isinstance(e, A.Reduce):
+                reduced.add(e.dim)
+    for x in inputs:
+        dims.update(dict.fromkeys(checked.input_axes.get(x, ())))
+    rvars = [d for d in dims if d in reduced or checked.dim_kinds.get(d) == "RVar"]
+    lines = [f"# The gradient of {name or checked.program.name} with respect to "
+             f"{', '.join(o.removeprefix('grad_') for o in gradient.outputs)} (dt.grad): its inputs are the "
+             f"program's and {', '.join(gradient.seeds) or 'no'} (the gradient of each output).",
+             f"Func {', '.join(f.name for f in body)};", f"In {', '.join(inputs)};"]
+    lines += [f"SIn {', '.join(scalars)};"] * bool(scalars)
+    lines += [f"Var {', '.join(d for d in dims if d not in rvars)};"] * any(d not in rvars for d in dims)
+    lines += [f"RVar {', '.join(rvars)};"] * bool(rvars)
+    lines.append("")
+    lines += [f"{f.name}[{', '.join(f.dims)}] = {A.expr_text(f.expr)};" for f in body]
+    lines.append("")
+    return "\n".join(lines) + "\n", body

