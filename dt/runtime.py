@@ -66,6 +66,12 @@ class Program:
         bound = {A.binding_dim(s, self.checked.dim_kinds) for a in self._accesses for s in a.subscripts}
         return frozenset(d for axes in self.checked.input_axes.values() for d in axes) | (bound - {None})
 
+    def as_custom_op(self, name: str, **options):
+        """This program as the torch.library operator `name` ("namespace::op"), differentiable
+        and traceable by torch.compile (dt.torch.custom_op, which takes the same options)."""
+        from dt.torch import custom_op
+        return custom_op(self, name, **options)
+
     def dt_source(self) -> str:
         """The program as DT text (a gradient program's: its algorithm, derived by dt.grad)."""
         if not self.ast.source:

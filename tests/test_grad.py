@@ -222,3 +222,20 @@ def test_gradients_match_torch_autograd_in_float64(name):
     tolerance = 1e-6 if name in ("llm/layernorm_stats",) else 1e-9  # its f32 casts round gradients too, as torch's
     for x in prog.inputs:
         np.testing.assert_allclose(got[f"grad_{x}"], tensors[x].grad.numpy(), rtol=tolerance, atol=tolerance)
+
+
+def test_ops_without_a_gradient_give_zeros_even_at_inf_and_nan():
+    prog = dt.loads("Func o;\nIn A;\nVar x;\no[x] = floor(A[x]) + (A[x] > 0);\no.compile();\n")
+    got = dt.grad(prog)(backend="interp", A=np.array([1.5, np.inf, np.nan, -2.0]))
+    np.testing.assert_array_equal(got, [0.0, 0.0, 0.0, 0.0])
+
+
+def test_the_conformance_suite_has_a_gradient_case_for_every_differentiable_op():
+    from dt.conformance.gradients import CASES
+    from dt.ir.grad import rules
+    from dt.ir.ops import OPS
+    names = {c.name.removeprefix("grad.") for c in CASES}
+    A, B = dt.ir.algorithm.Num(1.0), dt.ir.algorithm.Num(2.0)
+    unary = {op for op, rule in rules.UNARY.items() if rule(A, A, A) is not None}
+    binary = {OPS[op].checks[0].name for op, rule in rules.BINARY.items() if rule(A, B, A, A) != (None, None)}
+    assert unary | binary | {"rsum", "rmax", "rmin", "rdot", "softmax", "variance", "where"} <= names

@@ -17,6 +17,7 @@ import numpy as np
 from dt.conformance.case import Case
 from dt.conformance.arg_reductions import CASES as ARG_REDUCTION_CASES
 from dt.conformance.batched import CASES as BATCHED_CASES
+from dt.conformance.gradients import CASES as GRADIENT_CASES
 from dt.conformance.indexing import CASES as INDEXING_CASES
 from dt.conformance.outputs import CASES as OUTPUT_CASES
 from dt.conformance.scans import CASES as SCAN_CASES
@@ -568,4 +569,5 @@ CATALOGUE: tuple[Case, ...] = (
     *OUTPUT_CASES,
     *ARG_REDUCTION_CASES,
     *SCAN_CASES,
+    *GRADIENT_CASES,
 )

@@ -138,11 +138,16 @@ def reverse(gradient: Gradient, checked, wrt: tuple[str, ...], of: tuple[str, ..
             if access.name in active or access.kind == "input" and access.name in wrt:
                 _send(gradient, sent, access, g, context, product, defs, checked)
     for x in wrt:
-        if not sent.get(x):
+        axes = checked.input_axes[x]
+        if not sent.get(x) and not any(isinstance(e, A.Access) and e.name == x for f in gradient.forward
+                                       if f.name in active for e in _values(f.expr)):
             raise DTError(f"input '{x}' reaches no float output ({', '.join(of)}): it has no gradient", None,
                           f"leave '{x}' out of wrt")
+        read = A.Access(x, "input", tuple(A.DimRef(d) for d in axes))
+        # reached only through ops with no gradient (floor, comparisons): zeros, even where x is inf or NaN
+        total = _sum(sent.get(x, [])) or rules.call("where", A.Binary("==", read, read), num(0), num(0))
         name = gradient.fresh(f"grad_{x}")
-        gradient.backward.append(A.FuncDef(name, checked.input_axes[x], _sum(sent[x])))
+        gradient.backward.append(A.FuncDef(name, axes, total))
         gradient.outputs.append(name)
 
 
@@ -157,7 +162,9 @@ def _active(funcs: list[A.FuncDef], wrt: set[str]) -> set[str]:
     """The Funcs whose values depend on an input of wrt (outside subscripts)."""
     active = set(wrt)
     for f in funcs:
-        if any(isinstance(e, A.Access) and e.name in active for e in _values(f.expr)):
+        integer = isinstance(f.expr, A.Reduce) and f.expr.op not in DIFFERENTIABLE or \
+            isinstance(f.expr, A.Cast) and _integer(f.expr.dtype)  # an index: no gradient flows through it
+        if not integer and any(isinstance(e, A.Access) and e.name in active for e in _values(f.expr)):
             active.add(f.name)
     return active - wrt
 
@@ -284,9 +291,10 @@ def emit(gradient: Gradient, checked, saved: tuple[str, ...], name: str) -> tupl
     for x in inputs:
         dims.update(dict.fromkeys(checked.input_axes.get(x, ())))
     rvars = [d for d in dims if d in reduced or checked.dim_kinds.get(d) == "RVar"]
+    seeds = [s for s in gradient.seeds if s in inputs]
     lines = [f"# The gradient of {name or checked.program.name} with respect to "
-             f"{', '.join(o.removeprefix('grad_') for o in gradient.outputs)} (dt.grad): its inputs are the "
-             f"program's and {', '.join(gradient.seeds) or 'no'} (the gradient of each output).",
+             f"{', '.join(o.removeprefix('grad_') for o in gradient.outputs)} (dt.grad): it reads the program's "
+             f"inputs{' and ' + ', '.join(seeds) + ' (the gradients of its outputs)' if seeds else ''}.",
              f"Func {', '.join(f.name for f in body)};", f"In {', '.join(inputs)};"]
     lines += [f"SIn {', '.join(scalars)};"] * bool(scalars)
     lines += [f"Var {', '.join(d for d in dims if d not in rvars)};"] * any(d not in rvars for d in dims)

@@ -1,0 +1,164 @@
+"""DT programs inside PyTorch: differentiable functions (`dt.torch.function`) and operators
+registered with torch.library (`dt.torch.custom_op`, or `prog.as_custom_op`), whose backward
+runs the gradient program dt.grad derives, on the same backend.
+
+    rmsnorm = dt.torch.function(dt.load("rmsnorm.dt"))
+    y = rmsnorm(X=x, W=w, eps=1e-6)          # y.backward() runs rmsnorm's gradient program
+    op = dt.torch.custom_op(prog, "mylib::rmsnorm")   # traced by torch.compile without a graph break
+
+Inputs and scalars are passed by their DT names; the result is the output (a tuple, in the
+program's order, when it has several). Outputs no gradient reaches (integers) are marked
+non-differentiable; a gradient torch does not pass (an output not used) counts as zeros.
+"""
+from __future__ import annotations
+
+import torch
+
+from dt.autodiff import grad
+from dt.dtypes import TORCH_BY_NAME, TORCH_NAMES
+from dt.errors import DTError
+
+
+class _Pair:
+    """The forward program (with the saved Funcs as extra outputs) and its gradient program."""
+
+    def __init__(self, prog, wrt, save):
+        self.prog, self.inputs, self.scalars, self.outputs = prog, prog.inputs, prog.scalars, prog.outputs
+        self.floats = tuple(x for x in prog.inputs if x not in prog.checked.index_inputs)
+        self.wrt = self.floats if wrt is None else tuple(wrt)
+        self.save = tuple(save)
+        result = grad(prog, wrt=self.wrt, save=self.save)
+        self.forward, self.backward = result if self.save else (prog, result)
+        self.extra = tuple(s for s in self.save if s not in prog.outputs)  # saved Funcs returned besides
+
+    def bind(self, kwargs: dict) -> list:
+        unknown = set(kwargs) - set(self.inputs + self.scalars)
+        missing = [n for n in self.inputs + self.scalars if n not in kwargs]
+        if unknown or missing:
+            raise DTError(f"{self.prog.name} takes {', '.join(self.inputs + self.scalars)} by name"
+                          + (f"; unknown: {', '.join(sorted(unknown))}" if unknown else "")
+                          + (f"; missing: {', '.join(missing)}" if missing else ""), None,
+                          "pass each input and scalar as a keyword argument")
+        return [kwargs[n] for n in self.inputs + self.scalars]
+
+    def run_forward(self, backend, values) -> list:
+        outs = self.forward(backend=backend, **dict(zip(self.inputs + self.scalars, values)))
+        outs = outs if isinstance(outs, dict) else {self.outputs[0]: outs}
+        return [outs[o] for o in self.outputs + self.extra]
+
+    def run_backward(self, backend, values, grads, saved) -> list:
+        """The gradient of each input (None for those not in wrt), then None for each scalar."""
+        args = dict(zip(self.inputs + self.scalars, values))
+        args.update({f"grad_{o}": g for o, g in zip(self.outputs, grads)})
+        args.update(dict(zip(self.save, saved)))
+        taken = {k: (v.contiguous() if isinstance(v, torch.Tensor) else v) for k, v in args.items()
+                 if k in self.backward.inputs + self.backward.scalars}
+        result = self.backward(backend=backend, **taken)
+        result = result if isinstance(result, dict) else {self.backward.outputs[0]: result}
+        return [result.get(f"grad_{x}") for x in self.inputs] + [None] * len(self.scalars)
+
+    def saved_of(self, outs: list) -> list:
+        by_name = dict(zip(self.outputs + self.extra, outs))
+        return [by_name[s] for s in self.save]
+
+
+def function(prog, *, backend: str | None = None, wrt=None, save=()):
+    """A function of torch tensors (prog's inputs and scalars by name) returning its outputs,
+    differentiable with respect to `wrt` (default: every float input) through torch.autograd:
+    its backward runs dt.grad(prog) on `backend` (default: the program's). `save`: Funcs the
+    forward stores for the backward instead of the backward recomputing them."""
+    pair = _Pair(prog, wrt, save)
+
+    class DTFunction(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, *values):
+            outs = pair.run_forward(backend, values)
+            tensors = [v for v in values if isinstance(v, torch.Tensor)]
+            ctx.scalar_values = [v for v in values if not isinstance(v, torch.Tensor)]
+            ctx.save_for_backward(*tensors, *pair.saved_of(outs))
+            ctx.output_specs = [(o.shape, o.dtype, o.device) for o in outs[:len(pair.outputs)]]
+            ctx.mark_non_differentiable(*[o for o in outs[len(pair.outputs):]],
+                                        *[o for o in outs if not o.is_floating_point()])
+            shown = outs[:len(pair.outputs)]
+            return shown[0] if len(shown) == 1 else tuple(shown)
+
+        @staticmethod
+        def backward(ctx, *grads):
+            tensors = ctx.saved_tensors
+            values = list(tensors[:len(pair.inputs)]) + ctx.scalar_values
+            grads = [torch.zeros(*spec[:1], dtype=spec[1], device=spec[2]) if g is None else g
+                     for g, spec in zip(grads, ctx.output_specs)]
+            return tuple(pair.run_backward(backend, values, grads, tensors[len(pair.inputs):]))
+
+    DTFunction.__name__ = f"{prog.name}_function"
+
+    def call(**kwargs):
+        return DTFunction.apply(*pair.bind(kwargs))
+    call.__name__ = prog.name
+    return call
+
+
+def _output_specs(prog, tensors: dict, outputs) -> list[tuple[tuple[int, ...], torch.dtype]]:
+    """(shape, dtype) of each named output for inputs of these shapes and dtypes (no run)."""
+    extents = prog._extents(tensors, {})
+    pipeline = prog.pipeline({n: TORCH_NAMES[str(t.dtype)] for n, t in tensors.items()})
+    specs = {t.name: t for t in pipeline.outputs}
+    return [(tuple(extents[d] for d in specs[o].dims), getattr(torch, TORCH_BY_NAME[specs[o].dtype].removeprefix("torch.")))
+            for o in outputs]
+
+
+def custom_op(prog, name: str, *, backend: str | None = None, wrt=None, save=()):
+    """Register `prog` as the operator `name` ("namespace::op") with torch.library, with a fake
+    (meta) implementation for tracing and its backward (itself the operator `name`_backward,
+    running dt.grad(prog)), so that torch.compile traces it whole and CUDA graphs capture it.
+    Returns a function of its inputs and scalars by name, as `function` does."""
+    pair = _Pair(prog, wrt, save)
+    if "::" not in name:
+        raise DTError(f"the operator name {name!r} has no namespace", None, 'name it "namespace::op", e.g. "mylib::rmsnorm"')
+    arguments = ", ".join([f"Tensor {x}" for x in pair.inputs] + [f"float {s}" for s in pair.scalars])
+    returned = len(pair.outputs + pair.extra)
+    forward_op = torch.library.custom_op(name, lambda *values: tuple(pair.run_forward(backend, values)),
+                                         mutates_args=(), schema=f"({arguments}) -> ({', '.join(['Tensor'] * returned)})")
+
+    @forward_op.register_fake
+    def _(*values):
+        tensors = dict(zip(pair.inputs, values))
+        first = values[0]
+        return tuple(first.new_empty(shape, dtype=dtype)
+                     for shape, dtype in _output_specs(pair.prog, tensors, pair.outputs + pair.extra))
+
+    grads = [f"Tensor grad_{o}" for o in pair.outputs] + [f"Tensor {s}" for s in pair.save]
+    differentiable = [x for x in pair.inputs if x in pair.wrt]
+    backward_op = torch.library.custom_op(
+        f"{name}_backward", lambda *values: tuple(_backward_values(pair, backend, values, differentiable)),
+        mutates_args=(), schema=f"({arguments}, {', '.join(grads)}) -> ({', '.join(['Tensor'] * len(differentiable))})")
+
+    @backward_op.register_fake
+    def _(*values):
+        return tuple(values[pair.inputs.index(x)].new_empty(values[pair.inputs.index(x)].shape) for x in differentiable)
+
+    def setup_context(ctx, inputs, output):
+        ctx.values = inputs
+        ctx.saved = pair.saved_of(list(output))
+        ctx.output_like = [torch.empty_like(o) for o in output[:len(pair.outputs)]]
+
+    def backward(ctx, *grads):
+        grads = [torch.zeros_like(like) if g is None else g for g, like in zip(grads, ctx.output_like)]
+        computed = iter(backward_op(*ctx.values, *grads[:len(pair.outputs)], *ctx.saved))
+        return tuple(next(computed) if x in differentiable else None for x in pair.inputs) + (None,) * len(pair.scalars)
+
+    forward_op.register_autograd(backward, setup_context=setup_context)
+
+    def call(**kwargs):
+        outs = forward_op(*pair.bind(kwargs))[:len(pair.outputs)]
+        return outs[0] if len(outs) == 1 else tuple(outs)
+    call.__name__ = prog.name
+    call.op = forward_op
+    return call
+
+
+def _backward_values(pair: _Pair, backend, values, differentiable) -> list:
+    n = len(pair.inputs) + len(pair.scalars)
+    grads, saved = values[n:n + len(pair.outputs)], values[n + len(pair.outputs):]
+    result = dict(zip(pair.inputs, pair.run_backward(backend, values[:n], grads, saved)))
+    return [result[x] for x in differentiable]

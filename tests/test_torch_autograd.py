@@ -1,0 +1,121 @@
+"""DT programs in torch.autograd and as torch.library operators (dt.torch): gradcheck, opcheck,
+torch.compile(fullgraph=True), and a small training loop (CPU: interp and numba)."""
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import dt
+from dt import backends
+
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("torch") is None,
+                                reason="torch is not installed (pip install dt[torch])")
+ROOT = Path(__file__).resolve().parents[1]
+CASES = {  # program -> its inputs' shapes (small), its scalars
+    "examples/softmax_safe.dt": ({"A": (3, 7)}, {}),
+    "examples/layernorm.dt": ({"A": (3, 7), "W": (7,), "Bias": (7,)}, {"eps": 0.5}),
+    "examples/llm/add_rmsnorm.dt": ({"X": (3, 7), "R": (3, 7), "W": (7,)}, {"eps": 0.5}),
+    "examples/llm/causal_mha.dt": ({"Q": (1, 2, 5, 4), "K": (1, 2, 5, 4), "V": (1, 2, 5, 3)}, {}),
+}
+
+
+def _inputs(shapes, dtype, seed=0):
+    import torch
+    generator = torch.Generator().manual_seed(seed)
+    return {n: torch.randn(*s, dtype=dtype, generator=generator).requires_grad_() for n, s in shapes.items()}
+
+
+@pytest.mark.parametrize("path", CASES)
+def test_gradcheck_passes_on_the_autograd_function(path):
+    import torch
+    import dt.torch as dtt
+    shapes, scalars = CASES[path]
+    fn = dtt.function(dt.load(ROOT / path), backend="interp")
+    inputs = _inputs(shapes, torch.float64)
+    assert torch.autograd.gradcheck(lambda *xs: fn(**dict(zip(inputs, xs)), **scalars), tuple(inputs.values()))
+
+
+def test_saved_funcs_are_used_and_the_gradient_is_the_same():
+    import torch
+    import dt.torch as dtt
+    prog = dt.load(ROOT / "examples" / "layernorm.dt")
+    shapes, scalars = CASES["examples/layernorm.dt"]
+    inputs = _inputs(shapes, torch.float64)
+    saving = dtt.function(prog, backend="interp", save=("mean", "variance"))
+    assert torch.autograd.gradcheck(lambda *xs: saving(**dict(zip(inputs, xs)), **scalars), tuple(inputs.values()))
+
+
+def test_an_unused_output_gets_a_zero_gradient_and_wrt_limits_the_gradients():
+    import torch
+    import dt.torch as dtt
+    shapes, scalars = CASES["examples/llm/add_rmsnorm.dt"]
+    inputs = _inputs(shapes, torch.float64)
+    h, y = dtt.function(dt.load(ROOT / "examples/llm/add_rmsnorm.dt"), backend="interp", wrt=("X",))(**inputs, **scalars)
+    y.sum().backward()  # h unused
+    assert inputs["X"].grad is not None and inputs["R"].grad is None and inputs["W"].grad is None
+    reference = inputs["X"].detach().clone().requires_grad_()
+    hr = reference + inputs["R"].detach()
+    (hr * torch.rsqrt((hr * hr).mean(-1, keepdim=True) + 0.5) * inputs["W"].detach()).sum().backward()
+    torch.testing.assert_close(inputs["X"].grad, reference.grad)
+
+
+@pytest.mark.skipif(not backends.available("numba"), reason="numba is not installed")
+def test_a_custom_op_passes_opcheck_and_compiles_whole():
+    import torch
+    prog = dt.load(ROOT / "examples/llm/add_rmsnorm.dt")
+    op = prog.as_custom_op("dt_tests::add_rmsnorm", backend="numba")
+    shapes, scalars = CASES["examples/llm/add_rmsnorm.dt"]
+    inputs = _inputs(shapes, torch.float32)
+    torch.library.opcheck(op.op, (*inputs.values(), scalars["eps"]))
+
+    def loss(X, R, W):
+        h, y = op(X=X, R=R, W=W, eps=0.5)
+        return (y * y).sum() + h.sum()
+    compiled = torch.compile(loss, fullgraph=True, backend="aot_eager")  # a graph break raises here
+    got = compiled(**inputs)
+    got.backward()
+    eager = {n: t.detach().clone().requires_grad_() for n, t in inputs.items()}
+    want = loss(**eager)
+    want.backward()
+    torch.testing.assert_close(got, want)
+    for name in inputs:
+        torch.testing.assert_close(inputs[name].grad, eager[name].grad)
+
+
+@pytest.mark.skipif(not backends.available("numba"), reason="numba is not installed")
+def test_a_module_with_dt_rmsnorm_and_attention_trains():
+    import torch
+    import dt.torch as dtt
+    rmsnorm_prog = dt.loads("Func y, ss;\nIn X, W;\nSIn eps;\nVar t;\nRVar d;\n"
+                            "ss[t] = rsum(X[t, d] * X[t, d], d);\n"
+                            "y[t, d] = X[t, d] * rsqrt(ss[t] / len(d) + eps) * W[d];\ny.compile();\n", name="rmsnorm")
+    rmsnorm = dtt.function(rmsnorm_prog, backend="numba")
+    attention = dtt.function(dt.load(ROOT / "examples/llm/causal_mha.dt"), backend="numba")
+
+    class Block(torch.nn.Module):
+        def __init__(self, width=8, heads=2):
+            super().__init__()
+            self.heads, self.norm = heads, torch.nn.Parameter(torch.ones(width))
+            self.qkv, self.out = torch.nn.Linear(width, 3 * width), torch.nn.Linear(width, width)
+
+        def forward(self, x):  # x: [tokens, width]
+            t, w = x.shape
+            h = rmsnorm(X=x, W=self.norm, eps=1e-6)
+            q, k, v = (z.reshape(1, t, self.heads, w // self.heads).transpose(1, 2).contiguous()
+                       for z in self.qkv(h).chunk(3, -1))
+            return x + self.out(attention(Q=q, K=k, V=v).transpose(1, 2).reshape(t, w))
+
+    torch.manual_seed(0)
+    model, x = Block(), torch.randn(6, 8)
+    target = torch.randn(6, 8)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    losses = []
+    for _ in range(5):
+        optimizer.zero_grad()
+        loss = ((model(x) - target) ** 2).mean()
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    assert all(np.isfinite(losses)) and losses[-1] < losses[0]
+    assert model.norm.grad is not None and float(model.norm.grad.abs().sum()) > 0
