@@ -15,6 +15,9 @@ from __future__ import annotations
 import torch
 
 from dt.autodiff import grad
+
+if not hasattr(torch.library, "custom_op"):
+    raise ImportError(f"dt.torch needs torch 2.4 or later (torch.library.custom_op); this is torch {torch.__version__}")
 from dt.dtypes import TORCH_BY_NAME, TORCH_NAMES
 from dt.errors import DTError
 

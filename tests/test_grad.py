@@ -20,7 +20,6 @@ EXAMPLES = sorted(Path(p) for p in glob.glob(str(ROOT / "examples" / "*.dt")) + 
 # What the gradient cannot go through yet, and why (each refused with this message)
 REFUSED = {
     "argmax": "reaches no float output", "topk": "needs an accumulating indexed write",
-    "cumsum": "the gradient of cumsum is not built yet",
     **{name: "needs an accumulating indexed write" for name in (
         "conv1d", "cross_entropy", "embedding", "gqa_attention", "group_norm", "paged_decode", "rope",
         "rope_interleaved")},

@@ -185,29 +185,30 @@ def _through_func(gradient: Gradient, f: A.FuncDef, adjoint: A.Expr):
     definition reads."""
     e = f.expr
     if not isinstance(e, A.Reduce):
-        return _through(e, adjoint, f.dims, _read(f.name, f.dims))
+        return _through(gradient, e, adjoint, f.dims, _read(f.name, f.dims))
     if e.op not in DIFFERENTIABLE:
         return []
     context = f.dims + (e.dim,)
     if e.op == "sum":
-        return _through(e.args[0], adjoint, context)
+        return _through(gradient, e.args[0], adjoint, context)
     if e.op == "dot":  # an operand read directly gets rdot(adjoint, the other, ...): a product again
         found = []
         for x, other in zip(e.args, reversed(e.args)):
             if isinstance(x, A.Access):
                 found.append((x, mul(adjoint, other), context, (adjoint, other)))
             else:
-                found += _through(x, mul(adjoint, other), context)
+                found += _through(gradient, x, mul(adjoint, other), context)
         return found
     # rmax / rmin: split evenly among the elements equal to the result (torch.amax's rule)
     body, result = e.args[0], _read(f.name, f.dims)
     ties = gradient.fresh(f"{f.name}_ties")
     gradient.backward.append(A.FuncDef(ties, f.dims, A.Reduce("sum", (A.Binary("==", body, result),), e.dim)))
     share = rules.div(mul(adjoint, A.Binary("==", body, result)), _read(ties, f.dims))
-    return _through(body, share, context)
+    return _through(gradient, body, share, context)
 
 
-def _through(e: A.Expr, g: A.Expr | None, context: tuple[str, ...], result: A.Expr | None = None) -> list:
+def _through(gradient: Gradient, e: A.Expr, g: A.Expr | None, context: tuple[str, ...],
+             result: A.Expr | None = None) -> list:
     """Apply the rules down the expression tree (g: the adjoint of e, None for none). `result`:
     e's value as a read of its Func (e is a Func's definition), which the rules that use their
     result (exp, rsqrt, sigmoid, ...) read rather than compute again."""
@@ -231,9 +232,26 @@ def _through(e: A.Expr, g: A.Expr | None, context: tuple[str, ...], result: A.Ex
             # the operand's rule uses its own (unrounded) value
             stack.append((e.x, A.Cast(g, e.dtype), None))
         elif isinstance(e, A.Scan):
-            raise DTError(f"the gradient of cum{e.op} is not built yet", e.loc,
-                          "write the scan's backward by hand (a reversed cumsum for cumsum)")
+            stack.append((e.x, _suffix_sums(gradient, e, g, context), None))
     return found
+
+
+def _suffix_sums(gradient: Gradient, scan: A.Scan, g: A.Expr, dims: tuple[str, ...]) -> A.Expr:
+    """cumsum's adjoint: at each index of its dimension v, the sum of g from there to the end —
+    the cumsum of g read backwards, read backwards (as torch's flip, cumsum, flip: no cancellation)."""
+    if scan.op != "sum":
+        raise DTError(f"the gradient of cum{scan.op} is not built yet", scan.loc,
+                      "write this scan's backward by hand; cumsum's gradient is derived")
+    v = scan.dim
+
+    def backwards(name: str) -> A.Access:
+        flipped = A.Binary("-", A.Binary("-", A.Len(v), A.Num(1.0, integer=True)), A.DimRef(v))
+        return A.Access(name, "func", tuple(flipped if d == v else A.DimRef(d) for d in dims))
+    held = gradient.fresh(f"d_cumsum_{v}")
+    gradient.backward.append(A.FuncDef(held, dims, g))
+    suffix = gradient.fresh(f"{held}_reversed")
+    gradient.backward.append(A.FuncDef(suffix, dims, A.Scan("sum", backwards(held), v)))
+    return backwards(suffix)
 
 
 def _integer(dtype: str) -> bool:

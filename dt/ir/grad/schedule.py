@@ -20,7 +20,7 @@ from dt.ir import algorithm as A
 
 SHAPING = ("block", "tensorize", "num_warps", "num_stages")
 PRODUCT_TILE, PRODUCT_DEPTH, PRODUCT_WARPS, PRODUCT_STAGES = 128, 32, 8, 3
-ROW_BLOCK, WALK = 128, 32
+ROW_BLOCK, WALK, WALK_SCAN = 128, 32, 1024
 
 
 def candidates(forward: A.Program, forward_roots, body: list[A.FuncDef], outputs: list[str]) -> list[str]:
@@ -33,11 +33,14 @@ def candidates(forward: A.Program, forward_roots, body: list[A.FuncDef], outputs
             lines += _shaping(forward, forward_roots, f)
     for name, root in reversed(fused.items()):  # consumers first: a producer joins a kernel its readers are in
         lines += [f"{name}.fuse_at({root}, {d});" for d in defs[root].dims]
+    for name in fused:  # where the checker refused to fuse it: a kernel of its own (else these are refused)
+        lines += _shaping(forward, forward_roots, defs[name])
     return lines
 
 
 def _reduces(e: A.Expr) -> bool:
-    return any(isinstance(n, A.Reduce) for n in A.walk(e))
+    """Whether e reduces or scans (which a Func cannot be inlined with)."""
+    return any(isinstance(n, (A.Reduce, A.Scan)) for n in A.walk(e))
 
 
 def _kernels(body: list[A.FuncDef], outputs: list[str], inlined: set[str]) -> dict[str, str]:
@@ -86,6 +89,10 @@ def _shaping(forward: A.Program, forward_roots, f: A.FuncDef) -> list[str]:
                 f"{f.name}.num_warps({PRODUCT_WARPS});", f"{f.name}.num_stages({PRODUCT_STAGES});"]
     if not f.dims:
         return []
+    scanned = [n.dim for n in A.walk(f.expr) if isinstance(n, A.Scan)]
+    if scanned:  # each program walks the whole scanned dimension (it cannot be blocked)
+        return [_call(f.name, "block", [(d, 1) for d in f.dims if d != scanned[0]]),
+                _call(f.name, "tensorize", [(scanned[0], WALK_SCAN)])]
     *outer, last = f.dims
     return [_call(f.name, "block", [(d, 1) for d in outer] + [(last, ROW_BLOCK)]),
             _call(f.name, "tensorize", [(last, ROW_BLOCK)] + [(r, WALK) for r in dict.fromkeys(reduced)])]
