@@ -47,8 +47,9 @@ def grad(prog, wrt=None, save=(), of=None):
 
 
 def _schedule(algorithm: str, statements: list[str], outputs: list[str], name: str) -> str:
-    """The default schedule: each candidate statement kept if the program still checks and
-    lowers with it (dt.ir.grad.schedule lists them, most wanted first), then the outputs."""
+    """The default schedule: each candidate (one statement, or a Func's shaping statements
+    together) kept if the program still checks and lowers with it (dt.ir.grad.schedule lists
+    them, most wanted first), then the outputs."""
     from dt.runtime import loads
     compile_lines = "".join(f"{o}.compile();\n" for o in outputs)
     kept = ""

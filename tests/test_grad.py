@@ -238,3 +238,17 @@ def test_the_conformance_suite_has_a_gradient_case_for_every_differentiable_op()
     unary = {op for op, rule in rules.UNARY.items() if rule(A, A, A) is not None}
     binary = {OPS[op].checks[0].name for op, rule in rules.BINARY.items() if rule(A, B, A, A) != (None, None)}
     assert unary | binary | {"rsum", "rmax", "rmin", "rdot", "softmax", "variance", "where"} <= names
+
+
+def test_the_derived_layernorm_backward_equals_the_hand_written_one():
+    forward_prog = dt.load(ROOT / "examples" / "llm" / "layernorm_stats.dt")
+    forward, backward = dt.grad(forward_prog, of="y", save=("mean", "rstd"))
+    by_hand = dt.load(ROOT / "examples" / "llm" / "layernorm_backward.dt")
+    args = _float64(random_inputs(forward_prog, dict(x=9, k=37), "f32", seed=6))
+    outs = forward(backend="interp", **args)
+    dy = np.random.default_rng(1).standard_normal((9, 37))
+    derived = backward(backend="interp", **_taken(backward, dict(args, grad_y=dy, mean=outs["mean"], rstd=outs["rstd"])))
+    written = by_hand(backend="interp", DY=dy, A=args["A"], W=args["W"], Mean=outs["mean"], Rstd=outs["rstd"])
+    # the statistics are f32 (the forward casts them), and so are the derived gradients through them
+    for mine, theirs in (("grad_A", "dx"), ("grad_W", "dw"), ("grad_Bias", "db")):
+        np.testing.assert_allclose(derived[mine], written[theirs], rtol=1e-6, atol=1e-6)

@@ -6,8 +6,9 @@ the lowering accept.
   round trip through memory).
 - A gradient output with the dimensions of a forward kernel's root takes that root's blocks,
   tiles, warps and stages (the forward's schedule choices, reused where the shapes match).
-- Products (`rdot`) take tiles for the matrix units; other roots a block along their last
-  dimension and tiles over what they reduce.
+- Products (`rdot`) take tiles for the matrix units; a reduction along rows in memory one row a
+  program, walked in wide tiles; one across rows (a weight's gradient) blocks of columns walking
+  the rows; an element-wise root a block along its last dimension.
 - Gradient outputs over the same dimensions share one kernel (the first's; the others are
   fused into it and stored from it: a residual's two gradients, a layernorm's dW and dBias).
 - A reduction read from one kernel only is fused into it at its outermost loop (the row
@@ -21,21 +22,25 @@ from dt.ir import algorithm as A
 SHAPING = ("block", "tensorize", "num_warps", "num_stages")
 PRODUCT_TILE, PRODUCT_DEPTH, PRODUCT_WARPS, PRODUCT_STAGES = 128, 32, 8, 3
 ROW_BLOCK, WALK, WALK_SCAN = 128, 32, 1024
+ROW_WALK = 1024  # a reduction along a row in memory: one row a program, walked in tiles of this
+COLUMN_BLOCK, COLUMN_WALK = 32, 128  # across rows: blocks of 32 columns, rows walked 128 at a time
 
 
 def candidates(forward: A.Program, forward_roots, body: list[A.FuncDef], outputs: list[str]) -> list[str]:
+    """Candidate schedule statements, most wanted first; each string is kept or dropped whole
+    (a Func's shaping statements go together)."""
     defs = {f.name: f for f in body}
     inlined = [f.name for f in body if f.name not in outputs and not _reduces(f.expr)]
     fused = _kernels(body, outputs, set(inlined))
     lines = [f"{name}.inline();" for name in inlined]
     for f in body:
         if f.name not in inlined and f.name not in fused:
-            lines += _shaping(forward, forward_roots, f)
+            lines.append("\n".join(_shaping(forward, forward_roots, f)))
     for name, root in reversed(fused.items()):  # consumers first: a producer joins a kernel its readers are in
         lines += [f"{name}.fuse_at({root}, {d});" for d in defs[root].dims]
-    for name in fused:  # where the checker refused to fuse it: a kernel of its own (else these are refused)
-        lines += _shaping(forward, forward_roots, defs[name])
-    return lines
+    for name in fused:  # where the checker refused to fuse it: a kernel of its own (refused whole where fused)
+        lines.append("\n".join(_shaping(forward, forward_roots, defs[name])))
+    return [line for line in lines if line]
 
 
 def _reduces(e: A.Expr) -> bool:
@@ -93,9 +98,17 @@ def _shaping(forward: A.Program, forward_roots, f: A.FuncDef) -> list[str]:
     if scanned:  # each program walks the whole scanned dimension (it cannot be blocked)
         return [_call(f.name, "block", [(d, 1) for d in f.dims if d != scanned[0]]),
                 _call(f.name, "tensorize", [(scanned[0], WALK_SCAN)])]
-    *outer, last = f.dims
-    return [_call(f.name, "block", [(d, 1) for d in outer] + [(last, ROW_BLOCK)]),
-            _call(f.name, "tensorize", [(last, ROW_BLOCK)] + [(r, WALK) for r in dict.fromkeys(reduced)])]
+    reduced = list(dict.fromkeys(reduced))
+    reads = [e for e in A.walk(f.expr) if isinstance(e, A.Access) and e.subscripts]
+    reads = [e for e in reads if e.kind == "input"] or reads  # the inputs' layout decides, else the temporaries'
+    innermost = {e.subscripts[-1].dim for e in reads if isinstance(e.subscripts[-1], A.DimRef)}
+    if reduced and reduced[0] in innermost:  # along rows in memory: a program a row, walking it
+        return [_call(f.name, "block", [(d, 1) for d in f.dims]),
+                _call(f.name, "tensorize", [(reduced[0], ROW_WALK)] + [(r, WALK) for r in reduced[1:]])]
+    *outer, last = f.dims  # across rows (a weight's gradient summed over tokens), or element-wise
+    block = COLUMN_BLOCK if reduced else ROW_BLOCK
+    return [_call(f.name, "block", [(d, 1) for d in outer] + [(last, block)]),
+            _call(f.name, "tensorize", [(last, block)] + [(r, COLUMN_WALK) for r in reduced])]
 
 
 def _call(func: str, primitive: str, sizes) -> str:
