@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 import dt
 from dt import backends
 from dt.testing import random_inputs
-from strategies import batched, elementwise, matmul, row_reduction, two_matmuls
+from strategies import batched, elementwise, indexed, matmul, row_reduction, two_matmuls
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = sorted(Path(p) for p in glob.glob(str(ROOT / "examples" / "*.dt")) + glob.glob(str(ROOT / "examples" / "llm" / "*.dt")))
@@ -21,8 +21,7 @@ EXAMPLES = sorted(Path(p) for p in glob.glob(str(ROOT / "examples" / "*.dt")) + 
 REFUSED = {
     "argmax": "reaches no float output", "topk": "needs an accumulating indexed write",
     **{name: "needs an accumulating indexed write" for name in (
-        "conv1d", "cross_entropy", "embedding", "gqa_attention", "group_norm", "paged_decode", "rope",
-        "rope_interleaved")},
+        "cross_entropy", "embedding", "gqa_attention", "group_norm", "paged_decode", "rope_interleaved")},
 }
 # Casts to narrow floats round: the float64 reference is a staircase at finite differences' scale
 ROUNDING = {"fp8_matmul", "layernorm_stats"}
@@ -86,6 +85,20 @@ def test_random_programs_match_finite_differences(case):
     source, extents = case
     prog = dt.loads(source)
     errors = gradient_errors(prog, {d: min(n, 9) for d, n in extents.items()})
+    assert max(errors.values()) < 1e-5, (source, errors)
+
+
+@settings(max_examples=60, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(indexed())
+def test_reads_at_shifted_indices_differentiate_and_other_index_expressions_are_refused(case):
+    source, extents = case
+    prog = dt.loads(source)
+    sizes = {d: min(n, 9) for d, n in extents.items()}
+    if any(op in source for op in ("//", "%", "* x", "I[")):  # strides, remainders, squares, gathers
+        with pytest.raises(dt.DTError, match="needs an accumulating indexed write"):
+            dt.grad(prog)
+        return
+    errors = gradient_errors(prog, sizes)
     assert max(errors.values()) < 1e-5, (source, errors)
 
 

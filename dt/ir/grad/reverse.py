@@ -262,22 +262,74 @@ def _integer(dtype: str) -> bool:
 def _send(gradient: Gradient, sent: dict, access: A.Access, g: A.Expr, context, product, defs, checked):
     """Sum g over the dimensions the access lacks (the innermost sum of a product an rdot, so
     that it reaches the matrix units), and send it to the Func or input read."""
-    dims = access.dims
-    if dims is None or len(set(dims)) != len(dims):
+    own = defs[access.name].dims if access.kind == "func" else checked.input_axes[access.name]
+    shifts = [_shift(s, context, axis) for s, axis in zip(access.subscripts, own)]
+    dims = [d for d, _ in shifts] if all(shifts) else []
+    if not dims or len(set(dims)) != len(dims) or any(set(dims) & A.free_dims(o) for _, o in shifts if o):
         raise DTError(f"the gradient through {access.text} needs an accumulating indexed write, which DT "
                       f"does not have yet", access.loc,
                       "differentiate with respect to other inputs, or write this part's backward by hand")
+    if any(o is not None for _, o in shifts):  # X[t + j] sends X[t] what reached t - j (0 outside t's range)
+        g, product = _unshifted(g, {d: o for d, o in shifts if o is not None}), None
     extra = [d for d in context if d not in dims]
     if product is not None and extra:
         g = A.Reduce("dot", product, extra.pop())
     for d in reversed(extra):
         g = A.Reduce("sum", (g,), d)
-    own = defs[access.name].dims if access.kind == "func" else checked.input_axes[access.name]
     if tuple(dims) != tuple(own):  # read at other names or in another order: a Func at its own, read at ours
         name = gradient.fresh(f"d_{access.name}_at_{'_'.join(dims)}")
         gradient.backward.append(A.FuncDef(name, dims, g))
         g = _read(name, own)
     sent.setdefault(access.name, []).append(g)
+
+
+def _shift(subscript: A.Expr, context, axis: str) -> tuple[str, A.Expr | None] | None:
+    """(d, offset) for a subscript that is a dimension d of the context plus terms without d and
+    without reads (`t + j - (len(j) - 1)`, `d - len(d) // 2`): offset None for a bare `d`; None
+    for anything else (`h // 4`, `2 * i`, a gather). Where several dimensions could be d (t and
+    j there), the one the axis is named after (`axis`, t: what binds its extent)."""
+    terms, stack = [], [(1, subscript)]
+    while stack:
+        sign, e = stack.pop()
+        if isinstance(e, A.Binary) and e.op in ("+", "-"):
+            stack += [(sign, e.a), (sign if e.op == "+" else -sign, e.b)]
+        else:
+            terms.append((sign, e))
+    order = sorted(range(len(terms)), key=lambda i: not (isinstance(terms[i][1], A.DimRef) and terms[i][1].dim == axis))
+    found = []
+    for i in order:
+        sign, term = terms[i]
+        if sign == 1 and isinstance(term, A.DimRef) and term.dim in context:
+            rest = [(s, t) for j, (s, t) in enumerate(terms) if j != i]
+            if any(term.dim in A.free_dims(t) or any(isinstance(n, A.Access) for n in A.walk(t)) for _, t in rest):
+                continue
+            offset = None
+            for s, t in rest:
+                offset = t if offset is None and s == 1 else rules.neg(t) if offset is None else \
+                    A.Binary("+" if s == 1 else "-", offset, t)
+            found.append((term.dim, offset))
+    named = [f for f in found if f[0] == axis]
+    return (named or found)[0] if len(named) == 1 or len(found) == 1 else None
+
+
+def _unshifted(g: A.Expr, offsets: dict[str, A.Expr]) -> A.Expr:
+    """g at d - offset for each shifted dimension d, and 0 where that index is outside d's range."""
+    moved = {d: A.Binary("+", A.DimRef(d), o.x) if isinstance(o, A.Unary) and o.op == "neg"
+             else A.Binary("-", A.DimRef(d), o) for d, o in offsets.items()}
+
+    def substitute(e: A.Expr) -> A.Expr:
+        if isinstance(e, A.DimRef) and e.dim in moved:
+            return moved[e.dim]
+        if isinstance(e, A.Reduce) and e.dim in moved:  # it binds its own
+            return e
+        kids = A.children(e)
+        return A.rebuild(e, tuple(substitute(k) for k in kids)) if kids else e
+    g = substitute(g)
+    for d, index in moved.items():
+        zero = A.Num(0.0, integer=True)
+        inside = A.Binary("*", A.Binary(">=", index, zero), A.Binary("<", index, A.Len(d)))
+        g = rules.call("where", inside, g, num(0))
+    return g
 
 
 # ------------------------------------------------------------------ 3. emit

@@ -53,7 +53,7 @@ def neg(a: A.Expr) -> A.Expr:
     if isinstance(a, A.Unary) and a.op == "neg":
         return a.x
     if isinstance(a, A.Num):
-        return num(-a.value)
+        return A.Num(-a.value, integer=a.integer)
     return A.Unary("neg", a)
 
 
