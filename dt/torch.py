@@ -56,7 +56,11 @@ class _Pair:
         args.update(dict(zip(self.save, saved)))
         taken = {k: (v.contiguous() if isinstance(v, torch.Tensor) else v) for k, v in args.items()
                  if k in self.backward.inputs + self.backward.scalars}
-        result = self.backward(backend=backend, **taken)
+        # dimensions no input of the backward binds (a grouped axis, K[b, h // group, ...]): the forward's extents
+        tensors = {n: v for n, v in zip(self.inputs, values)}
+        unbound = [d for d in self.backward.checked.needed_dims if d not in self.backward.input_dims]
+        sizes = {d: n for d, n in self.prog._extents(tensors, {}).items() if d in unbound} if unbound else None
+        result = self.backward(backend=backend, sizes=sizes, **taken)
         result = result if isinstance(result, dict) else {self.backward.outputs[0]: result}
         return [result.get(f"grad_{x}") for x in self.inputs] + [None] * len(self.scalars)
 

@@ -17,6 +17,8 @@ CASES = {  # program -> its inputs' shapes (small), its scalars
     "examples/layernorm.dt": ({"A": (3, 7), "W": (7,), "Bias": (7,)}, {"eps": 0.5}),
     "examples/llm/add_rmsnorm.dt": ({"X": (3, 7), "R": (3, 7), "W": (7,)}, {"eps": 0.5}),
     "examples/llm/causal_mha.dt": ({"Q": (1, 2, 5, 4), "K": (1, 2, 5, 4), "V": (1, 2, 5, 3)}, {}),
+    # 4 query heads over 2 key/value heads: K and V's gradients sum over each group's query heads
+    "examples/llm/gqa_attention.dt": ({"Q": (1, 4, 5, 4), "K": (1, 2, 5, 4), "V": (1, 2, 5, 3)}, {"group": 2}),
 }
 
 

@@ -265,12 +265,18 @@ def _send(gradient: Gradient, sent: dict, access: A.Access, g: A.Expr, context, 
     own = defs[access.name].dims if access.kind == "func" else checked.input_axes[access.name]
     shifts = [_shift(s, context, axis) for s, axis in zip(access.subscripts, own)]
     dims = [d for d, _ in shifts] if all(shifts) else []
-    if not dims or len(set(dims)) != len(dims) or any(set(dims) & A.free_dims(o) for _, o in shifts if o):
-        raise DTError(f"the gradient through {access.text} needs an accumulating indexed write, which DT "
-                      f"does not have yet", access.loc,
+    if dims and len(set(dims)) == len(dims) and not any(set(dims) & A.free_dims(o) for _, o in shifts if o):
+        if any(o is not None for _, o in shifts):  # X[t + j] sends X[t] what reached t - j (0 outside t's range)
+            g, product = _unshifted(g, {d: o for d, o in shifts if o is not None}), None
+    elif any(isinstance(n, A.Access) for sub in access.subscripts for n in A.walk(sub)):
+        raise DTError(f"the gradient through the gather {access.text} needs an accumulating indexed write, which "
+                      f"DT does not have yet", access.loc,
                       "differentiate with respect to other inputs, or write this part's backward by hand")
-    if any(o is not None for _, o in shifts):  # X[t + j] sends X[t] what reached t - j (0 outside t's range)
-        g, product = _unshifted(g, {d: o for d, o in shifts if o is not None}), None
+    else:  # K[b, h // 4, l, k]: each element of K gets the sum of what reached the indices that read it
+        match, dims = _masked(access, context, own)
+        g = rules.call("where", match, g, num(0))
+        if product is not None:  # still a product, of the masked adjoint: it reaches the matrix units
+            product = (rules.call("where", match, product[0], num(0)), product[1])
     extra = [d for d in context if d not in dims]
     if product is not None and extra:
         g = A.Reduce("dot", product, extra.pop())
@@ -330,6 +336,27 @@ def _unshifted(g: A.Expr, offsets: dict[str, A.Expr]) -> A.Expr:
         inside = A.Binary("*", A.Binary(">=", index, zero), A.Binary("<", index, A.Len(d)))
         g = rules.call("where", inside, g, num(0))
     return g
+
+
+def _masked(access: A.Access, context, own) -> tuple[A.Expr, list[str]]:
+    """(the condition that each computed subscript equals the index of its axis, a dimension
+    named after the axis; the dimensions of the read). The adjoint where it holds, 0 elsewhere,
+    summed over the other dimensions, is the gradient of a read at any index expression. It
+    reads the adjoint once per element of the axis (a scatter-add would not): correct for any
+    index without a gather, costly on long axes."""
+    dims, match = [], None
+    for sub, axis in zip(access.subscripts, own):
+        if isinstance(sub, A.DimRef) and sub.dim in context and sub.dim not in dims:
+            dims.append(sub.dim)
+            continue
+        if axis in context or axis in dims:  # the axis is named after a dimension the read sums over
+            raise DTError(f"the gradient through {access.text} is not derived yet: its axis along '{axis}' is read "
+                          f"at an index of '{axis}' itself", access.loc,
+                          f"read it at '{axis}' plus or minus an offset, or at an index of other dimensions")
+        dims.append(axis)
+        equal = A.Binary("==", sub, A.DimRef(axis))
+        match = equal if match is None else A.Binary("*", match, equal)
+    return match, dims
 
 
 # ------------------------------------------------------------------ 3. emit
