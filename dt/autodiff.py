@@ -8,6 +8,7 @@ program of its own — readable (`dt_source()`), reschedulable, and run by every
 from __future__ import annotations
 
 from dt.errors import DTError
+from dt.ir import algorithm as A
 from dt.ir.grad.reverse import gradient_source
 
 
@@ -37,13 +38,28 @@ def grad(prog, wrt=None, save=(), of=None):
         if s not in checked.written:
             raise DTError(f"'{s}' is not a Func {prog.name}'s outputs need", None,
                           f"save some of: {', '.join(checked.written)}")
+        expr = checked.written[s].expr
+        if isinstance(expr, A.Reduce) and expr.op in ("max", "min"):
+            raise DTError(f"'{s}' is an r{expr.op}, which dt.grad does not save: its gradient goes to the elements "
+                          f"equal to it, which a copy rounded to the outputs' dtype may not equal", checked.written[s].loc,
+                          f"leave '{s}' out of save (the backward recomputes it)")
+    if save and not prog.ast.source:
+        raise DTError(f"save= needs {prog.name}'s DT text (it adds the saved Funcs as outputs), and a program built "
+                      "with the Python API has none", None, "write the program in DT, or recompute (no save=)")
     algorithm, statements, outputs = gradient_source(checked, wrt, save, prog.name, of)
     backward = loads(algorithm + _schedule(algorithm, statements, outputs, prog.name), name=f"{prog.name}_grad")
     if not save:
         return backward
     extra = "".join(f"{s}.compile();\n" for s in save if s not in checked.outputs)
     source = prog.ast.source if prog.ast.source.endswith("\n") else prog.ast.source + "\n"
-    return loads(source + extra, name=prog.name), backward
+    try:
+        forward = loads(source + extra, name=prog.name)
+        forward.pipeline("f32")
+    except DTError as e:
+        raise DTError(f"saving {', '.join(save)} breaks {prog.name}'s schedule: {e.message}", e.loc,
+                      "save Funcs its schedule computes once per element (at root, or fused at a loop they do not "
+                      "run along), or recompute them (no save=)") from None
+    return forward, backward
 
 
 def _schedule(algorithm: str, statements: list[str], outputs: list[str], name: str) -> str:
@@ -52,13 +68,24 @@ def _schedule(algorithm: str, statements: list[str], outputs: list[str], name: s
     them, most wanted first), then the outputs."""
     from dt.runtime import loads
     compile_lines = "".join(f"{o}.compile();\n" for o in outputs)
+    def holds(schedule: str) -> DTError | None:
+        try:
+            loads(algorithm + schedule + compile_lines, name=name).pipeline("f32")
+        except DTError as e:
+            return e
+        return None
     kept = ""
     for statement in statements:
-        try:
-            loads(algorithm + kept + statement + "\n" + compile_lines, name=name).pipeline("f32")
-        except DTError:
-            continue
-        kept += statement + "\n"
+        if holds(kept + statement + "\n") is None:
+            kept += statement + "\n"
+    if holds(kept) is not None and statements:  # fixes only taken together: every candidate at once
+        together = "".join(f"{s}\n" for s in statements)
+        kept = together if holds(together) is None else kept
+    error = holds(kept)
+    if error is not None:
+        raise DTError(f"dt.grad found no schedule under which {name}'s gradient program holds: {error.message}",
+                      error.loc, "report it with the program; schedule the gradient's text by hand meanwhile "
+                      "(its algorithm: dt.ir.grad.reverse.gradient_source)")
     return kept + compile_lines
 
 

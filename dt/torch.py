@@ -27,11 +27,11 @@ class _Pair:
 
     def __init__(self, prog, wrt, save):
         self.prog, self.inputs, self.scalars, self.outputs = prog, prog.inputs, prog.scalars, prog.outputs
-        self.floats = tuple(x for x in prog.inputs if x not in prog.checked.index_inputs)
-        self.wrt = self.floats if wrt is None else tuple(wrt)
-        self.save = tuple(save)
+        self.wrt = None if wrt is None else _names(wrt)
+        self.save = _names(save)
         result = grad(prog, wrt=self.wrt, save=self.save)
         self.forward, self.backward = result if self.save else (prog, result)
+        self.wrt = tuple(o.removeprefix("grad_") for o in self.backward.outputs)
         self.extra = tuple(s for s in self.save if s not in prog.outputs)  # saved Funcs returned besides
 
     def bind(self, kwargs: dict) -> list:
@@ -43,6 +43,10 @@ class _Pair:
                           + (f"; missing: {', '.join(missing)}" if missing else ""), None,
                           "pass each input and scalar as a keyword argument")
         return [kwargs[n] for n in self.inputs + self.scalars]
+
+    def split(self, values) -> tuple[list, list]:
+        """(the inputs' tensors, the scalars' values): by position, a 0-d tensor scalar too."""
+        return list(values[:len(self.inputs)]), list(values[len(self.inputs):])
 
     def run_forward(self, backend, values) -> list:
         outs = self.forward(backend=backend, **dict(zip(self.inputs + self.scalars, values)))
@@ -57,7 +61,7 @@ class _Pair:
         taken = {k: (v.contiguous() if isinstance(v, torch.Tensor) else v) for k, v in args.items()
                  if k in self.backward.inputs + self.backward.scalars}
         # dimensions no input of the backward binds (a grouped axis, K[b, h // group, ...]): the forward's extents
-        tensors = {n: v for n, v in zip(self.inputs, values)}
+        tensors = dict(zip(self.inputs, values))
         unbound = [d for d in self.backward.checked.needed_dims if d not in self.backward.input_dims]
         sizes = {d: n for d, n in self.prog._extents(tensors, {}).items() if d in unbound} if unbound else None
         result = self.backward(backend=backend, sizes=sizes, **taken)
@@ -67,6 +71,15 @@ class _Pair:
     def saved_of(self, outs: list) -> list:
         by_name = dict(zip(self.outputs + self.extra, outs))
         return [by_name[s] for s in self.save]
+
+
+def _names(names) -> tuple[str, ...]:
+    return (names,) if isinstance(names, str) else tuple(names)
+
+
+def _zeros(spec) -> torch.Tensor:
+    shape, dtype, device = spec
+    return torch.zeros(shape, dtype=dtype, device=device)
 
 
 def function(prog, *, backend: str | None = None, wrt=None, save=()):
@@ -80,8 +93,7 @@ def function(prog, *, backend: str | None = None, wrt=None, save=()):
         @staticmethod
         def forward(ctx, *values):
             outs = pair.run_forward(backend, values)
-            tensors = [v for v in values if isinstance(v, torch.Tensor)]
-            ctx.scalar_values = [v for v in values if not isinstance(v, torch.Tensor)]
+            tensors, ctx.scalar_values = pair.split(values)
             ctx.save_for_backward(*tensors, *pair.saved_of(outs))
             ctx.output_specs = [(o.shape, o.dtype, o.device) for o in outs[:len(pair.outputs)]]
             ctx.mark_non_differentiable(*[o for o in outs[len(pair.outputs):]],
@@ -93,8 +105,7 @@ def function(prog, *, backend: str | None = None, wrt=None, save=()):
         def backward(ctx, *grads):
             tensors = ctx.saved_tensors
             values = list(tensors[:len(pair.inputs)]) + ctx.scalar_values
-            grads = [torch.zeros(*spec[:1], dtype=spec[1], device=spec[2]) if g is None else g
-                     for g, spec in zip(grads, ctx.output_specs)]
+            grads = [_zeros(spec) if g is None else g for g, spec in zip(grads, ctx.output_specs)]
             return tuple(pair.run_backward(backend, values, grads, tensors[len(pair.inputs):]))
 
     DTFunction.__name__ = f"{prog.name}_function"
@@ -108,59 +119,87 @@ def function(prog, *, backend: str | None = None, wrt=None, save=()):
 def _output_specs(prog, tensors: dict, outputs) -> list[tuple[tuple[int, ...], torch.dtype]]:
     """(shape, dtype) of each named output for inputs of these shapes and dtypes (no run)."""
     extents = prog._extents(tensors, {})
-    pipeline = prog.pipeline({n: TORCH_NAMES[str(t.dtype)] for n, t in tensors.items()})
+    pipeline = prog.pipeline({**{n: TORCH_NAMES[str(t.dtype)] for n, t in tensors.items()},
+                              **{s: "i64" for s in prog.checked.index_scalars}})
     specs = {t.name: t for t in pipeline.outputs}
     return [(tuple(extents[d] for d in specs[o].dims), getattr(torch, TORCH_BY_NAME[specs[o].dtype].removeprefix("torch.")))
             for o in outputs]
+
+
+def _returns(n: int) -> str:
+    """A schema's results: one bare Tensor, or a tuple of n."""
+    return "Tensor" if n == 1 else f"({', '.join(['Tensor'] * n)})"
+
+
+def _packed(values: list):
+    return values[0] if len(values) == 1 else tuple(values)
+
+
+_REGISTERED: dict[str, tuple] = {}  # operator name -> (program source, options, the function returned)
 
 
 def custom_op(prog, name: str, *, backend: str | None = None, wrt=None, save=()):
     """Register `prog` as the operator `name` ("namespace::op") with torch.library, with a fake
     (meta) implementation for tracing and its backward (itself the operator `name`_backward,
     running dt.grad(prog)), so that torch.compile traces it whole and CUDA graphs capture it.
-    Returns a function of its inputs and scalars by name, as `function` does."""
-    pair = _Pair(prog, wrt, save)
+    Returns a function of its inputs and scalars by name, as `function` does. A name is
+    registered once per process: asking again for the same program returns the same function."""
     if "::" not in name:
         raise DTError(f"the operator name {name!r} has no namespace", None, 'name it "namespace::op", e.g. "mylib::rmsnorm"')
-    arguments = ", ".join([f"Tensor {x}" for x in pair.inputs] + [f"float {s}" for s in pair.scalars])
-    returned = len(pair.outputs + pair.extra)
-    forward_op = torch.library.custom_op(name, lambda *values: tuple(pair.run_forward(backend, values)),
-                                         mutates_args=(), schema=f"({arguments}) -> ({', '.join(['Tensor'] * returned)})")
+    key = (prog.ast.source or prog.name, backend, wrt, save)
+    if name in _REGISTERED:
+        if _REGISTERED[name][0] == key:
+            return _REGISTERED[name][1]
+        raise DTError(f"the operator {name} is registered already, for another program or options", None,
+                      "give each program its own operator name")
+    pair = _Pair(prog, wrt, save)
+    index = prog.checked.index_scalars
+    arguments = ", ".join([f"Tensor {x}" for x in pair.inputs] +
+                          [f"{'int' if s in index else 'float'} {s}" for s in pair.scalars])
+    returned = pair.outputs + pair.extra
+    forward_op = torch.library.custom_op(name, lambda *values: _packed(pair.run_forward(backend, values)),
+                                         mutates_args=(), schema=f"({arguments}) -> {_returns(len(returned))}")
 
     @forward_op.register_fake
     def _(*values):
         tensors = dict(zip(pair.inputs, values))
-        first = values[0]
-        return tuple(first.new_empty(shape, dtype=dtype)
-                     for shape, dtype in _output_specs(pair.prog, tensors, pair.outputs + pair.extra))
+        return _packed([values[0].new_empty(shape, dtype=dtype)
+                        for shape, dtype in _output_specs(pair.forward, tensors, returned)])
 
     grads = [f"Tensor grad_{o}" for o in pair.outputs] + [f"Tensor {s}" for s in pair.save]
     differentiable = [x for x in pair.inputs if x in pair.wrt]
     backward_op = torch.library.custom_op(
-        f"{name}_backward", lambda *values: tuple(_backward_values(pair, backend, values, differentiable)),
-        mutates_args=(), schema=f"({arguments}, {', '.join(grads)}) -> ({', '.join(['Tensor'] * len(differentiable))})")
+        f"{name}_backward", lambda *values: _packed(_backward_values(pair, backend, values, differentiable)),
+        mutates_args=(), schema=f"({arguments}, {', '.join(grads)}) -> {_returns(len(differentiable))}")
 
     @backward_op.register_fake
     def _(*values):
-        return tuple(values[pair.inputs.index(x)].new_empty(values[pair.inputs.index(x)].shape) for x in differentiable)
+        return _packed([values[pair.inputs.index(x)].new_empty(values[pair.inputs.index(x)].shape)
+                        for x in differentiable])
 
     def setup_context(ctx, inputs, output):
-        ctx.values = inputs
-        ctx.saved = pair.saved_of(list(output))
-        ctx.output_like = [torch.empty_like(o) for o in output[:len(pair.outputs)]]
+        output = output if isinstance(output, tuple) else (output,)
+        tensors, ctx.scalar_values = pair.split(inputs)
+        ctx.save_for_backward(*tensors, *pair.saved_of(list(output)))  # checked against in-place changes
+        ctx.output_specs = [(o.shape, o.dtype, o.device) for o in output[:len(pair.outputs)]]
 
     def backward(ctx, *grads):
-        grads = [torch.zeros_like(like) if g is None else g for g, like in zip(grads, ctx.output_like)]
-        computed = iter(backward_op(*ctx.values, *grads[:len(pair.outputs)], *ctx.saved))
+        tensors = ctx.saved_tensors
+        grads = [_zeros(spec) if g is None else g for g, spec in zip(grads, ctx.output_specs)]
+        computed = backward_op(*tensors[:len(pair.inputs)], *ctx.scalar_values, *grads[:len(pair.outputs)],
+                               *tensors[len(pair.inputs):])
+        computed = iter(computed if isinstance(computed, tuple) else (computed,))
         return tuple(next(computed) if x in differentiable else None for x in pair.inputs) + (None,) * len(pair.scalars)
 
     forward_op.register_autograd(backward, setup_context=setup_context)
 
     def call(**kwargs):
-        outs = forward_op(*pair.bind(kwargs))[:len(pair.outputs)]
-        return outs[0] if len(outs) == 1 else tuple(outs)
+        outs = forward_op(*pair.bind(kwargs))
+        outs = outs if isinstance(outs, tuple) else (outs,)
+        return _packed(list(outs[:len(pair.outputs)]))
     call.__name__ = prog.name
     call.op = forward_op
+    _REGISTERED[name] = (key, call)
     return call
 
 

@@ -121,3 +121,53 @@ def test_a_module_with_dt_rmsnorm_and_attention_trains():
         losses.append(loss.item())
     assert all(np.isfinite(losses)) and losses[-1] < losses[0]
     assert model.norm.grad is not None and float(model.norm.grad.abs().sum()) > 0
+
+
+# ---------------------------------------------------------------- a review's findings
+def test_custom_ops_of_one_output_one_gradient_and_integer_scalars():
+    import torch
+    import dt.torch as dtt
+    softmax = dt.load(ROOT / "examples/softmax_safe.dt").as_custom_op("dt_tests::softmax", backend="interp")
+    a = torch.randn(3, 7, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda a: softmax(A=a), (a,))
+    product = dt.loads("Func o;\nIn A, B;\nVar x;\no[x] = A[x] * B[x];\no.compile();\n")
+    times = dtt.custom_op(product, "dt_tests::times", backend="interp", wrt="A")
+    a, b = (torch.randn(4, requires_grad=True) for _ in range(2))
+    times(A=a, B=b).sum().backward()
+    torch.testing.assert_close(a.grad, b.detach())
+    assert b.grad is None
+    shapes, scalars = CASES["examples/llm/gqa_attention.dt"]
+    gqa = dtt.custom_op(dt.load(ROOT / "examples/llm/gqa_attention.dt"), "dt_tests::gqa", backend="interp")
+    inputs = _inputs(shapes, torch.float64)
+    torch.library.opcheck(gqa.op, (*inputs.values(), scalars["group"]))
+    assert torch.autograd.gradcheck(lambda *xs: gqa(**dict(zip(inputs, xs)), group=2), tuple(inputs.values()))
+
+
+def test_a_custom_op_with_saved_funcs_passes_opcheck_and_names_are_registered_once():
+    import torch
+    import dt.torch as dtt
+    prog = dt.load(ROOT / "examples/layernorm.dt")
+    op = dtt.custom_op(prog, "dt_tests::layernorm", backend="interp", save=("mean", "variance"))
+    shapes, scalars = CASES["examples/layernorm.dt"]
+    torch.library.opcheck(op.op, (*_inputs(shapes, torch.float32).values(), scalars["eps"]))
+    assert dtt.custom_op(prog, "dt_tests::layernorm", backend="interp", save=("mean", "variance")) is op
+    with pytest.raises(dt.DTError, match="registered already"):
+        dtt.custom_op(dt.load(ROOT / "examples/softmax_safe.dt"), "dt_tests::layernorm")
+
+
+def test_custom_ops_see_inputs_changed_in_place_and_scalars_may_be_tensors():
+    import torch
+    import dt.torch as dtt
+    prog = dt.load(ROOT / "examples/llm/add_rmsnorm.dt")
+    op = prog.as_custom_op("dt_tests::add_rmsnorm_inplace", backend="interp")
+    shapes, _ = CASES["examples/llm/add_rmsnorm.dt"]
+    inputs = _inputs(shapes, torch.float32)
+    h, y = op(**inputs, eps=0.5)
+    with torch.no_grad():
+        inputs["W"].mul_(100)  # after the forward saved it
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        y.sum().backward()
+    fn = dtt.function(prog, backend="interp", wrt="X")
+    inputs = _inputs(shapes, torch.float64)
+    fn(**inputs, eps=torch.tensor(0.5, dtype=torch.float64))[1].sum().backward()
+    assert inputs["X"].grad is not None and inputs["W"].grad is None

@@ -36,6 +36,14 @@ class Gradient:
     outputs: list[str] = field(default_factory=list)  # grad_X, one per input in wrt
     taken: set[str] = field(default_factory=set)
 
+    def public(self, name: str, what: str) -> str:
+        """A name the gradient program's user relies on (grad_A, grad_out): never renamed."""
+        if name in self.taken:
+            raise DTError(f"dt.grad names {what} '{name}', and the program already has a '{name}'", None,
+                          f"rename the program's '{name}'")
+        self.taken.add(name)
+        return name
+
     def fresh(self, base: str) -> str:
         name, k = base, 1
         while name in self.taken:
@@ -50,7 +58,7 @@ def gradient_source(checked, wrt: tuple[str, ...], saved: tuple[str, ...] = (), 
     statements of its default schedule (dt.ir.grad.schedule), and its outputs: the gradients of
     the outputs `of` (default: all) with respect to the inputs `wrt`, reading the Funcs `saved`
     as inputs."""
-    forward = hoist(_in_order(checked))
+    forward = hoist(_in_order(checked), {d.name for d in checked.program.declarations})
     gradient = Gradient(forward, taken={d.name for d in checked.program.declarations} |
                         {f.name for f in forward})
     reverse(gradient, checked, wrt, checked.outputs if of is None else of)
@@ -80,9 +88,9 @@ def _read(name: str, dims) -> A.Access:
 
 
 # ------------------------------------------------------------------ 1. hoist
-def hoist(funcs: list[A.FuncDef]) -> list[A.FuncDef]:
+def hoist(funcs: list[A.FuncDef], taken: set[str]) -> list[A.FuncDef]:
     out: list[A.FuncDef] = []
-    names = {f.name for f in funcs}
+    names = taken | {f.name for f in funcs}
     for f in funcs:
         made: list[A.FuncDef] = []
 
@@ -121,7 +129,7 @@ def reverse(gradient: Gradient, checked, wrt: tuple[str, ...], of: tuple[str, ..
     sent: dict[str, list[A.Expr]] = {}  # Func or input -> expressions over its own dims, summed
     for out in of:
         if out in active:
-            seed = gradient.fresh(f"grad_{out}")
+            seed = gradient.public(f"grad_{out}", f"the gradient flowing into '{out}'")
             gradient.seeds.append(seed)
             sent.setdefault(out, []).append(_read(seed, defs[out].dims))
     for f in reversed(gradient.forward):
@@ -137,18 +145,31 @@ def reverse(gradient: Gradient, checked, wrt: tuple[str, ...], of: tuple[str, ..
         for access, g, context, product in _through_func(gradient, f, adjoint):
             if access.name in active or access.kind == "input" and access.name in wrt:
                 _send(gradient, sent, access, g, context, product, defs, checked)
+    feeding = _feeding(gradient.forward, of)
     for x in wrt:
         axes = checked.input_axes[x]
         if not sent.get(x) and not any(isinstance(e, A.Access) and e.name == x for f in gradient.forward
-                                       if f.name in active for e in _values(f.expr)):
+                                       if f.name in active and f.name in feeding for e in _values(f.expr)):
             raise DTError(f"input '{x}' reaches no float output ({', '.join(of)}): it has no gradient", None,
                           f"leave '{x}' out of wrt")
         read = A.Access(x, "input", tuple(A.DimRef(d) for d in axes))
         # reached only through ops with no gradient (floor, comparisons): zeros, even where x is inf or NaN
         total = _sum(sent.get(x, [])) or rules.call("where", A.Binary("==", read, read), num(0), num(0))
-        name = gradient.fresh(f"grad_{x}")
+        name = gradient.public(f"grad_{x}", f"the gradient of '{x}'")
         gradient.backward.append(A.FuncDef(name, axes, total))
         gradient.outputs.append(name)
+
+
+def _feeding(funcs: list[A.FuncDef], outputs) -> set[str]:
+    """The Funcs the outputs are computed from, the outputs included."""
+    defs, found, stack = {f.name: f for f in funcs}, set(), list(outputs)
+    while stack:
+        name = stack.pop()
+        if name in found or name not in defs:
+            continue
+        found.add(name)
+        stack += [e.name for e in A.walk(defs[name].expr) if isinstance(e, A.Access) and e.kind == "func"]
+    return found
 
 
 def _sum(terms: list[A.Expr]) -> A.Expr:

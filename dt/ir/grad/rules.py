@@ -99,8 +99,12 @@ BINARY = {
     "/": lambda a, b, y, g: (div(g, b), neg(div(mul(g, a), mul(b, b)))),
     "maximum": lambda a, b, y, g: (_split(a, b, g, ">"), _split(b, a, g, ">")),
     "minimum": lambda a, b, y, g: (_split(a, b, g, "<"), _split(b, a, g, "<")),
-    "pow": lambda a, b, y, g: (mul(mul(g, b), call("pow", a, A.Binary("-", b, num(1)))),
-                               mul(mul(g, y), call("log", a))),
+    # as PyTorch at a base of 0: no gradient to the base where the exponent is 0, none to the
+    # exponent where the base is 0 and the exponent not negative (not the NaN of 0 * log(0))
+    "pow": lambda a, b, y, g: (call("where", A.Binary("==", b, num(0)), num(0),
+                                    mul(mul(g, b), call("pow", a, A.Binary("-", b, num(1))))),
+                               call("where", A.Binary("*", A.Binary("==", a, num(0)), A.Binary(">=", b, num(0))),
+                                    num(0), mul(mul(g, y), call("log", a)))),
     "//": lambda a, b, y, g: (None, None),
     "%": lambda a, b, y, g: (g, neg(mul(g, call("floor", div(a, b))))),
     **{op: (lambda a, b, y, g: (None, None)) for op in ("<", "<=", ">", ">=", "==", "!=")},

@@ -72,8 +72,8 @@ def _kernels(body: list[A.FuncDef], outputs: list[str], inlined: set[str]) -> di
         if f.name in inlined:
             kernels[f.name] = mine
         elif len(mine) == 1:
-            fused[f.name] = kernels[f.name] = mine.pop() or f.name
-            kernels[f.name] = {fused[f.name]}
+            fused[f.name] = next(iter(mine))
+            kernels[f.name] = mine
         else:
             kernels[f.name] = {f.name}
     return {name: fused[name] for name in (f.name for f in body) if name in fused}
