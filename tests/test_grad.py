@@ -299,3 +299,17 @@ def test_a_gradient_program_no_schedule_holds_for_is_an_error_not_a_program_that
     prog = dt.loads("Func o;\nIn A;\nVar x, y;\no[x, y] = cumsum(A[x, y], x) * A[x, y];\no.tensorize(y:0);\no.compile();\n")
     with pytest.raises(dt.DTError, match="found no schedule under which"):
         dt.grad(prog)
+
+
+def test_a_gradient_program_is_tuned_like_any_program():
+    backward = dt.grad(dt.load(ROOT / "examples" / "softmax_safe.dt"))
+    sizes = dict(x=6, y=300)
+    space = backward.space(sizes, "f32", backend="interp")
+    assert len(space) > 0
+    for candidate in space:  # a Func shares one loop at most: no choice the checker must refuse for that
+        subjects = [line.split(".")[0] for line in candidate.text.splitlines() if ".compute_with(" in line]
+        assert len(subjects) == len(set(subjects))
+    result = backward.tune(sizes, "f32", backend="interp", budget=3, cache=False)
+    tuned = dt.loads(result.best.text, name="tuned")
+    args = random_inputs(backward, sizes, "f32", seed=2)
+    np.testing.assert_allclose(tuned(backend="interp", **args), backward(backend="interp", **args), rtol=1e-5, atol=1e-6)

@@ -257,7 +257,8 @@ def _fusion(prog) -> list[tuple]:
     statement as written and its alternatives — an element-wise producer fused at a loop may
     be inlined instead, a compute_with may be dropped — and for each two reductions fused at the
     same loop over a dimension both walk without one, compute_with added in either direction
-    (the checker refuses the one that does not hold)."""
+    (the checker refuses the one that does not hold); none where a Func would be computed with
+    two siblings."""
     checked, statements = prog.checked, []
     defined = {f.name: f for f in prog.ast.funcs}  # inlined Funcs too (checked.funcs has them substituted)
     for call in prog.ast.schedule:
@@ -284,7 +285,13 @@ def _fusion(prog) -> list[tuple]:
                 slot = f"{a}+{b}.{r}"
                 statements.append([(slot, "", "")] + [(slot, f"{x}+{y}", f"{x}.compute_with({y}, {r});\n")
                                                       for x, y in ((a, b), (b, a))])
-    return [tuple(point) for point in itertools.product(*statements)] if statements else []
+    # a Func shares one loop at most (it is computed with one sibling; several may be computed with it)
+    return [tuple(point) for point in itertools.product(*statements) if _one_sibling_each(point)] if statements else []
+
+
+def _one_sibling_each(point) -> bool:
+    subjects = [line.split(".", 1)[0] for _, _, line in point if ".compute_with(" in line]
+    return len(subjects) == len(set(subjects))
 
 
 def _reduced(checked, func: str) -> set:
