@@ -301,6 +301,7 @@ def test_a_gradient_program_no_schedule_holds_for_is_an_error_not_a_program_that
         dt.grad(prog)
 
 
+@pytest.mark.slow
 def test_a_gradient_program_is_tuned_like_any_program():
     backward = dt.grad(dt.load(ROOT / "examples" / "softmax_safe.dt"))
     sizes = dict(x=6, y=300)
