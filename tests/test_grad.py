@@ -277,7 +277,7 @@ def test_names_the_user_relies_on_are_never_renamed():
     with pytest.raises(dt.DTError, match="dt.grad names the gradient of 'A' 'grad_A'"):
         dt.grad(clash)
     # a reduction's Func of its own takes a name no input has
-    prog = dt.loads("Func o;\nIn A, o_sum0;\nVar x;\nRVar y;\no[x] = rsum(A[x, y], y) * 2.0 + o_sum0[x];\no.compile();")
+    prog = dt.loads("Func o;\nIn A, o_sum;\nVar x;\nRVar y;\no[x] = rsum(A[x, y], y) * 2.0 + o_sum[x];\no.compile();")
     assert gradient_errors(prog, dict(x=4, y=5), wrt="A")["A"] < 1e-6
 
 

@@ -3,7 +3,7 @@
     text = gradient_source(checked, wrt=("A", "W"), saved=())
 
 The passes, each a function below:
-1. `hoist`: every reduction inside a larger expression becomes a Func of its own (`mean_sum0`),
+1. `hoist`: every reduction inside a larger expression becomes a Func of its own (`mean_sum`),
    so that each Func is element-wise, or one reduction of an element-wise body.
 2. `reverse`: the Funcs in reverse order. A Func's adjoint `d_f[dims]` — `grad_f` for an output,
    plus what each Func reading it sends back — flows through its expression by the rules of
@@ -30,11 +30,11 @@ DIFFERENTIABLE = ("sum", "dot", "max", "min")
 @dataclass
 class Gradient:
     """What `reverse` builds: definitions in order (forward ones first), and the names it made."""
-    forward: list[A.FuncDef]
+    taken: set[str]  # every name of the program and of the derivation
+    forward: list[A.FuncDef] = field(default_factory=list)
     backward: list[A.FuncDef] = field(default_factory=list)
     seeds: list[str] = field(default_factory=list)  # grad_f inputs, one per output
     outputs: list[str] = field(default_factory=list)  # grad_X, one per input in wrt
-    taken: set[str] = field(default_factory=set)
 
     def public(self, name: str, what: str) -> str:
         """A name the gradient program's user relies on (grad_A, grad_out): never renamed."""
@@ -58,9 +58,8 @@ def gradient_source(checked, wrt: tuple[str, ...], saved: tuple[str, ...] = (), 
     statements of its default schedule (dt.ir.grad.schedule), and its outputs: the gradients of
     the outputs `of` (default: all) with respect to the inputs `wrt`, reading the Funcs `saved`
     as inputs."""
-    forward = hoist(_in_order(checked), {d.name for d in checked.program.declarations})
-    gradient = Gradient(forward, taken={d.name for d in checked.program.declarations} |
-                        {f.name for f in forward})
+    gradient = Gradient({d.name for d in checked.program.declarations})
+    gradient.forward = hoist(_in_order(checked), gradient.fresh)
     reverse(gradient, checked, wrt, checked.outputs if of is None else of)
     text, body = emit(gradient, checked, saved, name)
     return text, schedule.candidates(checked.program, checked.kernel_roots, body, gradient.outputs), gradient.outputs
@@ -88,9 +87,10 @@ def _read(name: str, dims) -> A.Access:
 
 
 # ------------------------------------------------------------------ 1. hoist
-def hoist(funcs: list[A.FuncDef], taken: set[str]) -> list[A.FuncDef]:
+def hoist(funcs: list[A.FuncDef], fresh) -> list[A.FuncDef]:
+    """The definitions with each reduction inside a larger expression a Func of its own, named
+    by `fresh` after its Func and op (`mean_sum`), over the dimensions it varies along."""
     out: list[A.FuncDef] = []
-    names = taken | {f.name for f in funcs}
     for f in funcs:
         made: list[A.FuncDef] = []
 
@@ -105,12 +105,7 @@ def hoist(funcs: list[A.FuncDef], taken: set[str]) -> list[A.FuncDef]:
             if not isinstance(e, A.Reduce) or top:
                 return e
             dims = tuple(d for d in context if d in A.free_dims(e))
-            base, k = f"{f.name}_{e.op}", len(made)
-            name = f"{base}{k}"
-            while name in names:
-                k += 1
-                name = f"{base}{k}"
-            names.add(name)
+            name = fresh(f"{f.name}_{e.op}")
             made.append(A.FuncDef(name, dims, e, e.loc))
             return _read(name, dims)
         try:
