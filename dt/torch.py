@@ -94,7 +94,10 @@ def function(prog, *, backend: str | None = None, wrt=None, save=()):
         def forward(ctx, *values):
             outs = pair.run_forward(backend, values)
             tensors, ctx.scalar_values = pair.split(values)
-            ctx.save_for_backward(*tensors, *pair.saved_of(outs))
+            # only what the backward reads is kept; the others' shapes give extents (meta tensors hold no data)
+            ctx.save_for_backward(*[t if n in pair.backward.inputs else None for n, t in zip(pair.inputs, tensors)],
+                                  *pair.saved_of(outs))
+            ctx.stand_ins = [t.new_empty(t.shape, device="meta") for t in tensors]
             ctx.output_specs = [(o.shape, o.dtype, o.device) for o in outs[:len(pair.outputs)]]
             ctx.mark_non_differentiable(*[o for o in outs[len(pair.outputs):]],
                                         *[o for o in outs if not o.is_floating_point()])
@@ -103,8 +106,11 @@ def function(prog, *, backend: str | None = None, wrt=None, save=()):
 
         @staticmethod
         def backward(ctx, *grads):
+            if not any(ctx.needs_input_grad[:len(pair.inputs)]):
+                return (None,) * (len(pair.inputs) + len(pair.scalars))
             tensors = ctx.saved_tensors
-            values = list(tensors[:len(pair.inputs)]) + ctx.scalar_values
+            values = [t if t is not None else stand_in for t, stand_in in zip(tensors, ctx.stand_ins)]
+            values += ctx.scalar_values
             grads = [_zeros(spec) if g is None else g for g, spec in zip(grads, ctx.output_specs)]
             return tuple(pair.run_backward(backend, values, grads, tensors[len(pair.inputs):]))
 

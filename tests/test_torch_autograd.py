@@ -171,3 +171,15 @@ def test_custom_ops_see_inputs_changed_in_place_and_scalars_may_be_tensors():
     inputs = _inputs(shapes, torch.float64)
     fn(**inputs, eps=torch.tensor(0.5, dtype=torch.float64))[1].sum().backward()
     assert inputs["X"].grad is not None and inputs["W"].grad is None
+
+
+def test_the_function_keeps_only_what_its_backward_reads():
+    import torch
+    import dt.torch as dtt
+    prog = dt.loads("Func o;\nIn A, B;\nVar x;\nRVar y;\no[x] = rsum(A[x, y] * 2.0 + B[x, y], y);\no.compile();\n")
+    fn = dtt.function(prog, backend="interp")
+    a, b = torch.randn(3, 4, requires_grad=True), torch.randn(3, 4)
+    out = fn(A=a, B=b)
+    assert all(t is None for t in out.grad_fn.saved_tensors)  # the gradient reads only grad_o (and y's extent)
+    out.sum().backward()
+    torch.testing.assert_close(a.grad, torch.full((3, 4), 2.0))
