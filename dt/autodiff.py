@@ -21,9 +21,9 @@ def grad(prog, wrt=None, save=(), of=None):
     reading them)."""
     from dt.runtime import loads
     checked = prog.checked
-    wrt = tuple(x for x in prog.inputs if x not in checked.index_inputs) if wrt is None else _names(wrt)
-    save = _names(save)
-    of = None if of is None else _names(of)
+    wrt = tuple(x for x in prog.inputs if x not in checked.index_inputs) if wrt is None else name_tuple(wrt)
+    save = name_tuple(save)
+    of = None if of is None else name_tuple(of)
     for o in of or ():
         if o not in prog.outputs:
             raise DTError(f"'{o}' is not an output of {prog.name}", None,
@@ -89,5 +89,6 @@ def _schedule(algorithm: str, statements: list[str], outputs: list[str], name: s
     return kept + compile_lines
 
 
-def _names(names) -> tuple[str, ...]:
+def name_tuple(names) -> tuple[str, ...]:
+    """One name, or several, as a tuple (wrt="A" is wrt=("A",))."""
     return (names,) if isinstance(names, str) else tuple(names)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from dt.autodiff import grad
+from dt.autodiff import grad, name_tuple
 
 if not hasattr(torch.library, "custom_op"):
     raise ImportError(f"dt.torch needs torch 2.4 or later (torch.library.custom_op); this is torch {torch.__version__}")
@@ -27,8 +27,8 @@ class _Pair:
 
     def __init__(self, prog, wrt, save):
         self.prog, self.inputs, self.scalars, self.outputs = prog, prog.inputs, prog.scalars, prog.outputs
-        self.wrt = None if wrt is None else _names(wrt)
-        self.save = _names(save)
+        self.wrt = None if wrt is None else name_tuple(wrt)
+        self.save = name_tuple(save)
         result = grad(prog, wrt=self.wrt, save=self.save)
         self.forward, self.backward = result if self.save else (prog, result)
         self.wrt = tuple(o.removeprefix("grad_") for o in self.backward.outputs)
@@ -71,10 +71,6 @@ class _Pair:
     def saved_of(self, outs: list) -> list:
         by_name = dict(zip(self.outputs + self.extra, outs))
         return [by_name[s] for s in self.save]
-
-
-def _names(names) -> tuple[str, ...]:
-    return (names,) if isinstance(names, str) else tuple(names)
 
 
 def _zeros(spec) -> torch.Tensor:

@@ -211,13 +211,15 @@ def children(e: Expr) -> tuple[Expr, ...]:
     return ()
 
 
-def walk(e: Expr):
-    """e and every expression inside it, parents before children, left to right."""
+def walk(e: Expr, into: Callable[[Expr], bool] | None = None):
+    """e and every expression inside it, parents before children, left to right; with `into`,
+    not inside the nodes it says no for (their children, that is: the nodes themselves come)."""
     stack = [e]
     while stack:
         node = stack.pop()
         yield node
-        stack.extend(reversed(children(node)))
+        if into is None or into(node):
+            stack.extend(reversed(children(node)))
 
 
 def recurse(step: Callable[[object], Generator], node):
@@ -355,19 +357,25 @@ def expr_text(e: Expr, parent: int = 0) -> str:
     return f"{name}({', '.join(expr_text(a) for a in children(e))})"
 
 
+def signed_terms(e: Expr) -> list[tuple[int, Expr]]:
+    """e as a sum of terms, each with its sign (+1 or -1): `t + j - (len(j) - 1)` is t, j, -len(j), +1."""
+    terms: list[tuple[int, Expr]] = []
+    stack = [(1, e)]
+    while stack:
+        sign, node = stack.pop()
+        if isinstance(node, Binary) and node.op in ("+", "-"):
+            stack += [(sign, node.a), (sign if node.op == "+" else -sign, node.b)]
+        else:
+            terms.append((sign, node))
+    return terms
+
+
 def binding_dim(subscript: Expr, dim_kinds: dict[str, str]) -> str | None:
     """The dimension a subscript binds to its tensor axis's extent: `d`, or `d` plus or minus
     terms without pure dimensions (`x + 1`, `t - j` with `j` a reduction dimension, bound
     elsewhere); None for anything else (`h // 4`, `2 * i`, a gather) and when two readings
     compete."""
-    terms: list[tuple[int, Expr]] = []
-    stack = [(1, subscript)]
-    while stack:
-        sign, e = stack.pop()
-        if isinstance(e, Binary) and e.op in ("+", "-"):
-            stack += [(sign, e.a), (sign if e.op == "+" else -sign, e.b)]
-        else:
-            terms.append((sign, e))
+    terms = signed_terms(subscript)
     found = []
     for i, (sign, term) in enumerate(terms):
         if sign != 1 or not isinstance(term, DimRef):

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from dt.dtypes import is_integer
 from dt.errors import DTError
 from dt.ir import algorithm as A
 from dt.ir.grad import rules, schedule
@@ -59,25 +60,25 @@ def gradient_source(checked, wrt: tuple[str, ...], saved: tuple[str, ...] = (), 
     the outputs `of` (default: all) with respect to the inputs `wrt`, reading the Funcs `saved`
     as inputs."""
     gradient = Gradient({d.name for d in checked.program.declarations})
-    gradient.forward = hoist(_in_order(checked), gradient.fresh)
+    gradient.forward = hoist(_in_order(checked.written, checked.outputs), gradient.fresh)
     reverse(gradient, checked, wrt, checked.outputs if of is None else of)
     text, body = emit(gradient, checked, saved, name)
     return text, schedule.candidates(checked.program, checked.kernel_roots, body, gradient.outputs), gradient.outputs
 
 
-def _in_order(checked) -> list[A.FuncDef]:
-    """The written definitions the outputs need, producers before consumers."""
-    written, done, order = checked.written, set(), []
+def _in_order(defs: dict[str, A.FuncDef], outputs) -> list[A.FuncDef]:
+    """The definitions the outputs need, producers before consumers."""
+    done, order = set(), []
 
     def visit(name: str):
-        if name in done:
+        if name in done or name not in defs:
             return
         done.add(name)
-        for e in A.walk(written[name].expr):
-            if isinstance(e, A.Access) and e.kind == "func" and e.name in written:
+        for e in A.walk(defs[name].expr):
+            if isinstance(e, A.Access) and e.kind == "func":
                 visit(e.name)
-        order.append(written[name])
-    for out in checked.outputs:
+        order.append(defs[name])
+    for out in outputs:
         visit(out)
     return order
 
@@ -140,7 +141,7 @@ def reverse(gradient: Gradient, checked, wrt: tuple[str, ...], of: tuple[str, ..
         for access, g, context, product in _through_func(gradient, f, adjoint):
             if access.name in active or access.kind == "input" and access.name in wrt:
                 _send(gradient, sent, access, g, context, product, defs, checked)
-    feeding = _feeding(gradient.forward, of)
+    feeding = {f.name for f in _in_order(defs, of)}  # the Funcs the outputs differentiated are made from
     for x in wrt:
         axes = checked.input_axes[x]
         if not sent.get(x) and not any(isinstance(e, A.Access) and e.name == x for f in gradient.forward
@@ -155,18 +156,6 @@ def reverse(gradient: Gradient, checked, wrt: tuple[str, ...], of: tuple[str, ..
         gradient.outputs.append(name)
 
 
-def _feeding(funcs: list[A.FuncDef], outputs) -> set[str]:
-    """The Funcs the outputs are computed from, the outputs included."""
-    defs, found, stack = {f.name: f for f in funcs}, set(), list(outputs)
-    while stack:
-        name = stack.pop()
-        if name in found or name not in defs:
-            continue
-        found.add(name)
-        stack += [e.name for e in A.walk(defs[name].expr) if isinstance(e, A.Access) and e.kind == "func"]
-    return found
-
-
 def _sum(terms: list[A.Expr]) -> A.Expr:
     total = None
     for t in terms:
@@ -179,7 +168,7 @@ def _active(funcs: list[A.FuncDef], wrt: set[str]) -> set[str]:
     active = set(wrt)
     for f in funcs:
         integer = isinstance(f.expr, A.Reduce) and f.expr.op not in DIFFERENTIABLE or \
-            isinstance(f.expr, A.Cast) and _integer(f.expr.dtype)  # an index: no gradient flows through it
+            isinstance(f.expr, A.Cast) and is_integer(f.expr.dtype)  # an index: no gradient flows through it
         if not integer and any(isinstance(e, A.Access) and e.name in active for e in _values(f.expr)):
             active.add(f.name)
     return active - wrt
@@ -187,12 +176,7 @@ def _active(funcs: list[A.FuncDef], wrt: set[str]) -> set[str]:
 
 def _values(e: A.Expr):
     """e and its sub-expressions, not entering subscripts (they index, they carry no gradient)."""
-    stack = [e]
-    while stack:
-        node = stack.pop()
-        yield node
-        if not isinstance(node, A.Access):
-            stack.extend(A.children(node))
+    return A.walk(e, into=lambda n: not isinstance(n, A.Access))
 
 
 def _through_func(gradient: Gradient, f: A.FuncDef, adjoint: A.Expr):
@@ -243,7 +227,7 @@ def _through(gradient: Gradient, e: A.Expr, g: A.Expr | None, context: tuple[str
         elif isinstance(e, A.Where):
             stack += [(e.a, rules.call("where", e.cond, g, num(0)), None),
                       (e.b, rules.call("where", e.cond, num(0), g), None)]
-        elif isinstance(e, A.Cast) and not _integer(e.dtype):
+        elif isinstance(e, A.Cast) and not is_integer(e.dtype):
             # as torch's .to(): the gradient passes, held in the cast's dtype as a tensor's gradient is;
             # the operand's rule uses its own (unrounded) value
             stack.append((e.x, A.Cast(g, e.dtype), None))
@@ -268,11 +252,6 @@ def _suffix_sums(gradient: Gradient, scan: A.Scan, g: A.Expr, dims: tuple[str, .
     suffix = gradient.fresh(f"{held}_reversed")
     gradient.backward.append(A.FuncDef(suffix, dims, A.Scan("sum", backwards(held), v)))
     return backwards(suffix)
-
-
-def _integer(dtype: str) -> bool:
-    from dt.dtypes import INTEGERS
-    return dtype in INTEGERS or dtype == "bool"
 
 
 def _send(gradient: Gradient, sent: dict, access: A.Access, g: A.Expr, context, product, defs, checked):
@@ -310,17 +289,9 @@ def _shift(subscript: A.Expr, context, axis: str) -> tuple[str, A.Expr | None] |
     without reads (`t + j - (len(j) - 1)`, `d - len(d) // 2`): offset None for a bare `d`; None
     for anything else (`h // 4`, `2 * i`, a gather). Where several dimensions could be d (t and
     j there), the one the axis is named after (`axis`, t: what binds its extent)."""
-    terms, stack = [], [(1, subscript)]
-    while stack:
-        sign, e = stack.pop()
-        if isinstance(e, A.Binary) and e.op in ("+", "-"):
-            stack += [(sign, e.a), (sign if e.op == "+" else -sign, e.b)]
-        else:
-            terms.append((sign, e))
-    order = sorted(range(len(terms)), key=lambda i: not (isinstance(terms[i][1], A.DimRef) and terms[i][1].dim == axis))
+    terms = A.signed_terms(subscript)
     found = []
-    for i in order:
-        sign, term = terms[i]
+    for i, (sign, term) in enumerate(terms):
         if sign == 1 and isinstance(term, A.DimRef) and term.dim in context:
             rest = [(s, t) for j, (s, t) in enumerate(terms) if j != i]
             if any(term.dim in A.free_dims(t) or any(isinstance(n, A.Access) for n in A.walk(t)) for _, t in rest):

@@ -85,7 +85,7 @@ def _shaping(forward: A.Program, forward_roots, f: A.FuncDef) -> list[str]:
         calls = [c for c in forward.schedule if c.func == same and c.primitive in SHAPING]
         if calls:
             return [_statement(f.name, c) for c in calls]
-    reduced = [n.dim for n in A.walk(f.expr) if isinstance(n, A.Reduce)]
+    reduced = list(dict.fromkeys(n.dim for n in A.walk(f.expr) if isinstance(n, A.Reduce)))
     if isinstance(f.expr, A.Reduce) and f.expr.op == "dot" and len(f.dims) >= 2:
         *batch, rows, cols = f.dims
         blocks = [(d, 1) for d in batch] + [(rows, PRODUCT_TILE), (cols, PRODUCT_TILE)]
@@ -98,7 +98,6 @@ def _shaping(forward: A.Program, forward_roots, f: A.FuncDef) -> list[str]:
     if scanned:  # each program walks the whole scanned dimension (it cannot be blocked)
         return [_call(f.name, "block", [(d, 1) for d in f.dims if d != scanned[0]]),
                 _call(f.name, "tensorize", [(scanned[0], WALK_SCAN)])]
-    reduced = list(dict.fromkeys(reduced))
     reads = [e for e in A.walk(f.expr) if isinstance(e, A.Access) and e.subscripts]
     reads = [e for e in reads if e.kind == "input"] or reads  # the inputs' layout decides, else the temporaries'
     innermost = {e.subscripts[-1].dim for e in reads if isinstance(e.subscripts[-1], A.DimRef)}

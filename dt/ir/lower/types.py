@@ -83,7 +83,8 @@ class Types:
                 if not isinstance(e, A.Access):
                     continue
                 for s in e.subscripts:
-                    for node in _outside_casts(s):
+                    # not under a cast: a cast to an integer makes any value an index (A[cast(B[t] * 4.0, i32)])
+                    for node in A.walk(s, into=lambda n: not isinstance(n, A.Cast)):
                         if isinstance(node, A.Access) and node.kind == "input" and \
                                 self.input_dtypes.get(node.name) not in INTEGERS:
                             raise DTTypeError(f"'{node.name}' indexes '{e.name}' ({e.text}) but holds "
@@ -98,13 +99,3 @@ class Types:
                             raise DTTypeError(f"scalar '{node.name}' indexes '{e.name}' ({e.text}) but is a float",
                                               node.loc, f"pass {node.name} as a Python int")
 
-
-def _outside_casts(e: A.Expr):
-    """e and its subexpressions but those under a cast (a cast to an integer makes any value an
-    index: A[cast(B[t] * 4.0, i32)])."""
-    stack = [e]
-    while stack:
-        node = stack.pop()
-        yield node
-        if not isinstance(node, A.Cast):
-            stack.extend(A.children(node))
