@@ -121,8 +121,8 @@ def reference_tensors(cp, extents: dict[str, int]) -> list[tuple[str, str, tuple
     """The float64 arrays the reference evaluator holds at once, at most: every computed Func,
     and the largest value it computes on the way (an operand broadcast over the dimensions of
     an expression)."""
-    tensors = [("the reference's array of", n, f.dims, "f64", f.loc) for n, f in cp.funcs.items()]
-    values = [(n, dims, f.loc) for n, f in cp.funcs.items() for dims in value_dims(f)]
+    tensors = [("the reference's array of", n, f.dims, "f64", f.loc) for n, f in cp.algorithm.items()]
+    values = [(n, dims, f.loc) for n, f in cp.algorithm.items() for dims in value_dims(f)]
     if values:
         name, dims, loc = max(values, key=lambda v: math.prod(extents[d] for d in v[1]))
         tensors.append(("a value the reference computes for", name, dims, "f64", loc))

@@ -229,7 +229,7 @@ class Program:
         call_checks.check_memory(call_checks.reference_tensors(self.checked, b.extents), b.extents,
                                  call_checks.cpu_memory())
         compute = "f64" if "f64" in b.dtypes.values() else "f32"
-        types = Types(self.checked.funcs, {n: b.dtypes[n] for n in self.inputs},
+        types = Types(self.checked.algorithm, {n: b.dtypes[n] for n in self.inputs},
                       {n: d for n, d in b.dtypes.items() if n in self.scalars}, compute)
         values = reference.evaluate(self.checked, {n: to_numpy(a).astype(np.float64) for n, a in b.arrays.items()},
                                     b.scalars, b.extents, compute, types)
@@ -279,7 +279,7 @@ class Program:
         tiles.check_extents(self.checked.tiles, extents)
         call_checks.check_memory([(t.role, t.name, t.dims, t.dtype,
                                    self._first_access(t.name) if t.role == "input"
-                                   else self.checked.written[t.name].loc)
+                                   else (self.checked.written.get(t.name) or self.checked.funcs[t.name]).loc)
                                   for t in tensors], extents, limit)
 
     def _check_capabilities(self, backend_obj, pipeline: Pipeline):
@@ -372,6 +372,9 @@ class Program:
                 raise DTExtentError(f"{argument} gives {dim} = {n}, but {source} has {result[dim]}", loc,
                                     f"drop it from {argument} or pass matching tensors")
             result[dim] = n
+        for dim, (split, chunk) in self.checked.chunk_dims.items():  # ceil(len(l) / chunk) chunks of a split
+            if split in result:
+                result[dim] = -(-result[split] // chunk)
         missing = [d for d in self.checked.needed_dims if d not in result]
         if missing:
             raise DTExtentError(f"no extent given for {', '.join(repr(m) for m in missing)}", None,
@@ -414,8 +417,8 @@ class Program:
                                 None, f"e.g. {argument}={{'n': 64}}")
         given = {}
         # besides the declared dimensions, the axes of inputs no dimension spans (`E_axis0` of E[I[t], d])
-        known = dict.fromkeys(self.checked.dim_kinds) | dict.fromkeys(d for axes in self.checked.input_axes.values()
-                                                                       for d in axes)
+        known = dict.fromkeys(d for d in self.checked.dim_kinds if d not in self.checked.chunk_dims) | \
+            dict.fromkeys(d for axes in self.checked.input_axes.values() for d in axes)
         for dim, n in sizes.items():
             if dim not in known:
                 raise DTExtentError(f"{argument} names {dim!r}, which is not a dimension of {self.name}", None,

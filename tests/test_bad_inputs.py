@@ -74,7 +74,9 @@ def test_no_schedule_of_the_examples_benchmarks_or_conformance_is_refused():
     programs += [(case.source(name), f"{case.name}:{name}") for case in CATALOGUE for name in case.schedules]
     for source, label in programs:  # checked, and with whole-extent tiles of 1000
         prog = dt.loads(source, file=label)
-        dt.ir.tiles.check_extents(prog.checked.tiles, dict.fromkeys(prog.checked.dim_kinds, 1000))
+        extents = {d: -(-1000 // prog.checked.chunk_dims[d][1]) if d in prog.checked.chunk_dims else 1000
+                   for d in prog.checked.dim_kinds}  # a split's chunks: ceil(1000 / chunk)
+        dt.ir.tiles.check_extents(prog.checked.tiles, extents)
 
 
 def test_a_whole_extent_tile_over_the_limit_is_refused_at_the_call_before_allocating():

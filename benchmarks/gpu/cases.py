@@ -292,6 +292,12 @@ SCHEDULES: list[tuple[str, str | None, str | None, str]] = [
     ("argmax", "r=256, v=50257", "bf16", _S + "argmax_2048.dt"),
     ("argmax", "r=1000, v=32000", "bf16", _S + "argmax_1024.dt"),
     ("cumsum", "x=16384, y=1024", None, _S + "cumsum_short_rows.dt"),
+    # 32-128 heads are too few programs: the cache is split over programs (flash decoding)
+    ("decode", "b=1, h=32, l=32768, k=128, d=128", None, "examples/llm/decode_split.dt"),
+    ("decode", "b=4, h=32, l=8192, k=128, d=128", None, "examples/llm/decode_split.dt"),
+    ("decode", "b=1, h=32, l=8192, k=128, d=128", None, "examples/llm/decode_split.dt"),
+    ("paged_decode", "b=1, h=32, d=128, l=16384, Kc_axis0=1024, Kc_axis1=16, Kc_axis2=8, T_axis1=1024", None,
+     _S + "paged_decode_split.dt"),
 ]
 
 

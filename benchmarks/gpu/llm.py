@@ -396,7 +396,8 @@ LLM_KERNELS: dict[str, Kernel] = {k.name: k for k in [
             "Vc": ("Kc_axis0", "Kc_axis1", "Kc_axis2", "d"), "T": ("b", "T_axis1"), "L": ("b",)},
            ("b", "h", "d"), {"scale": 1 / math.sqrt(128), "group": 4},
            ("b", "h", "d", "l", "Kc_axis0", "Kc_axis1", "Kc_axis2", "T_axis1"),
-           ((8, 32, 128, 4096, 2048, 16, 8, 256), (32, 32, 128, 2048, 4096, 16, 8, 128)),
+           ((8, 32, 128, 4096, 2048, 16, 8, 256), (32, 32, 128, 2048, 4096, 16, 8, 128),
+            (1, 32, 128, 16384, 1024, 16, 8, 1024)),
            ((8, 32, 128, 4096, 2048, 16, 8, 256),), ((3, 8, 128, 64, 13, 16, 2, 4),), ("bf16",), _paged_decode,
            sdpa=_sdpa_paged, dt_sizes=("l",), made_inputs={"T": _block_table, "L": _lengths}, moved=_paged_bytes,
            notes="one query token per sequence, pages of 16 tokens (vLLM's layout), 4 query heads per key/value "
@@ -415,7 +416,8 @@ LLM_KERNELS: dict[str, Kernel] = {k.name: k for k in [
                  "F.scaled_dot_product_attention(is_causal=True, enable_gqa=True); TFLOP/s count half the square."),
     Kernel("decode", MEMORY, LLM / "decode.dt", {"Q": ("b", "h", "k"), "K": ("b", "h", "l", "k"),
                                                  "V": ("b", "h", "l", "d")}, ("b", "h", "d"), {},
-           ("b", "h", "l", "k", "d"), ((32, 32, 1024, 128, 128), (32, 32, 8192, 128, 128), (32, 32, 32768, 128, 128)),
+           ("b", "h", "l", "k", "d"), ((32, 32, 1024, 128, 128), (32, 32, 8192, 128, 128), (32, 32, 32768, 128, 128),
+                                       (1, 32, 32768, 128, 128), (4, 32, 8192, 128, 128), (1, 32, 8192, 128, 128)),
            ((32, 32, 8192, 128, 128),), ((2, 3, 300, 16, 16),), ("bf16", "f16"), _decode,
            notes="one query token per sequence and head against its K and V cache: F.scaled_dot_product_attention "
                  "on a query of length 1 (eager)."),

@@ -542,7 +542,8 @@ def _kernel_of(path):
     if path.parent == cases.TUNED_DIR:  # KERNEL_EXTENTS_DTYPE.dt
         return next(k for name, k in cases.KERNELS.items()
                     if path.stem.startswith(name + "_") and path.stem[len(name) + 1].isdigit())
-    return next(k for k in cases.KERNELS.values() if path in cases.candidates(k))
+    table = {cases.ROOT / p: name for name, _, _, p in cases.SCHEDULES}  # e.g. examples/llm/decode_split.dt
+    return next(k for k in cases.KERNELS.values() if path in cases.candidates(k) or table.get(path) == k.name)
 
 
 @pytest.mark.parametrize("path", _schedule_files(), ids=lambda p: p.name)

@@ -1,8 +1,10 @@
-"""The catalogue's cases for batched products and skipped tiles (issue 28): products under a block
-of 1 along a batch (a scalar axis: a 2-D Dot), under a loop over batches and under batch tiles
-of 2 (a multiply and sum); attention over [b, m, l]; reductions masked by an index condition
-(causal, strict, a sliding window) whose fully masked tiles are skipped, with rows masked
-throughout and sizes no tile divides.
+"""The catalogue's cases for batched products, skipped tiles and split reductions (issue 28):
+products under a block of 1 along a batch (a scalar axis: a 2-D Dot), under a loop over batches
+and under batch tiles of 2 (a multiply and sum); attention over [b, m, l]; reductions masked by
+an index condition (causal, strict, a sliding window) whose fully masked tiles are skipped, with
+rows masked throughout and sizes no tile divides; reductions split into chunks over programs
+(sums, maxima, minima, a split-k product, attention's online softmax with chunks masked
+throughout), chunks that are one tile, several tiles, or not a multiple of the tile.
 
 Each reference is NumPy written for the case."""
 from __future__ import annotations
@@ -35,6 +37,22 @@ ROWS = {  # out[m] = r(..., l)
     "blocked": "out.block(m:16);\nout.tensorize(m:16, l:16);\nout.compile();",
     "rows": "out.block(m:1);\nout.tensorize(l:8);\nout.compile();",
     "whole": "out.block(m:4);\nout.tensorize(m:4, l:0);\nout.compile();",
+}
+SPLIT_ROWS = {  # out[m] = r(..., l), split over l
+    "chunks_of_two_tiles": "out.block(m:4);\nout.tensorize(m:4, l:8);\nout.split(l:16);\nout.compile();",
+    "chunk_of_one_tile": "out.block(m:1);\nout.tensorize(l:8);\nout.split(l:8);\nout.compile();",
+    "chunks_across_tiles": "out.block(m:2);\nout.tensorize(m:2, l:8);\nout.split(l:12);\nout.compile();",
+    "scalar_chunks": "out.split(l:5);\nout.compile();",
+}
+SPLIT_K = {
+    "tiles": "out.block(x:16, y:16);\nout.tensorize(x:16, y:16, k:16);\nout.split(k:32);\nout.compile();",
+    "scalar_chunks": "out.split(k:7);\nout.compile();",
+}
+SPLIT_ATTENTION = {  # the online softmax's three Funcs split together (compute_with)
+    "flash_chunks": _ATTENTION_FUSED + "mx.compute_with(num, l);\ndvsr.compute_with(num, l);\nnum.split(l:32);\n"
+                    "out.compile();",
+    "split_named_on_the_max": _ATTENTION_FUSED + "mx.compute_with(num, l);\ndvsr.compute_with(num, l);\n"
+                              "mx.split(l:16);\nout.compile();",
 }
 SB = ({"b": 1, "x": 1, "y": 1, "k": 1}, {"b": 3, "x": 37, "y": 21, "k": 19})
 SA = ({"b": 1, "m": 1, "l": 1, "k": 1, "n": 1}, {"b": 2, "m": 37, "l": 37, "k": 8, "n": 5},
@@ -104,6 +122,17 @@ CASES: tuple[Case, ...] = (
          ROWS, _masked_rows(lambda m, l: l < m, -np.inf, np.max), SR),
     Case("causal.prefix_sum", "Func out;\nIn A;\nVar m;\nRVar l;\nout[m] = rsum(where(l <= m, A[m, l], 0.0), l);",
          ROWS, _masked_rows(_causal, 0.0, np.sum), SR),
+    Case("split.rsum", "Func out;\nIn A;\nVar m;\nRVar l;\nout[m] = rsum(A[m, l] * A[m, l], l) / len(l);",
+         SPLIT_ROWS, lambda A: (A.astype(np.float64) ** 2).mean(axis=1), SR + ({"m": 3, "l": 100},)),
+    Case("split.rmax_strict", "Func out;\nIn A;\nVar m;\nRVar l;\nout[m] = rmax(where(l < m, A[m, l], -inf), l);",
+         SPLIT_ROWS, _masked_rows(lambda m, l: l < m, -np.inf, np.max), SR),
+    Case("split.rmin", "Func out;\nIn A;\nVar m;\nRVar l;\nout[m] = rmin(A[m, l], l);",
+         SPLIT_ROWS, lambda A: A.astype(np.float64).min(axis=1), SR + ({"m": 3, "l": 100},)),
+    Case("split.matmul", "Func out;\nIn A, B;\nVar x, y;\nRVar k;\nout[x, y] = rdot(A[x, k], B[k, y], k);",
+         SPLIT_K, lambda A, B: A.astype(np.float64) @ B, ({"x": 1, "y": 1, "k": 1}, {"x": 37, "y": 21, "k": 75})),
+    # causal and strict: row 0 is masked throughout (NaN), and the chunks past a row's diagonal too
+    Case("split.attention", ATTENTION_ALGORITHM.format(cond="l < m"), SPLIT_ATTENTION,
+         _masked_attention(lambda m, l: l < m), SA + ({"b": 1, "m": 70, "l": 70, "k": 8, "n": 4},)),
     Case("causal.window", "Func out;\nIn A;\nVar m;\nRVar l;\n"
          "out[m] = rsum(where(l <= m, where(l > m - 5, A[m, l], 0.0), 0.0), l);",
          ROWS, _masked_rows(lambda m, l: (l <= m) & (l > m - 5), 0.0, np.sum), SR),

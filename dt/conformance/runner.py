@@ -250,7 +250,8 @@ class Runner:
             want = run.case.expected(values, tuple(t.name for t in pipeline.outputs))
         except Exception as e:
             return _error(run, "reference", e)
-        sizes = {size_name(d): run.extents[d] for d in pipeline.sizes}
+        extents = pipeline.with_chunks(run.extents)
+        sizes = {size_name(d): extents[d] for d in pipeline.sizes}
         try:
             outs = compiled(self._to_backend(tensors), scalars, sizes)
             outs = {n: np.asarray(to_numpy(o)) for n, o in outs.items()}

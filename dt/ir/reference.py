@@ -153,7 +153,7 @@ def evaluate(cp: CheckedProgram, inputs: dict[str, np.ndarray], scalars: dict[st
             return _Named(np.full([s for i, s in enumerate(x.array.shape) if i != axis], identity), out_dims)
         return _Named(REDUCTIONS[e.op].reference(x.array, axis=axis), out_dims)
 
-    for name, f in (*cp.funcs.items(), *cp.inlined_outputs.items()):
+    for name, f in (*cp.algorithm.items(), *cp.inlined_outputs.items()):
         v = A.recurse(ev, f.expr)
         shape = [extents[d] for d in f.dims]
         values[name] = np.array(np.broadcast_to(v.aligned(f.dims), shape), dtype=np.float64)

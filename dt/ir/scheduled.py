@@ -437,6 +437,11 @@ class Pipeline:
     compute_dtype: str  # arithmetic dtype: 'f32' (or 'f64' for f64 inputs)
     global_names: GlobalNames  # what generated code calls the scalars and tensors (`global_names`)
     file: str = ""
+    chunks: tuple[tuple[str, str, int], ...] = ()  # each split's (chunk dim, split dim, chunk size)
+
+    def with_chunks(self, extents: dict[str, int]) -> dict[str, int]:
+        """`extents` (by dimension) with each split's chunk dimension's added."""
+        return {**extents, **{d: -(-extents[split] // chunk) for d, split, chunk in self.chunks}}
 
     def tensor(self, name: str) -> TensorSpec:
         for t in self.inputs + self.temporaries + self.outputs:

@@ -26,7 +26,8 @@ class Launcher:
         self.dot_dims = dot_dims
         self.names = Names(reserved)
         bound = {d for t in pipeline.inputs for d in t.dims}
-        self.call_extents = tuple(d for d in pipeline.sizes if d not in bound)
+        chunked = {d for d, _, _ in pipeline.chunks}
+        self.call_extents = tuple(d for d in pipeline.sizes if d not in bound and d not in chunked)
         # DT names first (as they are: inputs, scalars and extents given as arguments are called by
         # their DT names, which differ from one another), then the launcher's own.
         self.args = [self.names.ir(t.name) for t in pipeline.inputs] + [self.names.ir(s) for s in pipeline.scalars] \
@@ -104,6 +105,8 @@ class Launcher:
             bound |= set(t.dims)
         for d in self.call_extents:
             w.line(f"{self.sizes[d]} = int({self.names.ir(d)})")
+        for d, split, chunk in p.chunks:
+            w.line(f"{self.sizes[d]} = -(-{self.sizes[split]} // {chunk})  # chunks of {chunk} along {split}")
 
     def launch(self, w: Writer, kr: KernelRenderer):
         k = kr.kernel

@@ -6,7 +6,7 @@ Every problem raises a DTError pointing at the DT source.
 
 The phases, in the order `check` runs them, each in its own module: names and dimensions
 (`names`), index expressions (`subscripts`), the order of Funcs (`uses`), schedule resolution
-(`schedule`), inlining (`inlining`), fuse_at legality and the kernel structure (`fusion`),
+(`schedule`), inlining (`inlining`), split reductions rewritten (`split`), fuse_at legality and the kernel structure (`fusion`),
 compute_with legality (`compute_with`, with the statistic patterns of `statistics`), and the
 tiles each kernel makes (dt.ir.tiles).
 """
@@ -22,6 +22,7 @@ from dt.ir.check.inlining import check_inlined_depth, check_inlined_outputs, inl
 from dt.ir.check.names import check_expressions, declared_kinds, definitions
 from dt.ir.check.program import CheckedProgram
 from dt.ir.check.schedule import compiled_outputs, resolve_schedule
+from dt.ir.check.split import split_reductions
 from dt.ir.check.subscripts import check_subscripts
 from dt.ir.check.uses import reachable, topological_order
 from dt.ir.tiles import tiles
@@ -44,6 +45,9 @@ def check(program: A.Program) -> CheckedProgram:
     inlined_outputs = {n: funcs[n] for n in outputs if schedules[n].inline}
     funcs = {n: funcs[n] for n in order if n in needed and not schedules[n].inline}
     check_inlined_outputs(inlined_outputs, funcs, schedules)
+    unsplit = funcs
+    funcs, schedules, dim_kinds, chunk_dims, partials = split_reductions(funcs, schedules, dim_kinds,
+                                                                          set(kinds))
     fused = {n: schedules[n].fuse_at for n in funcs if schedules[n].fuse_at}
     for n, (consumer, dim) in fused.items():
         check_fuse(n, consumer, dim, funcs, schedules, fused)
@@ -53,7 +57,8 @@ def check(program: A.Program) -> CheckedProgram:
     written = {n: defs[n] for n in order if n in reachable(defs, outputs)}
     checked = CheckedProgram(program, funcs, program.names_of("In"), program.names_of("SIn"), dim_kinds,
                              schedules, outputs, kernel_roots, fused, input_ranks, computed_with, written=written,
-                             inlined_outputs=inlined_outputs)
+                             inlined_outputs=inlined_outputs, chunk_dims=chunk_dims, partials=partials,
+                             unsplit=unsplit if partials else {})
     check_fused_uses(checked)
     for root in kernel_roots:
         check_func_schedule(checked, root)

@@ -89,6 +89,8 @@ def check_fused_uses(cp: CheckedProgram):
                                   f"fused into {consumer}'s kernel is stored from there")
         loops = _loops_of(cp.funcs, consumer)
         level = loops.index(dim)
+        if producer in cp.stored_partials:  # stored where it is computed, read from memory elsewhere
+            users = [n for n in users if cp.root_of(n) == cp.root_of(producer)]
         for user in users:
             # Walk from the user up to the consumer, finding the consumer loop the use sits in.
             chain = user

@@ -7,6 +7,7 @@ from functools import cached_property
 
 from dt.errors import Loc
 from dt.ir import algorithm as A
+from dt.ir.check.uses import uses
 from dt.ir.tiles import Tile
 
 
@@ -31,6 +32,7 @@ class FuncSchedule:
     tma: bool = False  # load and store tiles through tensor descriptors where the hardware has them
     fuse_at: tuple[str, str] | None = None
     compute_with: tuple[str, str] | None = None  # (sibling Func, reduction dim): share its loop
+    split: tuple[str, int] | None = None  # (reduction dim, chunk): the reduction in chunks over programs
     inline: bool = False
     compiled: str | None = None  # None | 'compile' | 'compile_to_kernel'
     locs: dict[str, Loc | None] = field(default_factory=dict)  # primitive -> where it was written
@@ -60,11 +62,23 @@ class CheckedProgram:
     # Outputs that are inlined (with what they use inlined): stored where a kernel reads them at
     # plain dimensions (A.Stored); not in `funcs`
     inlined_outputs: dict[str, A.FuncDef] = field(default_factory=dict)
+    # Split reductions (dt.ir.check.split): each chunk dimension -> (the reduction dimension it
+    # splits, the chunk size): its extent is ceil(len(dim) / chunk); and the Funcs holding the
+    # chunks' partial results, stored in the compute dtype by the kernel computing them
+    chunk_dims: dict[str, tuple[str, int]] = field(default_factory=dict)
+    partials: tuple[str, ...] = ()
+    unsplit: dict[str, A.FuncDef] = field(default_factory=dict)  # `funcs` before the split: what the reference evaluates
+
+    @property
+    def algorithm(self) -> dict[str, A.FuncDef]:
+        """The computed Funcs as the algorithm defines them, splits undone: the reference's."""
+        return self.unsplit or self.funcs
 
     @cached_property  # computed once: every call of a program checks its extents against it
     def needed_dims(self) -> tuple[str, ...]:
         """The dimensions whose extents running the program needs, in the order it first uses them:
-        every Func's own, those it indexes, reduces over, takes the len of or uses as a value."""
+        every Func's own, those it indexes, reduces over, takes the len of or uses as a value; not a
+        split's chunks, whose extents follow from the split dimension's."""
         dims: dict[str, None] = {}
         for f in (*self.funcs.values(), *self.inlined_outputs.values()):
             dims.update(dict.fromkeys(f.dims))
@@ -73,7 +87,7 @@ class CheckedProgram:
                     dims.update(dict.fromkeys(self.input_axes[e.name]))
                 elif isinstance(e, (A.Len, A.DimRef, A.Reduce)):
                     dims[e.dim] = None
-        return tuple(dims)
+        return tuple(d for d in dims if d not in self.chunk_dims)
 
     @cached_property
     def input_accesses(self) -> tuple[A.Access, ...]:
@@ -139,6 +153,13 @@ class CheckedProgram:
                 dims.append(dim)
             result[name] = tuple(dims)
         return result
+
+    @cached_property
+    def stored_partials(self) -> frozenset[str]:
+        """The partials of a split fused into a kernel and read by another (the combination): the
+        kernel computing them stores them, as it stores an output fused into it."""
+        return frozenset(p for p in self.partials if p in self.fused and any(
+            u.name == p for f in self.funcs if self.root_of(f) != self.root_of(p) for u in uses(self.funcs[f].expr)))
 
     def root_of(self, func: str) -> str:
         while func in self.fused:

@@ -12,7 +12,7 @@ from dt.ir.check.uses import uses
 from dt.ir.tiles import MAX_TILE
 
 PRIMITIVES = ("block", "tensorize", "map", "num_warps", "num_stages", "persistent", "tma", "fuse_at", "compute_with",
-              "inline", "compile", "compile_to_kernel")
+              "split", "inline", "compile", "compile_to_kernel")
 # Limits on sizes, so that no schedule and no call can make a backend overflow its index
 # arithmetic or allocate without bound. A tile holds at most MAX_TILE elements (dt.ir.tiles);
 # block sizes, group sizes, stage and program counts fit in 32 bits; extents are at most
@@ -131,6 +131,8 @@ def resolve_schedule(program, defs, kinds) -> dict[str, FuncSchedule]:
                                       (("first compute_with here", first),))
             s.dim_locs.setdefault(("compute_with", dim), arg_loc(1))
             s.compute_with = (sibling, dim)
+        elif prim == "split":
+            s.split = _resolve_split(call, f, kinds, arg_loc)
         elif prim == "inline":
             s.inline = True
         else:
@@ -149,6 +151,21 @@ def resolve_schedule(program, defs, kinds) -> dict[str, FuncSchedule]:
                                   f"use {name}.compile(): an output fused into another Func's kernel is stored "
                                   "from there")
     return schedules
+
+
+def _resolve_split(call, f, kinds, arg_loc) -> tuple[str, int]:
+    """f.split(r: chunk): the reduction dimension and the chunk size."""
+    example = f"e.g. {call.func}.split(l:1024)"
+    if len(call.args) != 1 or not (isinstance(call.args[0], tuple) and len(call.args[0]) == 2):
+        raise DTScheduleError("split takes one reduction dimension and its chunk size, r:chunk", call.loc, example)
+    dim, chunk = call.args[0][0], _integer(call.args[0][1])
+    if kinds.get(dim) != "RVar":
+        raise DTScheduleError(f"split divides a reduction, but '{dim}' is not an RVar", arg_loc(0),
+                              f"name an RVar that '{call.func}' reduces over; {example}")
+    if chunk is None or not 1 <= chunk <= MAX_COUNT:
+        raise DTScheduleError(f"the chunk size of '{dim}' must be an integer from 1 to {MAX_COUNT}, got "
+                              f"{call.args[0][1]!r}", arg_loc(0), example)
+    return dim, chunk
 
 
 def _integer(value) -> int | None:

@@ -63,7 +63,7 @@ def gradient_source(checked, wrt: tuple[str, ...], saved: tuple[str, ...] = (), 
     gradient.forward = hoist(_in_order(checked.written, checked.outputs), gradient.fresh)
     reverse(gradient, checked, wrt, checked.outputs if of is None else of)
     text, body = emit(gradient, checked, saved, name)
-    return text, schedule.candidates(checked.program, checked.kernel_roots, body, gradient.outputs), gradient.outputs
+    return text, schedule.candidates(checked.program, tuple(r for r in checked.kernel_roots if r not in checked.partials), body, gradient.outputs), gradient.outputs
 
 
 def _in_order(defs: dict[str, A.FuncDef], outputs) -> list[A.FuncDef]:

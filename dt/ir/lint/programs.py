@@ -31,7 +31,7 @@ def check(facts: KernelFacts):
         hint = f"smaller blocks along {', '.join(wide)} ({func}.block(...)), so that {sms} programs or more run"
     elif blocked:
         hint = (f"each program already has one index of {', '.join(blocked)}: the work a program does is a reduction "
-                f"or a whole row, and splitting it over programs is not in dt yet")
+                f"or a whole row; split the reduction over programs (f.split(r:1024), f the Func reducing over r)")
     else:
         hint = f"block {func} along a dimension it has ({func}.block(...)), so that {sms} programs or more run"
     yield PerformanceWarning(

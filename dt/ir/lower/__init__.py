@@ -36,8 +36,8 @@ def lower(cp: CheckedProgram, dtypes: dict[str, str]) -> S.Pipeline:
     storage = promote(d for n, d in input_dtypes.items() if n in cp.inputs and not is_integer(d))
     compute = compute_dtype_of(storage)
     # every Func as written (inlined ones too: an inlined integer Func may index a gather)
-    types = Types(cp.written, {n: input_dtypes.get(n, storage) for n in cp.inputs},
-                  {n: d for n, d in dtypes.items() if n in cp.scalars}, storage)
+    types = Types({**cp.written, **{n: cp.funcs[n] for n in cp.partials}}, {n: input_dtypes.get(n, storage) for n in cp.inputs},
+                  {n: d for n, d in dtypes.items() if n in cp.scalars}, storage, cp.partials, compute)
     types.check_indices(cp.written)
     input_dims = cp.input_axes
     inputs = tuple(S.TensorSpec(n, input_dims[n], input_dtypes.get(n, storage), "input")
@@ -45,9 +45,9 @@ def lower(cp: CheckedProgram, dtypes: dict[str, str]) -> S.Pipeline:
     defined = {**cp.funcs, **cp.inlined_outputs}
     outputs = tuple(S.TensorSpec(n, defined[n].dims, types.func_dtypes[n], "output") for n in cp.outputs)
     temporaries = tuple(S.TensorSpec(n, cp.funcs[n].dims, types.func_dtypes[n], "temporary")
-                        for n in cp.kernel_roots if n not in cp.outputs)
+                        for n in cp.kernel_roots + tuple(cp.stored_partials) if n not in cp.outputs)
     # the declared dimensions the kernels use, then the axes of inputs no dimension spans (E_axis0)
-    sizes = tuple(d for d in cp.dim_kinds if d in cp.needed_dims) + \
+    sizes = tuple(d for d in cp.dim_kinds if d in cp.needed_dims or d in cp.chunk_dims) + \
         tuple(d for d in cp.needed_dims if d not in cp.dim_kinds)
     scalars = tuple(s for s in cp.scalars if s in _all_scalars(cp))
     # The names of the module-level code first: the names a kernel makes for itself differ from its
@@ -62,7 +62,7 @@ def lower(cp: CheckedProgram, dtypes: dict[str, str]) -> S.Pipeline:
                                                        types, stored).lower())
                     for root in cp.kernel_roots)
     pipeline = S.Pipeline(launcher, inputs, scalars, sizes, temporaries, outputs, kernels, compute, global_names,
-                          cp.program.file)
+                          cp.program.file, tuple((d, split, chunk) for d, (split, chunk) in cp.chunk_dims.items()))
     return verify(split_deep_expressions(pipeline))
 
 

@@ -138,7 +138,7 @@ class ExpressionLowering:
 
     def access(self, e: A.Access, func: str, env, order, dtype: str | None = None):
         axes = tuple(env[i] for i in e.dims)
-        if e.kind == "func" and e.name in self.cp.fused:
+        if e.kind == "func" and e.name in self.cp.fused and self.cp.root_of(e.name) == self.root:
             produced = self.lookup(("func", e.name))
             if produced is None:
                 consumer, dim = self.cp.fused[e.name]

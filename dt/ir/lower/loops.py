@@ -28,7 +28,8 @@ class LoopNestLowering:
                 ref = self.assign(func, self.fit(value, axes), func, fd.loc)
                 if is_root:
                     self.emit(S.Store(func, axes, ref, fd.loc))
-                elif func in self.cp.outputs:  # an output fused here: stored once, by the first to compute it
+                elif func in self.cp.outputs or func in self.cp.stored_partials:
+                    # an output (or a split's partial) fused here: stored once, by the first to compute it
                     self.emit(S.Store(func, axes, ref, fd.loc, self.repeat_guard(fd.dims)))
                     self.writes.append(func)
                 result.append((ref.name, axes, ref.dtype))

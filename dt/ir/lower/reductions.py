@@ -108,7 +108,8 @@ class ReductionLowering:
         if tile == 0:
             body(rng.start, rng.size, rng.limit)
         else:
-            start, split, stop, holds = self.walked(e, [r for _, r in siblings], env, tile, exp_sums, in_loop)
+            start, split, stop, holds, exact = self.walked(e, [r for _, r in siblings], env, tile, exp_sums,
+                                                           in_loop)
             if split is not None:  # the tiles the condition keeps whole: no where, no mask
                 var = self.fresh(f"{e.dim}_iter")
                 self.known_true = [holds]
@@ -116,6 +117,7 @@ class ReductionLowering:
                 self.known_true = []
                 start = split
             var = self.fresh(f"{e.dim}_iter")
+            self.known_true = exact
             self.loop(var, stop, tile, e.dim, "reduction", e.loc,
                       lambda: body(IVar(var), tile, rng.end if tile > 1 else None), start)
         self.known_true = outer
@@ -139,41 +141,46 @@ class ReductionLowering:
         return self.rank_indices(e, acc) if e.slot else acc
 
     def walked(self, e: A.Reduce, siblings: list[A.Reduce], env, tile: int, shifts, funcs):
-        """(start, split, stop, condition) of the loop over e.dim accumulating the reductions of
+        """(start, split, stop, condition, exact) of the loop over e.dim accumulating the reductions of
         `funcs`: the whole extent, or only the tiles an index condition on a dimension of the block
         leaves a lane of, where every reduction of the loop gets its identity on the lanes it masks
         (dt.ir.lower.skipping). A causal condition alone (an upper bound) also splits the walk:
         tiles from start to `split` hold it on every lane (and lie inside the extent), so a loop of
         their own drops the where and the masks, as FlashAttention's causal kernels do; None: no
-        split. An output computed in the loop keeps the whole walk, in one loop: every tile of it
-        is stored, once."""
+        split. `exact`: the conditions whose bounds fall on tile boundaries, for one index of the
+        dimension compared with (a split's chunk, `l >= l_chunk * 1024`, in tiles of 256): they
+        hold on every lane walked, so the loop needs no where for them. An output computed in the
+        loop keeps the whole walk, in one loop: every tile of it is stored, once."""
         start, stop = IConst(0), IVar(size_name(e.dim))
         if self.stores_in_loop(funcs, [e, *siblings]):
-            return start, None, stop, None
-        uppers, lowers = [], 0
+            return start, None, stop, None, []
+        uppers, lowers, exact = [], 0, []
         reductions = [e, *siblings]
         pure = {d for d in env if d != e.dim and self.cp.dim_kinds.get(d) == "Var"}
         shifts = frozenset(shifts)
         for cond in skipping.conditions(reductions, self.cp.funcs, e.dim, pure):
             if not all(skipping.vanishes(r, cond, self.cp.funcs, shifts) for r in reductions):
                 continue
-            side, other, offset = skipping.index_bound(cond, e.dim, pure)
+            side, other, offset, scale = skipping.index_bound(cond, e.dim, pure)
             ax = self.axes[env[other]]
-            if side == "upper":  # lanes up to the block's last index + offset
+            if ax.size == IConst(1) and scale % tile == 0 and (offset + (side == "upper")) % tile == 0:
+                exact.append(cond)
+            if side == "upper":  # lanes up to scale * the block's last index + offset
                 end = ax.limit if ax.limit is not None else iadd(ax.start, ax.size)
-                stop = imin(stop, iadd(end, offset))
-                uppers.append((cond, ax, offset))
-            else:  # from the tile holding the block's first index + offset
-                first = IBin("max", IConst(0), iadd(ax.start, offset))
+                last = iadd(end, offset) if scale == 1 else iadd(imul(end, scale), offset + 1 - scale)
+                stop = imin(stop, last)
+                uppers.append((cond, ax, offset, scale))
+            else:  # from the tile holding scale * the block's first index + offset
+                first = IBin("max", IConst(0), iadd(imul(ax.start, scale) if scale != 1 else ax.start, offset))
                 start = imul(ifloordiv(first, tile), tile)
                 lowers += 1
-        if len(uppers) != 1 or lowers:
-            return start, None, stop, None
-        cond, ax, offset = uppers[0]
+        if len(uppers) != 1 or lowers or uppers[0][3] != 1:
+            return start, None, stop, None, exact
+        cond, ax, offset, _ = uppers[0]
         # whole tiles at or below the block's first index + offset, inside the walk (and the extent)
         whole = imin(iadd(ax.start, offset + 1), stop)
         split = imul(ifloordiv(IBin("max", IConst(0), whole), tile), tile)
-        return start, split, stop, cond
+        return start, split, stop, cond, exact
 
     def stores_in_loop(self, funcs, reductions) -> bool:
         """Whether the loop accumulating `reductions` (of `funcs`) computes an output it stores: an
@@ -285,6 +292,8 @@ class ReductionLowering:
         """acc + a @ b as a hardware-style Dot, when the operands are tiles (..., i, k) and
         (..., k, j) whose leading axes are the same scalar axes (blocks of 1 along a batch or a
         head: dt.ir.lower.scalar_axes removes them, leaving a 2-D Dot)."""
+        # a where the walk makes true on every lane (a split's chunk) is no operand of its own
+        e = A.Reduce(e.op, tuple(self.without_known(x) for x in e.args), e.dim, e.loc, e.dim_loc, e.dim_decl, e.slot)
         free = [{env[d] for d in A.free_dims(x)} - {ax} for x in e.args]
         batch = free[0] & free[1]
         own = [f - batch for f in free]
@@ -293,9 +302,13 @@ class ReductionLowering:
                 or any(self.axes[a].scalar for f in own for a in f) or self.axes[ax].scalar:
             return None
         lead = tuple(a for a in acc.dims if a in batch)
-        if acc.dims[:-2] != lead:
+        # scalar axes only the accumulator has (a split's chunk, in its where): the product is
+        # made without them and added to it
+        others = tuple(a for a in acc.dims if a not in batch and a not in own[0] | own[1] and self.axes[a].scalar)
+        dims = tuple(a for a in acc.dims if a not in others)
+        if dims[:-2] != lead or len(dims) < 2:
             return None
-        i_axis, j_axis = acc.dims[-2:]
+        i_axis, j_axis = dims[-2:]
         first = 0 if i_axis in own[0] else 1
         dtype = self.operand_dtype(e, given)
 
@@ -307,7 +320,15 @@ class ReductionLowering:
         a, b = operand(first, lead + (i_axis, ax)), operand(1 - first, lead + (ax, j_axis))
         if a is None or b is None:
             return None
+        if others:
+            return S.Binary("+", acc, self.fit(S.Dot(a, b, ax, None, self.compute), acc.dims))
         return S.Dot(a, b, ax, acc, self.compute)
+
+    def without_known(self, x: A.Expr) -> A.Expr:
+        """x without the wheres around it whose conditions hold on every lane of the walk."""
+        while isinstance(x, A.Where) and any(A.same(x.cond, c) for c in self.known_true):
+            x = x.a
+        return x
 
     def operand_dtype(self, e: A.Reduce, given) -> str:
         """The dtype product e's operands feed the matrix units in: an 8-bit float when both are

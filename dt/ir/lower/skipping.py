@@ -24,32 +24,40 @@ _MIRROR = {"<": ">", "<=": ">=", ">": "<", ">=": "<="}
 _IDENTITY = {"max": NEG_INF, "sum": ZERO}
 
 
-def index_bound(cond: A.Expr, dim: str, pure) -> tuple[str, str, int] | None:
-    """`cond` as `dim <= other + c` ('upper', other, c) or `dim >= other + c` ('lower', other, c),
-    with `other` one of the dimensions `pure`; None for any other condition."""
+def index_bound(cond: A.Expr, dim: str, pure) -> tuple[str, str, int, int] | None:
+    """`cond` as `dim <= scale * other + c` ('upper', other, c, scale) or `dim >= scale * other + c`
+    ('lower', other, c, scale), with `other` one of the dimensions `pure` and scale a positive
+    integer (a chunk of a split: `l < l_chunk * 1024 + 1024`); None for any other condition."""
     if not (isinstance(cond, A.Binary) and cond.op in _MIRROR):
         return None
-    (da, ca), (db, cb), op = _affine(cond.a), _affine(cond.b), cond.op
+    (da, sa, ca), (db, sb, cb), op = _affine(cond.a), _affine(cond.b), cond.op
     if db == dim and da != dim:
-        (da, ca), (db, cb), op = (db, cb), (da, ca), _MIRROR[op]
-    if da != dim or db not in pure or ca is None or cb is None:
+        (da, sa, ca), (db, sb, cb), op = (db, sb, cb), (da, sa, ca), _MIRROR[op]
+    if da != dim or sa != 1 or db not in pure or ca is None or cb is None or sb < 1:
         return None
-    c = cb - ca  # dim op db + c
-    return {"<=": ("upper", db, c), "<": ("upper", db, c - 1), ">=": ("lower", db, c), ">": ("lower", db, c + 1)}[op]
+    c = cb - ca  # dim op scale * db + c
+    return {"<=": ("upper", db, c, sb), "<": ("upper", db, c - 1, sb), ">=": ("lower", db, c, sb),
+            ">": ("lower", db, c + 1, sb)}[op]
 
 
-def _affine(e: A.Expr) -> tuple[str | None, int | None]:
-    """e as (a dimension or None) + an integer; (None, None) when it is not that."""
+def _affine(e: A.Expr) -> tuple[str | None, int, int | None]:
+    """e as scale * (a dimension or None) + an integer; (None, 0, None) when it is not that."""
     if isinstance(e, A.DimRef):
-        return e.dim, 0
+        return e.dim, 1, 0
     if isinstance(e, A.Num) and e.integer:
-        return None, int(e.value)
+        return None, 0, int(e.value)
+    if isinstance(e, A.Binary) and e.op == "*":
+        (da, sa, ca), (db, sb, cb) = _affine(e.a), _affine(e.b)
+        if da is not None and db is None and ca == 0:
+            return da, sa * cb, 0
+        if db is not None and da is None and cb == 0:
+            return db, sb * ca, 0
     if isinstance(e, A.Binary) and e.op in ("+", "-"):
-        (da, ca), (db, cb) = _affine(e.a), _affine(e.b)
+        (da, sa, ca), (db, sb, cb) = _affine(e.a), _affine(e.b)
         if ca is None or cb is None or (db is not None and (e.op == "-" or da is not None)):
-            return None, None
-        return da, ca + cb if e.op == "+" else ca - cb
-    return None, None
+            return None, 0, None
+        return (da or db), (sa if da is not None else sb), ca + cb if e.op == "+" else ca - cb
+    return None, 0, None
 
 
 def conditions(exprs, funcs: dict[str, A.FuncDef], dim: str, pure) -> list[A.Expr]:

@@ -1,0 +1,320 @@
+"""Split reductions (`f.split(l:1024)`, Halide's rfactor, flash decoding's split of the keys): f's
+reduction over `l` runs in chunks of 1024 indices, each chunk in programs of its own, and a
+second reduction combines the chunks' results.
+
+The pass rewrites the checked algorithm (inlined Funcs already substituted) before the kernel
+structure is worked out. A new pure dimension, `l_chunk`, of extent ceil(len(l) / 1024), indexes
+the chunks. For each reduction over `l` of f, a partial Func (`f_chunks`) reduces over `l` only
+where `l_chunk * 1024 <= l < l_chunk * 1024 + 1024`; the loop walks just those tiles
+(dt.ir.lower.skipping). In f the reduction becomes one over `l_chunk` of the partials: a sum
+of sums, a max of maxima. A Func computed with f over `l` (compute_with) is split with it: a
+sum or product of exponentials shifted by a max of the loop (the online softmax, attention's
+output) is combined with each chunk rescaled to the row's max, exp(chunk max - max), as flash
+decoding does. The partials are kept in the compute dtype (f32 for f16 and bf16 data).
+
+Schedules: the partials form one kernel, with the blocks, tiles, warps and stages of the kernel
+the split Funcs were computed in and one chunk per program (block `l_chunk:1`); several partials
+share one loop over each chunk (compute_with), inside a Func that stores the first of them. The
+split Funcs keep their places and combine the chunks in tiles of 16 (`l_chunk:16`).
+"""
+from __future__ import annotations
+
+import math
+
+from dt.errors import DTScheduleError
+from dt.ir import algorithm as A
+from dt.ir.check.compute_with import top_reductions
+from dt.ir.check.program import FuncSchedule
+from dt.ir.check.statistics import max_reduction, shifted_exp, shifted_exp_operand
+from dt.ir.check.uses import dependency_path, uses
+
+CHUNK_TILE = 16  # the split Funcs combine their chunks 16 at a time (a loop past 16 chunks)
+_FILL = {"sum": 0.0, "dot": 0.0, "max": -math.inf, "min": math.inf}
+
+
+def split_reductions(funcs: dict[str, A.FuncDef], schedules: dict[str, FuncSchedule], dim_kinds: dict[str, str],
+                     taken: set[str]):
+    """(funcs, schedules, dim_kinds, chunk_dims, partials) with every split applied; unchanged
+    when nothing is split. `taken`: the names declared, which new ones avoid."""
+    groups = _groups(funcs, schedules)
+    if not groups:
+        return funcs, schedules, dim_kinds, {}, ()
+    funcs, schedules, dim_kinds = dict(funcs), dict(schedules), dict(dim_kinds)
+    taken = set(taken) | set(funcs)
+    chunk_dims: dict[str, tuple[str, int]] = {}
+    partials: list[str] = []
+    for members, dim, chunk in groups:
+        chunk_dim = _fresh(f"{dim}_chunk", taken)
+        chunk_dims[chunk_dim] = (dim, chunk)
+        dim_kinds[chunk_dim] = "Var"
+        partials += _split_group(members, dim, chunk, chunk_dim, funcs, schedules, taken)
+    return funcs, schedules, dim_kinds, chunk_dims, tuple(partials)
+
+
+def _groups(funcs, schedules) -> list[tuple[list[str], str, int]]:
+    """Each split Func with the Funcs computed with it over the split dimension (in topological
+    order), the dimension and the chunk size."""
+    groups, seen = [], set()
+    for name in funcs:
+        s = schedules[name]
+        if s.split is None or name in seen:
+            continue
+        dim, chunk = s.split
+        members = _loop_members(name, dim, funcs, schedules)
+        for m in members:
+            other = schedules[m].split
+            if other is not None and other != (dim, chunk):
+                raise DTScheduleError(f"'{m}' shares its loop over '{dim}' with '{name}' (compute_with), so both are "
+                                      f"split alike, but '{m}' is split {_text(other)} and '{name}' {_text(s.split)}",
+                                      schedules[m].locs.get("split"), "split them alike, or only one of them "
+                                      "(the Funcs sharing its loop follow it)", (("split here", s.locs.get("split")),))
+        seen.update(members)
+        groups.append((members, dim, chunk))
+    for name, s in schedules.items():
+        if s.split is not None and name not in funcs:
+            raise DTScheduleError(f"'{name}' is split, but it is inlined (or not used by an output): it has no loop "
+                                  f"of its own to split", s.locs.get("split"),
+                                  f"compute {name} (remove its inline()), or split the Func it is inlined into")
+    return groups
+
+
+def _text(split) -> str:
+    return f"({split[0]}:{split[1]})"
+
+
+def _loop_members(name, dim, funcs, schedules) -> list[str]:
+    """name and every Func linked to it by compute_with over dim, in topological order."""
+    linked = {name}
+    grew = True
+    while grew:
+        grew = False
+        for f in funcs:
+            with_ = schedules[f].compute_with
+            if with_ and with_[1] == dim and (f in linked) != (with_[0] in linked):
+                linked |= {f, with_[0]}
+                grew = True
+    return [f for f in funcs if f in linked]
+
+
+def _fresh(stem: str, taken: set[str]) -> str:
+    name = stem
+    while name in taken:
+        name += "_"
+    taken.add(name)
+    return name
+
+
+def _split_group(members, dim, chunk, chunk_dim, funcs, schedules, taken) -> list[str]:
+    """Rewrite one group in place (funcs and schedules); returns the partial Funcs it adds."""
+    first = members[0]
+    loc = next((schedules[m].locs.get("split") for m in members if schedules[m].split), None)
+    reductions = {m: _reductions(m, dim, funcs, loc) for m in members}
+    owner = next(m for m in members if not (schedules[m].compute_with and schedules[m].compute_with[1] == dim))
+    root = _kernel_root(first, schedules)
+    if schedules[root].compiled == "compile_to_kernel":
+        raise DTScheduleError(f"'{root}' is compiled to one kernel, but splitting '{first}''s reduction over "
+                              f"'{dim}' adds a kernel for its chunks", loc,
+                              f"use {root}.compile(): the chunks are one kernel, {root} another")
+    for m in members:
+        if schedules[m].fuse_at and _kernel_root(m, schedules) != root:
+            raise DTScheduleError(f"'{m}' and '{first}' are split together but are computed in different kernels",
+                                  loc, "fuse the Funcs that share a loop into the same kernel")
+    prefix = _common_prefix([funcs[m].dims for m in members]) if len(members) > 1 or \
+        len(reductions[owner]) > 1 else funcs[owner].dims[:-1]
+    start = A.Binary("*", A.DimRef(chunk_dim, loc), A.Num(float(chunk), loc, integer=True), loc)
+    in_chunk = (A.Binary(">=", A.DimRef(dim, loc), start, loc),
+                A.Binary("<", A.DimRef(dim, loc), A.Binary("+", start, A.Num(float(chunk), loc, integer=True), loc),
+                         loc))
+
+    names: dict[int, tuple[str, tuple[str, ...]]] = {}  # id(reduction) -> (partial Func, its dims)
+    for m in members:
+        rest = funcs[m].dims[len(prefix):] if funcs[m].dims[:len(prefix)] == prefix else None
+        if rest is None:
+            raise DTScheduleError(f"'{m}' is split with '{first}' but its dimensions "
+                                  f"({', '.join(funcs[m].dims)}) do not start with the ones they share "
+                                  f"({', '.join(prefix)})", loc, "write the shared dimensions first in each Func")
+        for i, r in enumerate(reductions[m]):
+            name = _fresh(f"{m}_chunks" + (str(i) if len(reductions[m]) > 1 else ""), taken)
+            names[id(r)] = (name, prefix + (chunk_dim,) + rest)
+    shift_of = {id(r): _shift(r, m, members, dim, funcs, loc) for m in members for r in reductions[m]}
+
+    def chunk_read(r: A.Reduce) -> A.Access:
+        name, dims = names[id(r)]
+        return A.Access(name, "func", tuple(A.DimRef(d, r.loc) for d in dims), r.loc)
+
+    new_defs: dict[str, A.FuncDef] = {}
+    for m in members:
+        for r in reductions[m]:
+            name, dims = names[id(r)]
+            body = _masked(r, in_chunk, shift_of[id(r)], chunk_read, reductions)
+            new_defs[name] = A.FuncDef(name, dims, body, funcs[m].loc)
+    for m in members:
+        combined = {id(r): _combined(r, chunk_dim, chunk_read(r), shift_of[id(r)], reductions, chunk_read)
+                    for r in reductions[m]}
+        funcs[m] = A.FuncDef(m, funcs[m].dims, _replace(funcs[m].expr, combined), funcs[m].loc)
+
+    partials = list(new_defs)
+    everything = list(partials)
+    kernel = _partial_schedule(root, chunk_dim, new_defs, schedules, funcs)
+    owner_partial = names[id(reductions[owner][0])][0]
+    if len(new_defs) == 1:
+        schedules[owner_partial] = kernel
+    else:  # a root that stores the owner's chunks, the others fused into it and sharing the owner's loop
+        store = _fresh(f"{owner_partial}_stored", taken)
+        dims = names[id(reductions[owner][0])][1]
+        new_defs[store] = A.FuncDef(store, dims, A.Access(owner_partial, "func", tuple(A.DimRef(d) for d in dims)),
+                                    funcs[owner].loc)
+        schedules[store] = kernel
+        for name in partials:
+            schedules[name] = FuncSchedule(fuse_at=(store, chunk_dim),
+                                           compute_with=None if name == owner_partial else (owner_partial, dim),
+                                           locs={"fuse_at": loc, "compute_with": loc})
+        for m in members:  # the combination reads the stored copy of the owner's chunks
+            funcs[m] = A.FuncDef(m, funcs[m].dims, _renamed(funcs[m].expr, owner_partial, store), funcs[m].loc)
+        everything.append(store)
+    for m in members:
+        s = schedules[m] = _copy(schedules[m])
+        s.split = None
+        if s.compute_with and s.compute_with[1] == dim:
+            s.compute_with = None
+    _retile(root, dim, chunk_dim, funcs, schedules)
+    position = list(funcs).index(first)
+    items = list(funcs.items())
+    funcs.clear()
+    funcs.update(items[:position] + list(new_defs.items()) + items[position:])
+    return everything
+
+
+def _reductions(m, dim, funcs, loc) -> list[A.Reduce]:
+    found = top_reductions(funcs[m].expr, dim)
+    if not found:
+        raise DTScheduleError(f"'{m}' is split over '{dim}' but has no reduction over '{dim}'", loc,
+                              f"split an RVar that '{m}' reduces over")
+    nested = [e for e in A.walk(funcs[m].expr) if isinstance(e, A.Reduce) and e.dim != dim
+              and any(isinstance(x, A.Reduce) and x.dim == dim for x in A.walk(e))]
+    if nested:
+        raise DTScheduleError(f"'{m}' reduces over '{dim}' inside its reduction over '{nested[0].dim}': only a "
+                              f"reduction at the top of a Func splits", nested[0].loc,
+                              "compute the inner reduction in a Func of its own and split that one")
+    for r in found:
+        if r.op not in _FILL:
+            raise DTScheduleError(f"r{r.op} cannot be split yet: only rsum, rdot, rmax and rmin combine their "
+                                  f"chunks", r.loc, f"remove the split of '{m}'")
+    return found
+
+
+def _shift(r, m, members, dim, funcs, loc) -> str | None:
+    """The member r reads, when r is a sum or product of exponentials shifted by that member, a
+    max of the loop; None when r reads no member. Any other read of a member cannot be split."""
+    read = [u.name for u in uses(r) if u.name in members]
+    if not read:
+        through = dependency_path(funcs, r, set(members))
+        if through:
+            raise DTScheduleError(f"'{m}' reads '{through[-1]}' through '{through[0]}' inside its reduction over "
+                                  f"'{dim}', and both are split", r.loc,
+                                  f"inline {through[0]} so that the split sees how {m} uses {through[-1]}")
+        return None
+    shifted = shifted_exp(r)
+    by = shifted[1].name if shifted else None
+    if by is not None and read == [by] and max_reduction(funcs[by].expr, dim) is not None:
+        return by
+    raise DTScheduleError(f"'{m}' reads '{read[0]}' inside its reduction over '{dim}', and both are split: only a "
+                          f"sum or product of exponentials shifted by a max of the loop, exp(e - {read[0]}[...]), "
+                          f"combines its chunks", r.loc, "remove the split, or write the reduction in that form")
+
+
+def _masked(r: A.Reduce, in_chunk, shift, chunk_read, reductions) -> A.Expr:
+    """r over one chunk: its operand (the first of a product) filled with r's identity outside
+    the chunk. A reduction shifted by a max is shifted by that chunk's max instead, and masks
+    the value in its exponent as the max masks it (exp(-inf - max) = 0), so that the pair stays
+    the online softmax that compute_with accumulates in one loop."""
+    args = list(r.args)
+    k = 0
+    if shift is not None:
+        k = shifted_exp_operand(r)
+        masked = _within(args[k].x.a, in_chunk, -math.inf, r.loc)
+        args[k] = A.Unary("exp", A.Binary("-", masked, chunk_read(reductions[shift][0]), args[k].x.loc),
+                          args[k].loc)
+        return A.Reduce(r.op, tuple(args), r.dim, r.loc, r.dim_loc, r.dim_decl, r.slot)
+    args[k] = _within(args[k], in_chunk, _FILL[r.op], r.loc)
+    return A.Reduce(r.op, tuple(args), r.dim, r.loc, r.dim_loc, r.dim_decl, r.slot)
+
+
+def _within(e: A.Expr, in_chunk, fill: float, loc) -> A.Expr:
+    for cond in reversed(in_chunk):
+        e = A.Where(cond, e, A.Num(fill, loc), loc)
+    return e
+
+
+def _combined(r: A.Reduce, chunk_dim, chunks: A.Access, shift, reductions, chunk_read) -> A.Expr:
+    """The reduction over the chunks that replaces r: a max of maxima, a sum of sums, each
+    rescaled from its chunk's max to the row's when r is shifted by a max."""
+    if r.op in ("max", "min"):
+        return A.Reduce(r.op, (chunks,), chunk_dim, r.loc, r.dim_loc)
+    if shift is None:
+        return A.Reduce("sum", (chunks,), chunk_dim, r.loc, r.dim_loc)
+    row_max = next(u for u in uses(r) if u.name == shift)
+    chunk_max = chunk_read(reductions[shift][0])
+    rescale = A.Unary("exp", A.Binary("-", chunk_max, row_max, r.loc), r.loc)
+    # a chunk that is -inf throughout adds nothing (its own sum, exp(-inf - -inf), is NaN)
+    empty = A.Binary("==", chunk_max, A.Unary("neg", A.Num(math.inf, r.loc), r.loc), r.loc)
+    return A.Reduce("dot", (rescale, A.Where(empty, A.Num(0.0, r.loc), chunks, r.loc)), chunk_dim, r.loc, r.dim_loc)
+
+
+def _replace(e: A.Expr, by: dict[int, A.Expr]) -> A.Expr:
+    def step(node):
+        if id(node) in by:
+            return by[id(node)]
+        kids = []
+        for c in A.children(node):
+            kids.append((yield c))
+        return A.rebuild(node, tuple(kids)) if kids else node
+    return A.recurse(step, e)
+
+
+def _renamed(e: A.Expr, old: str, new: str) -> A.Expr:
+    return _replace(e, {id(u): A.Access(new, "func", u.subscripts, u.loc) for u in uses(e) if u.name == old})
+
+
+def _common_prefix(dim_lists) -> tuple[str, ...]:
+    prefix = []
+    for dims in zip(*dim_lists):
+        if len(set(dims)) != 1:
+            break
+        prefix.append(dims[0])
+    return tuple(prefix)
+
+
+def _kernel_root(f, schedules) -> str:
+    while schedules[f].fuse_at:
+        f = schedules[f].fuse_at[0]
+    return f
+
+
+def _copy(s: FuncSchedule) -> FuncSchedule:
+    return FuncSchedule(**{**vars(s), "block": dict(s.block), "tensorize": dict(s.tensorize),
+                           "locs": dict(s.locs), "dim_locs": dict(s.dim_locs)})
+
+
+def _partial_schedule(root, chunk_dim, partials, schedules, funcs) -> FuncSchedule:
+    """The partials' kernel: the blocks, tiles, warps and stages of the kernel the split Funcs
+    were in, one chunk per program."""
+    s = schedules[root]
+    dims = {d for p in partials.values() for d in p.dims} | \
+        {e.dim for p in partials.values() for e in A.walk(p.expr) if isinstance(e, A.Reduce)}
+    return FuncSchedule(block={**{d: n for d, n in s.block.items() if d in dims}, chunk_dim: 1},
+                        tensorize={d: n for d, n in s.tensorize.items() if d in dims},
+                        num_warps=s.num_warps, num_stages=s.num_stages, tma=s.tma,
+                        locs={"block": s.locs.get("block") or s.locs.get("split")},
+                        dim_locs={k: v for k, v in s.dim_locs.items() if k[1] in dims})
+
+
+def _retile(root, dim, chunk_dim, funcs, schedules):
+    """The split Funcs' kernel walks the chunks in one tile; it keeps the tiles of the dimensions
+    (`dim`, those reduced inside the split reductions) its Funcs still loop over."""
+    s = schedules[root] = _copy(schedules[root])
+    in_kernel = [f for f in funcs if _kernel_root(f, schedules) == root]
+    dims = {d for f in in_kernel for d in funcs[f].dims} | \
+        {e.dim for f in in_kernel for e in A.walk(funcs[f].expr) if isinstance(e, A.Reduce)}
+    s.tensorize = {d: n for d, n in s.tensorize.items() if d in dims}
+    s.tensorize[chunk_dim] = CHUNK_TILE

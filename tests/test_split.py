@@ -1,0 +1,147 @@
+"""Split reductions (f.split(l:chunk)): results against the reference at sizes no chunk or tile
+divides, the chunks each program walks, the products that stay matrix-unit dots, and the errors."""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+import dt
+from dt.errors import DTScheduleError
+
+ROWS = "Func s;\nIn A;\nVar x;\nRVar y;\ns[x] = {body};\ns.block(x:2);\ns.tensorize(x:2, y:8);\n{split}s.compile();\n"
+DECODE = open("examples/llm/decode_split.dt").read()
+
+
+def _rows(body, split="s.split(y:16);\n"):
+    return dt.loads(ROWS.format(body=body, split=split), file="rows.dt")
+
+
+@pytest.mark.parametrize("backend", ["interp", "numba"])
+@pytest.mark.parametrize("body,reference", [
+    ("rsum(A[x, y], y)", lambda A: A.sum(1)),
+    ("rmax(A[x, y], y) - rmin(A[x, y], y)", lambda A: A.max(1) - A.min(1)),
+    ("rsum(A[x, y] * A[x, y], y) / len(y)", lambda A: (A * A).mean(1)),
+])
+def test_split_rows_match_the_reference(backend, body, reference):
+    prog = _rows(body)
+    A = np.random.default_rng(0).standard_normal((5, 101)).astype(np.float32)
+    np.testing.assert_allclose(prog(A=A, backend=backend), reference(A.astype(np.float64)), rtol=1e-5, atol=1e-5)
+    assert prog.checked.kernel_roots[0].startswith("s_chunks")  # the chunks' kernel comes first
+
+
+@pytest.mark.parametrize("backend", ["interp", "numba"])
+def test_split_decode_matches_the_unsplit_program(backend):
+    rng = np.random.default_rng(1)
+    b, h, l, k, d = 2, 3, 2500, 16, 8  # 3 chunks of 1024, the last one partial
+    Q, K, V = (rng.standard_normal(s).astype(np.float32) for s in ((b, h, k), (b, h, l, k), (b, h, l, d)))
+    split = dt.loads(DECODE, file="decode_split.dt")
+    unsplit = dt.load("examples/llm/decode.dt")
+    want = unsplit(Q=Q, K=K, V=V, backend=backend)
+    np.testing.assert_allclose(split(Q=Q, K=K, V=V, backend=backend), want, rtol=1e-5, atol=1e-6)
+    assert split.checked.chunk_dims == {"l_chunk": ("l", 1024)}
+    # the three Funcs computed with num are split together, into one kernel that stores their chunks
+    assert len(split.checked.kernel_roots) == 2
+    assert split.checked.stored_partials == {"row_max_chunks", "row_sum_chunks"}
+
+
+def test_a_chunk_masked_throughout_adds_nothing():
+    # causal rows: the chunks past a row's diagonal are -inf throughout; row 0 is -inf everywhere
+    prog = dt.loads("""Func out, s, mx, e, dvsr, num;
+In Q, K, V;
+Var m, n;
+RVar k, l;
+s[m, l] = where(l < m, rdot(Q[m, k], K[l, k], k), -inf);
+mx[m] = rmax(s[m, l], l);
+e[m, l] = exp(s[m, l] - mx[m]);
+dvsr[m] = rsum(e[m, l], l);
+num[m, n] = rdot(e[m, l], V[l, n], l);
+out[m, n] = num[m, n] / dvsr[m];
+out.block(m:4);
+out.tensorize(m:4, n:0, k:0, l:4);
+s.inline();
+e.inline();
+num.fuse_at(out, m);
+mx.fuse_at(out, m);
+dvsr.fuse_at(out, m);
+mx.compute_with(num, l);
+dvsr.compute_with(num, l);
+num.split(l:8);
+out.compile();
+""", file="causal.dt")
+    rng = np.random.default_rng(2)
+    Q, K, V = rng.standard_normal((30, 4)), rng.standard_normal((30, 4)), rng.standard_normal((30, 3))
+    Q, K, V = (a.astype(np.float32) for a in (Q, K, V))
+    got = prog(Q=Q, K=K, V=V, backend="interp")
+    want = prog.reference(Q=Q, K=K, V=V)
+    assert np.isnan(got[0]).all() and np.isnan(want[0]).all()
+    np.testing.assert_allclose(got[1:], want[1:], rtol=1e-5, atol=1e-6)
+
+
+def test_each_program_walks_only_its_chunk():
+    source = _rows("rsum(A[x, y], y)", "s.split(y:32);\n").source("triton")
+    chunks = source[source.index("def s_chunks_kernel"):source.index("def s_kernel")]
+    # from the chunk's first tile to its end, and no where for the chunk (its bounds are whole tiles)
+    assert re.search(r"range\(max\(0, y_chunk_pid \* 32\) // 8 \* 8,\s+min\(y_SIZE, \(y_chunk_pid \+ 1\) \* 32\), 8\)",
+                     chunks)
+    assert "y_chunk_pid * 32 + 32" not in chunks
+    # a chunk that is not whole tiles keeps the where on its lanes
+    uneven = _rows("rsum(A[x, y], y)", "s.split(y:12);\n").source("triton")
+    assert "y_offsets >= y_chunk_pid * 12" in uneven and "y_offsets < y_chunk_pid * 12 +" in uneven
+
+
+def test_a_split_product_stays_a_matrix_unit_dot():
+    prog = dt.loads("Func mm;\nIn A, B;\nVar x, y;\nRVar k;\nmm[x, y] = rdot(A[x, k], B[k, y], k);\n"
+                    "mm.block(x:16, y:64);\nmm.tensorize(x:16, y:64, k:64);\nmm.split(k:256);\nmm.compile();\n",
+                    file="splitk.dt")
+    source = prog.source("triton")
+    chunks = source[source.index("def mm_chunks_kernel"):source.index("def mm_kernel")]
+    assert "tl.dot(A, B" in chunks
+    A, B = np.ones((20, 600), np.float32), np.ones((600, 70), np.float32)
+    np.testing.assert_allclose(prog(A=A, B=B, backend="interp"), A @ B)
+
+
+def test_partials_are_kept_in_the_compute_dtype():
+    pipeline = _rows("rsum(A[x, y], y)").pipeline("bf16")
+    assert {t.name: t.dtype for t in pipeline.temporaries} == {"s_chunks": "f32"}
+    assert pipeline.outputs[0].dtype == "bf16"
+
+
+def test_the_chunk_count_is_derived_not_given():
+    prog = _rows("rsum(A[x, y], y)")
+    with pytest.raises(dt.errors.DTExtentError, match="not a dimension"):
+        prog(A=np.ones((2, 40), np.float32), sizes={"y_chunk": 3}, backend="interp")
+    source = prog.source("triton")
+    assert "y_chunk_SIZE = -(-y_SIZE // 16)" in source and "def program(A, outputs=None)" in source
+
+
+@pytest.mark.parametrize("split,schedule,message", [
+    ("s.split(x:16);", "", "not an RVar"),
+    ("s.split(y:0);", "", "from 1 to"),
+    ("s.split(y);", "", "one reduction dimension and its chunk size"),
+    ("t.split(y:16);", "", "has no reduction over 'y'"),
+    ("s.split(y:16);", "t.inline();", None),
+])
+def test_split_errors(split, schedule, message):
+    source = f"Func s, t;\nIn A;\nVar x;\nRVar y;\nt[x] = A[x, 0] * 2.0;\ns[x] = rsum(A[x, y], y) + t[x];\n" \
+             f"{split}\n{schedule}\ns.compile();\n"
+    if message is None:
+        dt.loads(source, file="bad.dt")
+        return
+    with pytest.raises(DTScheduleError, match=message):
+        dt.loads(source, file="bad.dt")
+
+
+def test_unsupported_splits_say_why():
+    with pytest.raises(DTScheduleError, match="rargmax cannot be split yet"):
+        _rows("cast(rargmax(A[x, y], y), f32)")
+    with pytest.raises(DTScheduleError, match="compiled to one kernel"):
+        dt.loads(DECODE.replace("out.compile();", "out.compile_to_kernel();"), file="d.dt")
+    with pytest.raises(DTScheduleError, match="split alike"):
+        dt.loads(DECODE.replace("num.split(l:1024);", "num.split(l:1024);\nrow_max.split(l:512);"), file="d.dt")
+    # a max read by a sum of the same loop in a form other than exp(e - max)
+    with pytest.raises(DTScheduleError, match="combines its chunks"):
+        dt.loads("Func o, s, m;\nIn A;\nVar x;\nRVar y;\nm[x] = rmax(A[x, y], y);\ns[x] = rsum(A[x, y] - m[x], y);\n"
+                 "o[x] = s[x] + m[x];\no.block(x:1);\nm.fuse_at(o, x);\ns.fuse_at(o, x);\nm.compute_with(s, y);\n"
+                 "s.split(y:8);\no.compile();\n", file="bad.dt")
