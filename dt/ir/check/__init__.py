@@ -6,8 +6,8 @@ Every problem raises a DTError pointing at the DT source.
 
 The phases, in the order `check` runs them, each in its own module: names and dimensions
 (`names`), index expressions (`subscripts`), the order of Funcs (`uses`), schedule resolution
-(`schedule`), inlining (`inlining`), split reductions rewritten (`split`), fuse_at legality and the kernel structure (`fusion`),
-compute_with legality (`compute_with`, with the statistic patterns of `statistics`), and the
+(`schedule`), inlining (`inlining`), split reductions (`split`), fuse_at legality and the kernel
+structure (`fusion`), compute_with legality (`compute_with`, with the statistic patterns of `statistics`), and the
 tiles each kernel makes (dt.ir.tiles).
 """
 from __future__ import annotations

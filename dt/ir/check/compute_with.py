@@ -48,6 +48,12 @@ def top_reductions(e: A.Expr, dim: str) -> list[A.Reduce]:
     return found
 
 
+def nested_reductions(e: A.Expr, dim: str) -> list[A.Reduce]:
+    """The reductions over other dims in e that enclose a reduction over `dim`."""
+    return [n for n in A.walk(e) if isinstance(n, A.Reduce) and n.dim != dim
+            and any(isinstance(r, A.Reduce) and r.dim == dim for r in A.walk(n))]
+
+
 def _check_compute_with(func, sibling, dim, funcs, schedules, fused, dim_kinds):
     """func.compute_with(sibling, dim): both reduce over `dim`, are fused at the same loop, and
     func's reductions over `dim` can be accumulated beside sibling's, tile by tile."""
@@ -64,8 +70,7 @@ def _check_compute_with(func, sibling, dim, funcs, schedules, fused, dim_kinds):
         if not top_reductions(funcs[name].expr, dim):
             raise DTScheduleError(f"'{name}' has no reduction over '{dim}' to share", loc,
                                   f"name the RVar both {func} and {sibling} reduce over")
-    nested = [e for e in A.walk(funcs[func].expr) if isinstance(e, A.Reduce) and e.dim != dim
-              and any(isinstance(r, A.Reduce) and r.dim == dim for r in A.walk(e))]
+    nested = nested_reductions(funcs[func].expr, dim)
     if nested:
         raise DTScheduleError(f"'{func}' reduces over '{dim}' inside its reduction over '{nested[0].dim}', "
                               f"so that reduction cannot share '{sibling}''s loop", nested[0].loc,

@@ -19,14 +19,16 @@ split Funcs keep their places and combine the chunks in tiles of 16 (`l_chunk:16
 """
 from __future__ import annotations
 
+import copy
 import math
 
 from dt.errors import DTScheduleError
 from dt.ir import algorithm as A
-from dt.ir.check.compute_with import top_reductions
+from dt.ir.check.compute_with import nested_reductions, top_reductions
 from dt.ir.check.program import FuncSchedule
 from dt.ir.check.statistics import max_reduction, shifted_exp, shifted_exp_operand
 from dt.ir.check.uses import dependency_path, uses
+from dt.ir.naming import fresh_name
 
 CHUNK_TILE = 16  # the split Funcs combine their chunks 16 at a time (a loop past 16 chunks)
 _FILL = {"sum": 0.0, "dot": 0.0, "max": -math.inf, "min": math.inf}
@@ -44,7 +46,7 @@ def split_reductions(funcs: dict[str, A.FuncDef], schedules: dict[str, FuncSched
     chunk_dims: dict[str, tuple[str, int]] = {}
     partials: list[str] = []
     for members, dim, chunk in groups:
-        chunk_dim = _fresh(f"{dim}_chunk", taken)
+        chunk_dim = fresh_name(f"{dim}_chunk", taken)
         chunk_dims[chunk_dim] = (dim, chunk)
         dim_kinds[chunk_dim] = "Var"
         partials += _split_group(members, dim, chunk, chunk_dim, funcs, schedules, taken)
@@ -96,14 +98,6 @@ def _loop_members(name, dim, funcs, schedules) -> list[str]:
     return [f for f in funcs if f in linked]
 
 
-def _fresh(stem: str, taken: set[str]) -> str:
-    name = stem
-    while name in taken:
-        name += "_"
-    taken.add(name)
-    return name
-
-
 def _split_group(members, dim, chunk, chunk_dim, funcs, schedules, taken) -> list[str]:
     """Rewrite one group in place (funcs and schedules); returns the partial Funcs it adds."""
     first = members[0]
@@ -134,7 +128,7 @@ def _split_group(members, dim, chunk, chunk_dim, funcs, schedules, taken) -> lis
                                   f"({', '.join(funcs[m].dims)}) do not start with the ones they share "
                                   f"({', '.join(prefix)})", loc, "write the shared dimensions first in each Func")
         for i, r in enumerate(reductions[m]):
-            name = _fresh(f"{m}_chunks" + (str(i) if len(reductions[m]) > 1 else ""), taken)
+            name = fresh_name(f"{m}_chunks" + (str(i) if len(reductions[m]) > 1 else ""), taken)
             names[id(r)] = (name, prefix + (chunk_dim,) + rest)
     shift_of = {id(r): _shift(r, m, members, dim, funcs, loc) for m in members for r in reductions[m]}
 
@@ -155,12 +149,12 @@ def _split_group(members, dim, chunk, chunk_dim, funcs, schedules, taken) -> lis
 
     partials = list(new_defs)
     everything = list(partials)
-    kernel = _partial_schedule(root, chunk_dim, new_defs, schedules, funcs)
+    kernel = _partial_schedule(root, chunk_dim, new_defs, schedules)
     owner_partial = names[id(reductions[owner][0])][0]
     if len(new_defs) == 1:
         schedules[owner_partial] = kernel
     else:  # a root that stores the owner's chunks, the others fused into it and sharing the owner's loop
-        store = _fresh(f"{owner_partial}_stored", taken)
+        store = fresh_name(f"{owner_partial}_stored", taken)
         dims = names[id(reductions[owner][0])][1]
         new_defs[store] = A.FuncDef(store, dims, A.Access(owner_partial, "func", tuple(A.DimRef(d) for d in dims)),
                                     funcs[owner].loc)
@@ -173,11 +167,11 @@ def _split_group(members, dim, chunk, chunk_dim, funcs, schedules, taken) -> lis
             funcs[m] = A.FuncDef(m, funcs[m].dims, _renamed(funcs[m].expr, owner_partial, store), funcs[m].loc)
         everything.append(store)
     for m in members:
-        s = schedules[m] = _copy(schedules[m])
+        s = schedules[m] = copy.deepcopy(schedules[m])
         s.split = None
         if s.compute_with and s.compute_with[1] == dim:
             s.compute_with = None
-    _retile(root, dim, chunk_dim, funcs, schedules)
+    _retile(root, chunk_dim, funcs, schedules)
     position = list(funcs).index(first)
     items = list(funcs.items())
     funcs.clear()
@@ -190,8 +184,7 @@ def _reductions(m, dim, funcs, loc) -> list[A.Reduce]:
     if not found:
         raise DTScheduleError(f"'{m}' is split over '{dim}' but has no reduction over '{dim}'", loc,
                               f"split an RVar that '{m}' reduces over")
-    nested = [e for e in A.walk(funcs[m].expr) if isinstance(e, A.Reduce) and e.dim != dim
-              and any(isinstance(x, A.Reduce) and x.dim == dim for x in A.walk(e))]
+    nested = nested_reductions(funcs[m].expr, dim)
     if nested:
         raise DTScheduleError(f"'{m}' reduces over '{dim}' inside its reduction over '{nested[0].dim}': only a "
                               f"reduction at the top of a Func splits", nested[0].loc,
@@ -291,17 +284,11 @@ def _kernel_root(f, schedules) -> str:
     return f
 
 
-def _copy(s: FuncSchedule) -> FuncSchedule:
-    return FuncSchedule(**{**vars(s), "block": dict(s.block), "tensorize": dict(s.tensorize),
-                           "locs": dict(s.locs), "dim_locs": dict(s.dim_locs)})
-
-
-def _partial_schedule(root, chunk_dim, partials, schedules, funcs) -> FuncSchedule:
+def _partial_schedule(root, chunk_dim, partials, schedules) -> FuncSchedule:
     """The partials' kernel: the blocks, tiles, warps and stages of the kernel the split Funcs
     were in, one chunk per program."""
     s = schedules[root]
-    dims = {d for p in partials.values() for d in p.dims} | \
-        {e.dim for p in partials.values() for e in A.walk(p.expr) if isinstance(e, A.Reduce)}
+    dims = _walked_dims(partials.values())
     return FuncSchedule(block={**{d: n for d, n in s.block.items() if d in dims}, chunk_dim: 1},
                         tensorize={d: n for d, n in s.tensorize.items() if d in dims},
                         num_warps=s.num_warps, num_stages=s.num_stages, tma=s.tma,
@@ -309,12 +296,16 @@ def _partial_schedule(root, chunk_dim, partials, schedules, funcs) -> FuncSchedu
                         dim_locs={k: v for k, v in s.dim_locs.items() if k[1] in dims})
 
 
-def _retile(root, dim, chunk_dim, funcs, schedules):
-    """The split Funcs' kernel walks the chunks in one tile; it keeps the tiles of the dimensions
-    (`dim`, those reduced inside the split reductions) its Funcs still loop over."""
-    s = schedules[root] = _copy(schedules[root])
-    in_kernel = [f for f in funcs if _kernel_root(f, schedules) == root]
-    dims = {d for f in in_kernel for d in funcs[f].dims} | \
-        {e.dim for f in in_kernel for e in A.walk(funcs[f].expr) if isinstance(e, A.Reduce)}
+def _retile(root, chunk_dim, funcs, schedules):
+    """The split Funcs' kernel combines the chunks CHUNK_TILE at a time; it keeps the tiles of the
+    dimensions its Funcs still loop over (the split one, those reduced inside it, where any are left)."""
+    s = schedules[root] = copy.deepcopy(schedules[root])
+    dims = _walked_dims(funcs[f] for f in funcs if _kernel_root(f, schedules) == root)
     s.tensorize = {d: n for d, n in s.tensorize.items() if d in dims}
     s.tensorize[chunk_dim] = CHUNK_TILE
+
+
+def _walked_dims(defs) -> set[str]:
+    """The dimensions a kernel computing `defs` loops over: their own and those they reduce over."""
+    defs = list(defs)
+    return {d for f in defs for d in f.dims} | {e.dim for f in defs for e in A.walk(f.expr) if isinstance(e, A.Reduce)}

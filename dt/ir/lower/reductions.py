@@ -302,11 +302,11 @@ class ReductionLowering:
                 or any(self.axes[a].scalar for f in own for a in f) or self.axes[ax].scalar:
             return None
         lead = tuple(a for a in acc.dims if a in batch)
-        # scalar axes only the accumulator has (a split's chunk, in its where): the product is
-        # made without them and added to it
+        # scalar axes only the accumulator has (a split's chunk, in its where) are given to the
+        # first operand (a size-1 axis): the Dot's layout is the accumulator's until they go
         others = tuple(a for a in acc.dims if a not in batch and a not in own[0] | own[1] and self.axes[a].scalar)
         dims = tuple(a for a in acc.dims if a not in others)
-        if dims[:-2] != lead or len(dims) < 2:
+        if dims[:-2] != lead or len(dims) < 2 or acc.dims[-1] != dims[-1]:
             return None
         i_axis, j_axis = dims[-2:]
         first = 0 if i_axis in own[0] else 1
@@ -321,7 +321,7 @@ class ReductionLowering:
         if a is None or b is None:
             return None
         if others:
-            return S.Binary("+", acc, self.fit(S.Dot(a, b, ax, None, self.compute), acc.dims))
+            a = self.fit(a, acc.dims[:-1] + (ax,))
         return S.Dot(a, b, ax, acc, self.compute)
 
     def without_known(self, x: A.Expr) -> A.Expr:
