@@ -307,7 +307,10 @@ def test_worker_processes_compile_the_candidates_ahead():
     sizes = dict(x=24, y=300)
     alone = prog.tune(sizes, "f32", backend="numba", budget=120, cache=False, workers=0)
     helped = prog.tune(sizes, "f32", backend="numba", budget=120, cache=False, workers=2)
-    assert {t.candidate.name for t in helped.timed} == {t.candidate.name for t in alone.timed}
+    def searched(result):  # the schedule as written is timed or screened (10x slower) by timing noise
+        return {t.candidate.name for t in result.timed} - {"as written"}
+    assert searched(helped) == searched(alone) and len(searched(alone)) > 1
+    assert "as written" in {t.candidate.name for t in helped.timed} | set(helped.baselines)
     assert not helped.failed and helped.untried == 0
 
 
