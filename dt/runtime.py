@@ -26,7 +26,7 @@ from dt.ir.lower import lower
 from dt.ir.lower.types import Types
 from dt.ir.naming import size_name
 from dt.ir.printer import ir_text
-from dt.ir.scheduled import Assign, Gather, Pipeline, Store, walk_statements, walk_texpr
+from dt.ir.scheduled import Assign, Gather, Pipeline, Scatter, Store, walk_statements, walk_texpr
 
 DEFAULT_BACKEND_ORDER = ("numba", "interp")  # for CPU arrays, the first that loads
 
@@ -296,6 +296,10 @@ class Program:
             if gather is not None:
                 raise DTBackendError(f"backend '{backend_obj.name}' cannot read '{gather.tensor}' at computed indices",
                                      gather.loc, "run it on a backend that can (interp, numba, triton)")
+        scatter = next((s for k in pipeline.kernels for s in walk_statements(k.body) if isinstance(s, Scatter)), None)
+        if scatter is not None and not caps.scatters:
+            raise DTBackendError(f"backend '{backend_obj.name}' cannot run updates ('{scatter.tensor}' written at "
+                                 f"computed indices)", scatter.loc, "run it on a backend that can (interp, numba, triton)")
 
     # ------------------------------------------------------------------ binding
     def _refuse_positional(self, positional: tuple):

@@ -11,7 +11,7 @@ import dt.debug
 import dt.testing
 from dt import backends
 from dt.debug.errors import DTOutOfRangeWarning
-from dt.errors import DTScheduleError, DTSyntaxError, DTTypeError
+from dt.errors import DTNameError, DTScheduleError, DTTypeError
 from dt.testing import assert_close
 
 BACKENDS = ("interp", "example", "numba", pytest.param("triton", marks=pytest.mark.needs_triton))
@@ -235,7 +235,7 @@ def test_a_fused_producer_read_at_a_shift_is_refused_naming_the_shift():
 
 
 @pytest.mark.parametrize("source,error,fragment", [
-    ("In A; Var x; Func o;\no[x + 1] = A[x];\no.compile();", DTSyntaxError, "left-hand side of 'o' has a computed index"),
+    ("In A; Var x; Func o;\no[x + 1] = A[x];\no.compile();", DTNameError, "'o' is updated before it is defined"),
     ("In A; Var x; Func o;\no[x] = A[x / 2];\no.compile();", DTTypeError, "'/' divides as floats"),
     ("In A; Var x; Func o;\no[x] = A[x * 0.5];\no.compile();", DTTypeError, "0.5 is a float"),
     ("In A; Var x, y; Func o;\no[x, y] = A[x // y];\no.compile();", DTTypeError, "may not be a positive integer"),

@@ -24,6 +24,7 @@ class Capabilities:
     ops: frozenset[str] = frozenset()
     array: str = "numpy"  # the arrays its compiled pipelines take and return: 'numpy' or 'torch'
     gathers: bool = False  # whether it renders S.Gather: loads at computed indices (A[x + 1], E[I[t], d])
+    scatters: bool = False  # whether it renders S.Scatter: an update's writes (g[I[t], d] += e)
     devices: tuple[str, ...] = ("cpu",)
     notes: dict[str, str] = field(default_factory=dict)
     # whether its compiled pipelines take `outputs` (below) and write into them; if not, a call

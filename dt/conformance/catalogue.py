@@ -19,6 +19,7 @@ from dt.conformance.arg_reductions import CASES as ARG_REDUCTION_CASES
 from dt.conformance.batched import CASES as BATCHED_CASES
 from dt.conformance.gradients import CASES as GRADIENT_CASES
 from dt.conformance.indexing import CASES as INDEXING_CASES
+from dt.conformance.updates import CASES as UPDATE_CASES
 from dt.conformance.outputs import CASES as OUTPUT_CASES
 from dt.conformance.scans import CASES as SCAN_CASES
 from dt.ir.ops import OPS_LIST, Check, Op
@@ -565,6 +566,7 @@ CATALOGUE: tuple[Case, ...] = (
          *ATTENTION_CHECK),
     # ------------------------------------------------------------ index expressions, gathers, integers, casts
     *INDEXING_CASES,
+    *UPDATE_CASES,
     *BATCHED_CASES,
     *OUTPUT_CASES,
     *ARG_REDUCTION_CASES,

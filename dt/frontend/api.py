@@ -125,32 +125,10 @@ class In(_Named):
         return A.Access(self.name, "input", _subscripts(self, indices, loc), loc, decl=self)
 
 
-class Func(_Named):
-    """A tensor function: defined once, scheduled by its methods."""
-    kind = "Func"
-
-    def __init__(self, name: str, *, loc: Loc | None = None):
-        super().__init__(name, loc=loc)
-        self.definition: A.FuncDef | None = None
-        self.redefinitions: list[A.FuncDef] = []
-        self.lhs_decls: tuple[Var, ...] = ()
-        self.schedule: list[A.ScheduleCall] = []
-        self.fuse_targets: list[Func] = []
-
-    def __getitem__(self, indices):
-        loc = caller_loc()
-        return A.Access(self.name, "func", _subscripts(self, indices, loc), loc, decl=self)
-
-    def __setitem__(self, indices, expr):
-        self.define(indices, expr, loc=caller_loc())
-
-    def define(self, indices, expr, *, loc: Loc | None = None):
-        names, decls = _dims(self, indices, loc)
-        definition = A.FuncDef(self.name, names, A.as_expr(expr), loc)
-        if self.definition is None:
-            self.definition, self.lhs_decls = definition, decls
-        else:
-            self.redefinitions.append(definition)
+class _Schedulable:
+    """The schedule primitives, recorded as ScheduleCalls on `self.name` in `self.schedule`."""
+    name: str
+    schedule: list
 
     def _call(self, primitive, args, loc, arg_locs=()):
         self.schedule.append(A.ScheduleCall(self.name, primitive, tuple(args), loc or caller_loc(), tuple(arg_locs)))
@@ -199,6 +177,65 @@ class Func(_Named):
     def compile_to_kernel(self, *, loc: Loc | None = None):
         return self._call("compile_to_kernel", (), loc)
 
+
+class Func(_Schedulable, _Named):
+    """A tensor function: defined once, then updated any number of times (`f[I[t], d] += e`),
+    scheduled by its methods (an update's by `f.update(i)`'s)."""
+    kind = "Func"
+
+    def __init__(self, name: str, *, loc: Loc | None = None):
+        super().__init__(name, loc=loc)
+        self.definition: A.FuncDef | None = None
+        self.redefinitions: list[A.FuncDef] = []
+        self.updates: list[A.FuncDef] = []
+        self.lhs_decls: tuple[Var, ...] = ()
+        self.schedule: list[A.ScheduleCall] = []
+        self.fuse_targets: list[Func] = []
+
+    def __getitem__(self, indices):
+        loc = caller_loc()
+        return A.Access(self.name, "func", _subscripts(self, indices, loc), loc, decl=self)
+
+    def __setitem__(self, indices, expr):
+        """f[x, y] = e defines f; f[I[t], d] = e (a computed index) and f[...] += e (Python reads
+        f[...] + e) update it."""
+        loc = caller_loc()
+        subscripts = _subscripts(self, indices, loc)
+        expr = A.as_expr(expr)
+        added = isinstance(expr, A.Binary) and expr.op == "+" and isinstance(expr.a, A.Access) and \
+            expr.a.name == self.name and len(expr.a.subscripts) == len(subscripts) and \
+            all(A.same(a, b) for a, b in zip(expr.a.subscripts, subscripts))
+        if added or not all(isinstance(s, A.DimRef) for s in subscripts):
+            self.update_define(subscripts, expr.b if added else expr, accumulate=added, loc=loc)
+        else:
+            self.define(indices, expr, loc=loc)
+
+    def define(self, indices, expr, *, loc: Loc | None = None):
+        names, decls = _dims(self, indices, loc)
+        definition = A.FuncDef(self.name, names, A.as_expr(expr), loc)
+        if self.definition is None:
+            self.definition, self.lhs_decls = definition, decls
+        else:
+            self.redefinitions.append(definition)
+
+    def update_define(self, subscripts: tuple[A.Expr, ...], expr, *, accumulate: bool, loc: Loc | None = None):
+        """An update: expr over the dimensions of `subscripts` written (or added, `accumulate`) into
+        this Func at `subscripts`."""
+        dims = tuple(dict.fromkeys(n.dim for s in subscripts for n in A.walk(s) if isinstance(n, A.DimRef)))
+        update = A.Update(self.name, tuple(subscripts), accumulate, loc)
+        self.updates.append(A.FuncDef(A.update_name(self.name, len(self.updates)), dims, A.as_expr(expr), loc,
+                                      update))
+
+    def update(self, index: int = 0) -> "UpdateStage":
+        """The schedule of update number `index` (in the order written), which runs in a kernel of its own."""
+        return UpdateStage(A.update_name(self.name, index), self.schedule)
+
+
+class UpdateStage(_Schedulable):
+    """An update of a Func, for its schedule: `f.update().block(t=1)`."""
+
+    def __init__(self, name: str, schedule: list):
+        self.name, self.schedule, self.fuse_targets = name, schedule, []
 
 def _name(x) -> str:
     return x.name if isinstance(x, _Named) else str(x)
@@ -333,9 +370,9 @@ def collect(outputs) -> list[_Named]:
         seen[id(obj)] = obj
         if isinstance(obj, Func):
             stack += list(obj.lhs_decls) + obj.fuse_targets
-            for d in [obj.definition] + obj.redefinitions:
+            for d in [obj.definition] + obj.redefinitions + obj.updates:
                 if d is not None:
-                    for node in A.walk(d.expr):
+                    for node in (n for e in d.exprs for n in A.walk(e)):
                         stack += [x for x in (getattr(node, "decl", None), getattr(node, "dim_decl", None)) if x]
     # Consumers that fuse these producers in are reachable through fuse_targets; producers of
     # consumers through their definitions. Order: as created, for stable output.
@@ -351,7 +388,9 @@ def build(objects: list[_Named], *, name: str, source: str = "", file: str = "<p
             continue
         by_name[obj.name] = obj
         if isinstance(obj, Func):
-            funcs += [d for d in [obj.definition] + obj.redefinitions if d is not None]
+            funcs += [d for d in [obj.definition] + obj.redefinitions + obj.updates if d is not None]
+            # an update is a Func of its own (not one a user declares): its schedule's and its kernel's
+            declarations += [A.Declaration(u.name, "Func", u.loc) for u in obj.updates]
             schedule += obj.schedule
     schedule.sort(key=lambda c: (c.loc.file, c.loc.line, c.loc.col) if c.loc else ("", 0, 0))
     return A.Program(name, tuple(declarations), tuple(funcs), tuple(schedule), source, file)

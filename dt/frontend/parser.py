@@ -15,7 +15,7 @@ from dt.ir import algorithm as A
 from dt.ir.ops import FUNCTIONS, REDUCTIONS, SCANS
 
 _TERMINALS = {"SEMICOLON": "';'", "LSQB": "'['", "RSQB": "']'", "LPAR": "'('", "RPAR": "')'", "COMMA": "','",
-              "EQUAL": "'='", "DOT": "'.'", "COLON": "':'", "SLASH": "'/'", "NAME": "a name", "INT": "an integer",
+              "EQUAL": "'='", "ASSIGN": "'=' or '+='", "DOT": "'.'", "COLON": "':'", "SLASH": "'/'", "NAME": "a name", "INT": "an integer",
               "FLOAT": "a number", "DECL_KIND": "a declaration", "COMPARE": "a comparison", "ADD": "'+' or '-'",
               "STAR": "'*'", "POW": "'**'", "MINUS": "'-'", "PLUS": "'+'", "$END": "the end of the file"}
 _SCAN_OPS = {r.function: r.name for r in SCANS.values()}  # cumsum -> sum
@@ -75,6 +75,8 @@ def _syntax_error(e: lark.UnexpectedInput, src: _Source, text: str) -> DTSyntaxE
         return DTSyntaxError(f"unexpected character {char!r}", src.loc(line, col), "remove or replace it")
     token = getattr(e, "token", None)
     expected = sorted(_TERMINALS.get(t, t) for t in (getattr(e, "expected", None) or ()))
+    if "';'" in expected:  # after a call: `g.update().block(...)` may go on, but a missing ';' is the likely slip
+        expected = [t for t in expected if t != "'.'"]
     if token is None or token.type == "$END":
         # Just after the last code in the file, where the missing text goes (blank lines and
         # comments after it would leave the caret under nothing).
@@ -123,25 +125,23 @@ class _Builder:
     def _name(node) -> str:
         return str(node.children[0])
 
-    def _lhs_dims(self, name: str, nodes) -> tuple[str, ...]:
-        """The dimensions on the left of `name[...] = ...`: names only, never computed indices."""
-        dims = []
-        for n in nodes:
-            if n.data != "name_ref":
-                raise DTSyntaxError(f"the left-hand side of '{name}' has a computed index", self.src.of(n),
-                                    f"a definition names the dimensions it defines, e.g. {name}[x, y] = ...; "
-                                    "write the arithmetic on the right-hand side (indexed writes come with gradients)")
-            dims.append(self._name(n.children[0]))
-        return tuple(dims)
-
     def _definition(self, st):
-        name_node, *index_nodes, expr_node = st.children
+        name_node, *index_nodes, assign, expr_node = st.children
         index_nodes = [n for n in index_nodes if n is not None]
         name = self._name(name_node)
         loc = self.src.of(name_node)
-        dims = self._lhs_dims(name, index_nodes)
         expr = self._expr(expr_node)
         target = self.table.get(name)
+        if str(assign) == "+=" or any(n.data != "name_ref" for n in index_nodes):
+            if not isinstance(target, api.Func):
+                raise DTNameError(f"'{name}' is updated ({name}[...] {assign} ...) but it is not a Func"
+                                  if name in self.table else f"unknown name '{name}'", loc,
+                                  f"declare `Func {name};` and define it over its dimensions first: "
+                                  f"{name}[x, y] = 0.0;")
+            subscripts = tuple(self._expr(n) for n in index_nodes)
+            target.update_define(subscripts, expr, accumulate=str(assign) == "+=", loc=loc)
+            return
+        dims = tuple(self._name(n.children[0]) for n in index_nodes)
         if isinstance(target, api.Func):
             target.define(tuple(self._dim_obj(n.children[0]) for n in index_nodes), expr, loc=loc)
         else:
@@ -154,8 +154,17 @@ class _Builder:
         return api.Var(self._name(node), loc=self.src.of(node))  # undeclared: check() reports it by name
 
     def _schedule(self, st):
-        func_node, prim_node, *arg_nodes = st.children
-        arg_nodes = [a for a in arg_nodes if a is not None]
+        func_node, *rest = [c for c in st.children if c is not None]
+        calls = [i for i, c in enumerate(rest) if c.data == "name"]
+        func = self._name(func_node)
+        if len(calls) == 2:  # g.update(i).primitive(...): update i's schedule
+            first, args = rest[0], rest[1:calls[1]]
+            if self._name(first) != "update" or len(args) > 1 or (args and args[0].data != "int_arg"):
+                raise DTSyntaxError(f"'{func}.{self._name(first)}(...)' is not a schedule stage", self.src.of(first),
+                                    f"schedule an update with {func}.update().block(...) (update i: {func}.update(i))")
+            func = A.update_name(func, int(args[0].children[0]) if args else 0)
+            rest = rest[calls[1]:]
+        prim_node, *arg_nodes = rest
         args, arg_locs = [], []
         for a in arg_nodes:
             arg_locs.append(self.src.of(a))
@@ -167,9 +176,8 @@ class _Builder:
                 args.append(self._name(a.children[0]))
             else:
                 args.append(int(a.children[0]))
-        call = A.ScheduleCall(self._name(func_node), self._name(prim_node), tuple(args), self.src.of(st),
-                              tuple(arg_locs))
-        target = self.table.get(call.func)
+        call = A.ScheduleCall(func, self._name(prim_node), tuple(args), self.src.of(st), tuple(arg_locs))
+        target = self.table.get(self._name(func_node))
         if isinstance(target, api.Func):
             target.schedule.append(call)
         else:

@@ -388,11 +388,44 @@ def binding_dim(subscript: Expr, dim_kinds: dict[str, str]) -> str | None:
 
 
 @dataclass(frozen=True)
+class Update:
+    """Where an update definition writes (`g[I[t], d] += e`): into the Func `target` at
+    `subscripts`, one per axis of `target`, adding to what is there (`accumulate`) or replacing it."""
+    target: str
+    subscripts: tuple[Expr, ...]
+    accumulate: bool
+    loc: Loc | None = field(default=None, compare=False)
+
+    @property
+    def access(self) -> Access:
+        """The written element as an access (its subscripts read integers and bind nothing)."""
+        return Access(self.target, "func", self.subscripts, self.loc)
+
+    @property
+    def text(self) -> str:
+        return f"{self.access.text} {'+=' if self.accumulate else '='}"
+
+
+def update_name(target: str, index: int) -> str:
+    """The name of a Func's update number `index` (its schedule's, its kernel's): g_update, g_update1, ..."""
+    return f"{target}_update{index or ''}"
+
+
+@dataclass(frozen=True)
 class FuncDef:
+    """`name[dims] = expr`. An update (`update` set) computes expr over `dims` (the dimensions of
+    its left-hand side) and writes each element into `update.target` at `update.subscripts`; the
+    Func `name` holds no tensor of its own (`update_name`)."""
     name: str
     dims: tuple[str, ...]  # LHS dimension names, in order
     expr: Expr
     loc: Loc | None = field(default=None, compare=False)
+    update: Update | None = None
+
+    @property
+    def exprs(self) -> tuple[Expr, ...]:
+        """Every expression of the definition: its right-hand side, and an update's written access."""
+        return (self.expr,) + ((self.update.access,) if self.update else ())
 
 
 @dataclass(frozen=True)

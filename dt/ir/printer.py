@@ -71,6 +71,11 @@ class _Printer(Visitor):
         guard = f" if {' and '.join(f'{index_source(e)} == 0' for e in s.guard)}" if s.guard else ""
         self.write(depth, f"store {s.tensor}[{', '.join(s.indices)}] = {self.texpr(s.value)}{guard}", s.loc)
 
+    def Scatter(self, s: S.Scatter, depth):
+        subscripts = ", ".join(self.texpr(e) for e in s.subscripts)
+        self.write(depth, f"scatter {s.tensor}[{subscripts}] {'+=' if s.accumulate else '='} {self.texpr(s.value)}",
+                   s.loc)
+
     # ------------------------------------------------------------ tile expressions
     def Literal(self, e: S.Literal):
         return str(int(e.value)) if is_integer(e.dtype) else repr(e.value)

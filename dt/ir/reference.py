@@ -157,5 +157,23 @@ def evaluate(cp: CheckedProgram, inputs: dict[str, np.ndarray], scalars: dict[st
         v = A.recurse(ev, f.expr)
         shape = [extents[d] for d in f.dims]
         values[name] = np.array(np.broadcast_to(v.aligned(f.dims), shape), dtype=np.float64)
+        if f.update is not None:
+            _write(values[f.update.target], f, values[name], [A.recurse(ev, s) for s in f.update.subscripts],
+                   extents)
     return values
+
+
+def _write(target: np.ndarray, f: A.FuncDef, value: np.ndarray, subscripts: list[_Named], extents):
+    """An update: each element of `value` (over f.dims) added to, or stored into, `target` at its
+    subscripts, in the order of f.dims (row-major); an element whose index falls outside is dropped."""
+    shape = [extents[d] for d in f.dims]
+    index = [np.broadcast_to(s.aligned(f.dims), shape).astype(np.int64).ravel() for s in subscripts]
+    inside = np.ones(value.size, dtype=bool)
+    for i, n in zip(index, target.shape):
+        inside &= (i >= 0) & (i < n)
+    where = tuple(i[inside] for i in index)
+    if f.update.accumulate:
+        np.add.at(target, where, value.ravel()[inside])
+    else:
+        target[where] = value.ravel()[inside]
 

@@ -4,7 +4,7 @@ A `Pipeline` is a sequence of `Kernel`s. Each kernel is launched over `program_c
 program instances; its body is a list of statements executed by every program instance:
 scalar `Let`s (program-id decomposition, block starts), `Axis` definitions (the index range
 of one tile dimension), sequential `For` loops over tiles, tile `Assign`ments and masked
-`Store`s. Tile values are expressions over axes (`TExpr`), each carrying its `dims` (the
+`Store`s (an update's `Scatter`s). Tile values are expressions over axes (`TExpr`), each carrying its `dims` (the
 names of the axes it spans, in order) and its `dtype` ('f32', 'bf16', ..., an integer dtype
 ('i32', 'i64', ...: index arithmetic, integer data) or 'bool'): leaves
 hold theirs, every other node's follows from its operands by the op table's type rules
@@ -391,7 +391,20 @@ class Store:
     guard: tuple[IExpr, ...] = ()
 
 
-Stmt = Union[Let, Axis, Assign, For, Store]
+@dataclass(frozen=True)
+class Scatter:
+    """An update's write, tensor[subscripts] = (or +=, `accumulate`) value: tile variables over the
+    same axes, full-size, one integer subscript per tensor axis. Valid lanes write where every
+    subscript is in [0, extent); lanes writing one element each add (atomically), or one stores."""
+    tensor: str
+    subscripts: tuple[Ref, ...]
+    extents: tuple[IExpr, ...]
+    value: Ref
+    accumulate: bool
+    loc: Loc | None = field(default=None, compare=False)
+
+
+Stmt = Union[Let, Axis, Assign, For, Store, Scatter]
 
 
 # ---------------------------------------------------------------- pipeline
@@ -458,7 +471,7 @@ class Pipeline:
             for s in walk_statements(k.body):
                 if isinstance(s, For):
                     names.add(s.var)
-                elif not isinstance(s, Store):
+                elif not isinstance(s, (Store, Scatter)):
                     names.add(s.name)
         return names
 
@@ -468,6 +481,11 @@ def walk_statements(body):
         yield s
         if isinstance(s, For):
             yield from walk_statements(s.body)
+
+
+def statement_values(s) -> tuple[TExpr, ...]:
+    """The tile expressions a statement reads: an Assign's or Store's value, a Scatter's too."""
+    return (s.value,) if isinstance(s, (Assign, Store)) else (*s.subscripts, s.value) if isinstance(s, Scatter) else ()
 
 
 def walk_texpr(e: TExpr):
@@ -544,13 +562,12 @@ def kernel_params(kernel: Kernel, pipeline: Pipeline) -> KernelParams:
         elif isinstance(s, (Axis, For)):
             for e in (s.start, s.size, s.limit) if isinstance(s, Axis) else (s.start, s.stop):
                 extents_read(e)
-        elif isinstance(s, Assign):
-            visit_texpr(s.value)
-        elif isinstance(s, Store):
+        elif isinstance(s, (Store, Scatter)):
             tensors.add(s.tensor)
-            visit_texpr(s.value)
-            for e in s.guard:
+            for e in s.guard if isinstance(s, Store) else s.extents:
                 extents_read(e)
+        for value in statement_values(s):
+            visit_texpr(value)
     order = [t.name for t in pipeline.inputs + pipeline.temporaries + pipeline.outputs]
     return KernelParams(tuple(t for t in order if t in tensors),
                         tuple(s for s in pipeline.scalars if s in scalars),
@@ -567,34 +584,12 @@ def used_index_names(body) -> set[str]:
             used |= index_names(s.start) | index_names(s.size) | index_names(s.limit)
         elif isinstance(s, For):
             used |= index_names(s.start) | index_names(s.stop)
-        elif isinstance(s, (Assign, Store)):
-            for e in s.guard if isinstance(s, Store) else ():
-                used |= index_names(e)
-            for node in walk_texpr(s.value):
-                if isinstance(node, Index):
-                    used |= index_names(node.value)
-                elif isinstance(node, Gather):
-                    for extent in node.extents:
-                        used |= index_names(extent)
+        for e in s.guard if isinstance(s, Store) else s.extents if isinstance(s, Scatter) else ():
+            used |= index_names(e)
+        for node in (n for value in statement_values(s) for n in walk_texpr(value)):
+            if isinstance(node, Index):
+                used |= index_names(node.value)
+            elif isinstance(node, Gather):
+                for extent in node.extents:
+                    used |= index_names(extent)
     return used
-
-
-def prune_lets(body: tuple) -> tuple:
-    """Drop Let statements nothing reads (e.g. a block count no map needs)."""
-    while True:
-        used = used_index_names(body)
-        pruned = _drop_lets(body, used)
-        if pruned == body:
-            return body
-        body = pruned
-
-
-def _drop_lets(body, used):
-    out = []
-    for s in body:
-        if isinstance(s, Let) and s.name not in used:
-            continue
-        if isinstance(s, For):
-            s = For(s.var, s.start, s.stop, s.step, _drop_lets(s.body, used), s.dim, s.kind, s.loc)
-        out.append(s)
-    return tuple(out)

@@ -96,6 +96,18 @@ class _KernelVerifier:
                 if s.value.dims != tiled(s.indices, axes) or s.value.unit:
                     self.fail(f"stores a value over {s.value.dims} (unit {sorted(s.value.unit)}) to "
                               f"{s.tensor}[{', '.join(s.indices)}]: it must be full-size over the store's axes", s)
+            elif isinstance(s, S.Scatter):
+                if s.tensor not in self.tensors or len(s.subscripts) != len(s.extents):
+                    self.fail(f"scatters into unknown tensor '{s.tensor}' or with a subscript per axis missing", s)
+                for e in (s.value, *s.subscripts):
+                    self.value(e, index_names, axes, tiles, s)
+                    if e.unit or e.dims != s.value.dims:
+                        self.fail(f"scatters {s.value.dims} with a subscript over {e.dims}: all full-size over the "
+                                  f"same axes", s)
+                if any(not is_integer(e.dtype) for e in s.subscripts):
+                    self.fail("scatters at subscripts that are not integers", s)
+                for e in s.extents:
+                    self.index(e, index_names, s)
             else:
                 self.fail(f"unknown statement {type(s).__name__}")
 

@@ -60,7 +60,7 @@ class NumbaBackend:
         # bfloat16 and the 8-bit floats are NumPy dtypes only with ml_dtypes installed
         dtypes = {"f32", "f16", "f64", *INTEGERS} | ({"bf16"} if BFLOAT16 is not None else set()) | set(FLOAT8_NUMPY)
         self.capabilities = Capabilities(
-            dtypes=frozenset(dtypes), ops=SUPPORTED_OPS, array="numpy", gathers=True, devices=("cpu",),
+            dtypes=frozenset(dtypes), ops=SUPPORTED_OPS, array="numpy", gathers=True, scatters=True, devices=("cpu",),
             given_outputs=True,
             notes={"threads": "a launch's program instances run in chunks on a pool of NUMBA_NUM_THREADS threads",
                    "f16/bf16": "loaded as uint16 bits, computed in f32, rounded to nearest even on store",

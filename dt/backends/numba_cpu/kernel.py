@@ -130,6 +130,30 @@ class KernelRenderer(ExprRenderer):
             if s.guard:
                 self.flush(w)
 
+    def Scatter(self, s: S.Scatter, w: Writer):
+        """Lane by lane: where every subscript is inside the tensor, its element added to (or
+        replaced by) the value. The kernel runs its programs one after another (module.py), so
+        adds never race and come in the same order every run."""
+        spec = self.plan.p.tensor(s.tensor)
+        tensor = self.plan.tensor[s.tensor]
+        levels, env = self.lanes(s.value.dims)
+        subscripts = [self.texpr(e, env, levels) for e in s.subscripts]
+        value = self.texpr(s.value, env, levels)
+        element = f"{tensor}[{', '.join(subscripts)}]"
+        if spec.dtype in AS_BITS:  # the tensor holds the bits; add in f32, round once
+            self.helpers |= {f"_f32_to_{spec.dtype}", f"_{spec.dtype}_to_f32"}
+            total = f"_{spec.dtype}_to_f32({element}) + {value}" if s.accumulate else value
+            write = f"{element} = _f32_to_{spec.dtype}({total})"
+        else:
+            write = f"{element} {'+=' if s.accumulate else '='} {value}"
+        inside = " and ".join(f"0 <= {i} < {self.plan.idx(n)}" for i, n in zip(subscripts, s.extents))
+        levels[-1].lines += [f"if {inside}:", f"    {write}"] if inside else [write]
+        reads, gathered = set(), set()
+        for e in S.statement_values(s):
+            r, g = self.reads(e)
+            reads, gathered = reads | r, gathered | g
+        self.queue(w, levels[0], reads, gathered | {s.tensor}, {s.tensor})
+
     def unrounded(self, e: S.TExpr, dtype: str) -> S.TExpr:
         """e without its last step where that is a float's cast to `dtype`, which the store into
         a tensor of that dtype rounds to anyway (rounding twice gives the same bits)."""
@@ -142,15 +166,21 @@ class KernelRenderer(ExprRenderer):
     def nest(self, w: Writer, dims, target, value: S.TExpr, close: str = "", writes: str = ""):
         """target(env) + value + close, for every valid lane of `dims` (loops over those with
         more than one lane, the first outermost); `writes`, the tile or tensor it writes."""
+        levels, env = self.lanes(dims)
+        text = self.texpr(value, env, levels)
+        levels[-1].lines.append(f"{target(env)}{text}{close}")
+        self.queue(w, levels[0], *self.reads(value), {writes})
+
+    def lanes(self, dims) -> tuple[list["Level"], dict[str, str]]:
+        """The lane-loop nest over `dims` (a loop for each with more than one lane, the first
+        outermost) and each axis's lane variable in it."""
         looped = [d for d in dims if not self.plan.single(d)]
         levels = [Level(None)] + [Level(d) for d in looped]
         for outer, inner in zip(levels, levels[1:]):
             outer.inner = inner
         env = {d: self.plan.lane[d] for d in looped}
         env.update({d: "0" for d in dims if self.plan.single(d)})
-        text = self.texpr(value, env, levels)
-        levels[-1].lines.append(f"{target(env)}{text}{close}")
-        self.queue(w, levels[0], *self.reads(value), {writes})
+        return levels, env
 
     def queue(self, w: Writer, nest: Level, reads: set[str], gathered: set[str], writes: set[str]):
         """Hold back `nest` (reading and writing those tiles and tensors, reading `gathered` at

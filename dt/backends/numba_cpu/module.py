@@ -218,7 +218,12 @@ class _Module:
                     view = f".view({AS_BITS[spec.dtype]})" if spec.role == "output" and spec.dtype in AS_BITS else ""
                     call.append(params[name] + view)
                 call += [scalars[s] for s in ps.scalars] + [extents[s] for s in ps.sizes]
-                w.line(f"_launch({', '.join(call)})")
+                if any(isinstance(s, S.Scatter) and s.accumulate for s in S.walk_statements(kernel.body)):
+                    # an update adding into elements that several programs may share: one thread,
+                    # the programs in order, so that adds never race and round alike every run
+                    w.line(f"{call[0]}(0, {', '.join(call[1:])})")
+                else:
+                    w.line(f"_launch({', '.join(call)})")
             outs = ", ".join(f'"{t.name}": {params[t.name]}' for t in p.outputs)
             w.line(f"return {{{outs}}}")
 

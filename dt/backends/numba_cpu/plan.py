@@ -90,8 +90,8 @@ class KernelPlan:
                 writes.setdefault(s.name, []).append(i)
         uses: dict[str, list[tuple[int, tuple, tuple[str, ...]]]] = {}
         for i, (s, loops) in enumerate(order):
-            if isinstance(s, (S.Assign, S.Store)):
-                for name, lanes in self.refs(s.value, self.lanes_of(s.value)):
+            for value in S.statement_values(s):
+                for name, lanes in self.refs(value, self.lanes_of(value)):
                     uses.setdefault(name, []).append((i, loops, lanes))
         reads: dict[str, set[str]] = {}  # the stored tiles an inlined tile's value reads
         for i, (s, loops) in enumerate(order):

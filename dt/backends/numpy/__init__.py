@@ -39,7 +39,7 @@ class NumpyInterpreter:
     name = "interp"
 
     def __init__(self):
-        self.capabilities = Capabilities(dtypes=frozenset(NUMPY), ops=SUPPORTED_OPS, array="numpy", gathers=True,
+        self.capabilities = Capabilities(dtypes=frozenset(NUMPY), ops=SUPPORTED_OPS, array="numpy", gathers=True, scatters=True,
                                          given_outputs=True)
 
     def source(self, pipeline: Pipeline) -> str:

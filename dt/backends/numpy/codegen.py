@@ -166,6 +166,12 @@ class Renderer(BaseRenderer):
         with guarded(w, s, index):
             w.line(f"rt.store({self.store_args(s)})")
 
+    def Scatter(self, s: S.Scatter, w: Writer):
+        subscripts = _tuple(self.texpr(e) for e in s.subscripts)
+        spans = _tuple(s.value.dims) if s.value.dims else "()"
+        w.line(f"rt.scatter({self.names.tensors[s.tensor]}, {subscripts}, {spans}, {self.texpr(s.value)}, "
+               f"{s.accumulate})")
+
     def store_args(self, s: S.Store) -> str:
         """rt.store's arguments: the tensor, its spans, the value."""
         return f"{self.names.tensors[s.tensor]}, {_tuple(s.indices)}, {self.texpr(s.value)}"

@@ -54,6 +54,25 @@ def store(tensor: np.ndarray, spans, value: np.ndarray):
     tensor[tuple(slice(s, s + v) for s, _, v in spans)] = value[tuple(slice(0, v) for _, _, v in spans)]
 
 
+def scatter(tensor: np.ndarray, subscripts, spans, value, accumulate: bool):
+    """value (over the tile axes of `spans`) added into tensor (`accumulate`) or stored there at
+    computed indices (one integer array or number per axis), lane by lane in row-major order;
+    lanes past a span's valid part, or whose index falls outside the tensor, write nothing."""
+    shape = [n for _, n, _ in spans]
+    valid = np.ones(shape, dtype=bool)
+    for axis, (_, n, v) in enumerate(spans):
+        valid &= (np.arange(n) < v).reshape([n if a == axis else 1 for a in range(len(spans))])
+    index = [np.broadcast_to(np.asarray(s, dtype=np.int64), shape) for s in subscripts]
+    for i, n in zip(index, tensor.shape):
+        valid &= (i >= 0) & (i < n)
+    where = tuple(i[valid] for i in index)
+    values = np.broadcast_to(np.asarray(value), shape)[valid].astype(tensor.dtype)
+    if accumulate:
+        np.add.at(tensor, where, values)
+    else:
+        tensor[where] = values
+
+
 def mask(sp) -> np.ndarray:
     return np.arange(sp[1]) < sp[2]
 

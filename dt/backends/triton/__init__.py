@@ -45,7 +45,7 @@ class TritonBackend:
                 "source only: no CUDA GPU and TRITON_INTERPRET is not set"}[device]
         self.capabilities = Capabilities(
             dtypes=frozenset(DTYPES + (FLOAT8 if device == "cuda" else ())), ops=SUPPORTED_OPS,
-            array="torch", gathers=True, given_outputs=True, machine="gpu",
+            array="torch", gathers=True, scatters=True, given_outputs=True, machine="gpu",
             compiles_per_shape=device == "cuda",
             devices={"cuda": ("cuda",), "cpu": ("cpu",), None: ()}[device],
             notes={"f32_dot": f"input_precision from ${F32_DOT_ENV} (default ieee)", "mode": mode,

@@ -48,7 +48,7 @@ class KernelRenderer(ExpressionRenderer):
         for s in S.walk_statements(kernel.body):
             if isinstance(s, S.For):
                 self.names.ir(s.var)
-            elif not isinstance(s, S.Store):
+            elif not isinstance(s, (S.Store, S.Scatter)):
                 self.names.ir(s.name)
         self.tensor_args = {t: self._tensor_names(t) for t in self.params.tensors}
         self.tiles = {size: self.names.fresh(size[:-len("_SIZE")] + "_TILE") for size in self._symbolic_sizes()}
@@ -289,6 +289,23 @@ class KernelRenderer(ExpressionRenderer):
         starts = [self.layout.axes[a].axis.start for a in indices]
         return ", ".join(f"tl.cast({self.index(e)}, tl.int32)" if self.layout.is_int64(e) else self.index(e)
                          for e in starts)
+
+    def Scatter(self, s: S.Scatter, w: Writer):
+        """tensor[subscripts] (+)= value: pointer = base + sum(subscript * stride), masked to the
+        valid lanes and to subscripts inside the tensor. Adds are atomic: programs run at once, and
+        the order in which they add (so a float sum's rounding) differs from run to run."""
+        spec = self.pipeline.tensor(s.tensor)
+        ptr, strides = self.tensor_args[s.tensor]
+        value = self.texpr(s.value, s.loc)
+        if s.value.dtype != spec.dtype:
+            value = f"{value}.to({TL_DTYPE[spec.dtype]})"
+        subscripts = [self.texpr(e, s.loc) for e in s.subscripts]
+        pointer = " + ".join([ptr] + [f"{i} * {stride}" for i, stride in zip(subscripts, strides)])
+        lanes = self.mask(s.value.dims, s.value.dims)
+        inside = [f"({i} >= 0) & ({i} < {self.index(n)})" for i, n in zip(subscripts, s.extents)]
+        mask = " & ".join(([f"({lanes})" if "&" in lanes else lanes] if lanes else []) + inside)
+        args = f"{pointer}, {value}" + (f", mask={mask}" if mask else "")
+        w.line(f"tl.atomic_add({args}, sem=\"relaxed\")" if s.accumulate else f"tl.store({args})")
 
     def Store(self, s: S.Store, w: Writer):
         spec = self.pipeline.tensor(s.tensor)

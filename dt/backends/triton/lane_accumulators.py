@@ -39,7 +39,7 @@ def _names(kernel: S.Kernel) -> set[str]:
     for s in S.walk_statements(kernel.body):
         if isinstance(s, S.For):
             names.add(s.var)
-        elif not isinstance(s, S.Store):
+        elif not isinstance(s, (S.Store, S.Scatter)):
             names.add(s.name)
         if isinstance(s, (S.Assign, S.Store)):
             for n in S.walk_texpr(s.value):
@@ -89,9 +89,8 @@ def _touches(stmt, name: str) -> bool:
     """Whether `stmt` reads or assigns the tile `name`."""
     if isinstance(stmt, S.For):
         return any(_touches(t, name) for t in stmt.body)
-    if not isinstance(stmt, (S.Assign, S.Store)):
-        return False
-    return (isinstance(stmt, S.Assign) and stmt.name == name) or _refers(stmt.value, name)
+    return (isinstance(stmt, S.Assign) and stmt.name == name) or \
+        any(_refers(value, name) for value in S.statement_values(stmt))
 
 
 def _refers(value: S.TExpr, name: str) -> bool:

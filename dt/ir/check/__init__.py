@@ -6,7 +6,7 @@ Every problem raises a DTError pointing at the DT source.
 
 The phases, in the order `check` runs them, each in its own module: names and dimensions
 (`names`), index expressions (`subscripts`), the order of Funcs (`uses`), schedule resolution
-(`schedule`), inlining (`inlining`), split reductions (`split`), fuse_at legality and the kernel
+(`schedule`), updates (`updates`), inlining (`inlining`), split reductions (`split`), fuse_at legality and the kernel
 structure (`fusion`), compute_with legality (`compute_with`, with the statistic patterns of `statistics`), and the
 tiles each kernel makes (dt.ir.tiles).
 """
@@ -24,6 +24,7 @@ from dt.ir.check.program import CheckedProgram
 from dt.ir.check.schedule import compiled_outputs, resolve_schedule
 from dt.ir.check.split import split_reductions
 from dt.ir.check.subscripts import check_subscripts
+from dt.ir.check.updates import check_update_schedules, check_updates
 from dt.ir.check.uses import reachable, topological_order
 from dt.ir.tiles import tiles
 
@@ -32,10 +33,12 @@ def check(program: A.Program) -> CheckedProgram:
     kinds = declared_kinds(program)
     dim_kinds = {n: k for n, k in kinds.items() if k in ("Var", "RVar")}
     defs = definitions(program, kinds, dim_kinds)
+    check_updates(defs)
     input_ranks = check_expressions(defs, kinds, dim_kinds)
     check_subscripts(defs)
     order = topological_order(defs)
     schedules = resolve_schedule(program, defs, kinds)
+    check_update_schedules(defs, schedules)
     outputs = compiled_outputs(program, defs, order, schedules)
 
     funcs = inline(defs, order, schedules)

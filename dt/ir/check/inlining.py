@@ -2,6 +2,8 @@
 use's subscripts; read at computed subscripts, it gives 0 outside its own extents."""
 from __future__ import annotations
 
+import dataclasses
+
 from dt.errors import DTScheduleError
 from dt.ir import algorithm as A
 from dt.ir.check.uses import uses
@@ -15,7 +17,10 @@ def inline(defs, order, schedules) -> dict[str, A.FuncDef]:
     funcs: dict[str, A.FuncDef] = {}
     for n in order:  # producers first, so substitutions are already complete
         f = defs[n]
-        funcs[n] = A.FuncDef(f.name, f.dims, substitute(f.expr, funcs, inlined, stored), f.loc)
+        funcs[n] = dataclasses.replace(f, expr=substitute(f.expr, funcs, inlined, stored))
+        if f.update is not None:  # its indices may read Funcs too (tv's gradient: grad_L[r, ti[r, i]] += ...)
+            indices = tuple(substitute(s, funcs, inlined, set()) for s in f.update.subscripts)
+            funcs[n] = dataclasses.replace(funcs[n], update=dataclasses.replace(f.update, subscripts=indices))
     return funcs
 
 

@@ -53,7 +53,8 @@ def check_expressions(defs: dict[str, A.FuncDef], kinds: dict[str, str], dim_kin
     for f in defs.values():
         def check_step(item, f=f):
             return _check_expr(f, *item, kinds, defs, input_ranks)
-        A.recurse(check_step, (f.expr, frozenset()))
+        for e in f.exprs:  # an update's written access too: its target, rank and index inputs
+            A.recurse(check_step, (e, frozenset()))
         missing = A.free_dims(f.expr) - set(f.dims)
         if missing:
             dim = sorted(missing)[0]

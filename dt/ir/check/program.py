@@ -82,7 +82,7 @@ class CheckedProgram:
         dims: dict[str, None] = {}
         for f in (*self.funcs.values(), *self.inlined_outputs.values()):
             dims.update(dict.fromkeys(f.dims))
-            for e in A.walk(f.expr):
+            for e in (n for x in f.exprs for n in A.walk(x)):
                 if isinstance(e, A.Access) and e.kind == "input":
                     dims.update(dict.fromkeys(self.input_axes[e.name]))
                 elif isinstance(e, (A.Len, A.DimRef, A.Reduce)):
@@ -93,14 +93,14 @@ class CheckedProgram:
     def input_accesses(self) -> tuple[A.Access, ...]:
         """Every access of an input in the written definitions (gathers' index reads included):
         what binds extents when the program is called."""
-        return tuple(e for f in self.written.values() for e in A.walk(f.expr)
+        return tuple(e for f in self.written.values() for x in f.exprs for e in A.walk(x)
                      if isinstance(e, A.Access) and e.kind == "input")
 
     def subscript_nodes(self):
         """(access, axis, node) for every expression inside every subscript of the written
         definitions: what reads or computes an index."""
         for f in self.written.values():
-            for access in A.walk(f.expr):
+            for access in (n for x in f.exprs for n in A.walk(x)):
                 if isinstance(access, A.Access):
                     for axis, sub in enumerate(access.subscripts):
                         for node in A.walk(sub):

@@ -13,7 +13,7 @@ from dt.ir.ops import OPS
 
 def check_subscripts(defs: dict[str, A.FuncDef]):
     for f in defs.values():
-        for e in A.walk(f.expr):
+        for e in (n for x in f.exprs for n in A.walk(x)):
             if isinstance(e, A.Access):
                 for s in e.subscripts:
                     _check_index(s, e)

@@ -23,17 +23,41 @@ def _uses_outside(e: A.Expr, skip: set[int]) -> list[A.Access]:
     return found
 
 
+def updates_of(funcs) -> dict[str, list[str]]:
+    """Each updated Func -> its updates (A.FuncDef.update), in the order written."""
+    found: dict[str, list[str]] = {}
+    for f in funcs.values():
+        if f.update is not None:
+            found.setdefault(f.update.target, []).append(f.name)
+    return found
+
+
+def depends(funcs, name: str, updates: dict[str, list[str]]) -> list[str]:
+    """The Funcs `name` runs after: those it uses and their updates (a reader reads a Func updated);
+    an update, also the Func it writes and its earlier updates."""
+    f = funcs[name]
+    found = []
+    for u in uses(f.expr) + [u for s in (f.update.subscripts if f.update else ()) for u in uses(s)]:
+        found += [u.name] + updates.get(u.name, [])
+    if f.update is not None:
+        earlier = updates.get(f.update.target, [])
+        found += [f.update.target] + earlier[:earlier.index(name)]
+    return found
+
+
 def reachable(funcs, names, stop=frozenset()) -> set[str]:
-    """names and the Funcs they use, transitively, not looking past the Funcs in `stop`."""
+    """names, their updates and the Funcs they run after, transitively, not looking past the Funcs
+    in `stop`."""
+    updates = updates_of(funcs)
     seen: set[str] = set()
-    stack = list(names)
+    stack = list(names) + [u for n in names for u in updates.get(n, [])]
     while stack:
         n = stack.pop()
         if n in seen:
             continue
         seen.add(n)
         if n not in stop:
-            stack += [u.name for u in uses(funcs[n].expr)]
+            stack += depends(funcs, n, updates)
     return seen
 
 
@@ -86,7 +110,8 @@ def post_order(nodes, successors):
 
 
 def topological_order(defs: dict[str, A.FuncDef]) -> list[str]:
-    order, cycle = post_order(defs, lambda name: ((u.name, None) for u in uses(defs[name].expr)))
+    updates = updates_of(defs)
+    order, cycle = post_order(defs, lambda name: ((u, None) for u in depends(defs, name, updates)))
     if cycle is not None:
         names = [name for name, _ in cycle] + [cycle[0][0]]
         raise DTDimensionError(f"Funcs depend on each other in a cycle: {' -> '.join(names)}",

@@ -36,6 +36,9 @@ class Gradient:
     backward: list[A.FuncDef] = field(default_factory=list)
     seeds: list[str] = field(default_factory=list)  # grad_f inputs, one per output
     outputs: list[str] = field(default_factory=list)  # grad_X, one per input in wrt
+    # input -> (subscripts, their dimensions, the adjoint over them) of each gather reading it
+    # (`E[I[t], d]`): added into its gradient by an update, `grad_E[I[t], d] += ...`
+    scatters: dict[str, list[tuple[tuple[A.Expr, ...], tuple[str, ...], A.Expr]]] = field(default_factory=dict)
 
     def public(self, name: str, what: str) -> str:
         """A name the gradient program's user relies on (grad_A, grad_out): never renamed."""
@@ -149,11 +152,15 @@ def reverse(gradient: Gradient, checked, wrt: tuple[str, ...], of: tuple[str, ..
             raise DTError(f"input '{x}' reaches no float output ({', '.join(of)}): it has no gradient", None,
                           f"leave '{x}' out of wrt")
         read = A.Access(x, "input", tuple(A.DimRef(d) for d in axes))
-        # reached only through ops with no gradient (floor, comparisons): zeros, even where x is inf or NaN
-        total = _sum(sent.get(x, [])) or rules.call("where", A.Binary("==", read, read), num(0), num(0))
+        # reached only through ops with no gradient (floor, comparisons): zeros, even where x is inf or NaN;
+        # only through gathers: zeros that the updates add into, without reading x (an embedding table)
+        total = _sum(sent.get(x, [])) or (num(0) if gradient.scatters.get(x) else
+                                          rules.call("where", A.Binary("==", read, read), num(0), num(0)))
         name = gradient.public(f"grad_{x}", f"the gradient of '{x}'")
         gradient.backward.append(A.FuncDef(name, axes, total))
         gradient.outputs.append(name)
+        for i, (subscripts, dims, g) in enumerate(gradient.scatters.get(x, [])):
+            gradient.backward.append(A.FuncDef(A.update_name(name, i), dims, g, None, A.Update(name, subscripts, True)))
 
 
 def _sum(terms: list[A.Expr]) -> A.Expr:
@@ -264,9 +271,16 @@ def _send(gradient: Gradient, sent: dict, access: A.Access, g: A.Expr, context, 
         if any(o is not None for _, o in shifts):  # X[t + j] sends X[t] what reached t - j (0 outside t's range)
             g, product = _unshifted(g, {d: o for d, o in shifts if o is not None}), None
     elif any(isinstance(n, A.Access) for sub in access.subscripts for n in A.walk(sub)):
-        raise DTError(f"the gradient through the gather {access.text} needs an accumulating indexed write, which "
-                      f"DT does not have yet", access.loc,
-                      "differentiate with respect to other inputs, or write this part's backward by hand")
+        if access.kind != "input":
+            raise DTError(f"the gradient through the gather {access.text} from a Func is not derived yet", access.loc,
+                          "gather from an input (its gradient is an update, grad_E[I[t], d] += ...), or write this "
+                          "part's backward by hand")
+        # E[I[t], d]: what reached each element read is added into E's gradient where it was read from
+        dims = tuple(dict.fromkeys(n.dim for s in access.subscripts for n in A.walk(s) if isinstance(n, A.DimRef)))
+        for d in reversed([d for d in context if d not in dims]):
+            g = A.Reduce("sum", (g,), d)
+        gradient.scatters.setdefault(access.name, []).append((access.subscripts, dims, g))
+        return
     else:  # K[b, h // 4, l, k]: each element of K gets the sum of what reached the indices that read it
         match, dims = _masked(access, context, own)
         g = rules.call("where", match, g, num(0))
@@ -356,9 +370,10 @@ def emit(gradient: Gradient, checked, saved: tuple[str, ...], name: str) -> tupl
             continue
         needed.add(n)
         if n not in saved:
-            stack += [e.name for e in A.walk(defs[n].expr) if isinstance(e, A.Access) and e.kind == "func"]
+            stack += [e.name for x in defs[n].exprs for e in A.walk(x) if isinstance(e, A.Access) and e.kind == "func"]
+            stack += [u.name for u in defs.values() if u.update is not None and u.update.target == n]
     body = [f for f in gradient.forward + gradient.backward if f.name in needed and f.name not in saved]
-    reads = {e.name for f in body for e in A.walk(f.expr) if isinstance(e, A.Access)}
+    reads = {e.name for f in body for x in f.exprs for e in A.walk(x) if isinstance(e, A.Access)}
     inputs = [x for x in checked.inputs if x in reads] + [s for s in gradient.seeds if s in reads] + \
              [s for s in saved if s in needed]
     scalars = [s for s in checked.scalars if any(isinstance(e, A.ScalarRef) and e.name == s
@@ -379,11 +394,12 @@ def emit(gradient: Gradient, checked, saved: tuple[str, ...], name: str) -> tupl
     lines = [f"# The gradient of {name or checked.program.name} with respect to "
              f"{', '.join(o.removeprefix('grad_') for o in gradient.outputs)} (dt.grad): it reads the program's "
              f"inputs{' and ' + ', '.join(seeds) + ' (the gradients of its outputs)' if seeds else ''}.",
-             f"Func {', '.join(f.name for f in body)};", f"In {', '.join(inputs)};"]
+             f"Func {', '.join(f.name for f in body if f.update is None)};", f"In {', '.join(inputs)};"]
     lines += [f"SIn {', '.join(scalars)};"] * bool(scalars)
     lines += [f"Var {', '.join(d for d in dims if d not in rvars)};"] * any(d not in rvars for d in dims)
     lines += [f"RVar {', '.join(rvars)};"] * bool(rvars)
     lines.append("")
-    lines += [f"{f.name}[{', '.join(f.dims)}] = {A.expr_text(f.expr)};" for f in body]
+    lines += [f"{A.expr_text(f.update.access)} += {A.expr_text(f.expr)};" if f.update else
+              f"{f.name}[{', '.join(f.dims)}] = {A.expr_text(f.expr)};" for f in body]
     lines.append("")
     return "\n".join(lines) + "\n", body

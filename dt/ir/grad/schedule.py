@@ -30,7 +30,9 @@ def candidates(forward: A.Program, forward_roots, body: list[A.FuncDef], outputs
     """Candidate schedule statements, most wanted first; each string is kept or dropped whole
     (a Func's shaping statements go together)."""
     defs = {f.name: f for f in body}
-    inlined = [f.name for f in body if f.name not in outputs and not _reduces(f.expr)]
+    updated = {f.update.target for f in body if f.update}
+    inlined = [f.name for f in body if f.name not in outputs and f.name not in updated and not f.update and
+               not _reduces(f.expr)]
     fused = _kernels(body, outputs, set(inlined))
     lines = [f"{name}.inline();" for name in inlined]
     for f in body:
@@ -41,6 +43,14 @@ def candidates(forward: A.Program, forward_roots, body: list[A.FuncDef], outputs
     for name in fused:  # where the checker refused to fuse it: a kernel of its own (refused whole where fused)
         lines.append("\n".join(_shaping(forward, forward_roots, defs[name])))
     return [line for line in lines if line]
+
+
+def _stage(f: A.FuncDef) -> str:
+    """What a Func's schedule statements start with: its name, or an update's `g.update(i)`."""
+    if f.update is None:
+        return f.name
+    index = f.name.removeprefix(A.update_name(f.update.target, 0))
+    return f"{f.update.target}.update({index})" if index else f"{f.update.target}.update()"
 
 
 def _reduces(e: A.Expr) -> bool:
@@ -84,30 +94,30 @@ def _shaping(forward: A.Program, forward_roots, f: A.FuncDef) -> list[str]:
     if same is not None:
         calls = [c for c in forward.schedule if c.func == same and c.primitive in SHAPING]
         if calls:
-            return [_statement(f.name, c) for c in calls]
+            return [_statement(_stage(f), c) for c in calls]
     reduced = list(dict.fromkeys(n.dim for n in A.walk(f.expr) if isinstance(n, A.Reduce)))
     if isinstance(f.expr, A.Reduce) and f.expr.op == "dot" and len(f.dims) >= 2:
         *batch, rows, cols = f.dims
         blocks = [(d, 1) for d in batch] + [(rows, PRODUCT_TILE), (cols, PRODUCT_TILE)]
         tiles = [(rows, PRODUCT_TILE), (cols, PRODUCT_TILE), (f.expr.dim, PRODUCT_DEPTH)]
-        return [_call(f.name, "block", blocks), _call(f.name, "tensorize", tiles),
-                f"{f.name}.num_warps({PRODUCT_WARPS});", f"{f.name}.num_stages({PRODUCT_STAGES});"]
+        return [_call(_stage(f), "block", blocks), _call(_stage(f), "tensorize", tiles),
+                f"{_stage(f)}.num_warps({PRODUCT_WARPS});", f"{_stage(f)}.num_stages({PRODUCT_STAGES});"]
     if not f.dims:
         return []
     scanned = [n.dim for n in A.walk(f.expr) if isinstance(n, A.Scan)]
     if scanned:  # each program walks the whole scanned dimension (it cannot be blocked)
-        return [_call(f.name, "block", [(d, 1) for d in f.dims if d != scanned[0]]),
-                _call(f.name, "tensorize", [(scanned[0], WALK_SCAN)])]
+        return [_call(_stage(f), "block", [(d, 1) for d in f.dims if d != scanned[0]]),
+                _call(_stage(f), "tensorize", [(scanned[0], WALK_SCAN)])]
     reads = [e for e in A.walk(f.expr) if isinstance(e, A.Access) and e.subscripts]
     reads = [e for e in reads if e.kind == "input"] or reads  # the inputs' layout decides, else the temporaries'
     innermost = {e.subscripts[-1].dim for e in reads if isinstance(e.subscripts[-1], A.DimRef)}
     if reduced and reduced[0] in innermost:  # along rows in memory: a program a row, walking it
-        return [_call(f.name, "block", [(d, 1) for d in f.dims]),
-                _call(f.name, "tensorize", [(reduced[0], ROW_WALK)] + [(r, WALK) for r in reduced[1:]])]
+        return [_call(_stage(f), "block", [(d, 1) for d in f.dims]),
+                _call(_stage(f), "tensorize", [(reduced[0], ROW_WALK)] + [(r, WALK) for r in reduced[1:]])]
     *outer, last = f.dims  # across rows (a weight's gradient summed over tokens), or element-wise
     block = COLUMN_BLOCK if reduced else ROW_BLOCK
-    return [_call(f.name, "block", [(d, 1) for d in outer] + [(last, block)]),
-            _call(f.name, "tensorize", [(last, block)] + [(r, COLUMN_WALK) for r in reduced])]
+    return [_call(_stage(f), "block", [(d, 1) for d in outer] + [(last, block)]),
+            _call(_stage(f), "tensorize", [(last, block)] + [(r, COLUMN_WALK) for r in reduced])]
 
 
 def _call(func: str, primitive: str, sizes) -> str:

@@ -45,7 +45,8 @@ def lower(cp: CheckedProgram, dtypes: dict[str, str]) -> S.Pipeline:
     defined = {**cp.funcs, **cp.inlined_outputs}
     outputs = tuple(S.TensorSpec(n, defined[n].dims, types.func_dtypes[n], "output") for n in cp.outputs)
     temporaries = tuple(S.TensorSpec(n, cp.funcs[n].dims, types.func_dtypes[n], "temporary")
-                        for n in cp.kernel_roots + tuple(cp.stored_partials) if n not in cp.outputs)
+                        for n in cp.kernel_roots + tuple(cp.stored_partials)
+                        if n not in cp.outputs and cp.funcs[n].update is None)  # an update writes into another
     # the declared dimensions the kernels use, then the axes of inputs no dimension spans (E_axis0)
     sizes = tuple(d for d in cp.dim_kinds if d in cp.needed_dims or d in cp.chunk_dims) + \
         tuple(d for d in cp.needed_dims if d not in cp.dim_kinds)

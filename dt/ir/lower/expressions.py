@@ -118,6 +118,18 @@ class ExpressionLowering:
         self.writes.append(e.name)
         return tile if tile.dims == value.dims else value
 
+    def scatter(self, fd: A.FuncDef, value: S.Ref, axes: tuple[str, ...], env):
+        """An update's write of its value over `axes` into its target at its subscripts, each an
+        integer tile over the same axes."""
+        target = fd.update.target
+        axes_of_target = self.cp.funcs[target].dims
+        subscripts = tuple(self.assign(f"{target}_{axes_of_target[i]}_index", self.fit(self.as_dtype(self.number(s, fd.name, env),
+                                                                                        INDEX), axes), loc=fd.loc)
+                           for i, s in enumerate(fd.update.subscripts))
+        extents = tuple(IVar(size_name(d)) for d in self.cp.funcs[target].dims)
+        self.emit(S.Scatter(target, subscripts, extents, value, fd.update.accumulate, fd.loc))
+        self.writes[0] = target
+
     def gather(self, e: A.Access, subscripts: list[S.TExpr], env, order=None, floats: str | None = None) -> S.TExpr:
         """e read at computed subscripts: a Gather over the axes its subscripts span (in `order`
         when given), 0 outside the tensor; float data in `floats` (default: the compute dtype). A

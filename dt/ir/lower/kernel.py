@@ -71,7 +71,7 @@ class KernelLowering(GridLowering, LoopNestLowering, ExpressionLowering, Reducti
         program_count, ranges = self.grid(root, sched)
         self.block_ranges = ranges
         self.emit_func(self.root, {}, ranges)
-        return S.Kernel(self.name, self.root, program_count, S.prune_lets(tuple(self.out)), sched.num_warps,
+        return S.Kernel(self.name, self.root, program_count, prune_lets(tuple(self.out)), sched.num_warps,
                         sched.num_stages, tuple(self.reads), tuple(dict.fromkeys(self.writes)), root.loc,
                         persistent=sched.persistent, persistent_programs=sched.persistent_programs, tma=sched.tma)
 
@@ -141,3 +141,24 @@ class KernelLowering(GridLowering, LoopNestLowering, ExpressionLowering, Reducti
             pending.remove(f)
             order.append(f)
         return order
+
+
+def prune_lets(body: tuple) -> tuple:
+    """Drop Let statements nothing reads (e.g. a block count no map needs)."""
+    while True:
+        used = S.used_index_names(body)
+        pruned = _drop_lets(body, used)
+        if pruned == body:
+            return body
+        body = pruned
+
+
+def _drop_lets(body, used):
+    out = []
+    for s in body:
+        if isinstance(s, S.Let) and s.name not in used:
+            continue
+        if isinstance(s, S.For):
+            s = S.For(s.var, s.start, s.stop, s.step, _drop_lets(s.body, used), s.dim, s.kind, s.loc)
+        out.append(s)
+    return tuple(out)

@@ -26,7 +26,9 @@ class LoopNestLowering:
                 value = self.number(fd.expr, func, env)
                 axes = tuple(env[d] for d in fd.dims)
                 ref = self.assign(func, self.fit(value, axes), func, fd.loc)
-                if is_root:
+                if is_root and fd.update is not None:
+                    self.scatter(fd, ref, axes, env)
+                elif is_root:
                     self.emit(S.Store(func, axes, ref, fd.loc))
                 elif func in self.cp.outputs or func in self.cp.stored_partials:
                     # an output (or a split's partial) fused here: stored once, by the first to compute it

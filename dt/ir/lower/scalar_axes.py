@@ -36,6 +36,8 @@ class _Squeeze:
                 s = replace(s, body=self.body(s.body))
             elif isinstance(s, (S.Assign, S.Store)):
                 s = replace(s, value=self.texpr(s.value))
+            elif isinstance(s, S.Scatter):
+                s = replace(s, value=self.texpr(s.value), subscripts=tuple(self.texpr(e) for e in s.subscripts))
             out.append(s)
         return tuple(out)
 

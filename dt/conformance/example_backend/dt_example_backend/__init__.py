@@ -40,7 +40,8 @@ SCAN = {"sum": np.cumsum, "prod": np.cumprod, "max": np.maximum.accumulate, "min
 class ExampleBackend:
     name = "example"
     capabilities = Capabilities(dtypes=frozenset(DTYPES), ops=supported_ops(OPS, (*REDUCE, "dot"), SCAN), array="numpy",
-                                devices=("cpu",), gathers=True, given_outputs=True)
+                                devices=("cpu",), gathers=True, scatters=True,
+                                given_outputs=True)
 
     def source(self, pipeline: S.Pipeline) -> str:
         """There is no generated code: the IR itself is what runs, so show that."""
@@ -113,6 +114,24 @@ class Instance(Renderer):
         valid = tuple(slice(0, self.axes[a][2]) for a in s.indices)
         value = self.value(s.value).reshape(self.shape(s.indices))  # size 1 along scalar axes
         self.memory[s.tensor][self.window(s.indices)] = value[valid]
+
+    def Scatter(self, s: S.Scatter):
+        """An update's write, lane by lane in row-major order: valid lanes whose subscripts are all
+        inside the tensor add their value there (or store it)."""
+        tensor = self.memory[s.tensor]
+        shape = self.shape(s.value.dims)
+        valid = np.ones(shape, dtype=bool)
+        for i, a in enumerate(s.value.dims):
+            valid &= (np.arange(shape[i]) < self.axes[a][2]).reshape([-1 if j == i else 1 for j in range(len(shape))])
+        index = [np.broadcast_to(self.value(e), shape).astype(np.int64) for e in s.subscripts]
+        for i, n in zip(index, tensor.shape):
+            valid &= (i >= 0) & (i < n)
+        value = np.broadcast_to(self.value(s.value), shape)
+        for lane in np.ndindex(*shape):
+            if not valid[lane]:
+                continue
+            at = tuple(int(i[lane]) for i in index)
+            tensor[at] = (tensor[at] + value[lane] if s.accumulate else value[lane]).astype(tensor.dtype)
 
     # ------------------------------------------------------------ tile expressions
     def Literal(self, e: S.Literal):
