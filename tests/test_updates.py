@@ -165,3 +165,10 @@ def test_errors_point_at_the_update(source, error, match):
     with pytest.raises(error, match=match) as info:
         dt.loads(source, file="update.dt").pipeline("f32")
     assert "update.dt:" in info.value.render()
+
+
+def test_dt_tune_searches_an_updates_schedule_with_extents_no_input_gives():
+    backward = dt.grad(dt.load("examples/llm/embedding.dt"))  # the table's rows (E_axis0): no input has them
+    result = backward.tune(dict(t=16, d=64, E_axis0=20), "f32", backend="numba", budget=5, cache=False, workers=0)
+    assert result.timed and not result.failed
+    assert any("grad_E_update." in t.candidate.text for t in result.timed)  # the update's own blocks and tiles

@@ -42,7 +42,8 @@ class Inputs:
             args = random_inputs(prog, sizes, dtype, seed=seed)
         except DTScheduleError:  # the schedule as written fails at these extents (and so as a candidate); the space may not
             args = random_inputs(prog, sizes, dtype, seed=seed, schedule=False)
-        self.expected = prog.reference(**args)
+        self.sizes = unbound_sizes(prog, sizes)
+        self.expected = prog.reference(**args, sizes=self.sizes)
         self.args = on_device(args, backend)
         expected = self.expected if isinstance(self.expected, dict) else {"": self.expected}
         self.on_device = on_device(expected, backend) if on_gpu(backend) else None
@@ -52,7 +53,7 @@ class Inputs:
         """A function running the program `text` on the inputs (the first call compiles it)."""
         from dt.runtime import loads
         prog = loads(text, name=self.name)
-        return lambda: prog(backend=self.backend, schedule="written", **self.args)  # not $DT_SCHEDULE's
+        return lambda: prog(backend=self.backend, schedule="written", sizes=self.sizes, **self.args)  # not $DT_SCHEDULE's
 
     def measure(self, candidate) -> tuple[Outcome, object, bool]:
         """(Its outcome, its runner for timing again, whether it broke the GPU context)."""
@@ -312,9 +313,17 @@ def compile_once(text: str, name: str, backend: str, sizes: dict, dtype: str):
         prog = loads(text, name=name)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", PerformanceWarning)  # the space was linted already
-            prog(backend=backend, schedule="written", **zero_inputs(prog, sizes, dtype))
+            prog(backend=backend, schedule="written", sizes=unbound_sizes(prog, sizes), **zero_inputs(prog, sizes, dtype))
     except (DTError, PerformanceWarning):
         pass  # the timing process reports it
+
+
+def unbound_sizes(prog, sizes: dict) -> dict | None:
+    """The extents of `sizes` that no input gives and the program needs (the rows of an embedding
+    table its gradient writes, E_axis0): what a call passes as sizes=."""
+    bound = {d for axes in prog.checked.input_axes.values() for d in axes}
+    unbound = {d: n for d, n in sizes.items() if d in prog.checked.needed_dims and d not in bound}
+    return unbound or None
 
 
 def zero_inputs(prog, sizes: dict, dtype: str) -> dict:
