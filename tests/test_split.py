@@ -134,9 +134,27 @@ def test_split_errors(split, schedule, message):
         dt.loads(source, file="bad.dt")
 
 
+@pytest.mark.parametrize("backend", ["interp", "numba"])
+def test_split_argmax_picks_torchs_index_across_chunks(backend):
+    prog = _rows("rargmax(A[x, y], y)")
+    A = np.random.default_rng(2).standard_normal((6, 101))
+    A[1] = -np.inf  # -inf throughout: index 0
+    A[2, 70] = np.nan  # the first NaN wins
+    A[2, 90] = np.nan
+    A[3, 20] = A[3, 60] = 9.0  # a tie across chunks: the first
+    A[4, :50] = -np.inf  # the chunks before the max lose to it, however masked
+    A[5, 100] = 9.0  # the last, partial chunk
+    np.testing.assert_array_equal(prog(A=A, backend=backend), np.argmax(A, axis=1))
+    assert prog.checked.kernel_roots == ("s_chunks", "s")
+
+
 def test_unsupported_splits_say_why():
-    with pytest.raises(DTScheduleError, match="rargmax cannot be split yet"):
-        _rows("cast(rargmax(A[x, y], y), f32)")
+    with pytest.raises(DTScheduleError, match="rargtopk cannot be split yet"):
+        dt.loads("Func t;\nIn A;\nVar x, i;\nRVar y;\nt[x, i] = rargtopk(A[x, y], y, i);\nt.block(x:1);\n"
+                 "t.split(y:16);\nt.compile();\n", file="bad.dt")
+    with pytest.raises(DTScheduleError, match="reads the Func 'e' along 'v'"):
+        dt.loads("Func t, e;\nIn A;\nVar x, y;\nRVar v;\ne[x, y] = exp(A[x, y]);\nt[x] = rargmax(e[x, v], v);\n"
+                 "t.block(x:1);\nt.split(v:16);\nt.compile();\n", file="bad.dt")
     with pytest.raises(DTScheduleError, match="compiled to one kernel"):
         dt.loads(DECODE.replace("out.compile();", "out.compile_to_kernel();"), file="d.dt")
     with pytest.raises(DTScheduleError, match="split alike"):

@@ -128,6 +128,11 @@ CASES: tuple[Case, ...] = (
          SPLIT_ROWS, _masked_rows(lambda m, l: l < m, -np.inf, np.max), SR),
     Case("split.rmin", "Func out;\nIn A;\nVar m;\nRVar l;\nout[m] = rmin(A[m, l], l);",
          SPLIT_ROWS, lambda A: A.astype(np.float64).min(axis=1), SR + ({"m": 3, "l": 100},)),
+    Case("split.rargmax", "Func out;\nIn A;\nVar m;\nRVar l;\nout[m] = rargmax(A[m, l], l);",
+         SPLIT_ROWS, lambda A: np.argmax(A, axis=1), SR + ({"m": 3, "l": 100},), domains={"A": "specials"}),
+    Case("split.rargmax_strict", "Func out;\nIn A;\nVar m;\nRVar l;\nout[m] = rargmax(where(l < m, A[m, l], -inf), l);",
+         SPLIT_ROWS, lambda A: np.argmax(np.where(np.arange(A.shape[1]) < np.arange(A.shape[0])[:, None], A, -np.inf),
+                                         axis=1), SR, domains={"A": "specials"}),
     Case("split.matmul", "Func out;\nIn A, B;\nVar x, y;\nRVar k;\nout[x, y] = rdot(A[x, k], B[k, y], k);",
          SPLIT_K, lambda A, B: A.astype(np.float64) @ B, ({"x": 1, "y": 1, "k": 1}, {"x": 37, "y": 21, "k": 75})),
     # causal and strict: row 0 is masked throughout (NaN), and the chunks past a row's diagonal too

@@ -31,7 +31,7 @@ from dt.ir.check.uses import dependency_path, uses
 from dt.ir.naming import fresh_name
 
 CHUNK_TILE = 16  # the split Funcs combine their chunks 16 at a time (a loop past 16 chunks)
-_FILL = {"sum": 0.0, "dot": 0.0, "max": -math.inf, "min": math.inf}
+_FILL = {"sum": 0.0, "dot": 0.0, "max": -math.inf, "min": math.inf, "argmax": -math.inf, "argmin": math.inf}
 
 
 def split_reductions(funcs: dict[str, A.FuncDef], schedules: dict[str, FuncSchedule], dim_kinds: dict[str, str],
@@ -142,10 +142,16 @@ def _split_group(members, dim, chunk, chunk_dim, funcs, schedules, taken) -> lis
             name, dims = names[id(r)]
             body = _masked(r, in_chunk, shift_of[id(r)], chunk_read, reductions)
             new_defs[name] = A.FuncDef(name, dims, body, funcs[m].loc)
+    best: dict[str, A.FuncDef] = {}  # an arg-reduction's best chunk, computed in the split Func's kernel
     for m in members:
-        combined = {id(r): _combined(r, chunk_dim, chunk_read(r), shift_of[id(r)], reductions, chunk_read)
+        combined = {id(r): _arg_combined(r, m, names[id(r)], in_chunk, dim, chunk_dim, funcs, best, taken)
+                    if r.op in ("argmax", "argmin") else
+                    _combined(r, chunk_dim, chunk_read(r), shift_of[id(r)], reductions, chunk_read)
                     for r in reductions[m]}
         funcs[m] = A.FuncDef(m, funcs[m].dims, _replace(funcs[m].expr, combined), funcs[m].loc)
+    for name, f in best.items():
+        owner_of = f.dims and next(m for m in members if funcs[m].dims == f.dims)
+        schedules[name] = FuncSchedule(fuse_at=(owner_of, f.dims[-1]), locs={"fuse_at": loc})
 
     partials = list(new_defs)
     everything = list(partials)
@@ -175,8 +181,8 @@ def _split_group(members, dim, chunk, chunk_dim, funcs, schedules, taken) -> lis
     position = list(funcs).index(first)
     items = list(funcs.items())
     funcs.clear()
-    funcs.update(items[:position] + list(new_defs.items()) + items[position:])
-    return everything
+    funcs.update(items[:position] + list(new_defs.items()) + list(best.items()) + items[position:])
+    return everything + list(best)
 
 
 def _reductions(m, dim, funcs, loc) -> list[A.Reduce]:
@@ -191,8 +197,17 @@ def _reductions(m, dim, funcs, loc) -> list[A.Reduce]:
                               "compute the inner reduction in a Func of its own and split that one")
     for r in found:
         if r.op not in _FILL:
-            raise DTScheduleError(f"r{r.op} cannot be split yet: only rsum, rdot, rmax and rmin combine their "
-                                  f"chunks", r.loc, f"remove the split of '{m}'")
+            raise DTScheduleError(f"r{r.op} cannot be split yet: only rsum, rdot, rmax, rmin, rargmax and rargmin "
+                                  f"combine their chunks", r.loc, f"remove the split of '{m}'")
+        if r.op in ("argmax", "argmin"):
+            if not funcs[m].dims:
+                raise DTScheduleError(f"'{m}' has no dimensions: its r{r.op}'s chunks have no loop to be combined in",
+                                      loc, f"remove the split of '{m}'")
+            fused = next((u for u in uses(r.args[0]) if any(dim in A.free_dims(s) for s in u.subscripts)), None)
+            if fused is not None:
+                raise DTScheduleError(f"r{r.op} over '{dim}' reads the Func '{fused.name}' along '{dim}': its chunks "
+                                      f"are compared again at their indices, which reads inputs only", fused.loc,
+                                      f"inline {fused.name}, or remove the split of '{m}'")
     return found
 
 
@@ -252,6 +267,25 @@ def _combined(r: A.Reduce, chunk_dim, chunks: A.Access, shift, reductions, chunk
     # a chunk that is -inf throughout adds nothing (its own sum, exp(-inf - -inf), is NaN)
     empty = A.Binary("==", chunk_max, A.Unary("neg", A.Num(math.inf, r.loc), r.loc), r.loc)
     return A.Reduce("dot", (rescale, A.Where(empty, A.Num(0.0, r.loc), chunks, r.loc)), chunk_dim, r.loc, r.dim_loc)
+
+
+def _arg_combined(r: A.Reduce, m: str, partial, in_chunk, dim: str, chunk_dim: str, funcs, best: dict,
+                  taken) -> A.Expr:
+    """The index r gives, from its chunks' indices: each chunk's value read again at its index
+    (and r's identity where that index is outside the chunk: a chunk whose values all lose the
+    tie to a masked lane), the best chunk by r again (ties to the first, as within a chunk), its
+    index read there."""
+    name, dims = partial
+    index = A.Access(name, "func", tuple(A.DimRef(d, r.loc) for d in dims), r.loc)
+
+    def at_index(e: A.Expr) -> A.Expr:
+        return _replace(e, {id(n): index for n in A.walk(e) if isinstance(n, A.DimRef) and n.dim == dim})
+    value = _within(at_index(r.args[0]), tuple(at_index(c) for c in in_chunk), _FILL[r.op], r.loc)
+    own = funcs[m].dims
+    chosen = fresh_name(f"{m}_best_chunk", taken)
+    best[chosen] = A.FuncDef(chosen, own, A.Reduce(r.op, (value,), chunk_dim, r.loc, r.dim_loc), funcs[m].loc)
+    read = A.Access(chosen, "func", tuple(A.DimRef(d, r.loc) for d in own), r.loc)
+    return A.Access(name, "func", tuple(read if d == chunk_dim else A.DimRef(d, r.loc) for d in dims), r.loc)
 
 
 def _replace(e: A.Expr, by: dict[int, A.Expr]) -> A.Expr:

@@ -21,7 +21,9 @@ from dt.ir import algorithm as A
 
 NEG_INF, ZERO = "-inf", "0"  # what a value is on every masked lane
 _MIRROR = {"<": ">", "<=": ">=", ">": "<", ">=": "<="}
-_IDENTITY = {"max": NEG_INF, "sum": ZERO}
+# What a reduction's skipped lanes must hold. rargmax: -inf loses to every value but -inf and NaN,
+# and a walk of -inf alone keeps the accumulator's first index, 0, as the first (masked) -inf would
+_IDENTITY = {"max": NEG_INF, "sum": ZERO, "argmax": NEG_INF}
 
 
 def index_bound(cond: A.Expr, dim: str, pure) -> tuple[str, str, int, int] | None:
