@@ -8,7 +8,7 @@ the lowering accept.
   tiles, warps and stages (the forward's schedule choices, reused where the shapes match).
 - Products (`rdot`) take tiles for the matrix units; a reduction along rows in memory one row a
   program, walked in wide tiles; one across rows (a weight's gradient) blocks of columns walking
-  the rows; an element-wise root a block along its last dimension.
+  the rows; an element-wise root a block of 1024 along its last dimension.
 - Gradient outputs over the same dimensions share one kernel (the first's; the others are
   fused into it and stored from it: a residual's two gradients, a layernorm's dW and dBias).
 - A reduction read from one kernel only is fused into it at its outermost loop (the row
@@ -21,7 +21,7 @@ from dt.ir import algorithm as A
 
 SHAPING = ("block", "tensorize", "num_warps", "num_stages")
 PRODUCT_TILE, PRODUCT_DEPTH, PRODUCT_WARPS, PRODUCT_STAGES = 128, 32, 8, 3
-ROW_BLOCK, WALK, WALK_SCAN = 128, 32, 1024
+ROW_BLOCK, WALK, WALK_SCAN = 1024, 32, 1024  # an element-wise root: 1024 elements a program, as Triton's take
 ROW_WALK = 1024  # a reduction along a row in memory: one row a program, walked in tiles of this
 COLUMN_BLOCK, COLUMN_WALK = 32, 128  # across rows: blocks of 32 columns, rows walked 128 at a time
 
