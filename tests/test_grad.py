@@ -318,3 +318,17 @@ def test_a_gradient_program_is_tuned_like_any_program():
     tuned = dt.loads(result.best.text, name="tuned")
     args = random_inputs(backward, sizes, "f32", seed=2)
     np.testing.assert_allclose(tuned(backend="interp", **args), backward(backend="interp", **args), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("backend", ["interp", "numba"])
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+def test_a_stored_max_equals_the_values_it_was_taken_over(backend, dtype):
+    # rmax's gradient counts the elements equal to the max: the max kept in a temporary must equal
+    # one of the (computed, f32) values, never a copy rounded to bf16 or values computed in f64
+    prog = dt.loads("Func m, t;\nIn A;\nVar x;\nRVar y;\nm[x] = rmax(A[x, y] / sqrt(len(y)), y);\n"
+                    "t[x] = rsum(A[x, y] / sqrt(len(y)) == m[x], y);\nm.block(x:1);\nt.block(x:1);\nt.compile();\n")
+    A = np.random.default_rng(0).standard_normal((8, 40))
+    if dtype == "bf16":
+        A = A.astype(pytest.importorskip("ml_dtypes").bfloat16)
+    assert f"m: {'f32'}[x]" in prog.ir(dtype)
+    assert (np.asarray(prog(A=A.astype(np.float32) if dtype == "f32" else A, backend=backend), np.float64) >= 1).all()

@@ -103,9 +103,20 @@ def _dt(schedule: Path | None):
     return build
 
 
+def _saved(case: Case, t: dict) -> dict:
+    """The row's tensors and what autograd's forward would have saved for a baseline (a backward
+    row's Kernel.torch_saved), made here, outside the timing."""
+    saved = case.kernel.torch_saved
+    return {**t, **saved(t, case.kernel.scalars)} if saved else t
+
+
 def _eager(case: Case, ctx: Context):
     fn, scalars = case.kernel.torch_fn, case.kernel.scalars
-    return lambda t: (lambda: fn(**t, **scalars))
+
+    def make(t):
+        t = _saved(case, t)
+        return lambda: fn(**t, **scalars)
+    return make
 
 
 def _compiled(mode: str | None):
@@ -115,18 +126,22 @@ def _compiled(mode: str | None):
         torch._dynamo.reset()
         compiled = torch.compile(case.kernel.torch_fn, mode=mode)
         scalars = case.kernel.scalars
-        return lambda t: (lambda: compiled(**t, **scalars))
+
+        def make(t):
+            t = _saved(case, t)
+            return lambda: compiled(**t, **scalars)
+        return make
     return build
 
 
 def _liger(case: Case, ctx: Context):
     lf = ctx.liger()
-    return lambda t: case.kernel.liger(lf, t, case.kernel.scalars)
+    return lambda t: case.kernel.liger(lf, _saved(case, t), case.kernel.scalars)
 
 
 def _sdpa(case: Case, ctx: Context):
     if callable(case.kernel.sdpa):  # the kernel's own call (inputs prepared outside the timing)
-        return lambda t: case.kernel.sdpa(t, case.extents, case.kernel.scalars)
+        return lambda t: case.kernel.sdpa(_saved(case, t), case.extents, case.kernel.scalars)
 
     def make(t):
         m, n = case.out_shape

@@ -49,6 +49,16 @@ class Kernel:
     moved: Callable[[dict, int], int] | None = None
     # extents -> bytes the float64 reference holds besides the inputs (attention's scores)
     reference_bytes: Callable[[dict], int] | None = None
+    # A backward row's (backward.py): (tensors, scalars) -> what autograd's forward saves for the
+    # baselines where dt reads something else (1/rms for dt's mean square, the softmax's output, flash
+    # attention's output and logsumexp), made outside the timing and passed to torch_fn, the Liger
+    # call and the SDPA call as extra keyword arguments (torch_fn derives them itself without them:
+    # the float64 reference)
+    torch_saved: Callable[[dict, dict], dict] | None = None
+    # A backward row's: (the row's inputs as drawn, scalars) -> the statistics dt's forward saves for
+    # it (`dt grad --save`), computed from those inputs and replacing the drawn ones (a layer norm's
+    # mean must be its input's: the derived gradient has a term that vanishes only then)
+    saved: Callable[[dict, dict], dict] | None = None
 
     def extents(self, shape: tuple[int, ...]) -> dict[str, int]:
         return dict(zip(self.dims, shape))
@@ -257,8 +267,10 @@ def matching(rows: list[Case], patterns: list[str] | None) -> list[Case]:
 
 
 from llm import LLM_KERNELS  # noqa: E402  (the kernels of issue 27: they use Kernel)
+from backward import BACKWARD_KERNELS  # noqa: E402  (issue 32's backward rows)
 
 KERNELS.update(LLM_KERNELS)
+KERNELS.update(BACKWARD_KERNELS)
 
 
 # ----------------------------------------------------------------------- DT schedules
@@ -288,10 +300,17 @@ SCHEDULES: list[tuple[str, str | None, str | None, str]] = [
     ("attention", None, None, _S + "attention_2pass.dt"),
     ("batched_matmul", "b=32, x=1024, y=1024, k=1024", None, _S + "batched_matmul_tma.dt"),
     ("batched_matmul", "b=512, x=128, y=128, k=64", None, _S + "batched_matmul_64x128.dt"),
-    ("argmax", "r=64, v=128256", None, _S + "argmax_16384.dt"),
-    ("argmax", "r=256, v=50257", "bf16", _S + "argmax_2048.dt"),
+    ("argmax", "r=64, v=128256", "f32", _S + "argmax_split_8192_2048.dt"),  # split over the vocabulary
+    ("argmax", "r=64, v=128256", "bf16", _S + "argmax_split_16384_4096.dt"),
+    ("argmax", "r=256, v=50257", None, _S + "argmax_split_16384_4096.dt"),
     ("argmax", "r=1000, v=32000", "bf16", _S + "argmax_1024.dt"),
     ("cumsum", "x=16384, y=1024", None, _S + "cumsum_short_rows.dt"),
+    # derived backwards (backward.py) whose derived schedules repeat work a hundredfold (cross-entropy:
+    # each of a row's 126 programs walks the whole row four times) or run a product in one program
+    # (attention: minutes a call): the algorithms as derived, scheduled by hand (the derived files
+    # are --tune's other candidates)
+    ("cross_entropy_grad", None, None, _S + "cross_entropy_grad_row.dt"),
+    ("causal_mha_grad", None, None, _S + "causal_mha_grad_tiled.dt"),
     # 32-128 heads are too few programs: the cache is split over programs (flash decoding)
     ("decode", "b=1, h=32, l=32768, k=128, d=128", None, "examples/llm/decode_split.dt"),
     ("decode", "b=4, h=32, l=8192, k=128, d=128", None, "examples/llm/decode_split.dt"),
@@ -335,8 +354,11 @@ def schedule_for(case: Case, overrides: dict | None = None) -> Path:
 
 
 def candidates(kernel: Kernel) -> list[Path]:
-    """Every schedule of a kernel (--tune): its example and schedules/<kernel>.dt, <kernel>_*.dt."""
+    """Every schedule of a kernel (--tune): its example and schedules/<kernel>.dt, <kernel>_*.dt,
+    but those of a kernel whose name starts with this one's (layernorm_grad.dt is layernorm_grad's,
+    not layernorm's)."""
+    def owner(stem: str) -> str | None:  # the longest kernel name the file is named after
+        return max((k for k in KERNELS if stem == k or stem.startswith(k + "_")), key=len, default=None)
     found = [kernel.program]
-    found += sorted(p for p in SCHEDULE_DIR.glob("*.dt")
-                    if p.stem == kernel.name or p.stem.startswith(kernel.name + "_"))
+    found += sorted(p for p in SCHEDULE_DIR.glob("*.dt") if owner(p.stem) == kernel.name and p != kernel.program)
     return found

@@ -162,10 +162,14 @@ def random_tensor(shape, dtype: torch.dtype, device: torch.device, generator: to
 
 def case_inputs(case, device, seed: int) -> dict:
     """A row's input tensors (cases.Case), by DT name: drawn as random_tensor does, or by the
-    kernel's own functions (cases.Kernel.made_inputs: ids, targets, tables, 8-bit data)."""
+    kernel's own functions (cases.Kernel.made_inputs: ids, targets, tables, 8-bit data), then a
+    backward row's saved statistics computed from the others (cases.Kernel.saved)."""
     g, dtype, made = generator(device, seed), DTYPES[case.dtype], case.kernel.made_inputs
-    return {n: made[n](case.extents, g, device, dtype) if n in made
-            else random_tensor(case.input_shape(n), dtype, device, g) for n in case.kernel.inputs}
+    inputs = {n: made[n](case.extents, g, device, dtype) if n in made
+              else random_tensor(case.input_shape(n), dtype, device, g) for n in case.kernel.inputs}
+    if case.kernel.saved is not None:
+        inputs.update(case.kernel.saved(inputs, case.kernel.scalars))
+    return inputs
 
 
 def short_error(e: BaseException) -> str:

@@ -202,7 +202,8 @@ class Renderer(BaseRenderer):
         return self.names.scalars[e.name]
 
     def Extent(self, e: S.Extent) -> str:
-        return S.size_name(e.dim) if is_integer(e.dtype) else f"float({S.size_name(e.dim)})"
+        # a float extent in its dtype: a Python float would make NumPy compute in float64 (sqrt(len(k)))
+        return S.size_name(e.dim) if is_integer(e.dtype) else f"rt.number({S.size_name(e.dim)}, {e.dtype})"
 
     def IndexOf(self, e: S.IndexOf) -> str:
         return f"rt.offsets({e.axis}, {e.dtype})"

@@ -17,6 +17,8 @@ the lowering accept.
 """
 from __future__ import annotations
 
+import dataclasses
+
 from dt.ir import algorithm as A
 
 SHAPING = ("block", "tensorize", "num_warps", "num_stages")
@@ -37,7 +39,7 @@ def candidates(forward: A.Program, forward_roots, body: list[A.FuncDef], outputs
     lines = [f"{name}.inline();" for name in inlined]
     for f in body:
         if f.name not in inlined and f.name not in fused:
-            lines.append("\n".join(_shaping(forward, forward_roots, f)))
+            lines.append("\n".join(_shaping(forward, forward_roots, f, f.name in fused.values())))
     for name, root in reversed(fused.items()):  # consumers first: a producer joins a kernel its readers are in
         lines += [f"{name}.fuse_at({root}, {d});" for d in defs[root].dims]
     for name in fused:  # where the checker refused to fuse it: a kernel of its own (refused whole where fused)
@@ -89,13 +91,19 @@ def _kernels(body: list[A.FuncDef], outputs: list[str], inlined: set[str]) -> di
     return {name: fused[name] for name in (f.name for f in body) if name in fused}
 
 
-def _shaping(forward: A.Program, forward_roots, f: A.FuncDef) -> list[str]:
+def _shaping(forward: A.Program, forward_roots, f: A.FuncDef, hosts: bool = False) -> list[str]:
+    """f's blocks, tiles, warps and stages; `hosts`: reductions are fused into f's kernel, so each
+    program takes whole rows (blocked along the last dimension, each block would compute them again)."""
+    reduced = list(dict.fromkeys(n.dim for n in A.walk(f.expr) if isinstance(n, A.Reduce)))
     same = next((r for r in forward_roots if forward.func(r).dims == f.dims), None)
-    if same is not None:
+    if same is not None:  # its sizes of the dimensions f walks (the forward's tile of k is no tile of num's)
+        walked = set(f.dims) | set(reduced)
         calls = [c for c in forward.schedule if c.func == same and c.primitive in SHAPING]
+        calls = [c if c.primitive not in ("block", "tensorize") else
+                 dataclasses.replace(c, args=tuple(a for a in c.args if a[0] in walked)) for c in calls]
+        calls = [c for c in calls if c.args or c.primitive not in ("block", "tensorize")]
         if calls:
             return [_statement(_stage(f), c) for c in calls]
-    reduced = list(dict.fromkeys(n.dim for n in A.walk(f.expr) if isinstance(n, A.Reduce)))
     if isinstance(f.expr, A.Reduce) and f.expr.op == "dot" and len(f.dims) >= 2:
         *batch, rows, cols = f.dims
         blocks = [(d, 1) for d in batch] + [(rows, PRODUCT_TILE), (cols, PRODUCT_TILE)]
@@ -116,6 +124,8 @@ def _shaping(forward: A.Program, forward_roots, f: A.FuncDef) -> list[str]:
                 _call(_stage(f), "tensorize", [(reduced[0], ROW_WALK)] + [(r, WALK) for r in reduced[1:]])]
     *outer, last = f.dims  # across rows (a weight's gradient summed over tokens), or element-wise
     block = COLUMN_BLOCK if reduced else ROW_BLOCK
+    if hosts and not reduced and outer:
+        return [_call(_stage(f), "block", [(d, 1) for d in outer]), _call(_stage(f), "tensorize", [(last, block)])]
     return [_call(_stage(f), "block", [(d, 1) for d in outer] + [(last, block)]),
             _call(_stage(f), "tensorize", [(last, block)] + [(r, COLUMN_WALK) for r in reduced])]
 

@@ -36,8 +36,13 @@ def lower(cp: CheckedProgram, dtypes: dict[str, str]) -> S.Pipeline:
     storage = promote(d for n, d in input_dtypes.items() if n in cp.inputs and not is_integer(d))
     compute = compute_dtype_of(storage)
     # every Func as written (inlined ones too: an inlined integer Func may index a gather)
+    # kept in the compute dtype: a split's partials, and a Func (not an output) that is the max or min
+    # of computed values, which a gradient compares with those values again (ties, `s == mx`): a copy
+    # rounded to bf16 would equal none of them
+    exact = (*cp.partials, *(n for n, f in cp.funcs.items() if n not in cp.outputs and isinstance(f.expr, A.Reduce)
+                             and f.expr.op in ("max", "min")))
     types = Types({**cp.written, **{n: cp.funcs[n] for n in cp.partials}}, {n: input_dtypes.get(n, storage) for n in cp.inputs},
-                  {n: d for n, d in dtypes.items() if n in cp.scalars}, storage, cp.partials, compute)
+                  {n: d for n, d in dtypes.items() if n in cp.scalars}, storage, exact, compute)
     types.check_indices(cp.written)
     input_dims = cp.input_axes
     inputs = tuple(S.TensorSpec(n, input_dims[n], input_dtypes.get(n, storage), "input")

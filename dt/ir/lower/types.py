@@ -18,7 +18,7 @@ from dt.ir.ops import OPS, REDUCTIONS
 class Types:
     def __init__(self, funcs: dict[str, A.FuncDef], input_dtypes: dict[str, str], scalar_dtypes: dict[str, str],
                  storage: str, partials=(), compute: str | None = None):
-        """`partials`: the Funcs holding a split's partial results, stored in the `compute` dtype."""
+        """`partials`: the Funcs stored in the `compute` dtype (a split's partial results, ...)."""
         self.input_dtypes = input_dtypes
         self.scalar_dtypes = scalar_dtypes  # an integer scalar's dtype ('i64'); absent: a float
         self.func_dtypes: dict[str, str] = {}

@@ -1,0 +1,343 @@
+"""The backward rows of issue 32: gradient programs derived by `dt grad` from the forward kernels
+(benchmarks/gpu/schedules/*_grad.dt, each with the command that wrote it), against the backward
+PyTorch's autograd runs (the aten backward op it calls, eager and under torch.compile), Liger
+Kernel's backward and, for attention, SDPA's (flash in eager, cuDNN in the sdpa column).
+
+Each row's inputs are the DT program's: the forward's inputs it reads, `grad_<output>` (the
+gradient flowing in) and, where the forward saves statistics for its backward (`dt grad --save`),
+those. The baselines get what autograd's forward would have saved for them (Kernel.torch_saved:
+1/rms where dt saves the mean square, the softmax's output where dt recomputes from its input,
+flash attention's output and logsumexp), made outside the timing. The reference is the torch
+function without them, in float64: the gradient from the row's inputs alone.
+
+Saved statistics are in the row's dtype, as dt's forward stores them, and the baselines get the
+same values in the dtype their forward stores (float32): drawn at random where the gradient is the
+same function of any values (RMSNorm's mean square), computed from the inputs where it is not (a
+layer norm's mean: Kernel.saved)."""
+from __future__ import annotations
+
+import types
+
+import torch
+import torch.nn.functional as F
+
+from cases import MATMUL, MEMORY, SCHEDULE_DIR, Kernel
+from llm import _targets
+
+DTYPES = ("f32", "bf16")
+ROWS = ("x", "y")
+
+
+# ----------------------------------------------------------------------- inputs made for each kernel
+def _positive(dim, low, high):
+    """A row statistic between low and high (a mean square, a variance): any values serve a backward."""
+    def make(e, g, device, dtype):
+        return (torch.rand(e[dim], generator=g, device=device, dtype=torch.float64) * (high - low) + low).to(dtype)
+    return make
+
+
+def _ids_with_the_last(rows_dim, count_dim):
+    """Token ids in [0, rows), the first token's the table's last row: the gradient program takes no
+    table (its rows are a size, dt_sizes), and the torch functions read its rows off the ids (the
+    largest id + 1)."""
+    def make(e, g, device, dtype):
+        ids = torch.randint(0, e[rows_dim], (e[count_dim],), generator=g, device=device)
+        ids[0] = e[rows_dim] - 1
+        return ids
+    return make
+
+
+def _statistics_dtype(x: torch.Tensor) -> torch.dtype:
+    """The dtype autograd's forward saves a row statistic in: float32 for half-precision inputs on
+    the GPU (aten's accumulation type), the input's own on the CPU (its kernels take no other)."""
+    return torch.float32 if x.is_cuda and x.dtype in (torch.float16, torch.bfloat16) else x.dtype
+
+
+# ----------------------------------------------------------------------- torch functions
+# Each takes the DT program's inputs (and scalars) and returns its outputs in the program's order.
+# The keyword arguments after them are what torch_saved makes for the baselines; without them
+# (the float64 reference) the function derives them from the DT inputs itself.
+def _rmsnorm_grad(A, W, grad_rmsnorm, ms, eps, rstd=None):
+    if rstd is None:
+        rstd = torch.rsqrt(ms + eps)
+    if A.is_cuda and rstd.dtype != torch.float64:  # what autograd calls for F.rms_norm's backward
+        return torch.ops.aten._fused_rms_norm_backward(grad_rmsnorm, A, [A.shape[-1]], rstd, W, [True, True])
+    # the float64 reference, and the CPU (aten has no CPU kernel): aten's own decomposition of that op
+    backward = torch._decomp.decomposition_table[torch.ops.aten._fused_rms_norm_backward.default]
+    return tuple(backward(grad_rmsnorm, A, [A.shape[-1]], rstd, W, [True, True]))
+
+
+def _rmsnorm_saved(t, s):
+    ms = t["ms"]
+    return {"rstd": torch.rsqrt(ms.to(_statistics_dtype(t["A"])) + s["eps"])[:, None]}
+
+
+def _layernorm_grad(A, W, grad_layernorm, mean, variance, eps, rstd=None, bias=None):
+    if rstd is None:  # the float64 reference
+        return _layernorm_autograd(A, W, grad_layernorm, mean, variance, eps)
+    dx, dw, db = torch.ops.aten.native_layer_norm_backward(grad_layernorm, A, [A.shape[-1]], mean, rstd, W, bias,
+                                                          [True, True, True])
+    return dx, dw, db
+
+
+def _layernorm_autograd(A, W, grad_layernorm, mean, variance, eps):
+    """autograd's gradient of the layer norm, its mean and variance held at the values given (a
+    statistic's value is the saved one, its derivative that of the statistic of A): what the derived
+    program computes for any statistics, and aten's backward when they are A's own."""
+    a, w = A.detach().requires_grad_(), W.detach().requires_grad_()
+    with torch.enable_grad():
+        m = a.mean(-1)
+        m = m + (mean - m).detach()
+        v = ((a - m[:, None]) ** 2).mean(-1)
+        v = v + (variance - v).detach()
+        y = (a - m[:, None]) * torch.rsqrt(v + eps)[:, None] * w
+        grad_A, grad_W = torch.autograd.grad(y, (a, w), grad_layernorm)
+    return grad_A, grad_W, grad_layernorm.sum(0)
+
+
+def _layernorm_statistics(t, s):
+    """Each row's mean and variance of A, computed in float32 and stored in A's dtype (as dt's
+    forward, `dt grad --save mean,variance`, stores them)."""
+    a = t["A"].float() if t["A"].dtype != torch.float64 else t["A"]
+    mean = a.mean(-1)
+    return {"mean": mean.to(t["A"].dtype), "variance": ((a - mean[:, None]) ** 2).mean(-1).to(t["A"].dtype)}
+
+
+def _layernorm_saved(t, s):
+    stats = _statistics_dtype(t["A"])
+    return {"mean": t["mean"].to(stats), "rstd": torch.rsqrt(t["variance"].to(stats) + s["eps"]),
+            "bias": torch.zeros_like(t["W"])}
+
+
+def _softmax_grad(A, grad__softmax, out=None):
+    if out is None:
+        out = torch.softmax(A, dim=-1)
+    return torch.ops.aten._softmax_backward_data(grad__softmax, out, -1, A.dtype)
+
+
+def _softmax_saved(t, s):
+    return {"out": torch.softmax(t["A"], dim=-1)}  # what autograd saves for softmax's backward
+
+
+def _cross_entropy_grad(L, T, grad_loss, logp=None, total_weight=None):
+    """F.cross_entropy(reduction='none')'s backward as autograd runs it: nll_loss's, then log_softmax's."""
+    if logp is None:
+        logp = torch.log_softmax(L, dim=-1)
+    if total_weight is None:
+        total_weight = torch.zeros((), dtype=logp.dtype, device=logp.device)
+    g = torch.ops.aten.nll_loss_backward(grad_loss, logp, T, None, 0, -100, total_weight)  # 0: reduction none
+    return torch.ops.aten._log_softmax_backward_data(g, logp, 1, L.dtype)
+
+
+def _cross_entropy_saved(t, s):
+    logp = torch.log_softmax(t["L"], dim=-1)  # what autograd saves for the backward
+    return {"logp": logp, "total_weight": torch.zeros((), dtype=logp.dtype, device=logp.device)}
+
+
+def _embedding_grad(I, grad_out, rows=None):
+    """aten.embedding_dense_backward: `rows` is the table's (the largest id + 1 without it)."""
+    rows = int(I.max()) + 1 if rows is None else rows
+    return torch.ops.aten.embedding_dense_backward(grad_out, I, rows, -1, False)
+
+
+def _embedding_saved(t, s):
+    return {"rows": int(t["I"].max()) + 1}  # read once here, outside the timing
+
+
+def _causal_attention_grad(Q, K, V, grad_attention, flash=None):
+    """(grad_Q, grad_K, grad_V): flash attention's backward from its forward's saved output and
+    logsumexp (what autograd calls on an H100); without them (the float64 reference, the CPU) the
+    gradient of F.scaled_dot_product_attention by autograd, forward included."""
+    if flash is not None:
+        out, lse, cum_q, cum_k, max_q, max_k, seed, offset = flash
+        return tuple(torch.ops.aten._scaled_dot_product_flash_attention_backward(
+            grad_attention, Q, K, V, out, lse, cum_q, cum_k, max_q, max_k, 0.0, True, seed, offset))
+    q, k, v = (x.detach().requires_grad_() for x in (Q, K, V))
+    with torch.enable_grad():
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return torch.autograd.grad(out, (q, k, v), grad_attention)
+
+
+def _flash_saved(t, s):
+    Q, K, V = t["Q"], t["K"], t["V"]
+    if not Q.is_cuda or Q.dtype not in (torch.float16, torch.bfloat16):
+        return {}  # a dry run: autograd, forward included
+    out, lse, cum_q, cum_k, max_q, max_k, seed, offset, _ = torch.ops.aten._scaled_dot_product_flash_attention(
+        Q, K, V, 0.0, True, False)
+    return {"flash": (out, lse, cum_q, cum_k, max_q, max_k, seed, offset)}
+
+
+def _cudnn_backward(t, e, s):
+    """cuDNN's attention backward: the forward runs once here, outside the timing, under SDPA's
+    cuDNN backend, and the timed call runs the autograd graph it saved (cuDNN's backward node);
+    aten's cuDNN backward op cannot be called from Python without a bias (its schema takes one).
+    On the CPU (a dry run), the math backend's."""
+    q, k, v = (t[n].detach().requires_grad_() for n in ("Q", "K", "V"))
+    grad = t["grad_attention"]
+    with torch.enable_grad():
+        if q.is_cuda:
+            from torch.nn.attention import SDPBackend, sdpa_kernel
+            with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+                out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    return lambda: torch.autograd.grad(out, (q, k, v), grad, retain_graph=True)
+
+
+# ----------------------------------------------------------------------- Liger calls
+# Each gets the row's tensors together with what torch_saved made (Liger's forwards save the same:
+# float32 1/rms, mean and 1/std, the softmax's output).
+def _liger_rmsnorm_grad(lf, t, s):
+    from liger_kernel.ops.rms_norm import rms_norm_backward
+    from liger_kernel.ops.utils import calculate_settings
+    dY, A, W, rstd = t["grad_rmsnorm"], t["A"], t["W"], t["rstd"].view(-1)
+    block, warps = calculate_settings(A.shape[-1])
+    # Liger's defaults: offset 0, 'llama' casting; in_place=False keeps grad_rmsnorm for the next run
+    return lambda: rms_norm_backward(dY, A, W, rstd, 0.0, "llama", block, warps, False, None)
+
+
+def _liger_layernorm_grad(lf, t, s):
+    from liger_kernel.ops.layer_norm import layer_norm_backward
+    dY, A, W, bias, mean, rstd = (t[n] for n in ("grad_layernorm", "A", "W", "bias", "mean", "rstd"))
+    return lambda: layer_norm_backward(dY, A, W, bias, mean, rstd)
+
+
+def _liger_softmax_grad(lf, t, s):
+    from liger_kernel.ops.softmax import _softmax_backward
+    from liger_kernel.ops.utils import calculate_settings
+    dY, out = t["grad__softmax"], t["out"]
+    block, warps = calculate_settings(out.shape[-1])
+    return lambda: _softmax_backward(dY, out, block, warps, out.shape[-1] > block)
+
+
+def _liger_cross_entropy_grad(lf, t, s):
+    """Liger computes the gradient inside its forward kernel (written over the logits, which it
+    reads once) and its backward scales it by grad_loss: the timed call runs both, the forward
+    also writing the loss. The logits are a copy made here (the kernel overwrites them)."""
+    from liger_kernel.ops.cross_entropy import cross_entropy_backward, cross_entropy_forward
+    L, T, grad_loss = t["L"].detach().clone().requires_grad_(), t["T"], t["grad_loss"]
+
+    def call():
+        *_, grad = cross_entropy_forward(L, T, None, -100, 0.0, 0.0, "none", None, False)
+        return cross_entropy_backward(grad, grad_loss)
+    return call
+
+
+def _liger_embedding_grad(lf, t, s):
+    """Liger's (experimental) embedding backward: a zeroed table (in grad_out's dtype, the table's), then
+    atomic adds; its forward saves the ids and the table, whose shape and dtype alone it reads."""
+    from liger_kernel.ops.experimental.embedding import LigerEmbeddingFunction
+    grad_out = t["grad_out"]
+    table = torch.empty((t["rows"], grad_out.shape[1]), dtype=grad_out.dtype, device=grad_out.device)
+    ctx = types.SimpleNamespace(saved_tensors=(t["I"], table))
+    return lambda: LigerEmbeddingFunction.backward(ctx, grad_out)[0]
+
+
+# ----------------------------------------------------------------------- bytes moved
+def _norm_bytes(vectors, statistics):
+    """A row-wise norm's backward: A and the incoming gradient read, grad_A written; `vectors`
+    row-length vectors (W, grad_W, grad_Bias) and `statistics` per row (dt's in the row's dtype)."""
+    return lambda e, item: (3 * e["x"] * e["y"] + vectors * e["y"] + statistics * e["x"]) * item
+
+
+def _cross_entropy_bytes(e, item):
+    return 2 * e["r"] * e["v"] * item + e["r"] * (8 + item)  # the logits read, their gradient written; T, grad_loss
+
+
+def _embedding_bytes(e, item):
+    # ids and the incoming gradient read, the whole table's gradient written (zeros where no id is)
+    return e["t"] * 8 + e["t"] * e["d"] * item + e["E_axis0"] * e["d"] * item
+
+
+def _attention_bytes(e, item):
+    """Q, K, V and grad_attention read; grad_Q, grad_K and grad_V written."""
+    heads = e["b"] * e["h"]
+    return heads * (2 * e["m"] * e["k"] + 2 * e["l"] * (e["k"] + e["n"]) + e["m"] * e["n"]) * item
+
+
+def _attention_backward_gemms(e):
+    """The five products of flash attention's backward (scores, dP, dV, dK, dQ), each half the
+    square (causal): the work the baselines do. dt's derived program does six, over the whole square."""
+    rows, keys = e["b"] * e["h"] * e["m"], e["l"] // 2
+    cols = e["b"] * e["h"] * e["l"]
+    return [(rows, keys, e["k"]), (rows, keys, e["n"]), (cols, e["n"], e["m"] // 2), (cols, e["k"], e["m"] // 2),
+            (rows, e["k"], keys)]
+
+
+# ----------------------------------------------------------------------- the catalogue
+_NORM_SHAPES, _NORM_QUICK, _NORM_TINY = ((4096, 4096), (16384, 4096)), ((4096, 4096),), ((8, 256), (5, 100))
+_GRAD = SCHEDULE_DIR
+
+
+def _attention_grad_kernel():
+    shapes = tuple((4, 16, s, s, d, d) for d in (64, 128) for s in (2048, 4096))
+    return Kernel("causal_mha_grad", MATMUL, _GRAD / "causal_mha_grad.dt",
+                  {"Q": ("b", "h", "m", "k"), "K": ("b", "h", "l", "k"), "V": ("b", "h", "l", "n"),
+                   "grad_attention": ("b", "h", "m", "n")},
+                  ("b", "h", "m", "k"), {}, ("b", "h", "m", "l", "k", "n"), shapes,
+                  ((4, 16, 2048, 2048, 64, 64), (4, 16, 2048, 2048, 128, 128)), ((1, 2, 70, 70, 16, 16),),
+                  ("bf16",), _causal_attention_grad, gemms=_attention_backward_gemms, sdpa=_cudnn_backward,
+                  moved=_attention_bytes, torch_saved=_flash_saved,
+                  # the float64 reference (autograd of the math backend) holds about three score matrices
+                  reference_bytes=lambda e: 3 * e["b"] * e["h"] * e["m"] * e["l"] * 8,
+                  notes="causal attention's backward, [b, h, s, d]: grad_Q, grad_K, grad_V from grad_attention. "
+                        "dt's derived program (examples/llm/causal_mha.dt, nothing saved: the row max cannot be, "
+                        "an rmax) recomputes the scores, their max and sums and the output, and stores the "
+                        "scores and their gradient ([b, h, s, s] each, the causal half not skipped); dt runs "
+                        "that algorithm with a schedule written by hand (causal_mha_grad_tiled.dt: the derived "
+                        "one takes minutes a call). Eager is flash attention's backward (the aten op autograd calls "
+                        "on an H100) from its forward's saved output and logsumexp, SDPA cuDNN's backward "
+                        "(its saved autograd graph); torch.compile calls the same flash op. TFLOP/s count "
+                        "flash's five products, half the square each.")
+
+
+BACKWARD_KERNELS: dict[str, Kernel] = {k.name: k for k in [
+    Kernel("rmsnorm_grad", MEMORY, _GRAD / "rmsnorm_grad.dt",
+           {"A": ROWS, "W": ("y",), "grad_rmsnorm": ROWS, "ms": ("x",)}, ROWS, {"eps": 1e-6}, ROWS,
+           _NORM_SHAPES, _NORM_QUICK, _NORM_TINY, DTYPES, _rmsnorm_grad, liger=_liger_rmsnorm_grad,
+           made_inputs={"ms": _positive("x", 0.25, 4.0)}, moved=_norm_bytes(2, 1), torch_saved=_rmsnorm_saved,
+           notes="RMSNorm's backward (benchmarks/gpu/schedules/rmsnorm.dt): grad_A and grad_W. Saved: the mean "
+                 "square ms (dt, in the row's dtype) or 1/rms (the baselines, float32, from the same values); "
+                 "recomputed: nothing. Eager is aten._fused_rms_norm_backward (what autograd calls for "
+                 "F.rms_norm), Liger its rms_norm_backward ('llama' casting)."),
+    Kernel("layernorm_grad", MEMORY, _GRAD / "layernorm_grad.dt",
+           {"A": ROWS, "W": ("y",), "grad_layernorm": ROWS, "mean": ("x",), "variance": ("x",)}, ROWS,
+           {"eps": 1e-5}, ROWS, _NORM_SHAPES, _NORM_QUICK, _NORM_TINY, DTYPES, _layernorm_grad,
+           liger=_liger_layernorm_grad, made_inputs={"variance": _positive("x", 0.25, 4.0)},
+           saved=_layernorm_statistics, moved=_norm_bytes(3, 2), torch_saved=_layernorm_saved,
+           notes="LayerNorm's backward (examples/layernorm.dt): grad_A, grad_W, grad_Bias. Saved: each row's "
+                 "mean and variance of A (dt, in the row's dtype) or mean and 1/std (the baselines, float32, from "
+                 "the same values); recomputed: nothing. Eager is aten.native_layer_norm_backward (what autograd "
+                 "calls), Liger its layer_norm_backward. The hand-written DT backward is layernorm_backward."),
+    Kernel("softmax_grad", MEMORY, _GRAD / "softmax_grad.dt", {"A": ROWS, "grad__softmax": ROWS}, ROWS, {}, ROWS,
+           _NORM_SHAPES, _NORM_QUICK, _NORM_TINY, DTYPES, _softmax_grad, liger=_liger_softmax_grad,
+           torch_saved=_softmax_saved,
+           notes="softmax's backward (examples/softmax_safe.dt). dt saves nothing (the row max cannot be "
+                 "saved: an rmax) and recomputes each row's max and sum from A; the baselines read the "
+                 "forward's saved output instead of A (the same bytes): eager is aten._softmax_backward_data "
+                 "(what autograd calls), Liger its _softmax_backward."),
+    Kernel("cross_entropy_grad", MEMORY, _GRAD / "cross_entropy_grad.dt",
+           {"L": ("r", "v"), "T": ("r",), "grad_loss": ("r",)}, ("r", "v"), {}, ("r", "v"),
+           ((4096, 128256), (8192, 32000)), ((4096, 128256),), ((6, 5003),), DTYPES, _cross_entropy_grad,
+           liger=_liger_cross_entropy_grad, made_inputs={"T": _targets}, moved=_cross_entropy_bytes,
+           torch_saved=_cross_entropy_saved,
+           notes="the logits' gradient of F.cross_entropy(reduction='none', ignore_index -100, one target in "
+                 "eight): dt's derived program (examples/llm/cross_entropy.dt, nothing saved) recomputes each "
+                 "row's max and sum and adds -grad_loss at the target (an update: atomics), run with a "
+                 "schedule written by hand (cross_entropy_grad_row.dt: in the derived one each of a row's 126 "
+                 "programs walks the whole row four times); eager is what "
+                 "autograd calls, aten.nll_loss_backward then aten._log_softmax_backward_data, from the "
+                 "forward's saved log-softmax; Liger has no backward of its own (its forward writes the "
+                 "gradient over the logits, its backward scales it): its column times both."),
+    Kernel("embedding_grad", MEMORY, _GRAD / "embedding_grad.dt", {"I": ("t",), "grad_out": ("t", "d")},
+           ("E_axis0", "d"), {}, ("t", "d", "E_axis0"), ((4096, 4096, 128256), (16384, 4096, 128256)),
+           ((4096, 4096, 128256),), ((7, 33, 50),), DTYPES, _embedding_grad, liger=_liger_embedding_grad,
+           made_inputs={"I": _ids_with_the_last("E_axis0", "t")}, dt_sizes=("E_axis0",),
+           moved=_embedding_bytes, torch_saved=_embedding_saved,
+           notes="the table's gradient of F.embedding (Llama 3's 128,256 x 4096 table): zeros, plus each "
+                 "token's gradient added at its id. dt's derived program writes zeros, then adds with atomics "
+                 "in the table's dtype (the table's rows passed as a size: no input gives them); eager is "
+                 "aten.embedding_dense_backward (what autograd calls: sorts the ids, deterministic), Liger "
+                 "its experimental embedding backward (atomics in the table's dtype)."),
+    _attention_grad_kernel(),
+]}
