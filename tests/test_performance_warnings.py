@@ -191,6 +191,13 @@ def test_too_few_programs_to_fill_the_gpu():
                     "m.tensorize(v:4096);\nm.compile();")
     w = only(rows.lint(dict(r=64, v=128256), "f32"), "too-few-programs")
     assert "each program already has one index of r" in w.hint and "block(" not in w.hint
+    # an update moves one element of the table it writes for each of its own: 64 tokens' rows, not the table
+    update = dt.loads("Func g;\nIn G, I;\nVar v, d, t;\ng[v, d] = 0.0;\ng[I[t], d] += G[t, d];\n"
+                      "g.block(v:1, d:1024);\ng.tensorize(d:1024);\ng.update().block(t:64);\n"
+                      "g.update().tensorize(t:64, d:64);\ng.compile();")
+    assert "too-few-programs" not in [w.code for w in update.lint(dict(t=64, d=64, v=128256), "f32")]
+    many = only(update.lint(dict(t=64, d=65536, v=16), "f32"), "too-few-programs")  # 16 MiB of G, 16 of g's
+    assert "moves its 32.0 MiB" in many.cost
 
 
 def test_num_stages_with_nothing_to_pipeline():

@@ -172,3 +172,17 @@ def test_dt_tune_searches_an_updates_schedule_with_extents_no_input_gives():
     result = backward.tune(dict(t=16, d=64, E_axis0=20), "f32", backend="numba", budget=5, cache=False, workers=0)
     assert result.timed and not result.failed
     assert any("grad_E_update." in t.candidate.text for t in result.timed)  # the update's own blocks and tiles
+
+
+@pytest.mark.needs_triton
+def test_triton_adds_into_bfloat16_as_numba_does():
+    import torch
+    bf16 = pytest.importorskip("ml_dtypes").bfloat16
+    rng = np.random.default_rng(4)
+    E, G = rng.standard_normal((10, 37)), rng.standard_normal((9, 37))
+    I = np.array([3, 3, 3, 0, -1, 10, 9, 3, 5])
+    prog = dt.loads(EMBEDDING_GRAD)
+    got = prog(E=torch.tensor(E, dtype=torch.bfloat16), I=torch.tensor(I), G=torch.tensor(G, dtype=torch.bfloat16),
+               backend="triton")
+    want = prog(E=E.astype(bf16), I=I, G=G.astype(bf16), backend="numba")  # each add in f32, rounded once
+    np.testing.assert_allclose(got.float().numpy(), np.asarray(want, np.float32), rtol=1e-2, atol=1e-2)

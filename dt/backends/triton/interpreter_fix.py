@@ -10,6 +10,10 @@ unpatched interpreter too, except for what these fix.
   values as int64 (it widens the scalar condition to the scalar index's dtype first), and its
   load and store then refuse them ("mask has unsupported dtype"). The fix reads such a mask as
   NumPy bool, as the compiled code holds it.
+- bfloat16 atomic adds (an update, `g[I[t], d] += e`): the interpreter's atomics take no bfloat16
+  ("Unsupported data type"). The fix adds lane by lane in float32 and rounds once to bfloat16 (to
+  nearest even), as the GPU's bf16 atomics do; the interpreter runs one program at a time, so no
+  add races another.
 - tensor-valued `range()` bounds (a tile loop over the valid part of a block) fail with NumPy
   >= 2.4, which no longer converts 1-element arrays to int (triton-lang/triton#9171); the fix
   is upstream's (#9172): take the single element.
@@ -50,6 +54,18 @@ def apply():
         bool_mask_load.dt_fixed = True
         builder.create_masked_load, builder.create_masked_store = bool_mask_load, bool_mask_store
 
+    rmw = builder.create_atomic_rmw
+    if not getattr(rmw, "dt_fixed", False):
+        from triton._C.libtriton import ir
+
+        def bfloat16_add(self, op, ptr, val, mask, sem, scope):
+            if op != ir.ATOMIC_OP.FADD or val.dtype.scalar != tl.bfloat16:
+                return rmw(self, op, ptr, val, mask, sem, scope)
+            return interpreter.TensorHandle(_bfloat16_add(ptr.data, val.data, mask.data), val.dtype.scalar)
+
+        bfloat16_add.dt_fixed = True
+        builder.create_atomic_rmw = bfloat16_add
+
     patch_tensor = interpreter._patch_lang_tensor
     if not getattr(patch_tensor, "dt_fixed", False) and not _numpy_converts_1_element_arrays():
         def patched(tensor, scope):
@@ -66,3 +82,29 @@ def _numpy_converts_1_element_arrays() -> bool:
         return True
     except TypeError:
         return False
+
+
+def _bfloat16_add(addresses, values, mask) -> np.ndarray:
+    """values (bfloat16 bit patterns) added into the bfloat16 elements at `addresses` where `mask`
+    holds, one lane after another; the elements' old bit patterns."""
+    import ctypes
+    shape = np.broadcast_shapes(np.shape(addresses), np.shape(values), np.shape(mask))
+    addresses, values, mask = (np.broadcast_to(a, shape).ravel() for a in (addresses, values, mask))
+    old = np.zeros(values.shape, np.uint16)
+    for lane in np.flatnonzero(mask):
+        cell = ctypes.c_uint16.from_address(int(addresses[lane]))
+        old[lane] = cell.value
+        total = _from_bfloat16(cell.value) + _from_bfloat16(values[lane])
+        cell.value = _to_bfloat16(total)
+    return old.reshape(shape)
+
+
+def _from_bfloat16(bits) -> np.float32:
+    return np.array([int(bits) << 16], np.uint32).view(np.float32)[0]
+
+
+def _to_bfloat16(value: np.float32) -> int:
+    bits = int(np.array([value], np.float32).view(np.uint32)[0])
+    if (bits & 0x7F800000) == 0x7F800000 and bits & 0x7FFFFF:  # NaN stays a NaN
+        return (bits >> 16) | 0x40
+    return (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16  # round to nearest, ties to even

@@ -105,6 +105,17 @@ class KernelFacts:
         sizes = [self.extent(d) for d in spec.dims]
         return None if None in sizes else math.prod(sizes) * ITEM_BYTES[spec.dtype]
 
+    def moved_bytes(self, name: str) -> int | None:
+        """The bytes the kernel moves of a tensor it reads or writes: all of it, but where an update
+        writes it at computed indices, one element for each element of the update (its dimensions:
+        the kernel's pure ones)."""
+        if name in self.kernel.reads or not any(isinstance(s, S.Scatter) and s.tensor == name
+                                                for s in S.walk_statements(self.kernel.body)):
+            return self.tensor_bytes(name)
+        reduced = {s.dim for s in S.walk_statements(self.kernel.body) if isinstance(s, S.For) and s.kind == "reduction"}
+        sizes = [self.extent(d) for d in {a.dim for a in self.axes.values()} - reduced]
+        return None if None in sizes else math.prod(sizes) * ITEM_BYTES[self.pipeline.tensor(name).dtype]
+
     def dim_of(self, axis: str) -> str:
         return self.axes[axis].dim
 

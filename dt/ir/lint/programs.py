@@ -19,7 +19,7 @@ def check(facts: KernelFacts):
     sms = context.multiprocessors
     if programs is None or programs >= BUSY * sms or kernel.persistent:
         return
-    sizes = [facts.tensor_bytes(t) for t in dict.fromkeys(kernel.reads + kernel.writes)]
+    sizes = [facts.moved_bytes(t) for t in dict.fromkeys(kernel.reads + kernel.writes)]
     moved = sum(n for n in sizes if n is not None)
     if moved < MIN_BYTES:
         return
