@@ -106,15 +106,18 @@ class KernelFacts:
         return None if None in sizes else math.prod(sizes) * ITEM_BYTES[spec.dtype]
 
     def moved_bytes(self, name: str) -> int | None:
-        """The bytes the kernel moves of a tensor it reads or writes: all of it, but where an update
-        writes it at computed indices, one element for each element of the update (its dimensions:
-        the kernel's pure ones)."""
-        if name in self.kernel.reads or not any(isinstance(s, S.Scatter) and s.tensor == name
-                                                for s in S.walk_statements(self.kernel.body)):
-            return self.tensor_bytes(name)
-        reduced = {s.dim for s in S.walk_statements(self.kernel.body) if isinstance(s, S.For) and s.kind == "reduction"}
-        sizes = [self.extent(d) for d in {a.dim for a in self.axes.values()} - reduced]
-        return None if None in sizes else math.prod(sizes) * ITEM_BYTES[self.pipeline.tensor(name).dtype]
+        """The bytes the kernel moves of a tensor it reads or writes: all of it where it loads or
+        stores tiles of it; where it only gathers from it or updates it at computed indices, at most
+        one element for each lane it walks (a split argmax's combination reads one logit a chunk)."""
+        whole = self.tensor_bytes(name)
+        statements = list(S.walk_statements(self.kernel.body))
+        tiled = any(isinstance(s, S.Store) and s.tensor == name for s in statements) or any(
+            isinstance(n, S.Load) and n.tensor == name for s in statements for v in S.statement_values(s)
+            for n in S.walk_texpr(v))
+        lanes = [self.extent(d) for d in {a.dim for a in self.axes.values()}]
+        if tiled or whole is None or None in lanes:
+            return whole
+        return min(whole, math.prod(lanes) * ITEM_BYTES[self.pipeline.tensor(name).dtype])
 
     def dim_of(self, axis: str) -> str:
         return self.axes[axis].dim
