@@ -13,7 +13,8 @@ the lowering accept.
   fused into it and stored from it: a residual's two gradients, a layernorm's dW and dBias).
 - A reduction read from one kernel only is fused into it at its outermost loop (the row
   statistics of a softmax or layernorm backward, as in the forward); one read from several
-  stays a kernel of its own.
+  stays a kernel of its own. Reductions over one dimension fused into one kernel share its walk
+  where the checker allows (compute_with: the online softmax's max and sum).
 """
 from __future__ import annotations
 
@@ -42,9 +43,26 @@ def candidates(forward: A.Program, forward_roots, body: list[A.FuncDef], outputs
             lines.append("\n".join(_shaping(forward, forward_roots, f, f.name in fused.values())))
     for name, root in reversed(fused.items()):  # consumers first: a producer joins a kernel its readers are in
         lines += [f"{name}.fuse_at({root}, {d});" for d in defs[root].dims]
+    lines += _shared_walks(defs, fused)
     for name in fused:  # where the checker refused to fuse it: a kernel of its own (refused whole where fused)
         lines.append("\n".join(_shaping(forward, forward_roots, defs[name])))
     return [line for line in lines if line]
+
+
+def _shared_walks(defs: dict[str, A.FuncDef], fused: dict[str, str]) -> list[str]:
+    """Reductions over one dimension fused into one kernel share a walk of it where the checker
+    allows (compute_with: a max and the sum of exponentials shifted by it, the online softmax; two
+    sums reading what an earlier walk computed): each later one with the first earlier one the
+    checker accepts, the kernel reading the row once less each time."""
+    earlier: dict[tuple[str, str], list[str]] = {}
+    lines = []
+    for name, root in fused.items():
+        e = defs[name].expr
+        if isinstance(e, A.Reduce) and e.op in ("sum", "max", "min"):
+            walked = earlier.setdefault((root, e.dim), [])
+            lines += [f"{name}.compute_with({sibling}, {e.dim});" for sibling in walked]
+            walked.append(name)
+    return lines
 
 
 def _stage(f: A.FuncDef) -> str:
@@ -81,7 +99,9 @@ def _kernels(body: list[A.FuncDef], outputs: list[str], inlined: set[str]) -> di
                 fused[f.name] = root
             continue
         mine = set().union(*(kernels.get(r, {r}) for r in readers[f.name])) if readers[f.name] else {f.name}
-        if f.name in inlined:
+        if f.update is not None:  # read by no Func, written into another: a kernel of its own
+            kernels[f.name] = {f.name}
+        elif f.name in inlined:
             kernels[f.name] = mine
         elif len(mine) == 1:
             fused[f.name] = next(iter(mine))
