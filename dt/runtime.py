@@ -66,6 +66,12 @@ class Program:
         bound = {A.binding_dim(s, self.checked.dim_kinds) for a in self._accesses for s in a.subscripts}
         return frozenset(d for axes in self.checked.input_axes.values() for d in axes) | (bound - {None})
 
+    @cached_property
+    def unbound_dims(self) -> tuple[str, ...]:
+        """The dimensions the program needs that no input's shape gives (the rows of a table its
+        gradient only writes, E_axis0; a grouped axis): a call passes them as sizes=."""
+        return tuple(d for d in self.checked.needed_dims if d not in self.input_dims)
+
     def as_custom_op(self, name: str, **options):
         """This program as the torch.library operator `name` ("namespace::op"), differentiable
         and traceable by torch.compile (dt.torch.custom_op, which takes the same options)."""

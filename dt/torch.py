@@ -62,7 +62,7 @@ class _Pair:
                  if k in self.backward.inputs + self.backward.scalars}
         # dimensions no input of the backward binds (a grouped axis, K[b, h // group, ...]): the forward's extents
         tensors = dict(zip(self.inputs, values))
-        unbound = [d for d in self.backward.checked.needed_dims if d not in self.backward.input_dims]
+        unbound = self.backward.unbound_dims
         sizes = {d: n for d, n in self.prog._extents(tensors, {}).items() if d in unbound} if unbound else None
         result = self.backward(backend=backend, sizes=sizes, **taken)
         result = result if isinstance(result, dict) else {self.backward.outputs[0]: result}

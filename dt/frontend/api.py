@@ -202,9 +202,7 @@ class Func(_Schedulable, _Named):
         loc = caller_loc()
         subscripts = _subscripts(self, indices, loc)
         expr = A.as_expr(expr)
-        added = isinstance(expr, A.Binary) and expr.op == "+" and isinstance(expr.a, A.Access) and \
-            expr.a.name == self.name and len(expr.a.subscripts) == len(subscripts) and \
-            all(A.same(a, b) for a, b in zip(expr.a.subscripts, subscripts))
+        added = isinstance(expr, A.Binary) and expr.op == "+" and A.same(expr.a, A.Access(self.name, "func", subscripts))
         if added or not all(isinstance(s, A.DimRef) for s in subscripts):
             self.update_define(subscripts, expr.b if added else expr, accumulate=added, loc=loc)
         else:

@@ -321,9 +321,7 @@ def compile_once(text: str, name: str, backend: str, sizes: dict, dtype: str):
 def unbound_sizes(prog, sizes: dict) -> dict | None:
     """The extents of `sizes` that no input gives and the program needs (the rows of an embedding
     table its gradient writes, E_axis0): what a call passes as sizes=."""
-    bound = {d for axes in prog.checked.input_axes.values() for d in axes}
-    unbound = {d: n for d, n in sizes.items() if d in prog.checked.needed_dims and d not in bound}
-    return unbound or None
+    return {d: sizes[d] for d in prog.unbound_dims if d in sizes} or None
 
 
 def zero_inputs(prog, sizes: dict, dtype: str) -> dict:

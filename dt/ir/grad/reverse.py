@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from dt.dtypes import is_integer
 from dt.errors import DTError
 from dt.ir import algorithm as A
+from dt.ir.check.uses import updates_of
 from dt.ir.grad import rules, schedule
 from dt.ir.grad.rules import add, mul, num
 
@@ -363,6 +364,7 @@ def _masked(access: A.Access, context, own) -> tuple[A.Expr, list[str]]:
 # ------------------------------------------------------------------ 3. emit
 def emit(gradient: Gradient, checked, saved: tuple[str, ...], name: str) -> tuple[str, list[A.FuncDef]]:
     defs = {f.name: f for f in gradient.forward + gradient.backward}
+    updates = updates_of(defs)
     needed, stack = set(), list(gradient.outputs)
     while stack:
         n = stack.pop()
@@ -371,7 +373,7 @@ def emit(gradient: Gradient, checked, saved: tuple[str, ...], name: str) -> tupl
         needed.add(n)
         if n not in saved:
             stack += [e.name for x in defs[n].exprs for e in A.walk(x) if isinstance(e, A.Access) and e.kind == "func"]
-            stack += [u.name for u in defs.values() if u.update is not None and u.update.target == n]
+            stack += updates.get(n, [])
     body = [f for f in gradient.forward + gradient.backward if f.name in needed and f.name not in saved]
     reads = {e.name for f in body for x in f.exprs for e in A.walk(x) if isinstance(e, A.Access)}
     inputs = [x for x in checked.inputs if x in reads] + [s for s in gradient.seeds if s in reads] + \

@@ -114,6 +114,7 @@ def _kernels(body: list[A.FuncDef], outputs: list[str], inlined: set[str]) -> di
 def _shaping(forward: A.Program, forward_roots, f: A.FuncDef, hosts: bool = False) -> list[str]:
     """f's blocks, tiles, warps and stages; `hosts`: reductions are fused into f's kernel, so each
     program takes whole rows (blocked along the last dimension, each block would compute them again)."""
+    stage = _stage(f)
     reduced = list(dict.fromkeys(n.dim for n in A.walk(f.expr) if isinstance(n, A.Reduce)))
     same = next((r for r in forward_roots if forward.func(r).dims == f.dims), None)
     if same is not None:  # its sizes of the dimensions f walks (the forward's tile of k is no tile of num's)
@@ -123,31 +124,31 @@ def _shaping(forward: A.Program, forward_roots, f: A.FuncDef, hosts: bool = Fals
                  dataclasses.replace(c, args=tuple(a for a in c.args if a[0] in walked)) for c in calls]
         calls = [c for c in calls if c.args or c.primitive not in ("block", "tensorize")]
         if calls:
-            return [_statement(_stage(f), c) for c in calls]
+            return [_statement(stage, c) for c in calls]
     if isinstance(f.expr, A.Reduce) and f.expr.op == "dot" and len(f.dims) >= 2:
         *batch, rows, cols = f.dims
         blocks = [(d, 1) for d in batch] + [(rows, PRODUCT_TILE), (cols, PRODUCT_TILE)]
         tiles = [(rows, PRODUCT_TILE), (cols, PRODUCT_TILE), (f.expr.dim, PRODUCT_DEPTH)]
-        return [_call(_stage(f), "block", blocks), _call(_stage(f), "tensorize", tiles),
-                f"{_stage(f)}.num_warps({PRODUCT_WARPS});", f"{_stage(f)}.num_stages({PRODUCT_STAGES});"]
+        return [_call(stage, "block", blocks), _call(stage, "tensorize", tiles),
+                f"{stage}.num_warps({PRODUCT_WARPS});", f"{stage}.num_stages({PRODUCT_STAGES});"]
     if not f.dims:
         return []
     scanned = [n.dim for n in A.walk(f.expr) if isinstance(n, A.Scan)]
     if scanned:  # each program walks the whole scanned dimension (it cannot be blocked)
-        return [_call(_stage(f), "block", [(d, 1) for d in f.dims if d != scanned[0]]),
-                _call(_stage(f), "tensorize", [(scanned[0], WALK_SCAN)])]
+        return [_call(stage, "block", [(d, 1) for d in f.dims if d != scanned[0]]),
+                _call(stage, "tensorize", [(scanned[0], WALK_SCAN)])]
     reads = [e for e in A.walk(f.expr) if isinstance(e, A.Access) and e.subscripts]
     reads = [e for e in reads if e.kind == "input"] or reads  # the inputs' layout decides, else the temporaries'
     innermost = {e.subscripts[-1].dim for e in reads if isinstance(e.subscripts[-1], A.DimRef)}
     if reduced and reduced[0] in innermost:  # along rows in memory: a program a row, walking it
-        return [_call(_stage(f), "block", [(d, 1) for d in f.dims]),
-                _call(_stage(f), "tensorize", [(reduced[0], ROW_WALK)] + [(r, WALK) for r in reduced[1:]])]
+        return [_call(stage, "block", [(d, 1) for d in f.dims]),
+                _call(stage, "tensorize", [(reduced[0], ROW_WALK)] + [(r, WALK) for r in reduced[1:]])]
     *outer, last = f.dims  # across rows (a weight's gradient summed over tokens), or element-wise
     block = COLUMN_BLOCK if reduced else ROW_BLOCK
     if hosts and not reduced and outer:
-        return [_call(_stage(f), "block", [(d, 1) for d in outer]), _call(_stage(f), "tensorize", [(last, block)])]
-    return [_call(_stage(f), "block", [(d, 1) for d in outer] + [(last, block)]),
-            _call(_stage(f), "tensorize", [(last, block)] + [(r, COLUMN_WALK) for r in reduced])]
+        return [_call(stage, "block", [(d, 1) for d in outer]), _call(stage, "tensorize", [(last, block)])]
+    return [_call(stage, "block", [(d, 1) for d in outer] + [(last, block)]),
+            _call(stage, "tensorize", [(last, block)] + [(r, COLUMN_WALK) for r in reduced])]
 
 
 def _call(func: str, primitive: str, sizes) -> str:

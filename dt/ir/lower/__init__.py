@@ -39,10 +39,10 @@ def lower(cp: CheckedProgram, dtypes: dict[str, str]) -> S.Pipeline:
     # kept in the compute dtype: a split's partials, and a Func (not an output) that is the max or min
     # of computed values, which a gradient compares with those values again (ties, `s == mx`): a copy
     # rounded to bf16 would equal none of them
-    exact = (*cp.partials, *(n for n, f in cp.funcs.items() if n not in cp.outputs and isinstance(f.expr, A.Reduce)
-                             and f.expr.op in ("max", "min")))
+    in_compute = (*cp.partials, *(n for n, f in cp.funcs.items() if n not in cp.outputs
+                                  and isinstance(f.expr, A.Reduce) and f.expr.op in ("max", "min")))
     types = Types({**cp.written, **{n: cp.funcs[n] for n in cp.partials}}, {n: input_dtypes.get(n, storage) for n in cp.inputs},
-                  {n: d for n, d in dtypes.items() if n in cp.scalars}, storage, exact, compute)
+                  {n: d for n, d in dtypes.items() if n in cp.scalars}, storage, in_compute, compute)
     types.check_indices(cp.written)
     input_dims = cp.input_axes
     inputs = tuple(S.TensorSpec(n, input_dims[n], input_dtypes.get(n, storage), "input")

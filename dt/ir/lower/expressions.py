@@ -122,11 +122,11 @@ class ExpressionLowering:
         """An update's write of its value over `axes` into its target at its subscripts, each an
         integer tile over the same axes."""
         target = fd.update.target
-        axes_of_target = self.cp.funcs[target].dims
-        subscripts = tuple(self.assign(f"{target}_{axes_of_target[i]}_index", self.fit(self.as_dtype(self.number(s, fd.name, env),
-                                                                                        INDEX), axes), loc=fd.loc)
-                           for i, s in enumerate(fd.update.subscripts))
-        extents = tuple(IVar(size_name(d)) for d in self.cp.funcs[target].dims)
+        target_dims = self.cp.funcs[target].dims
+        subscripts = tuple(self.assign(f"{target}_{d}_index", self.fit(self.as_dtype(self.number(s, fd.name, env), INDEX),
+                                                                       axes), loc=fd.loc)
+                           for d, s in zip(target_dims, fd.update.subscripts))
+        extents = tuple(IVar(size_name(d)) for d in target_dims)
         self.emit(S.Scatter(target, subscripts, extents, value, fd.update.accumulate, fd.loc))
         self.writes[0] = target
 

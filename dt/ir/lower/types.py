@@ -17,8 +17,8 @@ from dt.ir.ops import OPS, REDUCTIONS
 
 class Types:
     def __init__(self, funcs: dict[str, A.FuncDef], input_dtypes: dict[str, str], scalar_dtypes: dict[str, str],
-                 storage: str, partials=(), compute: str | None = None):
-        """`partials`: the Funcs stored in the `compute` dtype (a split's partial results, ...)."""
+                 storage: str, in_compute=(), compute: str | None = None):
+        """`in_compute`: the Funcs stored in the `compute` dtype rather than `storage` (dt.ir.lower)."""
         self.input_dtypes = input_dtypes
         self.scalar_dtypes = scalar_dtypes  # an integer scalar's dtype ('i64'); absent: a float
         self.func_dtypes: dict[str, str] = {}
@@ -26,7 +26,7 @@ class Types:
         for name, f in funcs.items():  # producers first
             kind = self.kind(f.expr)
             self.func_dtypes[name] = f.expr.dtype if isinstance(f.expr, A.Cast) else \
-                "i64" if kind == "int" else compute if name in partials else storage
+                "i64" if kind == "int" else compute if name in in_compute else storage
 
     def kind(self, e: A.Expr) -> str:
         """'int', 'float' or 'bool'."""
