@@ -332,3 +332,12 @@ def test_a_stored_max_equals_the_values_it_was_taken_over(backend, dtype):
         A = A.astype(pytest.importorskip("ml_dtypes").bfloat16)
     assert f"m: {'f32'}[x]" in prog.ir(dtype)
     assert (np.asarray(prog(A=A.astype(np.float32) if dtype == "f32" else A, backend=backend), np.float64) >= 1).all()
+
+
+def test_default_schedule_shares_row_walks_and_schedules_every_kernel():
+    cross_entropy = dt.grad(dt.load(ROOT / "examples" / "llm" / "cross_entropy.dt")).dt_source()
+    assert "row_sum.compute_with(row_max, v);" in cross_entropy  # the online softmax's max and sum in one walk
+    assert "grad_L.block(r:1);" in cross_entropy  # whole rows: the fused row statistics computed once a row
+    assert "grad_L.update().block(r:1);" in cross_entropy  # the update too (the forward's block of r)
+    attention = dt.grad(dt.load(ROOT / "examples" / "llm" / "causal_mha.dt")).dt_source()
+    assert "num.block(b:1, h:1, m:128);" in attention  # the forward's sizes of the dimensions num walks
