@@ -117,6 +117,40 @@ def test_ties_split_the_gradient_as_torch_does():
     np.testing.assert_allclose(got["grad_B"], [[0.5, 0.0, 1.0, 0.0]])
 
 
+SOFTMAX_HEAD = "Func m, e, s, o;\nIn A;\nVar x, y;\nRVar z;\nm[x] = rmax(A[x, z], z);\n"
+
+
+@pytest.mark.parametrize("program, invariant", [
+    ("e[x, y] = exp(A[x, y] - m[x]);\ns[x] = rsum(e[x, z], z);\no[x, y] = e[x, y] / s[x];", True),  # softmax
+    ("e[x, y] = exp((A[x, y] - m[x]) * 0.5);\ns[x] = rsum(where(A[x, z] > 0, e[x, z], 0.0), z);\n"
+     "o[x, y] = e[x, y] / s[x];", True),  # a temperature and a mask
+    ("e[x, y] = A[x, y] - m[x];\ns[x] = log(rsum(exp(e[x, z]), z));\no[x, y] = e[x, y] - s[x];", True),  # log_softmax
+    ("e[x, y] = exp(A[x, y] - m[x]);\ns[x] = rsum(e[x, z], z);\no[x, y] = log(s[x]) + m[x] - A[x, y];", True),
+    ("e[x, y] = exp(A[x, y] - m[x]);\ns[x] = rsum(e[x, z], z);\no[x, y] = e[x, y];", False),  # not normalised
+    ("e[x, y] = exp(A[x, y] - m[x]);\ns[x] = rsum(e[x, z], z);\no[x, y] = e[x, y] / s[x] + m[x];", False),
+    ("e[x, y] = exp(A[x, y] - m[x]);\ns[y] = rsum(e[z, y], z);\no[x, y] = e[x, y] / s[y];", False),  # sums across shifts
+    ("e[x, y] = exp(A[x, y] - m[x]);\ns[x] = rsum(e[x, z] * e[x, z], z);\no[x, y] = e[x, y] / s[x];", False),
+    ("e[x, y] = (A[x, y] - m[x]) * (A[x, y] - m[x]);\ns[x] = rsum(e[x, z], z);\no[x, y] = e[x, y] / s[x];", False),
+])
+def test_a_max_no_output_changes_with_gets_no_gradient(program, invariant):
+    # the adjoint of a softmax's max is exactly 0: dt.grad leaves it out (no ties, no walk for it),
+    # and only where every output is the same for any value of the max
+    prog = dt.loads(SOFTMAX_HEAD + program + "\no.compile();\n")
+    text = dt.grad(prog).dt_source()
+    assert ("m_ties" not in text and "d_m[" not in text) == invariant
+    assert max(gradient_errors(prog, dict(x=6, y=6, z=6)).values()) < 1e-5
+
+
+def test_the_softmax_gradients_of_the_examples_leave_their_max_out():
+    for path, statistic in (("softmax_safe.dt", "_max"), ("llm/cross_entropy.dt", "row_max"),
+                            ("llm/causal_mha.dt", "mx"), ("attention_safe.dt", "mx")):
+        text = dt.grad(dt.load(ROOT / "examples" / path)).dt_source()
+        assert f"{statistic}_ties" not in text and f"d_{statistic}[" not in text, path
+        assert f"{statistic}[" in text, path  # still read: the exponent's shift
+    text = dt.grad(dt.load(ROOT / "examples" / "llm" / "cross_entropy.dt")).dt_source()
+    assert "grad_L[r, v] = d_row_sum[r] * exp(L[r, v] - row_max[r]);" in text  # the textbook softmax - one-hot
+
+
 def test_saved_funcs_are_outputs_of_the_forward_and_inputs_of_the_backward():
     prog = dt.load(ROOT / "examples" / "layernorm.dt")
     forward, backward = dt.grad(prog, save=("mean", "variance"))
@@ -341,3 +375,23 @@ def test_default_schedule_shares_row_walks_and_schedules_every_kernel():
     assert "grad_L.update().block(r:1);" in cross_entropy  # the update too (the forward's block of r)
     attention = dt.grad(dt.load(ROOT / "examples" / "llm" / "causal_mha.dt")).dt_source()
     assert "num.block(b:1, h:1, m:128);" in attention  # the forward's sizes of the dimensions num walks
+
+
+def test_attention_backward_runs_flash_style_without_storing_the_scores():
+    # the derived algorithm with the schedule of the GPU row: each gradient recomputes its tiles of
+    # scores in its loop, skips the tiles above the diagonal (its max, from another kernel, is a
+    # causal row's: finite), and feeds grad_attention to the matrix units unscaled (dvsr applied after)
+    prog = dt.load(ROOT / "benchmarks" / "gpu" / "schedules" / "causal_mha_grad_flash.dt")
+    pipeline = prog.pipeline("bf16")
+    assert not pipeline.temporaries or all(len(t.dims) <= 3 for t in pipeline.temporaries)  # no [b, h, s, s]
+    source = prog.source("triton", "bf16")
+    assert "for m_iter in range(max(0, l_block_start) // 32 * 32," in source  # grad_K's and grad_V's one walk
+    assert "tl.dot(V, grad_attention" in source and "grad_attention / dvsr" not in source
+    assert len(pipeline.kernels) == 3  # the row statistics, grad_Q, grad_K with grad_V
+    sizes = dict(b=1, h=2, m=70, l=70, k=16, n=16)
+    args = random_inputs(prog, sizes, "f32", seed=4)
+    want = dt.grad(dt.load(ROOT / "examples" / "llm" / "causal_mha.dt")).reference(**_float64(args), sizes=sizes)
+    for backend in ("interp", "numba"):
+        got = prog(backend=backend, **args)
+        for name, value in want.items():
+            np.testing.assert_allclose(got[name], value, rtol=2e-4, atol=2e-5 * np.abs(value).max())

@@ -2,6 +2,7 @@
 import itertools
 from importlib.metadata import entry_points
 
+import numpy as np
 import pytest
 
 import dt
@@ -472,3 +473,21 @@ def test_a_producer_of_a_func_computed_with_another_is_computed_only_in_the_loop
     s = a.max(axis=1, keepdims=True) + a.sum(axis=1, keepdims=True)
     expected = (np.exp(a).sum(axis=1) * (a * a).sum(axis=1))[:, None] + a * s
     np.testing.assert_allclose(prog(A=a, backend=backend), expected, rtol=1e-4)
+
+
+@pytest.mark.parametrize("expr", ["rdot(A[x, k] / s[x], B[k, y] * 0.5, k)", "rdot(A[x, k] + s[x], B[k, y], k)"])
+def test_a_products_scales_apply_to_its_result_and_loads_no_step_changes_come_before_the_loop(expr):
+    # s[x] and 0.5 do not vary along k: as factors they apply to the product's result, and the
+    # operands load straight into it; otherwise s's tile (the block's own rows) loads once, before
+    # the loop over k, while A's and B's move with k
+    prog = dt.loads(f"Func o;\nIn A, B, s;\nVar x, y;\nRVar k;\no[x, y] = {expr};\n"
+                    "o.block(x:16, y:16); o.tensorize(x:16, y:16, k:16); o.compile();")
+    source = prog.source("triton", "bf16")
+    before, loop = source.split("for k_iter")
+    assert ("tl.dot(A, B," in loop) == ("/" in expr)
+    assert ("s = tl.load(" in before) == ("+" in expr)  # factored, s is read once, after the loop
+    assert "A = tl.load(" in loop and "B = tl.load(" in loop
+    rng = np.random.default_rng(0)
+    args = dict(A=rng.standard_normal((40, 50)), B=rng.standard_normal((50, 30)), s=rng.uniform(1, 2, 40))
+    for backend in ("interp", "numba"):
+        np.testing.assert_allclose(prog(backend=backend, **args), prog.reference(**args), rtol=1e-5, atol=1e-5)

@@ -107,10 +107,21 @@ def test_what_an_output_cannot_also_be(schedule, message):
         program(cases.RESIDUAL_RMSNORM, "ss.fuse_at(y, t);\n" + schedule)
 
 
-def test_an_output_fused_into_one_kernel_is_not_read_by_another():
-    schedule = "h.fuse_at(y, t);\nh.compile();\ny.compile();"  # ss is a kernel of its own, reading h
-    with pytest.raises(DTScheduleError, match="'ss' also uses it and is not computed inside 'y'"):
+def test_a_func_fused_into_one_kernel_is_read_by_a_later_one_never_an_earlier_one():
+    schedule = "h.fuse_at(y, t);\nh.compile();\ny.compile();"  # ss is a kernel of its own, run first, reading h
+    with pytest.raises(DTScheduleError, match="stored by y's kernel, but 'ss' reads it in ss's kernel, which runs before"):
         program(cases.RESIDUAL_RMSNORM, schedule)
+    # h computed (and stored) in ss's kernel, then loaded by y's, which runs after: output or not
+    args = {"X": normal(9, 40), "R": normal(9, 40), "W": normal(40), "eps": 1e-6}
+    for outputs in ("h.compile();\ny.compile();", "y.compile();"):
+        prog = program(cases.RESIDUAL_RMSNORM, "ss.block(t:2);\nss.tensorize(d:16);\nh.fuse_at(ss, d);\n" + outputs)
+        assert len(prog.checked.kernel_roots) == 2 and prog.checked.stored_fused == ("h",)
+        want = prog.reference(**args)
+        for backend in ("interp", "numba"):
+            got = prog(backend=backend, **args)
+            for name in prog.outputs:
+                np.testing.assert_allclose(got[name] if len(prog.outputs) > 1 else got,
+                                           want[name] if len(prog.outputs) > 1 else want, rtol=1e-5, atol=1e-6)
 
 
 # ---------------------------------------------------------------- outputs the caller provides

@@ -98,3 +98,39 @@ def test_skipping_never_changes_a_result(source, steps, backend):
         assert reduction_steps(prog, m=64, l=64) == steps
     want = prog.reference(**args)
     np.testing.assert_allclose(run_program(prog, backend, **args), want, rtol=1e-4, atol=1e-4)
+
+
+# A max of a causal row computed in a kernel of its own is finite (lane 0 always counts), so a sum
+# of exp(score - max) reading it skips too; a window that can mask a row throughout does not.
+@pytest.mark.parametrize("mask, skips", [("l <= m", True), ("l <= m + 3", True), ("l <= m - 1", False),
+                                          ("l >= m", False)])
+def test_a_causal_max_from_another_kernel_lets_its_readers_skip(mask, skips):
+    prog = dt.loads(f"Func mx, s;\nIn A;\nVar m;\nRVar l;\nmx[m] = rmax(where({mask}, A[m, l], -inf), l);\n"
+                    f"s[m] = rsum(exp(where({mask}, A[m, l], -inf) - mx[m]), l);\n"
+                    "mx.block(m:16); mx.tensorize(m:16, l:16);\ns.block(m:16); s.tensorize(m:16, l:16); s.compile();")
+    kernel = prog.pipeline("f32").kernels[1]
+    sizes, total = {S.size_name("m"): 64, S.size_name("l"): 64}, 0
+    for pid in range(4):
+        names = dict(sizes, pid=pid)
+        for s in kernel.body:
+            if isinstance(s, S.Let):
+                names[s.name] = S.evaluate_index(s.value, names)
+            elif isinstance(s, S.For):
+                total += len(range(S.evaluate_index(s.start, names), S.evaluate_index(s.stop, names), s.step))
+    assert (total < 16) == skips
+    a = normal(64, 64)
+    for backend in ("interp", "numba"):
+        np.testing.assert_allclose(prog(A=a, backend=backend), prog.reference(A=a), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("backend", ["interp", "numba"])
+def test_a_lower_bound_walks_the_cut_tiles_then_the_whole_ones_without_a_where(backend):
+    # grad_K's walk over the rows of a causal key block: m >= l holds on every lane from the tile of
+    # the block's last key on; those tiles need no where, the last one (past the extent) its mask
+    prog = dt.loads(ROWS.format(expr="rsum(where(l >= m, A[m, l], 0.0), l)"))
+    loops = prog.ir().split("for l_iter")[1:]
+    assert len(loops) == 3 and ">=" in loops[0] and ">=" not in loops[1] and ">=" not in loops[2]
+    assert "where" not in loops[1] and "valid(" in loops[2]
+    for m, l in ((64, 64), (50, 70), (70, 37)):
+        a = normal(m, l)
+        np.testing.assert_allclose(prog(A=a, backend=backend), prog.reference(A=a), rtol=1e-5, atol=1e-5)

@@ -281,13 +281,14 @@ def _attention_grad_kernel():
                   # the float64 reference (autograd of the math backend) holds about three score matrices
                   reference_bytes=lambda e: 3 * e["b"] * e["h"] * e["m"] * e["l"] * 8,
                   notes="causal attention's backward, [b, h, s, d]: grad_Q, grad_K, grad_V from grad_attention. "
-                        "dt's derived program (examples/llm/causal_mha.dt, nothing saved: the row max cannot be, "
-                        "an rmax) recomputes the scores, their max and sums and the output, and stores the "
-                        "scores and their gradient ([b, h, s, s] each, the causal half not skipped); dt runs "
-                        "that algorithm with a schedule written by hand (causal_mha_grad_tiled.dt: the derived "
-                        "one takes minutes a call). Eager is flash attention's backward (the aten op autograd calls "
-                        "on an H100) from its forward's saved output and logsumexp, SDPA cuDNN's backward "
-                        "(its saved autograd graph); torch.compile calls the same flash op. TFLOP/s count "
+                        "dt's derived program (examples/llm/causal_mha.dt, nothing saved) recomputes the row max, "
+                        "sum and output; its max gets no gradient (no output changes with it). dt runs that "
+                        "algorithm with a flash-style schedule written by hand (causal_mha_grad_flash.dt: row "
+                        "statistics in three kernels, then grad_K, grad_V and grad_Q each recomputing their tiles "
+                        "of scores, nothing of [b, h, s, s] stored, the tiles above the diagonal skipped). Eager is "
+                        "flash attention's backward (the aten op autograd calls on an H100) from its forward's "
+                        "saved output and logsumexp, SDPA cuDNN's backward (its saved autograd graph); "
+                        "torch.compile calls the same flash op. TFLOP/s count "
                         "flash's five products, half the square each.")
 
 
@@ -323,9 +324,9 @@ BACKWARD_KERNELS: dict[str, Kernel] = {k.name: k for k in [
            torch_saved=_cross_entropy_saved,
            notes="the logits' gradient of F.cross_entropy(reduction='none', ignore_index -100, one target in "
                  "eight): dt's derived program (examples/llm/cross_entropy.dt, nothing saved) recomputes each "
-                 "row's max and sum and adds -grad_loss at the target (an update: atomics), run with a "
-                 "schedule written by hand (cross_entropy_grad_row.dt: in the derived one each of a row's 126 "
-                 "programs walks the whole row four times); eager is what "
+                 "row's max and sum in one walk (its max gets no gradient: no output changes with it), writes "
+                 "the softmax's gradient in a second and adds -grad_loss at the target (an update: atomics), "
+                 "as its default schedule does (one program a row); eager is what "
                  "autograd calls, aten.nll_loss_backward then aten._log_softmax_backward_data, from the "
                  "forward's saved log-softmax; Liger has no backward of its own (its forward writes the "
                  "gradient over the logits, its backward scales it): its column times both."),

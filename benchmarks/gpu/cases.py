@@ -305,12 +305,9 @@ SCHEDULES: list[tuple[str, str | None, str | None, str]] = [
     ("argmax", "r=256, v=50257", None, _S + "argmax_split_16384_4096.dt"),
     ("argmax", "r=1000, v=32000", "bf16", _S + "argmax_1024.dt"),
     ("cumsum", "x=16384, y=1024", None, _S + "cumsum_short_rows.dt"),
-    # derived backwards (backward.py) whose derived schedules repeat work a hundredfold (cross-entropy:
-    # each of a row's 126 programs walks the whole row four times) or run a product in one program
-    # (attention: minutes a call): the algorithms as derived, scheduled by hand (the derived files
-    # are --tune's other candidates)
-    ("cross_entropy_grad", None, None, _S + "cross_entropy_grad_row.dt"),
-    ("causal_mha_grad", None, None, _S + "causal_mha_grad_tiled.dt"),
+    # attention's derived backward stores [b, h, s, s] scores: the algorithm as derived, scheduled by
+    # hand flash-style (the derived file is --tune's other candidate)
+    ("causal_mha_grad", None, None, _S + "causal_mha_grad_flash.dt"),
     # 32-128 heads are too few programs: the cache is split over programs (flash decoding)
     ("decode", "b=1, h=32, l=32768, k=128, d=128", None, "examples/llm/decode_split.dt"),
     ("decode", "b=4, h=32, l=8192, k=128, d=128", None, "examples/llm/decode_split.dt"),

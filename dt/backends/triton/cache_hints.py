@@ -8,8 +8,10 @@ another site, asks L2 to keep its lines (`evict_last`), and the last such load l
 go (`evict_first`). Only tiles private to the program and streamed get hints: a load whose
 indices include a dimension the program id selects reads lines no other program reads, and
 one whose indices advance with every loop around it reads each line once per site. Shared
-tiles (a weight vector, a matmul operand) and tiles a loop reads again (the query block of
-two-pass attention) are left to the cache's own policy.
+tiles (a weight vector, a matmul operand) and tiles a loop reads again (an operand of a loop
+nested in another it does not advance with) are left to the cache's own policy; two-pass
+attention's query block is loaded once before each pass (dt.ir.lower.invariant_loads): kept,
+then released.
 """
 from __future__ import annotations
 

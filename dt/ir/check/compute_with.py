@@ -27,7 +27,7 @@ def shared_loops(funcs, schedules, fused, dim_kinds) -> dict[tuple[str, str], tu
             loops[key] = loops.get(key, ()) + (n,)
     for (owner, dim), members in loops.items():
         for n in members:
-            _check_shared_dims(n, owner, funcs, schedules)
+            _check_shared_dims(n, owner, funcs, schedules, fused)
             _check_shared_tile(n, owner, dim, schedules, fused)
         _check_shared_loop(owner, dim, members, funcs, schedules)
         _check_other_loops(owner, dim, members, loops, funcs, schedules)
@@ -75,12 +75,21 @@ def _check_compute_with(func, sibling, dim, funcs, schedules, fused, dim_kinds):
         raise DTScheduleError(f"'{func}' reduces over '{dim}' inside its reduction over '{nested[0].dim}', "
                               f"so that reduction cannot share '{sibling}''s loop", nested[0].loc,
                               "compute the inner reduction in a Func of its own")
+    if _hosts(func, sibling, funcs, fused):
+        return
     if func not in fused or fused.get(func) != fused.get(sibling):
         where = lambda n: f"fused at '{fused[n][0]}''s loop over '{fused[n][1]}'" if n in fused else "computed at root"
         places = ("both are computed at root, each in a kernel of its own" if func not in fused and sibling not in fused
                   else f"'{func}' is {where(func)} and '{sibling}' is {where(sibling)}")
         raise DTScheduleError(f"'{func}' is computed with '{sibling}', so both must be fused at the same loop; "
                               f"{places}", loc, hint)
+
+
+def _hosts(func, sibling, funcs, fused) -> bool:
+    """Whether sibling is fused into func's own kernel at func's innermost dimension, where all of
+    func's tiles are in scope: there, sibling's loop accumulates func's reductions too (attention's
+    grad_V, fused at grad_K's loop over k, walks the rows once for both)."""
+    return func not in fused and fused.get(sibling) == (func, funcs[func].dims[-1])
 
 
 def _loop_owner(func, schedules) -> str:
@@ -100,12 +109,13 @@ def _loop_owner(func, schedules) -> str:
     return chain[-1]
 
 
-def _check_shared_dims(func, owner, funcs, schedules):
+def _check_shared_dims(func, owner, funcs, schedules, fused):
     """A Func accumulated in owner's loop is computed over owner's tiles: its dimensions are
-    among owner's (owner is its sibling, or the end of its chain of compute_with)."""
+    among owner's (owner is its sibling, or the end of its chain of compute_with), or owner is
+    fused into func's own kernel where all of func's tiles are in scope."""
     sibling = schedules[func].compute_with[0]
     extra = [d for d in funcs[func].dims if d not in funcs[owner].dims]
-    if extra:
+    if extra and not _hosts(func, owner, funcs, fused):
         through = f" (whose loop '{sibling}' shares)" if owner != sibling else ""
         fix = (f"compute {sibling} with {func} instead, if {sibling}'s dimensions are a subset of {func}'s"
                if owner == sibling else f"compute {func} with a Func that has dimension '{extra[0]}', or remove the "

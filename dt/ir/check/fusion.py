@@ -89,8 +89,15 @@ def check_fused_uses(cp: CheckedProgram):
                                   f"fused into {consumer}'s kernel is stored from there")
         loops = _loops_of(cp.funcs, consumer)
         level = loops.index(dim)
-        if producer in cp.stored_partials:  # stored where it is computed, read from memory elsewhere
-            users = [n for n in users if cp.root_of(n) == cp.root_of(producer)]
+        if producer in cp.stored_fused:  # stored where it is computed, read from memory elsewhere
+            host = cp.root_of(producer)
+            for user in users:
+                if cp.kernel_roots.index(cp.root_of(user)) < cp.kernel_roots.index(host):
+                    raise DTScheduleError(f"'{producer}' is fused into '{consumer}' and stored by {host}'s kernel, "
+                                          f"but '{user}' reads it in {cp.root_of(user)}'s kernel, which runs before",
+                                          loc, f"compute {producer} at root (remove its fuse_at), or fuse it into "
+                                               f"a kernel that runs before {cp.root_of(user)}'s")
+            users = [n for n in users if cp.root_of(n) == host]
         for user in users:
             # Walk from the user up to the consumer, finding the consumer loop the use sits in.
             chain = user

@@ -155,10 +155,12 @@ class CheckedProgram:
         return result
 
     @cached_property
-    def stored_partials(self) -> frozenset[str]:
-        """The partials of a split fused into a kernel and read by another (the combination): the
-        kernel computing them stores them, as it stores an output fused into it."""
-        return frozenset(p for p in self.partials if p in self.fused and any(
+    def stored_fused(self) -> tuple[str, ...]:
+        """The Funcs fused into a kernel and read by another (a split's partials, read by their
+        combination; a gradient's row statistics, computed in one kernel and read by the next):
+        the kernel computing them stores them, as it stores an output fused into it, and the
+        others load them."""
+        return tuple(p for p in self.funcs if p in self.fused and any(  # in the order of the Funcs: generated code is stable
             u.name == p for f in self.funcs if self.root_of(f) != self.root_of(p) for u in uses(self.funcs[f].expr)))
 
     def root_of(self, func: str) -> str:

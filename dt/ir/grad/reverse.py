@@ -10,7 +10,8 @@ The passes, each a function below:
    dt.ir.grad.rules to the accesses it reads; what reaches an access is summed over the
    dimensions the access lacks (`rsum(..., x)`: a broadcast's gradient) and sent to that Func or
    input. `rsum` sends its adjoint to every element, `rdot` is a sum of products, `rmax`/`rmin`
-   split it evenly among the elements equal to the result (as torch.amax).
+   split it evenly among the elements equal to the result (as torch.amax). A Func no output
+   changes with (a softmax's max: dt.ir.grad.shift) gets nothing: its adjoint is exactly 0.
 3. `emit`: declarations, the forward Funcs the gradients read (recomputed, or inputs when
    saved), the adjoints, and `grad_X.compile();` for each input X.
 """
@@ -23,6 +24,7 @@ from dt.errors import DTError
 from dt.ir import algorithm as A
 from dt.ir.check.uses import updates_of
 from dt.ir.grad import rules, schedule
+from dt.ir.grad.shift import shift_invariant
 from dt.ir.grad.rules import add, mul, num
 
 # Reductions through which gradients flow; the arg-reductions give integers (no gradient).
@@ -125,7 +127,9 @@ def hoist(funcs: list[A.FuncDef], fresh) -> list[A.FuncDef]:
 # ------------------------------------------------------------------ 2. reverse
 def reverse(gradient: Gradient, checked, wrt: tuple[str, ...], of: tuple[str, ...]):
     defs = {f.name: f for f in gradient.forward}
+    # a softmax's max: no output changes with it, so nothing is sent to it (its adjoint is 0)
     active = _active(gradient.forward, set(wrt))
+    active -= shift_invariant(_in_order(defs, of), of, active)
     sent: dict[str, list[A.Expr]] = {}  # Func or input -> expressions over its own dims, summed
     for out in of:
         if out in active:

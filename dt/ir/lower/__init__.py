@@ -9,9 +9,12 @@ One kernel per Func computed at root. In each kernel:
   loop's tile comes into scope, over the current tiles of the dimensions bound there and the
   whole extent of its other pure dimensions; it is never written to memory.
 
-`lower` sets the dtypes (dtypes), names the launcher, the kernels and their parameters
+`lower` takes the scales of products' operands out of the products (product_scales), sets the
+dtypes (dtypes), names the launcher, the kernels and their parameters
 (dt.ir.naming), lowers each kernel (kernel.KernelLowering: grid, loops, expressions, reductions,
-online_statistics), turns axes of one always-valid lane into offsets (scalar_axes), splits the
+online_statistics), turns axes of one always-valid lane into offsets (scalar_axes), loads what
+no step of a loop changes before it (invariant_loads) and a tile loaded again from the first
+load (shared_loads), splits the
 expressions too deep for generated code (dt.ir.nesting), and last checks the result against the
 IR's invariants (dt.ir.verify).
 """
@@ -23,8 +26,11 @@ from dt.ir import naming
 from dt.ir import scheduled as S
 from dt.ir.check.program import CheckedProgram
 from dt.ir.lower.dtypes import compute_dtype_of, promote
+from dt.ir.lower.invariant_loads import hoist_invariant_loads
 from dt.ir.lower.kernel import KernelLowering
+from dt.ir.lower.product_scales import factor_product_scales
 from dt.ir.lower.scalar_axes import squeeze_scalar_axes
+from dt.ir.lower.shared_loads import share_repeated_loads
 from dt.ir.lower.types import Types
 from dt.ir.nesting import split_deep_expressions
 from dt.ir.verify import verify
@@ -32,6 +38,7 @@ from dt.ir.verify import verify
 
 def lower(cp: CheckedProgram, dtypes: dict[str, str]) -> S.Pipeline:
     """The pipeline for inputs of `dtypes` (by input name; an integer scalar's name maps to 'i64')."""
+    cp = factor_product_scales(cp)
     input_dtypes = {n: d for n, d in dtypes.items() if n not in cp.scalars}
     storage = promote(d for n, d in input_dtypes.items() if n in cp.inputs and not is_integer(d))
     compute = compute_dtype_of(storage)
@@ -50,7 +57,7 @@ def lower(cp: CheckedProgram, dtypes: dict[str, str]) -> S.Pipeline:
     defined = {**cp.funcs, **cp.inlined_outputs}
     outputs = tuple(S.TensorSpec(n, defined[n].dims, types.func_dtypes[n], "output") for n in cp.outputs)
     temporaries = tuple(S.TensorSpec(n, cp.funcs[n].dims, types.func_dtypes[n], "temporary")
-                        for n in cp.kernel_roots + tuple(cp.stored_partials)
+                        for n in cp.kernel_roots + cp.stored_fused
                         if n not in cp.outputs and cp.funcs[n].update is None)  # an update writes into another
     # the declared dimensions the kernels use, then the axes of inputs no dimension spans (E_axis0)
     sizes = tuple(d for d in cp.dim_kinds if d in cp.needed_dims or d in cp.chunk_dims) + \
@@ -64,9 +71,9 @@ def lower(cp: CheckedProgram, dtypes: dict[str, str]) -> S.Pipeline:
                                        (t.name for t in inputs + temporaries + outputs))
     taken = set(kernel_names.values()) | global_names.all()
     stored: set[str] = set()  # the inlined outputs a kernel has stored: the first to compute one does
-    kernels = tuple(squeeze_scalar_axes(KernelLowering(cp, root, compute, storage, kernel_names[root], taken,
-                                                       types, stored).lower())
-                    for root in cp.kernel_roots)
+    kernels = tuple(share_repeated_loads(hoist_invariant_loads(squeeze_scalar_axes(KernelLowering(
+        cp, root, compute, storage, kernel_names[root], taken, types, stored).lower())))
+        for root in cp.kernel_roots)
     pipeline = S.Pipeline(launcher, inputs, scalars, sizes, temporaries, outputs, kernels, compute, global_names,
                           cp.program.file, tuple((d, split, chunk) for d, (split, chunk) in cp.chunk_dims.items()))
     return verify(split_deep_expressions(pipeline))

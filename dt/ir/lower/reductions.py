@@ -30,6 +30,19 @@ class ReductionLowering:
         if shared is not None:
             return self.rank_indices(e, shared) if e.slot else shared
         siblings = self.siblings(e, func)
+        # the same reduction over the same tiles, already computed in scope (attention's scores,
+        # inlined into both grad_K's and grad_V's operands in their shared loop): its result
+        key = ("reduce", A.expr_text(e), tuple((d, env.get(d)) for d in sorted(A.free_dims(e))))
+        if not siblings and not e.slot:
+            known = self.lookup(key)
+            if known is not None:
+                return known
+        acc = self._reduction(e, func, env, siblings)
+        if not siblings and not e.slot:
+            self.scopes[-1][key] = acc
+        return acc
+
+    def _reduction(self, e: A.Reduce, func: str, env, siblings):
         # a loop that accumulates several Funcs' reductions, or one of several Funcs' loops over the
         # same dim, names each accumulator after its Func (`y_mean_accumulator`, `y_variance_accumulator`)
         named = siblings or len(self.walking_funcs.get(e.dim, ())) > 1
@@ -73,7 +86,10 @@ class ReductionLowering:
         def body(start, size, limit):
             env2 = {**env, e.dim: self.axis(e.dim, start, size, limit, env, e.loc)}
             for f in in_loop:
-                self.emit_fused(f, e.dim, env2)
+                # producers fused at f's reduction loop over the dim; not those at f's pure loop of
+                # that name, which an inlined reduction's dim may shadow (grad_K[.., k] reading scores)
+                if e.dim not in self.cp.funcs[f].dims:
+                    self.emit_fused(f, e.dim, env2)
             ax = env2[e.dim]
             tile_sums = {}
             if m2s:
@@ -110,16 +126,15 @@ class ReductionLowering:
         else:
             start, split, stop, holds, exact = self.walked(e, [r for _, r in siblings], env, tile, exp_sums,
                                                            in_loop)
-            if split is not None:  # the tiles the condition keeps whole: no where, no mask
-                var = self.fresh(f"{e.dim}_iter")
-                self.known_true = [holds]
-                self.loop(var, split, tile, e.dim, "reduction", e.loc, lambda: body(IVar(var), tile, None), start)
-                self.known_true = []
+            if isinstance(split, tuple):  # a lower bound: the cut tiles first, then the whole ones, then the last
+                split, whole_end = split
+                self.walk(e, start, split, tile, exact, rng.end if tile > 1 else None, body)
+                self.walk(e, split, whole_end, tile, [holds], None, body)
+                start, exact = whole_end, [holds]
+            elif split is not None:  # the tiles the condition keeps whole: no where, no mask
+                self.walk(e, start, split, tile, [holds], None, body)
                 start = split
-            var = self.fresh(f"{e.dim}_iter")
-            self.known_true = exact
-            self.loop(var, stop, tile, e.dim, "reduction", e.loc,
-                      lambda: body(IVar(var), tile, rng.end if tile > 1 else None), start)
+            self.walk(e, start, stop, tile, exact, rng.end if tile > 1 else None, body)
         self.known_true = outer
         for _, r, r_acc in updates:
             if r is not e:
@@ -140,6 +155,14 @@ class ReductionLowering:
                     self.shared_reductions[id(r)] = r_acc
         return self.rank_indices(e, acc) if e.slot else acc
 
+    def walk(self, e: A.Reduce, start, stop, tile: int, known: list, limit, body):
+        """One loop over tiles of e.dim from start to stop, where the conditions `known` hold on every
+        lane (no where for them) and lanes are valid below `limit` (None: all are)."""
+        var = self.fresh(f"{e.dim}_iter")
+        self.known_true = known
+        self.loop(var, stop, tile, e.dim, "reduction", e.loc, lambda: body(IVar(var), tile, limit), start)
+        self.known_true = []
+
     def walked(self, e: A.Reduce, siblings: list[A.Reduce], env, tile: int, shifts, funcs):
         """(start, split, stop, condition, exact) of the loop over e.dim accumulating the reductions of
         `funcs`: the whole extent, or only the tiles an index condition on a dimension of the block
@@ -147,16 +170,21 @@ class ReductionLowering:
         (dt.ir.lower.skipping). A causal condition alone (an upper bound) also splits the walk:
         tiles from start to `split` hold it on every lane (and lie inside the extent), so a loop of
         their own drops the where and the masks, as FlashAttention's causal kernels do; None: no
-        split. `exact`: the conditions whose bounds fall on tile boundaries, for one index of the
+        split. A lower bound alone (`m >= l`: a causal key block's walk over the rows) splits it the
+        other way: `split` is then (the first tile holding it on every lane, the end of the whole tiles
+        inside the extent), the cut tiles walked first. `exact`: the conditions whose bounds fall on tile boundaries, for one index of the
         dimension compared with (a split's chunk, `l >= l_chunk * 1024`, in tiles of 256): they
         hold on every lane walked, so the loop needs no where for them. An output computed in the
         loop keeps the whole walk, in one loop: every tile of it is stored, once."""
         start, stop = IConst(0), IVar(size_name(e.dim))
         if self.stores_in_loop(funcs, [e, *siblings]):
             return start, None, stop, None, []
-        uppers, lowers, exact = [], 0, []
+        uppers, lowers, exact = [], [], []
         reductions = [e, *siblings]
-        pure = {d for d in env if d != e.dim and self.cp.dim_kinds.get(d) == "Var"}
+        # the block's dimensions: Vars, and the Func's own dimensions (a gradient's mx[b, h, m] is
+        # over m, which its grad_K reduces over and so declares an RVar)
+        own = self.cp.funcs[funcs[0]].dims if funcs and funcs[0] in self.cp.funcs else ()
+        pure = {d for d in env if d != e.dim and (self.cp.dim_kinds.get(d) == "Var" or d in own)}
         shifts = frozenset(shifts)
         for cond in skipping.conditions(reductions, self.cp.funcs, e.dim, pure):
             if not all(skipping.vanishes(r, cond, self.cp.funcs, shifts) for r in reductions):
@@ -173,7 +201,14 @@ class ReductionLowering:
             else:  # from the tile holding scale * the block's first index + offset
                 first = IBin("max", IConst(0), iadd(imul(ax.start, scale) if scale != 1 else ax.start, offset))
                 start = imul(ifloordiv(first, tile), tile)
-                lowers += 1
+                lowers.append((cond, ax, offset, scale))
+        if len(lowers) == 1 and not uppers and lowers[0][3] == 1:
+            cond, ax, offset, _ = lowers[0]
+            end = ax.limit if ax.limit is not None else iadd(ax.start, ax.size)
+            # tiles from the one at or after the block's last index + offset hold it on every lane
+            whole = imul(ifloordiv(iadd(IBin("max", start, iadd(end, offset - 1)), tile - 1), tile), tile)
+            split = imin(whole, stop)
+            return start, (split, IBin("max", split, imul(ifloordiv(stop, tile), tile))), stop, cond, exact
         if len(uppers) != 1 or lowers or uppers[0][3] != 1:
             return start, None, stop, None, exact
         cond, ax, offset, _ = uppers[0]
@@ -183,12 +218,12 @@ class ReductionLowering:
         return start, split, stop, cond, exact
 
     def stores_in_loop(self, funcs, reductions) -> bool:
-        """Whether the loop accumulating `reductions` (of `funcs`) computes an output it stores: an
-        inlined one in their operands, or one fused, itself or through the Funcs it is fused into,
-        at a reduction loop of one of `funcs`."""
+        """Whether the loop accumulating `reductions` (of `funcs`) computes an output (or another
+        Func it stores for other kernels) it stores: an inlined one in their operands, or one fused,
+        itself or through the Funcs it is fused into, at a reduction loop of one of `funcs`."""
         if any(isinstance(n, A.Stored) for r in reductions for n in A.walk(r)):
             return True
-        for placed in self.cp.outputs:
+        for placed in (*self.cp.outputs, *self.cp.stored_fused):
             while placed in self.cp.fused:
                 placed, dim = self.cp.fused[placed]
                 if placed in funcs and dim not in self.cp.funcs[placed].dims:

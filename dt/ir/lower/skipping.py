@@ -11,7 +11,8 @@ reduction of the loop provably receives its identity on the lanes the condition 
 (`masked_value`), so skipping never changes a result; lanes of the tiles walked are masked as
 before. The condition compares the reduced dimension with a pure dimension of the block plus an
 integer constant (`l <= m`, `l < m + 1`, `l >= m - 255`). A factor other than the masked one is
-taken as finite: exp(-inf) * V is 0 whatever V holds, as FlashAttention assumes too.
+taken as finite: exp(-inf) * V is 0 whatever V holds, as FlashAttention assumes too; so is a
+causal row's max, computed in another kernel (`_finite_max`).
 """
 from __future__ import annotations
 
@@ -112,11 +113,30 @@ def masked_value(e: A.Expr, cond: A.Expr, funcs, dim: str, shifts=frozenset()) -
             return ZERO
         # -inf shifted by the loop's running max (-inf only on a row masked throughout, which gets NaN
         # either way), or scaled by a positive constant
-        if a == NEG_INF and e.op == "-" and isinstance(e.b, A.Access) and e.b.name in shifts:
+        if a == NEG_INF and e.op == "-" and isinstance(e.b, A.Access) and (e.b.name in shifts or
+                                                                         _finite_max(e.b, funcs)):
             return NEG_INF
         if a == NEG_INF and e.op in ("*", "/") and _positive(e.b):
             return NEG_INF
     return None
+
+
+def _finite_max(e: A.Access, funcs) -> bool:
+    """Whether e reads a max, computed anywhere, of rows that are never masked throughout: an
+    rmax over r of `where(r <= m + c, x, -inf)` with c >= 0 (m a dimension: lane 0 of r always
+    counts) and x free of -inf, as a causal softmax's max. With finite inputs it is finite, so
+    exp(-inf - max) is 0 (a gradient's recomputed max, read by its own kernel)."""
+    f = funcs.get(e.name) if e.kind == "func" else None
+    if f is None or not (isinstance(f.expr, A.Reduce) and f.expr.op == "max"):
+        return False
+    r, body = f.expr.dim, f.expr.args[0]
+    while _own_dims(body, funcs):
+        body = funcs[body.name].expr
+    if not isinstance(body, A.Where) or _constant(body.b) != NEG_INF or \
+            any(_constant(n) == NEG_INF for n in A.walk(body.a)):
+        return False
+    bound = index_bound(body.cond, r, set(f.dims))
+    return bound is not None and bound[0] == "upper" and bound[2] >= 0
 
 
 def _constant(e: A.Expr) -> str | None:

@@ -1,0 +1,84 @@
+"""Scales taken out of products: `rdot(a[m, n] / s[m], b[l, n], n)` is `rdot(a, b, n) / s[m]`.
+
+A factor of an operand that does not vary along the reduced dimension (a row's normaliser, a
+weight's per-channel scale, a constant) multiplies every term of the sum alike, so it applies
+once to the result instead of to every element of the operand's tile: the operand then loads
+straight into the matrix units in its stored dtype (no float32 division and conversion per tile,
+no rounding of the scaled value to that dtype), as attention's backward does with its
+`grad_attention / dvsr` and an int8 weight's dequantisation does with its scale. A factor that
+does vary along the reduced dimension moves from a tensor read to the other operand, where that
+one is computed anyway (`_onto_computed`). Applied to the
+lowering's copy of the algorithm only: the reference computes what the program says.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from dt.ir import algorithm as A
+from dt.ir.check.program import CheckedProgram
+
+
+def factor_product_scales(cp: CheckedProgram) -> CheckedProgram:
+    funcs = {n: dataclasses.replace(f, expr=_factored(f.expr)) for n, f in cp.funcs.items()}
+    return dataclasses.replace(cp, funcs=funcs)
+
+
+def _factored(e: A.Expr) -> A.Expr:
+    """e with each product's scales outside it; subtrees with none are kept, shared as they were."""
+    def step(e):
+        kids = () if isinstance(e, A.Access) else A.children(e)
+        new = []
+        for k in kids:
+            new.append((yield k))
+        if any(n is not k for n, k in zip(new, kids)):
+            e = A.rebuild(e, tuple(new))
+        return _factor(e) if isinstance(e, A.Reduce) and e.op == "dot" else e
+    return A.recurse(step, e)
+
+
+def _factor(e: A.Reduce) -> A.Expr:
+    cores, scales = [], []
+    for x in e.args:
+        core, found = _peeled(x, e.dim)
+        cores.append(core)
+        scales += found
+    cores = _onto_computed(cores, e.dim)
+    if not scales and all(c is x for c, x in zip(cores, e.args)):
+        return e
+    out: A.Expr = A.Reduce(e.op, tuple(cores), e.dim, e.loc, e.dim_loc, e.dim_decl, e.slot)
+    for op, s in scales:
+        out = A.Binary(op, out, s)
+    return out
+
+
+def _onto_computed(operands: list[A.Expr], dim: str) -> list[A.Expr]:
+    """A factor of a tensor read (`grad_attention[m, n] / dvsr[m]`, varying along the reduced m)
+    moved onto the other operand where that one is computed anyway and spans the factor's
+    dimensions (`exp(s[m, l] - mx[m]) / dvsr[m]`): the read then loads straight into the product."""
+    a, b = operands
+    for i, (x, other) in enumerate(((a, b), (b, a))):
+        if not (isinstance(x, A.Binary) and x.op in ("*", "/") and isinstance(x.a, A.Access)):
+            continue
+        if isinstance(other, A.Access) or not A.free_dims(x.b) <= A.free_dims(other) \
+                or any(isinstance(n, A.Access) and n.kind == "input" and n.dims is None for n in A.walk(x.b)):
+            continue
+        # as a product, `other * (1 / s)`: a masked lane's 0 then still zeroes the term (skipping)
+        factor = x.b if x.op == "*" else A.Binary("/", A.Num(1.0), x.b)
+        moved = A.Binary("*", other, factor)
+        return [x.a, moved] if i == 0 else [moved, x.a]
+    return operands
+
+
+def _peeled(x: A.Expr, dim: str) -> tuple[A.Expr, list[tuple[str, A.Expr]]]:
+    """(x without the factors that do not vary along dim, those factors as (op, factor))."""
+    found = []
+    while isinstance(x, A.Binary) and x.op in ("*", "/"):
+        if dim not in A.free_dims(x.b) and dim in A.free_dims(x.a):
+            found.append((x.op, x.b))
+            x = x.a
+        elif x.op == "*" and dim not in A.free_dims(x.a) and dim in A.free_dims(x.b):
+            found.append(("*", x.a))
+            x = x.b
+        else:
+            break
+    return x, found
