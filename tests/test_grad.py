@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 import dt
 from dt import backends
+from dt.ir import scheduled as S
 from dt.testing import random_inputs
 from strategies import batched, elementwise, indexed, matmul, row_reduction, two_matmuls
 
@@ -375,6 +376,19 @@ def test_default_schedule_shares_row_walks_and_schedules_every_kernel():
     assert "grad_L.update().block(r:1);" in cross_entropy  # the update too (the forward's block of r)
     attention = dt.grad(dt.load(ROOT / "examples" / "llm" / "causal_mha.dt")).dt_source()
     assert "num.block(b:1, h:1, m:128);" in attention  # the forward's sizes of the dimensions num walks
+
+
+def test_a_sums_constant_factors_go_outside_it_and_softmaxs_gradient_sum_joins_the_online_walk():
+    backward = dt.grad(dt.load(ROOT / "examples" / "softmax_safe.dt"))
+    text = backward.dt_source()
+    assert "d__sum[x] = -(rdot(grad__softmax[x, y], exp(A[x, y] - _max[x]), y) / (_sum[x] * _sum[x]));" in text
+    assert "d__sum.compute_with(_max, y);" in text
+    assert "grad_A.block(x:1);" in text and "grad_A.tensorize(y:4096);" in text  # a row a program, one tile up to 4096
+    kernel = backward.pipeline("f32").kernels[0]
+    assert len(backward.pipeline("f32").kernels) == 1
+    assert sum(isinstance(s, S.For) for s in kernel.body) == 2  # max, sum and d__sum in one walk; the write
+    layernorm = dt.grad(dt.load(ROOT / "examples" / "layernorm.dt")).dt_source()
+    assert "rsum(grad_layernorm[x, y] * W[y] * (A[x, y] - mean[x]), y) * -0.5 *" in layernorm
 
 
 def test_attention_backward_runs_flash_style_without_storing_the_scores():

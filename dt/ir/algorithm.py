@@ -370,6 +370,22 @@ def signed_terms(e: Expr) -> list[tuple[int, Expr]]:
     return terms
 
 
+def constant_factors(e: Expr, dim: str) -> tuple[Expr, list[tuple[str, Expr]]]:
+    """(e without its outer factors that do not vary along `dim`, those factors as ('*' or '/',
+    factor), outermost first): `g * W[y] / s[x]` along y is (g * W[y], [('/', s[x])])."""
+    found = []
+    while isinstance(e, Binary) and e.op in ("*", "/"):
+        if dim not in free_dims(e.b) and dim in free_dims(e.a):
+            found.append((e.op, e.b))
+            e = e.a
+        elif e.op == "*" and dim not in free_dims(e.a) and dim in free_dims(e.b):
+            found.append(("*", e.a))
+            e = e.b
+        else:
+            break
+    return e, found
+
+
 def binding_dim(subscript: Expr, dim_kinds: dict[str, str]) -> str | None:
     """The dimension a subscript binds to its tensor axis's extent: `d`, or `d` plus or minus
     terms without pure dimensions (`x + 1`, `t - j` with `j` a reduction dimension, bound

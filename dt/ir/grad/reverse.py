@@ -295,12 +295,34 @@ def _send(gradient: Gradient, sent: dict, access: A.Access, g: A.Expr, context, 
     if product is not None and extra:
         g = A.Reduce("dot", product, extra.pop())
     for d in reversed(extra):
-        g = A.Reduce("sum", (g,), d)
+        g = _sum_over(g, d)
     if tuple(dims) != tuple(own):  # read at other names or in another order: a Func at its own, read at ours
         name = gradient.fresh(f"d_{access.name}_at_{'_'.join(dims)}")
         gradient.backward.append(A.FuncDef(name, dims, g))
         g = _read(name, own)
     sent.setdefault(access.name, []).append(g)
+
+
+def _sum_over(g: A.Expr, d: str) -> A.Expr:
+    """rsum(g, d) with g's factors that do not vary along d outside it: softmax's
+    `-(rdot(grad, exp(A - _max), y) / (_sum * _sum))` — a sum of products written as rdot where one
+    factor is a shifted exponential, the form the online softmax's walk accumulates (compute_with)
+    — and a product less a lane."""
+    negated = isinstance(g, A.Unary) and g.op == "neg"
+    core, factors = A.constant_factors(g.x if negated else g, d)
+    if isinstance(core, A.Binary) and core.op == "*" and any(_shifted_exp(x) for x in (core.a, core.b)):
+        out: A.Expr = A.Reduce("dot", (core.a, core.b), d)  # rdot(v, exp(e - mx)): the form compute_with takes
+    else:
+        out = A.Reduce("sum", (core,), d)
+    for op, factor in reversed(factors):
+        out = mul(out, factor) if op == "*" else rules.div(out, factor)
+    return rules.neg(out) if negated else out
+
+
+def _shifted_exp(e: A.Expr) -> bool:
+    """e is exp(x - f[...]), an exponential shifted by a Func (a softmax's numerator)."""
+    return isinstance(e, A.Unary) and e.op == "exp" and isinstance(e.x, A.Binary) and e.x.op == "-" \
+        and isinstance(e.x.b, A.Access) and e.x.b.kind == "func"
 
 
 def _shift(subscript: A.Expr, context, axis: str) -> tuple[str, A.Expr | None] | None:

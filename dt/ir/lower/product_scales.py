@@ -7,8 +7,8 @@ straight into the matrix units in its stored dtype (no float32 division and conv
 no rounding of the scaled value to that dtype), as attention's backward does with its
 `grad_attention / dvsr` and an int8 weight's dequantisation does with its scale. A factor that
 does vary along the reduced dimension moves from a tensor read to the other operand, where that
-one is computed anyway (`_onto_computed`). Applied to the
-lowering's copy of the algorithm only: the reference computes what the program says.
+one is computed anyway (`_onto_computed`). Applied to the lowering's copy of the algorithm only:
+the reference computes what the program says.
 """
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ def _factored(e: A.Expr) -> A.Expr:
 def _factor(e: A.Reduce) -> A.Expr:
     cores, scales = [], []
     for x in e.args:
-        core, found = _peeled(x, e.dim)
+        core, found = A.constant_factors(x, e.dim)
         cores.append(core)
         scales += found
     cores = _onto_computed(cores, e.dim)
@@ -59,26 +59,10 @@ def _onto_computed(operands: list[A.Expr], dim: str) -> list[A.Expr]:
     for i, (x, other) in enumerate(((a, b), (b, a))):
         if not (isinstance(x, A.Binary) and x.op in ("*", "/") and isinstance(x.a, A.Access)):
             continue
-        if isinstance(other, A.Access) or not A.free_dims(x.b) <= A.free_dims(other) \
-                or any(isinstance(n, A.Access) and n.kind == "input" and n.dims is None for n in A.walk(x.b)):
+        if isinstance(other, A.Access) or not A.free_dims(x.b) <= A.free_dims(other):
             continue
         # as a product, `other * (1 / s)`: a masked lane's 0 then still zeroes the term (skipping)
         factor = x.b if x.op == "*" else A.Binary("/", A.Num(1.0), x.b)
         moved = A.Binary("*", other, factor)
         return [x.a, moved] if i == 0 else [moved, x.a]
     return operands
-
-
-def _peeled(x: A.Expr, dim: str) -> tuple[A.Expr, list[tuple[str, A.Expr]]]:
-    """(x without the factors that do not vary along dim, those factors as (op, factor))."""
-    found = []
-    while isinstance(x, A.Binary) and x.op in ("*", "/"):
-        if dim not in A.free_dims(x.b) and dim in A.free_dims(x.a):
-            found.append((x.op, x.b))
-            x = x.a
-        elif x.op == "*" and dim not in A.free_dims(x.a) and dim in A.free_dims(x.b):
-            found.append(("*", x.a))
-            x = x.b
-        else:
-            break
-    return x, found
