@@ -409,3 +409,19 @@ def test_attention_backward_runs_flash_style_without_storing_the_scores():
         got = prog(backend=backend, **args)
         for name, value in want.items():
             np.testing.assert_allclose(got[name], value, rtol=2e-4, atol=2e-5 * np.abs(value).max())
+
+
+def test_an_input_reaching_the_outputs_only_through_a_max_they_do_not_change_with_gets_zeros():
+    prog = dt.loads("Func m, e, o;\nIn A, B;\nVar x, y;\nRVar z;\nm[x] = rmax(B[x, z], z);\n"
+                    "e[x, y] = exp(A[x, y] - m[x]);\no[x, y] = e[x, y] / rsum(e[x, z], z);\no.compile();\n")
+    rng = np.random.default_rng(0)
+    got = dt.grad(prog)(backend="interp", A=rng.standard_normal((3, 4)), B=rng.standard_normal((3, 4)),
+                        grad_o=rng.standard_normal((3, 4)))
+    np.testing.assert_array_equal(got["grad_B"], 0.0)  # B only moves the max: exactly no gradient
+    assert gradient_errors(prog, dict(x=3, y=4, z=4))["A"] < 1e-5
+
+
+def test_a_division_by_infinity_is_no_shift_the_outputs_ignore():
+    prog = dt.loads(SOFTMAX_HEAD + "e[x, y] = exp(A[x, y] - m[x]) / inf;\ns[x] = rsum(e[x, z], z);\n"
+                    "o[x, y] = exp(A[x, y] - m[x]) + e[x, y] + s[x];\no.compile();\n")
+    assert "d_m[" in dt.grad(prog).dt_source()

@@ -491,3 +491,23 @@ def test_a_products_scales_apply_to_its_result_and_loads_no_step_changes_come_be
     args = dict(A=rng.standard_normal((40, 50)), B=rng.standard_normal((50, 30)), s=rng.uniform(1, 2, 40))
     for backend in ("interp", "numba"):
         np.testing.assert_allclose(prog(backend=backend, **args), prog.reference(**args), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("source", [
+    # a factor moved onto an online softmax's exponential would hide it from compute_with
+    "Func o, mx, num;\nIn A, V, d;\nVar x, n;\nRVar y;\nmx[x] = rmax(A[x, y], y);\n"
+    "num[x, n] = rdot(V[y, n] / d[y], exp(A[x, y] - mx[x]), y);\no[x, n] = num[x, n] * 1.0;\n"
+    "o.block(x:4); o.tensorize(x:0, n:0, y:16); mx.fuse_at(o, x); num.fuse_at(o, x); mx.compute_with(num, y);\n"
+    "o.compile_to_kernel();",
+    # a factor computed inside the product's loop stays inside it
+    "Func o, p;\nIn A, V, d;\nVar x, n;\nRVar y;\np[x] = d[x] * 2.0;\no[x, n] = rdot(A[x, y] * p[x], V[y, n], y);\n"
+    "o.block(x:16, n:16); o.tensorize(x:16, n:16, y:16); p.fuse_at(o, y); o.compile();",
+])
+def test_products_whose_factors_must_stay_where_they_are_lower_and_compute_what_they_say(source):
+    rng = np.random.default_rng(0)
+    args = dict(A=rng.standard_normal((8, 64)) * 3, V=rng.standard_normal((64, 5)), d=rng.uniform(1, 2, 64))
+    if "p[x]" in source:
+        args["d"] = rng.uniform(1, 2, 8)
+    prog = dt.loads(source)
+    for backend in ("interp", "numba"):
+        np.testing.assert_allclose(prog(backend=backend, **args), prog.reference(**args), rtol=1e-5, atol=1e-5)

@@ -128,8 +128,8 @@ def hoist(funcs: list[A.FuncDef], fresh) -> list[A.FuncDef]:
 def reverse(gradient: Gradient, checked, wrt: tuple[str, ...], of: tuple[str, ...]):
     defs = {f.name: f for f in gradient.forward}
     # a softmax's max: no output changes with it, so nothing is sent to it (its adjoint is 0)
-    active = _active(gradient.forward, set(wrt))
-    active -= shift_invariant(_in_order(defs, of), of, active)
+    reaching = _active(gradient.forward, set(wrt))
+    active = reaching - shift_invariant(_in_order(defs, of), of, reaching)
     sent: dict[str, list[A.Expr]] = {}  # Func or input -> expressions over its own dims, summed
     for out in of:
         if out in active:
@@ -153,7 +153,7 @@ def reverse(gradient: Gradient, checked, wrt: tuple[str, ...], of: tuple[str, ..
     for x in wrt:
         axes = checked.input_axes[x]
         if not sent.get(x) and not any(isinstance(e, A.Access) and e.name == x for f in gradient.forward
-                                       if f.name in active and f.name in feeding for e in _values(f.expr)):
+                                       if f.name in reaching and f.name in feeding for e in _values(f.expr)):
             raise DTError(f"input '{x}' reaches no float output ({', '.join(of)}): it has no gradient", None,
                           f"leave '{x}' out of wrt")
         read = A.Access(x, "input", tuple(A.DimRef(d) for d in axes))

@@ -118,6 +118,8 @@ def _either(x, y):
 
 def _product(x, y, sign: float):
     """x * y (sign 1) or x / y (sign -1)."""
+    if sign < 0 and y in (ZERO, INFINITE):
+        return None  # x / inf is 0 whatever x is; x / 0 is not a value
     px, py = _scale(x), _scale(y)
     if px and py and (at := _at(px[1], py[1])) is not False:
         if ZERO in (x, y) and INFINITE not in (x, y):
@@ -192,7 +194,7 @@ class _Classify:
                 return Shifted(moved.a * factor, moved.at)
             return _product(x, y, 1.0 if e.op == "*" else -1.0)
         if e.op == "pow" and isinstance(e.b, A.Num) and isinstance(x, Scaled):
-            return Scaled(x.p * e.b.value, x.at)
+            return _scaled(x.p * e.b.value, x.at)
         if e.op in ("maximum", "minimum"):
             return _either(x, y)
         if e.op in ("<", "<=", ">", ">=", "==", "!="):  # order kept by a shift and a positive scale

@@ -31,7 +31,7 @@ class LoopNestLowering:
                 elif is_root:
                     self.emit(S.Store(func, axes, ref, fd.loc))
                 elif func in self.cp.outputs or func in self.cp.stored_fused:
-                    # an output (or a split's partial) fused here: stored once, by the first to compute it
+                    # an output, or a Func later kernels read (stored_fused), fused here: stored once, by the first to compute it
                     self.emit(S.Store(func, axes, ref, fd.loc, self.repeat_guard(fd.dims)))
                     self.writes.append(func)
                 result.append((ref.name, axes, ref.dtype))

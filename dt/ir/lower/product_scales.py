@@ -7,8 +7,10 @@ straight into the matrix units in its stored dtype (no float32 division and conv
 no rounding of the scaled value to that dtype), as attention's backward does with its
 `grad_attention / dvsr` and an int8 weight's dequantisation does with its scale. A factor that
 does vary along the reduced dimension moves from a tensor read to the other operand, where that
-one is computed anyway (`_onto_computed`). Applied to the lowering's copy of the algorithm only:
-the reference computes what the program says.
+one is computed anyway (`_onto_computed`). A factor computed inside the product's own loop (a
+Func fused there) stays, and an exponential shifted by a max accumulated in the same loop
+(compute_with) takes no factor: the online rescaling needs it as written. Applied to the lowering's
+copy of the algorithm only: the reference computes what the program says.
 """
 from __future__ import annotations
 
@@ -19,11 +21,16 @@ from dt.ir.check.program import CheckedProgram
 
 
 def factor_product_scales(cp: CheckedProgram) -> CheckedProgram:
-    funcs = {n: dataclasses.replace(f, expr=_factored(f.expr)) for n, f in cp.funcs.items()}
+    fused = {name: dim for name, (_, dim) in cp.fused.items()}  # a Func fused at a loop over dim
+    # maxima accumulated online (compute_with): an exponential they shift keeps its form
+    online: dict[str, frozenset[str]] = {}  # the reduced dim -> the Funcs sharing a loop over it
+    for (owner, dim), members in cp.computed_with.items():
+        online[dim] = online.get(dim, frozenset()) | {owner, *members}
+    funcs = {n: dataclasses.replace(f, expr=_factored(f.expr, fused, online)) for n, f in cp.funcs.items()}
     return dataclasses.replace(cp, funcs=funcs)
 
 
-def _factored(e: A.Expr) -> A.Expr:
+def _factored(e: A.Expr, fused: dict[str, str], online: dict[str, frozenset[str]]) -> A.Expr:
     """e with each product's scales outside it; subtrees with none are kept, shared as they were."""
     def step(e):
         kids = () if isinstance(e, A.Access) else A.children(e)
@@ -32,17 +39,20 @@ def _factored(e: A.Expr) -> A.Expr:
             new.append((yield k))
         if any(n is not k for n, k in zip(new, kids)):
             e = A.rebuild(e, tuple(new))
-        return _factor(e) if isinstance(e, A.Reduce) and e.op == "dot" else e
+        return _factor(e, fused, online) if isinstance(e, A.Reduce) and e.op == "dot" else e
     return A.recurse(step, e)
 
 
-def _factor(e: A.Reduce) -> A.Expr:
+def _factor(e: A.Reduce, fused: dict[str, str], online: dict[str, frozenset[str]]) -> A.Expr:
     cores, scales = [], []
     for x in e.args:
         core, found = A.constant_factors(x, e.dim)
+        if any(_reads(f, {n for n, d in fused.items() if d == e.dim}) for _, f in found):
+            # computed inside the product's own loop: it stays there
+            core, found = x, []
         cores.append(core)
         scales += found
-    cores = _onto_computed(cores, e.dim)
+    cores = _onto_computed(cores, online.get(e.dim, frozenset()))
     if not scales and all(c is x for c, x in zip(cores, e.args)):
         return e
     out: A.Expr = A.Reduce(e.op, tuple(cores), e.dim, e.loc, e.dim_loc, e.dim_decl, e.slot)
@@ -51,7 +61,7 @@ def _factor(e: A.Reduce) -> A.Expr:
     return out
 
 
-def _onto_computed(operands: list[A.Expr], dim: str) -> list[A.Expr]:
+def _onto_computed(operands: list[A.Expr], online: frozenset[str]) -> list[A.Expr]:
     """A factor of a tensor read (`grad_attention[m, n] / dvsr[m]`, varying along the reduced m)
     moved onto the other operand where that one is computed anyway and spans the factor's
     dimensions (`exp(s[m, l] - mx[m]) / dvsr[m]`): the read then loads straight into the product."""
@@ -59,10 +69,19 @@ def _onto_computed(operands: list[A.Expr], dim: str) -> list[A.Expr]:
     for i, (x, other) in enumerate(((a, b), (b, a))):
         if not (isinstance(x, A.Binary) and x.op in ("*", "/") and isinstance(x.a, A.Access)):
             continue
-        if isinstance(other, A.Access) or not A.free_dims(x.b) <= A.free_dims(other):
-            continue
+        if isinstance(other, A.Access) or _shifted_exp(other, online) or not A.free_dims(x.b) <= A.free_dims(other):
+            continue  # (an online softmax's exp(e - mx) keeps its form: compute_with rescales it)
         # as a product, `other * (1 / s)`: a masked lane's 0 then still zeroes the term (skipping)
         factor = x.b if x.op == "*" else A.Binary("/", A.Num(1.0), x.b)
         moved = A.Binary("*", other, factor)
         return [x.a, moved] if i == 0 else [moved, x.a]
     return operands
+
+
+def _reads(e: A.Expr, funcs) -> bool:
+    return any(isinstance(n, A.Access) and n.kind == "func" and n.name in funcs for n in A.walk(e))
+
+
+def _shifted_exp(e: A.Expr, online: frozenset[str]) -> bool:
+    return isinstance(e, A.Unary) and e.op == "exp" and isinstance(e.x, A.Binary) and e.x.op == "-" \
+        and _reads(e.x.b, online)

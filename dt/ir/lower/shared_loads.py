@@ -1,9 +1,9 @@
 """A tile loaded again, in another layout or dtype, is the first load's, not a second load.
 
 Attention's `grad_K` reads each block of `Q` twice in one step: transposed, for the scores
-(`K · Qᵀ`), and as it lies, for the product that sums over the rows (`dSᵀ · Q`); a two-pass
-forward reads the query block before each pass. The later read becomes the earlier tile,
-permuted in registers (`tl.trans`) and converted where the dtypes differ: one load. It applies
+(`K · Qᵀ`), and as it lies, for the product that sums over the rows (`dSᵀ · Q`). The later read
+becomes the earlier tile, permuted in registers (`tl.trans`) and converted where the dtypes
+differ (from a float32 or wider first load only): one load. It applies
 where the earlier load is in scope (before it, in the same loop body or one around it), both read
 the same axes of the tensor, nothing in the kernel writes the tensor and the earlier variable is
 assigned once. Single elements are loaded again (see invariant_loads).
@@ -33,7 +33,7 @@ def _body(stmts, available: dict, written, assigned) -> tuple:
                 and s.value.tensor not in written:
             load = s.value
             key = (load.tensor, load.indices)
-            if key in available:
+            if key in available and _exact(available[key][2], load.dtype):
                 name, order, dtype = available[key]
                 value = S.Ref(name, order, dtype)
                 value = value if order == load.order else S.Expand(value, load.order)
@@ -42,3 +42,10 @@ def _body(stmts, available: dict, written, assigned) -> tuple:
                 available[key] = (s.name, load.order, load.dtype)
         out.append(s)
     return tuple(out)
+
+
+def _exact(earlier: str, later: str) -> bool:
+    """Whether the earlier load's values convert to the later's dtype as a load would: the same
+    dtype, or a float32 (or wider) first load (an f32 temporary first read as a bf16 product
+    operand must not feed an f32 read)."""
+    return earlier == later or earlier == "f64" or earlier == "f32" and later != "f64"
