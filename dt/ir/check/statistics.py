@@ -89,9 +89,13 @@ def shifted_exp_operand(r: A.Reduce) -> int | None:
     with such an operand (the first, if both are)."""
     if r.op not in ("sum", "dot"):
         return None
-    return next((k for k, body in enumerate(r.args) if isinstance(body, A.Unary) and body.op == "exp"
-                 and isinstance(body.x, A.Binary) and body.x.op == "-" and isinstance(body.x.b, A.Access)
-                 and body.x.b.kind == "func"), None)
+    return next((k for k, body in enumerate(r.args) if shifted_exponential(body)), None)
+
+
+def shifted_exponential(e: A.Expr) -> bool:
+    """Whether e is exp(x - f[...]), an exponential shifted by a Func (a softmax's numerator)."""
+    return isinstance(e, A.Unary) and e.op == "exp" and isinstance(e.x, A.Binary) and e.x.op == "-" \
+        and isinstance(e.x.b, A.Access) and e.x.b.kind == "func"
 
 
 def shifted_exp(r: A.Reduce) -> tuple[A.Expr, A.Access] | None:

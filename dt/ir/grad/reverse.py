@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from dt.dtypes import is_integer
 from dt.errors import DTError
 from dt.ir import algorithm as A
+from dt.ir.check.statistics import shifted_exponential
 from dt.ir.check.uses import updates_of
 from dt.ir.grad import rules, schedule
 from dt.ir.grad.shift import shift_invariant
@@ -310,19 +311,13 @@ def _sum_over(g: A.Expr, d: str) -> A.Expr:
     — and a product less a lane."""
     negated = isinstance(g, A.Unary) and g.op == "neg"
     core, factors = A.constant_factors(g.x if negated else g, d)
-    if isinstance(core, A.Binary) and core.op == "*" and any(_shifted_exp(x) for x in (core.a, core.b)):
+    if isinstance(core, A.Binary) and core.op == "*" and any(shifted_exponential(x) for x in (core.a, core.b)):
         out: A.Expr = A.Reduce("dot", (core.a, core.b), d)  # rdot(v, exp(e - mx)): the form compute_with takes
     else:
         out = A.Reduce("sum", (core,), d)
     for op, factor in reversed(factors):
         out = mul(out, factor) if op == "*" else rules.div(out, factor)
     return rules.neg(out) if negated else out
-
-
-def _shifted_exp(e: A.Expr) -> bool:
-    """e is exp(x - f[...]), an exponential shifted by a Func (a softmax's numerator)."""
-    return isinstance(e, A.Unary) and e.op == "exp" and isinstance(e.x, A.Binary) and e.x.op == "-" \
-        and isinstance(e.x.b, A.Access) and e.x.b.kind == "func"
 
 
 def _shift(subscript: A.Expr, context, axis: str) -> tuple[str, A.Expr | None] | None:

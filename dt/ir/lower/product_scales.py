@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 
 from dt.ir import algorithm as A
+from dt.ir.check.statistics import shifted_exponential
 from dt.ir.check.program import CheckedProgram
 
 
@@ -69,7 +70,8 @@ def _onto_computed(operands: list[A.Expr], online: frozenset[str]) -> list[A.Exp
     for i, (x, other) in enumerate(((a, b), (b, a))):
         if not (isinstance(x, A.Binary) and x.op in ("*", "/") and isinstance(x.a, A.Access)):
             continue
-        if isinstance(other, A.Access) or _shifted_exp(other, online) or not A.free_dims(x.b) <= A.free_dims(other):
+        online_exp = shifted_exponential(other) and _reads(other.x.b, online)
+        if isinstance(other, A.Access) or online_exp or not A.free_dims(x.b) <= A.free_dims(other):
             continue  # (an online softmax's exp(e - mx) keeps its form: compute_with rescales it)
         # as a product, `other * (1 / s)`: a masked lane's 0 then still zeroes the term (skipping)
         factor = x.b if x.op == "*" else A.Binary("/", A.Num(1.0), x.b)
@@ -80,8 +82,3 @@ def _onto_computed(operands: list[A.Expr], online: frozenset[str]) -> list[A.Exp
 
 def _reads(e: A.Expr, funcs) -> bool:
     return any(isinstance(n, A.Access) and n.kind == "func" and n.name in funcs for n in A.walk(e))
-
-
-def _shifted_exp(e: A.Expr, online: frozenset[str]) -> bool:
-    return isinstance(e, A.Unary) and e.op == "exp" and isinstance(e.x, A.Binary) and e.x.op == "-" \
-        and _reads(e.x.b, online)
