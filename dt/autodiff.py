@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dt.errors import DTError
 from dt.ir import algorithm as A
-from dt.ir.grad.reverse import gradient_source
+from dt.ir.grad.reverse import gradient_source, without_gradient
 
 
 def grad(prog, wrt=None, save=(), of=None):
@@ -39,9 +39,10 @@ def grad(prog, wrt=None, save=(), of=None):
             raise DTError(f"'{s}' is not a Func {prog.name}'s outputs need", None,
                           f"save some of: {', '.join(checked.written)}")
         expr = checked.written[s].expr
-        if isinstance(expr, A.Reduce) and expr.op in ("max", "min"):
-            raise DTError(f"'{s}' is an r{expr.op}, which dt.grad does not save: its gradient goes to the elements "
-                          f"equal to it, which a copy rounded to the outputs' dtype may not equal", checked.written[s].loc,
+        if isinstance(expr, A.Reduce) and expr.op in ("max", "min") and \
+                s not in without_gradient(checked, wrt, checked.outputs if of is None else of):
+            raise DTError(f"'{s}' is an r{expr.op} the outputs change with, which dt.grad does not save: its gradient "
+                          f"goes to the elements equal to it, which a saved copy need not equal", checked.written[s].loc,
                           f"leave '{s}' out of save (the backward recomputes it)")
     if save and not prog.ast.source:
         raise DTError(f"save= needs {prog.name}'s DT text (it adds the saved Funcs as outputs), and a program built "
@@ -50,7 +51,12 @@ def grad(prog, wrt=None, save=(), of=None):
     backward = loads(algorithm + _schedule(algorithm, statements, outputs, prog.name), name=f"{prog.name}_grad")
     if not save:
         return backward
-    extra = "".join(f"{s}.compile();\n" for s in save if s not in checked.outputs)
+    # a saved statistic (fewer dimensions than the widest input: a row's max, sum, mean) is kept in
+    # the compute dtype, as autograd keeps its statistics (float32 for bf16 inputs): the exponentials
+    # and normalisations reading it back would be off by its rounding
+    rank = max(checked.input_ranks.values(), default=0)
+    extra = "".join(f"{s}.{'save' if len(checked.written[s].dims) < rank else 'compile'}();\n"
+                    for s in save if s not in checked.outputs)
     source = prog.ast.source if prog.ast.source.endswith("\n") else prog.ast.source + "\n"
     try:
         forward = loads(source + extra, name=prog.name)

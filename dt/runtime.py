@@ -492,7 +492,7 @@ def program(*outputs: api.Func, name: str | None = None):
     if not outputs or not all(isinstance(o, api.Func) for o in outputs):
         raise DTError("dt.program takes the output Funcs, e.g. dt.program(out)", api.caller_loc())
     for o in outputs:
-        if not any(c.primitive in ("compile", "compile_to_kernel") for c in o.schedule):
+        if not any(c.primitive in ("compile", "compile_to_kernel", "save") for c in o.schedule):
             o.compile(loc=o.loc)
     objects = api.collect(outputs)
     return Program(api.build(objects, name=name or outputs[0].name))

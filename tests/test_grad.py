@@ -328,8 +328,9 @@ def test_pow_at_a_base_of_zero_is_differentiated_as_torch_does():
 
 
 def test_what_save_cannot_do_is_an_error_that_says_why():
-    with pytest.raises(dt.DTError, match="'_max' is an rmax, which dt.grad does not save"):
-        dt.grad(dt.load(ROOT / "examples" / "softmax_safe.dt"), save="_max")
+    prog = dt.loads("Func m, o;\nIn A;\nVar x;\nRVar y;\nm[x] = rmax(A[x, y], y);\no[x] = m[x] * 2.0;\no.compile();\n")
+    with pytest.raises(dt.DTError, match="'m' is an rmax the outputs change with, which dt.grad does not save"):
+        dt.grad(prog, save="m")
     with pytest.raises(dt.DTError, match="saving e breaks attention_safe's schedule"):
         dt.grad(dt.load(ROOT / "examples" / "attention_safe.dt"), save="e")
 
@@ -378,6 +379,24 @@ def test_default_schedule_shares_row_walks_and_schedules_every_kernel():
     assert "num.block(b:1, h:1, m:128);" in attention  # the forward's sizes of the dimensions num walks
 
 
+def test_gradient_outputs_over_the_same_dimensions_share_one_tile_of_one_kernel():
+    # SwiGLU's two gradients read the same G, U and grad_swiglu: grad_U is computed and stored in
+    # grad_G's tile loop (not over a whole row first), and grad_G keeps the forward's blocks
+    backward = dt.grad(dt.load(ROOT / "examples" / "llm" / "swiglu.dt"))
+    text = backward.dt_source()
+    assert "grad_U.fuse_at(grad_G, f);" in text and "grad_G.block(t:1, f:2048);" in text
+    pipeline = backward.pipeline("f32")
+    assert len(pipeline.kernels) == 1 and not pipeline.temporaries
+    source = backward.source("triton", "f32")
+    assert source.count("tl.load(G_ptr") == 1 and "for " not in source.split("def swiglu_grad")[0]
+    G, U, grad = (np.random.default_rng(i).standard_normal((5, 2100)) for i in range(3))
+    silu = G / (1 + np.exp(-G))
+    got = backward(backend="numba", G=G.astype(np.float32), U=U.astype(np.float32), grad_swiglu=grad.astype(np.float32))
+    np.testing.assert_allclose(got["grad_U"], grad * silu, rtol=1e-5, atol=1e-6)
+    sigmoid = 1 / (1 + np.exp(-G))
+    np.testing.assert_allclose(got["grad_G"], grad * U * (sigmoid + G * sigmoid * (1 - sigmoid)), rtol=1e-4, atol=1e-5)
+
+
 def test_a_sums_constant_factors_go_outside_it_and_softmaxs_gradient_sum_joins_the_online_walk():
     backward = dt.grad(dt.load(ROOT / "examples" / "softmax_safe.dt"))
     text = backward.dt_source()
@@ -391,24 +410,58 @@ def test_a_sums_constant_factors_go_outside_it_and_softmaxs_gradient_sum_joins_t
     assert "rsum(grad_layernorm[x, y] * W[y] * (A[x, y] - mean[x]), y) * -0.5 *" in layernorm
 
 
+SAVED_ATTENTION = ("mx", "dvsr", "attention")
+
+
 def test_attention_backward_runs_flash_style_without_storing_the_scores():
-    # the derived algorithm with the schedule of the GPU row: each gradient recomputes its tiles of
-    # scores in its loop, skips the tiles above the diagonal (its max, from another kernel, is a
-    # causal row's: finite), and feeds grad_attention to the matrix units unscaled (dvsr applied after)
+    # the derived algorithm, reading the forward's output and row statistics, with the schedule of the
+    # GPU row: each gradient recomputes its tiles of scores in its loop, skips the tiles above the
+    # diagonal (its max, an input, is taken as finite), and feeds grad_attention to the matrix units
+    # unscaled (dvsr applied after)
     prog = dt.load(ROOT / "benchmarks" / "gpu" / "schedules" / "causal_mha_grad_flash.dt")
-    pipeline = prog.pipeline("bf16")
-    assert not pipeline.temporaries or all(len(t.dims) <= 3 for t in pipeline.temporaries)  # no [b, h, s, s]
-    source = prog.source("triton", "bf16")
+    dtypes = {**dict.fromkeys(("Q", "K", "V", "grad_attention", "attention"), "bf16"), "mx": "f32", "dvsr": "f32"}
+    pipeline = prog.pipeline(dtypes)
+    assert all(len(t.dims) <= 3 and t.dtype == "f32" for t in pipeline.temporaries)  # no [b, h, s, s]; d_dvsr f32
+    assert [t.dtype for t in pipeline.outputs] == ["bf16"] * 3  # the f32 statistics do not widen the gradients
+    source = prog.source("triton", dtypes)
     assert "for m_iter in range(max(0, l_block_start) // 32 * 32," in source  # grad_K's and grad_V's one walk
     assert "tl.dot(V, grad_attention" in source and "grad_attention / dvsr" not in source
-    assert len(pipeline.kernels) == 3  # the row statistics, grad_Q, grad_K with grad_V
+    assert len(pipeline.kernels) == 3  # d_dvsr (a row sum over n), grad_Q, grad_K with grad_V
+    causal = dt.load(ROOT / "examples" / "llm" / "causal_mha.dt")
+    forward, backward = dt.grad(causal, save=SAVED_ATTENTION)
     sizes = dict(b=1, h=2, m=70, l=70, k=16, n=16)
-    args = random_inputs(prog, sizes, "f32", seed=4)
-    want = dt.grad(dt.load(ROOT / "examples" / "llm" / "causal_mha.dt")).reference(**_float64(args), sizes=sizes)
+    args = random_inputs(causal, sizes, "f32", seed=4)
+    args["grad_attention"] = np.random.default_rng(5).standard_normal((1, 2, 70, 16)).astype(np.float32)
+    saved = forward(backend="numba", **{n: args[n] for n in ("Q", "K", "V")})
+    assert all(saved[n].dtype == np.float32 for n in SAVED_ATTENTION)
+    want = dt.grad(causal).reference(**_float64(args), sizes=sizes)  # recomputing everything
     for backend in ("interp", "numba"):
-        got = prog(backend=backend, **args)
+        got = prog(backend=backend, **args, **{n: saved[n] for n in SAVED_ATTENTION})
         for name, value in want.items():
             np.testing.assert_allclose(got[name], value, rtol=2e-4, atol=2e-5 * np.abs(value).max())
+
+
+def test_the_backward_reads_a_saved_output_for_the_numerator_it_divides_and_saves_maxima_it_ignores():
+    forward, backward = dt.grad(dt.load(ROOT / "examples" / "llm" / "causal_mha.dt"), save=SAVED_ATTENTION)
+    text = backward.dt_source()
+    assert "num[b, h, m, n] = attention[b, h, m, n] * dvsr[b, h, m];" in text  # no walk of the keys for it
+    assert "In Q, K, V, grad_attention, mx, dvsr, attention;" in text
+    assert "mx.save();" in forward.dt_source() and "dvsr.save();" in forward.dt_source()
+    # saved statistics are stored in the compute dtype: float32 for bf16 inputs, float64 for f64 ones
+    assert {t.name: t.dtype for t in forward.pipeline("bf16").outputs} == {"attention": "bf16", "mx": "f32",
+                                                                         "dvsr": "f32"}
+    assert {t.dtype for t in forward.pipeline("f64").outputs} == {"f64"}
+    sizes = dict(b=1, h=1, m=9, l=9, k=4, n=4)
+    rng = np.random.default_rng(0)
+    Q, K, V, grad = (rng.standard_normal((1, 1, 9, 4)) for _ in range(4))
+    saved = forward(backend="interp", Q=Q, K=K, V=V)
+    got = backward(backend="interp", Q=Q, K=K, V=V, grad_attention=grad, **{n: saved[n] for n in SAVED_ATTENTION})
+    want = dt.grad(dt.load(ROOT / "examples" / "llm" / "causal_mha.dt"))(backend="interp", Q=Q, K=K, V=V,
+                                                                        grad_attention=grad, sizes=None)
+    for name, value in want.items():
+        np.testing.assert_allclose(got[name], value, rtol=1e-12, atol=1e-12)
+    softmax_forward, _ = dt.grad(dt.load(ROOT / "examples" / "softmax_safe.dt"), save="_max")  # its max is ignored
+    assert "_max.save();" in softmax_forward.dt_source()
 
 
 def test_an_input_reaching_the_outputs_only_through_a_max_they_do_not_change_with_gets_zeros():

@@ -113,6 +113,13 @@ def test_group_norm(backend):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+def test_swiglu_gate(backend):
+    g, u = normal(7, 2100) * 4, normal(7, 2100)  # wide enough that the sigmoid saturates both ways
+    gate = g.astype(np.float64)
+    assert_close(run("swiglu", backend, G=g, U=u), gate / (1 + np.exp(-gate)) * u, "f32")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_residual_add_rmsnorm_writes_both_outputs_from_one_kernel(backend):
     x, r, w = normal(13, 300), normal(13, 300), normal(300)
     h = x.astype(np.float64) + r

@@ -511,3 +511,23 @@ def test_products_whose_factors_must_stay_where_they_are_lower_and_compute_what_
     prog = dt.loads(source)
     for backend in ("interp", "numba"):
         np.testing.assert_allclose(prog(backend=backend, **args), prog.reference(**args), rtol=1e-5, atol=1e-5)
+
+
+def test_storage_follows_the_widest_inputs_and_row_statistics_stay_in_the_compute_dtype():
+    # bf16 rows normalised by float32 statistics: the result is bf16 (the statistics do not widen it),
+    # as a layer norm's backward from float32 mean and 1/std returns bf16 gradients
+    prog = dt.loads("Func o;\nIn A, s;\nVar x, y;\no[x, y] = A[x, y] * s[x];\no.compile();\n")
+    pipeline = prog.pipeline({"A": "bf16", "s": "f32"})
+    assert [t.dtype for t in pipeline.outputs] == ["bf16"] and pipeline.compute_dtype == "f32"
+    assert prog.pipeline({"A": "f32", "s": "f64"}).compute_dtype == "f64"  # any f64 input computes in f64
+    # a row sum stored between kernels keeps its f32 sum (a copy rounded to bf16 loses 3 bits for
+    # every kernel reading it), an element-wise temporary its row's dtype; save() an output the same way
+    two = dt.loads("Func m, t, s, o;\nIn A;\nVar x, y;\nRVar z;\nm[x] = rsum(A[x, z], z);\nt[x, y] = A[x, y] * 2.0;\n"
+                   "s[x] = rsum(A[x, z] * A[x, z], z);\no[x, y] = t[x, y] / m[x] + s[x];\ns.save();\no.compile();\n")
+    pipeline = two.pipeline("bf16")
+    assert {t.name: t.dtype for t in pipeline.temporaries} == {"m": "f32", "t": "bf16"}
+    assert {t.name: t.dtype for t in pipeline.outputs} == {"s": "f32", "o": "bf16"}
+    A = np.random.default_rng(0).standard_normal((3, 700)).astype(np.float32) + 0.25
+    got = two(backend="numba", A=A)
+    assert got["s"].dtype == np.float32
+    np.testing.assert_allclose(got["s"], (A.astype(np.float64) ** 2).sum(1), rtol=1e-5)

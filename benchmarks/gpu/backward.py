@@ -16,12 +16,13 @@ same function of any values (RMSNorm's mean square), computed from the inputs wh
 layer norm's mean: Kernel.saved)."""
 from __future__ import annotations
 
+import functools
 import types
 
 import torch
 import torch.nn.functional as F
 
-from cases import MATMUL, MEMORY, SCHEDULE_DIR, Kernel
+from cases import EXAMPLES, MATMUL, MEMORY, SCHEDULE_DIR, Kernel
 from llm import _targets
 
 DTYPES = ("f32", "bf16")
@@ -119,6 +120,18 @@ def _softmax_saved(t, s):
     return {"out": torch.softmax(t["A"], dim=-1)}  # what autograd saves for softmax's backward
 
 
+def _swiglu_grad(G, U, grad_swiglu, silu=None):
+    """The backward of F.silu(G) * U as autograd runs it: mul's, from its saved operands silu(G) and
+    U, then aten.silu_backward into G's gradient."""
+    if silu is None:
+        silu = F.silu(G)
+    return torch.ops.aten.silu_backward(grad_swiglu * U, G), grad_swiglu * silu
+
+
+def _swiglu_saved(t, s):
+    return {"silu": F.silu(t["G"])}  # what autograd saves for the product (with U)
+
+
 def _cross_entropy_grad(L, T, grad_loss, logp=None, total_weight=None):
     """F.cross_entropy(reduction='none')'s backward as autograd runs it: nll_loss's, then log_softmax's."""
     if logp is None:
@@ -144,10 +157,11 @@ def _embedding_saved(t, s):
     return {"rows": int(t["I"].max()) + 1}  # read once here, outside the timing
 
 
-def _causal_attention_grad(Q, K, V, grad_attention, flash=None):
+def _causal_attention_grad(Q, K, V, grad_attention, mx=None, dvsr=None, attention=None, flash=None):
     """(grad_Q, grad_K, grad_V): flash attention's backward from its forward's saved output and
     logsumexp (what autograd calls on an H100); without them (the float64 reference, the CPU) the
-    gradient of F.scaled_dot_product_attention by autograd, forward included."""
+    gradient of F.scaled_dot_product_attention by autograd, forward included. What dt's forward
+    saved (mx, dvsr, attention) is dt's alone."""
     if flash is not None:
         out, lse, cum_q, cum_k, max_q, max_k, seed, offset = flash
         return tuple(torch.ops.aten._scaled_dot_product_flash_attention_backward(
@@ -156,6 +170,20 @@ def _causal_attention_grad(Q, K, V, grad_attention, flash=None):
     with torch.enable_grad():
         out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         return torch.autograd.grad(out, (q, k, v), grad_attention)
+
+
+@functools.cache
+def _saving_attention():
+    """dt's causal attention forward that also returns each row's max and sum (float32: save())."""
+    import dt
+    return dt.grad(dt.load(EXAMPLES / "llm" / "causal_mha.dt"), save=("mx", "dvsr", "attention"))[0]
+
+
+def _attention_statistics(t, s):
+    """What dt's forward saves for its backward, run on the row's inputs (Triton on a GPU, the
+    interpreter in a dry run): the output, each row's max and sum."""
+    out = _saving_attention()(backend="triton" if t["Q"].is_cuda else "interp", Q=t["Q"], K=t["K"], V=t["V"])
+    return {name: out[name] for name in ("mx", "dvsr", "attention")}
 
 
 def _flash_saved(t, s):
@@ -210,6 +238,14 @@ def _liger_softmax_grad(lf, t, s):
     return lambda: _softmax_backward(dY, out, block, warps, out.shape[-1] > block)
 
 
+def _liger_swiglu_grad(lf, t, s):
+    """Liger's backward recomputes silu(G) and writes both gradients over the G and U its forward
+    saved: copies made here, overwritten by every call (the same work whatever they hold)."""
+    from liger_kernel.ops.swiglu import swiglu_backward
+    G, U, dc = t["G"].clone(), t["U"].clone(), t["grad_swiglu"]
+    return lambda: swiglu_backward(G, U, dc)
+
+
 def _liger_cross_entropy_grad(lf, t, s):
     """Liger computes the gradient inside its forward kernel (written over the logits, which it
     reads once) and its backward scales it by grad_loss: the timed call runs both, the forward
@@ -250,9 +286,10 @@ def _embedding_bytes(e, item):
 
 
 def _attention_bytes(e, item):
-    """Q, K, V and grad_attention read; grad_Q, grad_K and grad_V written."""
+    """Q, K, V, grad_attention and the saved output read, grad_Q, grad_K and grad_V written, and
+    two float32 statistics a row read (flash's logsumexp is one)."""
     heads = e["b"] * e["h"]
-    return heads * (2 * e["m"] * e["k"] + 2 * e["l"] * (e["k"] + e["n"]) + e["m"] * e["n"]) * item
+    return heads * ((2 * e["m"] * e["k"] + 2 * e["l"] * (e["k"] + e["n"]) + 2 * e["m"] * e["n"]) * item + 8 * e["m"])
 
 
 def _attention_backward_gemms(e):
@@ -273,19 +310,22 @@ def _attention_grad_kernel():
     shapes = tuple((4, 16, s, s, d, d) for d in (64, 128) for s in (2048, 4096))
     return Kernel("causal_mha_grad", MATMUL, _GRAD / "causal_mha_grad.dt",
                   {"Q": ("b", "h", "m", "k"), "K": ("b", "h", "l", "k"), "V": ("b", "h", "l", "n"),
-                   "grad_attention": ("b", "h", "m", "n")},
+                   "grad_attention": ("b", "h", "m", "n"), "mx": ("b", "h", "m"), "dvsr": ("b", "h", "m"),
+                   "attention": ("b", "h", "m", "n")},
                   ("b", "h", "m", "k"), {}, ("b", "h", "m", "l", "k", "n"), shapes,
                   ((4, 16, 2048, 2048, 64, 64), (4, 16, 2048, 2048, 128, 128)), ((1, 2, 70, 70, 16, 16),),
                   ("bf16",), _causal_attention_grad, gemms=_attention_backward_gemms, sdpa=_cudnn_backward,
-                  moved=_attention_bytes, torch_saved=_flash_saved,
+                  moved=_attention_bytes, torch_saved=_flash_saved, saved=_attention_statistics,
                   # the float64 reference (autograd of the math backend) holds about three score matrices
                   reference_bytes=lambda e: 3 * e["b"] * e["h"] * e["m"] * e["l"] * 8,
                   notes="causal attention's backward, [b, h, s, d]: grad_Q, grad_K, grad_V from grad_attention. "
-                        "dt's derived program (examples/llm/causal_mha.dt, nothing saved) recomputes the row max, "
-                        "sum and output; its max gets no gradient (no output changes with it). dt runs that "
-                        "algorithm with a flash-style schedule written by hand (causal_mha_grad_flash.dt: row "
-                        "statistics in three kernels, then grad_K, grad_V and grad_Q each recomputing their tiles "
-                        "of scores, nothing of [b, h, s, s] stored, the tiles above the diagonal skipped). Eager is "
+                        "dt's derived program (examples/llm/causal_mha.dt, its output and each row's max and sum "
+                        "saved by its forward, the statistics in float32: `dt grad --save mx,dvsr,attention`) "
+                        "reads the output back for the numerator; its max gets no gradient (no output changes "
+                        "with it). dt runs that algorithm with a flash-style schedule written by hand "
+                        "(causal_mha_grad_flash.dt: a row sum of grad_attention and the output, then grad_K with "
+                        "grad_V and grad_Q each recomputing their tiles of scores, nothing of [b, h, s, s] stored, "
+                        "the tiles above the diagonal skipped). Eager is "
                         "flash attention's backward (the aten op autograd calls on an H100) from its forward's "
                         "saved output and logsumexp, SDPA cuDNN's backward (its saved autograd graph); "
                         "torch.compile calls the same flash op. TFLOP/s count "
@@ -317,6 +357,13 @@ BACKWARD_KERNELS: dict[str, Kernel] = {k.name: k for k in [
                  "saved: an rmax) and recomputes each row's max and sum from A; the baselines read the "
                  "forward's saved output instead of A (the same bytes): eager is aten._softmax_backward_data "
                  "(what autograd calls), Liger its _softmax_backward."),
+    Kernel("swiglu_grad", MEMORY, _GRAD / "swiglu_grad.dt",
+           {"G": ("t", "f"), "U": ("t", "f"), "grad_swiglu": ("t", "f")}, ("t", "f"), {}, ("t", "f"),
+           ((4096, 14336), (8192, 11008)), ((4096, 14336),), ((7, 300), (5, 2100)), DTYPES, _swiglu_grad,
+           liger=_liger_swiglu_grad, moved=lambda e, item: 5 * e["t"] * e["f"] * item, torch_saved=_swiglu_saved,
+           notes="SwiGLU's backward (examples/llm/swiglu.dt): grad_G and grad_U, one kernel, silu(G) recomputed. "
+                 "Eager is what autograd calls for F.silu(G) * U (mul's backward from the saved silu(G) and U, "
+                 "then aten.silu_backward), Liger its swiglu_backward (recomputes, writes over G and U)."),
     Kernel("cross_entropy_grad", MEMORY, _GRAD / "cross_entropy_grad.dt",
            {"L": ("r", "v"), "T": ("r",), "grad_loss": ("r",)}, ("r", "v"), {}, ("r", "v"),
            ((4096, 128256), (8192, 32000)), ((4096, 128256),), ((6, 5003),), DTYPES, _cross_entropy_grad,

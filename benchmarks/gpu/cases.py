@@ -307,6 +307,8 @@ SCHEDULES: list[tuple[str, str | None, str | None, str]] = [
     ("cumsum", "x=16384, y=1024", None, _S + "cumsum_short_rows.dt"),
     # attention's derived backward stores [b, h, s, s] scores: the algorithm as derived, scheduled by
     # hand flash-style (the derived file is --tune's other candidate)
+    ("causal_mha_grad", "b=4, h=16, m=2048, l=2048, k=128, n=128", None, _S + "causal_mha_grad_flash_d128.dt"),
+    ("causal_mha_grad", "b=4, h=16, m=4096, l=4096, k=128, n=128", None, _S + "causal_mha_grad_flash_d128.dt"),
     ("causal_mha_grad", None, None, _S + "causal_mha_grad_flash.dt"),
     # 32-128 heads are too few programs: the cache is split over programs (flash decoding)
     ("decode", "b=1, h=32, l=32768, k=128, d=128", None, "examples/llm/decode_split.dt"),

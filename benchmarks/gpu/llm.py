@@ -106,6 +106,10 @@ def _add_rmsnorm(X, R, W, eps):
     return h, (hf * torch.rsqrt(hf.pow(2).mean(-1, keepdim=True) + eps)).to(X.dtype) * W
 
 
+def _swiglu(G, U):
+    return F.silu(G) * U
+
+
 def _layernorm_stats(A, W, Bias, eps):
     """The layer norm autograd saves statistics of: (mean, rstd, y) in dt's output order, the
     statistics float32."""
@@ -253,6 +257,11 @@ def _liger_add_rmsnorm(lf, t, s):
     return call
 
 
+def _liger_swiglu(lf, t, s):
+    G, U = t["G"], t["U"]
+    return lambda: lf.liger_swiglu(G, U)
+
+
 def _liger_layernorm_stats(lf, t, s):
     from liger_kernel.ops.layer_norm import layer_norm_forward  # the forward that keeps the statistics
     A, W, B, eps = t["A"], t["W"], t["Bias"], s["eps"]
@@ -353,6 +362,11 @@ LLM_KERNELS: dict[str, Kernel] = {k.name: k for k in [
            ((4096, 4096),), ((7, 300),), DTYPES, _add_rmsnorm, liger=_liger_add_rmsnorm, moved=_add_rmsnorm_bytes,
            notes="residual add + RMSNorm, two outputs (the sum and the norm): Llama 3 8B and 70B widths, Qwen2 "
                  "7B's 3584; eager is Hugging Face's LlamaRMSNorm after the add."),
+    Kernel("swiglu", MEMORY, LLM / "swiglu.dt", {"G": ("t", "f"), "U": ("t", "f")}, ("t", "f"), {}, ("t", "f"),
+           ((4096, 14336), (8192, 11008), (2000, 3000)), ((4096, 14336),), ((7, 300),), DTYPES, _swiglu,
+           liger=_liger_swiglu,
+           notes="SwiGLU's gate silu(G) * U between an MLP's projections: Llama 3 8B's 14336, Llama 2 7B's "
+                 "11008; Liger's is its LigerSiLUMulFunction."),
     Kernel("layernorm_stats", MEMORY, LLM / "layernorm_stats.dt", {"A": ("x", "k"), "W": ("k",), "Bias": ("k",)},
            ("x", "k"), {"eps": 1e-5}, ("x", "k"), ((4096, 4096), (16384, 4096), (4096, 8192), (2000, 3000)),
            ((4096, 4096),), ((7, 300),), DTYPES, _layernorm_stats, liger=_liger_layernorm_stats,

@@ -36,6 +36,9 @@ WITH_MAX_SCHEDULES = {
                    "am.compute_with(mx, y);\nmx.compile();\nam.compile();\nr.compile_to_kernel();",
     "two_loops": "r.block(x:4);\nr.tensorize(x:4, y:16);\nmx.fuse_at(r, x);\nam.fuse_at(r, x);\nmx.compile();\n"
                  "am.compile();\nr.compile_to_kernel();",
+    # the max an output in the compute dtype (save: float32 for f16/bf16 inputs)
+    "saved_max": "r.block(x:2);\nr.tensorize(x:2, y:8);\nmx.fuse_at(r, x);\nam.fuse_at(r, x);\n"
+                 "am.compute_with(mx, y);\nmx.save();\nam.compile();\nr.compile_to_kernel();",
 }
 
 

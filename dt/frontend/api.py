@@ -174,6 +174,11 @@ class _Schedulable:
     def compile(self, *, loc: Loc | None = None):
         return self._call("compile", (), loc)
 
+    def save(self, *, loc: Loc | None = None):
+        """An output, like compile(), stored in the compute dtype (float32 for f16/bf16 inputs): a
+        statistic a backward reads back."""
+        return self._call("save", (), loc)
+
     def compile_to_kernel(self, *, loc: Loc | None = None):
         return self._call("compile_to_kernel", (), loc)
 

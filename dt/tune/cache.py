@@ -19,8 +19,8 @@ from dt.errors import DTError
 from dt.ir.check.schedule import PRIMITIVES
 from dt.ir.lint.facts import next_power_of_2
 
-# what the program's outputs are (compile, compile_to_kernel) belongs to the algorithm's key
-HOW = [p for p in PRIMITIVES if not p.startswith("compile")]
+# what the program's outputs are (compile, compile_to_kernel, save) belongs to the algorithm's key
+HOW = [p for p in PRIMITIVES if not p.startswith("compile") and p != "save"]
 SCHEDULE_STATEMENT = re.compile(rf"^\s*\w+\s*\.\s*({'|'.join(HOW)})\s*\(.*?\)\s*;", re.MULTILINE)
 
 
@@ -36,7 +36,7 @@ def directory() -> Path:
 
 def algorithm(source: str) -> str:
     """A program's algorithm: its text without comments, blank space and the schedule statements
-    that say how, not what (all but `compile` and `compile_to_kernel`, which name its outputs)."""
+    that say how, not what (all but `compile`, `compile_to_kernel` and `save`, which name its outputs)."""
     text = SCHEDULE_STATEMENT.sub("", re.sub(r"#[^\n]*", "", source))
     return "\n".join(" ".join(line.split()) for line in text.splitlines() if line.strip())
 

@@ -35,6 +35,7 @@ class FuncSchedule:
     split: tuple[str, int] | None = None  # (reduction dim, chunk): the reduction in chunks over programs
     inline: bool = False
     compiled: str | None = None  # None | 'compile' | 'compile_to_kernel'
+    saved: bool = False  # save(): an output stored in the compute dtype (a statistic kept for a backward)
     locs: dict[str, Loc | None] = field(default_factory=dict)  # primitive -> where it was written
     dim_locs: dict[tuple[str, str], Loc | None] = field(default_factory=dict)  # (primitive, dim)
 

@@ -12,7 +12,7 @@ from dt.ir.check.uses import uses
 from dt.ir.tiles import MAX_TILE
 
 PRIMITIVES = ("block", "tensorize", "map", "num_warps", "num_stages", "persistent", "tma", "fuse_at", "compute_with",
-              "split", "inline", "compile", "compile_to_kernel")
+              "split", "inline", "compile", "compile_to_kernel", "save")
 # Limits on sizes, so that no schedule and no call can make a backend overflow its index
 # arithmetic or allocate without bound. A tile holds at most MAX_TILE elements (dt.ir.tiles);
 # block sizes, group sizes, stage and program counts fit in 32 bits; extents are at most
@@ -138,7 +138,8 @@ def resolve_schedule(program, defs, kinds) -> dict[str, FuncSchedule]:
         else:
             if call.args:
                 raise DTScheduleError(f"{prim} takes no arguments", call.loc)
-            s.compiled = prim
+            s.compiled = "compile" if prim == "save" else prim
+            s.saved = s.saved or prim == "save"
     for name, s in schedules.items():
         if s.fuse_at and s.inline:
             raise DTScheduleError(f"'{name}' cannot be both fuse_at and inline", s.locs.get("inline"),

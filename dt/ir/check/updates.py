@@ -13,7 +13,8 @@ from dt.ir.check.uses import uses
 _NOT_FOR_UPDATES = {"fuse_at": "it writes into another Func, so it runs in a kernel of its own",
                     "inline": "it writes into another Func, so it runs in a kernel of its own",
                     "compute_with": "it runs in a kernel of its own", "split": "its reductions run whole",
-                    "compile": "the Func it updates is the output", "compile_to_kernel": "the Func it updates is the output"}
+                    "compile": "the Func it updates is the output", "compile_to_kernel": "the Func it updates is the output",
+                    "save": "the Func it updates is the output"}
 _NOT_FOR_TARGETS = {"fuse_at": "its updates write into it in memory, in kernels of their own",
                     "inline": "its updates write into it in memory, in kernels of their own",
                     "compile_to_kernel": "its updates run in kernels of their own"}

@@ -176,6 +176,13 @@ def _sum(terms: list[A.Expr]) -> A.Expr:
     return total
 
 
+def without_gradient(checked, wrt: tuple[str, ...], of: tuple[str, ...]) -> set[str]:
+    """The Funcs that depend on an input of wrt but that no output of `of` changes with (a
+    softmax's max: dt.ir.grad.shift): their adjoint is exactly 0."""
+    funcs = hoist(_in_order(checked.written, of), Gradient({d.name for d in checked.program.declarations}).fresh)
+    return set(shift_invariant(funcs, of, _active(funcs, set(wrt))))
+
+
 def _active(funcs: list[A.FuncDef], wrt: set[str]) -> set[str]:
     """The Funcs whose values depend on an input of wrt (outside subscripts)."""
     active = set(wrt)
@@ -383,7 +390,41 @@ def _masked(access: A.Access, context, own) -> tuple[A.Expr, list[str]]:
 
 
 # ------------------------------------------------------------------ 3. emit
+def _solved(f: A.FuncDef, forward: list[A.FuncDef], saved: tuple[str, ...]) -> A.FuncDef:
+    """f read back from a saved Func that divides it by saved values, `s = f / d`, as `f = s * d`,
+    where f is a reduction (attention's numerator from its saved output and row sum: the backward
+    reads the output instead of walking the keys again, as flash attention's does); else f."""
+    if f.name in saved or not any(isinstance(e, A.Reduce) for e in A.walk(f.expr)):
+        return f
+    funcs = {g.name for g in forward}
+    for s in forward:
+        e = s.expr
+        if s.name not in saved or not (isinstance(e, A.Binary) and e.op == "/" and isinstance(e.a, A.Access)
+                                       and e.a.name == f.name and e.a.kind == "func"):
+            continue
+        subscripts = e.a.subscripts
+        if not all(isinstance(x, A.DimRef) for x in subscripts) or \
+                sorted(x.dim for x in subscripts) != sorted(s.dims) or len(subscripts) != len(f.dims):
+            continue  # s is f at each of its elements, once
+        if any(isinstance(n, A.Reduce) or isinstance(n, A.Access) and n.name in funcs and n.name not in saved
+               for n in A.walk(e.b)):
+            continue  # d would be computed again: no cheaper than f
+        to_f = {x.dim: A.DimRef(d) for x, d in zip(subscripts, f.dims)}
+        read = A.Access(s.name, "func", tuple(to_f[d] for d in s.dims))
+        return A.FuncDef(f.name, f.dims, A.Binary("*", read, _at(e.b, to_f)), f.loc)
+    return f
+
+
+def _at(e: A.Expr, to: dict[str, A.Expr]) -> A.Expr:
+    """e with its dimensions renamed by `to`."""
+    if isinstance(e, A.DimRef):
+        return to.get(e.dim, e)
+    kids = A.children(e)
+    return A.rebuild(e, tuple(_at(k, to) for k in kids)) if kids else e
+
+
 def emit(gradient: Gradient, checked, saved: tuple[str, ...], name: str) -> tuple[str, list[A.FuncDef]]:
+    gradient.forward = [_solved(f, gradient.forward, saved) for f in gradient.forward]
     defs = {f.name: f for f in gradient.forward + gradient.backward}
     updates = updates_of(defs)
     needed, stack = set(), list(gradient.outputs)

@@ -7,12 +7,15 @@ the lowering accept.
 - A gradient output whose kernel hosts its rows' statistics takes a row a program, walked in
   tiles of 4096 (it walks each row twice: a row of up to 4096 is one tile, read again from
   cache). Another with the dimensions of a forward kernel's root takes that root's blocks,
-  tiles, warps and stages (the forward's schedule choices, reused where the shapes match).
+  tiles, program order (`map`), warps and stages (the forward's choices, reused where the shapes
+  match).
 - Products (`rdot`) take tiles for the matrix units; a reduction along rows in memory one row a
   program, walked in wide tiles; one across rows (a weight's gradient) blocks of columns walking
   the rows; an element-wise root a block of 1024 along its last dimension.
 - Gradient outputs over the same dimensions share one kernel (the first's; the others are
-  fused into it and stored from it: a residual's two gradients, a layernorm's dW and dBias).
+  fused into it and stored from it: a residual's two gradients, a layernorm's dW and dBias), an
+  element-wise one at its innermost loop (the same tile, from the same loads: SwiGLU's two
+  gradients), a reduction at its outermost; only a kernel hosting reductions takes whole rows.
 - A reduction read from one kernel only is fused into it at its outermost loop (the row
   statistics of a softmax or layernorm backward, as in the forward); one read from several
   stays a kernel of its own. Reductions over one dimension fused into one kernel share its walk
@@ -25,7 +28,7 @@ import dataclasses
 
 from dt.ir import algorithm as A
 
-SHAPING = ("block", "tensorize", "num_warps", "num_stages")
+SHAPING = ("block", "tensorize", "map", "num_warps", "num_stages")
 PRODUCT_TILE, PRODUCT_DEPTH, PRODUCT_WARPS, PRODUCT_STAGES = 128, 32, 8, 3
 ROW_BLOCK, WALK, WALK_SCAN = 1024, 32, 1024  # an element-wise root: 1024 elements a program, as Triton's take
 ROW_WALK = 1024  # a reduction along a row in memory: one row a program, walked in tiles of this
@@ -46,11 +49,15 @@ def candidates(forward: A.Program, forward_roots, body: list[A.FuncDef], outputs
                not _reduces(f.expr)]
     fused = _kernels(body, outputs, set(inlined))
     lines = [f"{name}.inline();" for name in inlined]
+    hosts = {root for name, root in fused.items() if _reduces(defs[name].expr)}
     for f in body:
         if f.name not in inlined and f.name not in fused:
-            lines.append("\n".join(_shaping(forward, forward_roots, f, f.name in fused.values())))
+            lines.append("\n".join(_shaping(forward, forward_roots, f, f.name in hosts)))
     for name, root in reversed(fused.items()):  # consumers first: a producer joins a kernel its readers are in
-        lines += [f"{name}.fuse_at({root}, {d});" for d in defs[root].dims]
+        # a reduction at the outermost loop that takes it (its rows whole), an element-wise sibling output
+        # at the innermost (the same tile, computed from the same loads)
+        dims = defs[root].dims if _reduces(defs[name].expr) else tuple(reversed(defs[root].dims))
+        lines += [f"{name}.fuse_at({root}, {d});" for d in dims]
     lines += _shared_walks(defs, fused)
     for name in fused:  # where the checker refused to fuse it: a kernel of its own (refused whole where fused)
         lines.append("\n".join(_shaping(forward, forward_roots, defs[name])))
@@ -137,6 +144,7 @@ def _shaping(forward: A.Program, forward_roots, f: A.FuncDef, hosts: bool = Fals
         calls = [c if c.primitive not in ("block", "tensorize") else
                  dataclasses.replace(c, args=tuple(a for a in c.args if a[0] in walked)) for c in calls]
         calls = [c for c in calls if c.args or c.primitive not in ("block", "tensorize")]
+        calls = [c for c in calls if c.primitive != "map" or all(str(a) in f.dims for a in c.args)]
         if calls:
             return [_statement(stage, c) for c in calls]
     if isinstance(f.expr, A.Reduce) and f.expr.op == "dot" and len(f.dims) >= 2:

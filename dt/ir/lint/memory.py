@@ -72,7 +72,7 @@ def _one_lane(facts: KernelFacts):
     dims = ", ".join(dict.fromkeys(a.dim for a in facts.axes.values()))
     func = kernel.func
     elements = f"{quantity(total)} elements" if total is not None else "every element"
-    loc = facts.context.schedule_loc(func, "compile", "compile_to_kernel") or kernel.loc
+    loc = facts.context.schedule_loc(func, "compile", "compile_to_kernel", "save") or kernel.loc
     yield PerformanceWarning(
         "one-lane-tiles", f"every tile of kernel '{kernel.name}' is one element: its schedule tensorizes none of "
         f"{dims}", loc,

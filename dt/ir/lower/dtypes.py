@@ -9,13 +9,20 @@ from dt.ir.ops import OPS
 
 
 def promote(dtypes) -> str:
-    """The storage dtype of outputs and temporaries: the inputs' common dtype."""
+    """The storage dtype of outputs and temporaries: the common dtype of `dtypes` (the widest inputs')."""
     kinds = set(dtypes)
     if not kinds:
         return "f32"
     if len(kinds) == 1:
         return kinds.pop()
     return "f64" if "f64" in kinds else "f32"
+
+
+def widest(dtypes: dict[str, str], ranks: dict[str, int]) -> list[str]:
+    """The dtypes of the inputs with the most dimensions: those the outputs are stored like (a
+    row statistic or a weight vector in f32 does not widen bf16 activations' gradients)."""
+    most = max((ranks.get(n, 0) for n in dtypes), default=0)
+    return [d for n, d in dtypes.items() if ranks.get(n, 0) == most]
 
 
 def compute_dtype_of(storage: str) -> str:

@@ -12,7 +12,8 @@ reduction of the loop provably receives its identity on the lanes the condition 
 before. The condition compares the reduced dimension with a pure dimension of the block plus an
 integer constant (`l <= m`, `l < m + 1`, `l >= m - 255`). A factor other than the masked one is
 taken as finite: exp(-inf) * V is 0 whatever V holds, as FlashAttention assumes too; so is a
-causal row's max, computed in another kernel (`_finite_max`).
+causal row's max, computed in another kernel, and a max read from an input (a statistic the forward
+saved, as FlashAttention's backward takes its saved logsumexp: `_finite_max`).
 """
 from __future__ import annotations
 
@@ -125,7 +126,10 @@ def _finite_max(e: A.Access, funcs) -> bool:
     """Whether e reads a max, computed anywhere, of rows that are never masked throughout: an
     rmax over r of `where(r <= m + c, x, -inf)` with c >= 0 (m a dimension: lane 0 of r always
     counts) and x free of -inf, as a causal softmax's max. With finite inputs it is finite, so
-    exp(-inf - max) is 0 (a gradient's recomputed max, read by its own kernel)."""
+    exp(-inf - max) is 0 (a gradient's recomputed max, read by its own kernel). An input is
+    taken as finite, as every other factor is (a max the forward saved)."""
+    if e.kind == "input":
+        return True
     f = funcs.get(e.name) if e.kind == "func" else None
     if f is None or not (isinstance(f.expr, A.Reduce) and f.expr.op == "max"):
         return False
