@@ -142,6 +142,14 @@ def test_a_max_no_output_changes_with_gets_no_gradient(program, invariant):
     assert max(gradient_errors(prog, dict(x=6, y=6, z=6)).values()) < 1e-5
 
 
+def test_shifts_that_cancel_only_in_floating_point_keep_the_gradient():
+    # m * 1e16 + m - m * 1e16 is m: the shift test adds its coefficients exactly (1e16 + 1 - 1e16 is 0
+    # in floats, which read it as no shift and dropped the max's gradient)
+    prog = dt.loads(SOFTMAX_HEAD + "e[x, y] = A[x, y] - (m[x] * 1e16 + m[x] - m[x] * 1e16);\n"
+                    "s[x] = rsum(e[x, z], z);\no[x, y] = e[x, y] / s[x];\no.compile();\n")
+    assert "d_m[" in dt.grad(prog).dt_source()
+
+
 def test_the_softmax_gradients_of_the_examples_leave_their_max_out():
     for path, statistic in (("softmax_safe.dt", "_max"), ("llm/cross_entropy.dt", "row_max"),
                             ("llm/causal_mha.dt", "mx"), ("attention_safe.dt", "mx")):
@@ -377,6 +385,24 @@ def test_default_schedule_shares_row_walks_and_schedules_every_kernel():
     assert "grad_L.update().block(r:1);" in cross_entropy  # the update too (the forward's block of r)
     attention = dt.grad(dt.load(ROOT / "examples" / "llm" / "causal_mha.dt")).dt_source()
     assert "num.block(b:1, h:1, m:128);" in attention  # the forward's sizes of the dimensions num walks
+
+
+def test_cross_entropys_backward_from_its_saved_statistics_walks_each_row_once():
+    xent = dt.load(ROOT / "examples" / "llm" / "cross_entropy.dt")
+    forward, backward = dt.grad(xent, save=("row_max", "row_sum"))  # its max gets no gradient: savable
+    text = backward.dt_source()
+    assert "In L, T, grad_loss, row_max, row_sum;" in text and "rmax" not in text and "rsum" not in text
+    assert "grad_L.map(r, v);" in text  # an element-wise root's programs in row order
+    pipeline = backward.pipeline({"L": "bf16", "T": "i64", "grad_loss": "bf16", "row_max": "f32", "row_sum": "f32"})
+    assert [t.dtype for t in pipeline.outputs] == ["bf16"]
+    rng = np.random.default_rng(3)
+    L = (rng.standard_normal((5, 301)) * 3).astype(np.float32)
+    T = np.array([0, 300, -100, 7, 150])
+    grad_loss = rng.standard_normal(5).astype(np.float32)
+    saved = forward(backend="numba", L=L, T=T)
+    got = backward(backend="numba", L=L, T=T, grad_loss=grad_loss, row_max=saved["row_max"], row_sum=saved["row_sum"])
+    want = dt.grad(xent)(backend="numba", L=L, T=T, grad_loss=grad_loss)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-7)  # one output: an array
 
 
 def test_gradient_outputs_over_the_same_dimensions_share_one_tile_of_one_kernel():

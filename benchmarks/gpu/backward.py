@@ -132,8 +132,9 @@ def _swiglu_saved(t, s):
     return {"silu": F.silu(t["G"])}  # what autograd saves for the product (with U)
 
 
-def _cross_entropy_grad(L, T, grad_loss, logp=None, total_weight=None):
-    """F.cross_entropy(reduction='none')'s backward as autograd runs it: nll_loss's, then log_softmax's."""
+def _cross_entropy_grad(L, T, grad_loss, row_max=None, row_sum=None, logp=None, total_weight=None):
+    """F.cross_entropy(reduction='none')'s backward as autograd runs it: nll_loss's, then log_softmax's.
+    What dt's forward saved (row_max, row_sum) is dt's alone."""
     if logp is None:
         logp = torch.log_softmax(L, dim=-1)
     if total_weight is None:
@@ -173,17 +174,22 @@ def _causal_attention_grad(Q, K, V, grad_attention, mx=None, dvsr=None, attentio
 
 
 @functools.cache
-def _saving_attention():
-    """dt's causal attention forward that also returns each row's max and sum (float32: save())."""
+def _saving_forward(example: str, saved: tuple[str, ...]):
+    """dt's forward of examples/llm/<example>.dt that also returns the Funcs `saved` (its
+    statistics in float32: save())."""
     import dt
-    return dt.grad(dt.load(EXAMPLES / "llm" / "causal_mha.dt"), save=("mx", "dvsr", "attention"))[0]
+    return dt.grad(dt.load(EXAMPLES / "llm" / f"{example}.dt"), save=saved)[0]
 
 
-def _attention_statistics(t, s):
-    """What dt's forward saves for its backward, run on the row's inputs (Triton on a GPU, the
-    interpreter in a dry run): the output, each row's max and sum."""
-    out = _saving_attention()(backend="triton" if t["Q"].is_cuda else "interp", Q=t["Q"], K=t["K"], V=t["V"])
-    return {name: out[name] for name in ("mx", "dvsr", "attention")}
+def _saved_by_dt(example: str, saved: tuple[str, ...], reads: tuple[str, ...]):
+    """A row's Kernel.saved: what dt's forward saves for its backward, run on the row's inputs
+    `reads` (Triton on a GPU, the interpreter in a dry run)."""
+    def make(t, s):
+        inputs = {n: t[n] for n in reads}
+        backend = "triton" if next(iter(inputs.values())).is_cuda else "interp"
+        out = _saving_forward(example, saved)(backend=backend, **inputs)
+        return {name: out[name] for name in saved}
+    return make
 
 
 def _flash_saved(t, s):
@@ -277,7 +283,9 @@ def _norm_bytes(vectors, statistics):
 
 
 def _cross_entropy_bytes(e, item):
-    return 2 * e["r"] * e["v"] * item + e["r"] * (8 + item)  # the logits read, their gradient written; T, grad_loss
+    # the logits read, their gradient written; T, grad_loss, and dt's two float32 statistics a row (the
+    # baselines read the saved log-softmax instead of the logits: the same bytes)
+    return 2 * e["r"] * e["v"] * item + e["r"] * (8 + item + 8)
 
 
 def _embedding_bytes(e, item):
@@ -315,7 +323,7 @@ def _attention_grad_kernel():
                   ("b", "h", "m", "k"), {}, ("b", "h", "m", "l", "k", "n"), shapes,
                   ((4, 16, 2048, 2048, 64, 64), (4, 16, 2048, 2048, 128, 128)), ((1, 2, 70, 70, 16, 16),),
                   ("bf16",), _causal_attention_grad, gemms=_attention_backward_gemms, sdpa=_cudnn_backward,
-                  moved=_attention_bytes, torch_saved=_flash_saved, saved=_attention_statistics,
+                  moved=_attention_bytes, torch_saved=_flash_saved, saved=_saved_by_dt("causal_mha", ("mx", "dvsr", "attention"), ("Q", "K", "V")),
                   # the float64 reference (autograd of the math backend) holds about three score matrices
                   reference_bytes=lambda e: 3 * e["b"] * e["h"] * e["m"] * e["l"] * 8,
                   notes="causal attention's backward, [b, h, s, d]: grad_Q, grad_K, grad_V from grad_attention. "
@@ -365,15 +373,16 @@ BACKWARD_KERNELS: dict[str, Kernel] = {k.name: k for k in [
                  "Eager is what autograd calls for F.silu(G) * U (mul's backward from the saved silu(G) and U, "
                  "then aten.silu_backward), Liger its swiglu_backward (recomputes, writes over G and U)."),
     Kernel("cross_entropy_grad", MEMORY, _GRAD / "cross_entropy_grad.dt",
-           {"L": ("r", "v"), "T": ("r",), "grad_loss": ("r",)}, ("r", "v"), {}, ("r", "v"),
+           {"L": ("r", "v"), "T": ("r",), "grad_loss": ("r",), "row_max": ("r",), "row_sum": ("r",)}, ("r", "v"), {},
+           ("r", "v"),
            ((4096, 128256), (8192, 32000)), ((4096, 128256),), ((6, 5003),), DTYPES, _cross_entropy_grad,
            liger=_liger_cross_entropy_grad, made_inputs={"T": _targets}, moved=_cross_entropy_bytes,
-           torch_saved=_cross_entropy_saved,
+           torch_saved=_cross_entropy_saved, saved=_saved_by_dt("cross_entropy", ("row_max", "row_sum"), ("L", "T")),
            notes="the logits' gradient of F.cross_entropy(reduction='none', ignore_index -100, one target in "
-                 "eight): dt's derived program (examples/llm/cross_entropy.dt, nothing saved) recomputes each "
-                 "row's max and sum in one walk (its max gets no gradient: no output changes with it), writes "
-                 "the softmax's gradient in a second and adds -grad_loss at the target (an update: atomics), "
-                 "as its default schedule does (one program a row); eager is what "
+                 "eight): dt's derived program (examples/llm/cross_entropy.dt, its forward saving each row's max "
+                 "and sum in float32: `dt grad --save row_max,row_sum`; the max gets no gradient, no output "
+                 "changes with it) writes the softmax's gradient in one walk of the logits and adds "
+                 "-grad_loss at the target (an update: atomics), as its default schedule does; eager is what "
                  "autograd calls, aten.nll_loss_backward then aten._log_softmax_backward_data, from the "
                  "forward's saved log-softmax; Liger has no backward of its own (its forward writes the "
                  "gradient over the logits, its backward scales it): its column times both."),

@@ -143,6 +143,8 @@ def _argmax(L):
 
 def _layernorm_backward(DY, A, W, Mean, Rstd):
     """What autograd runs for a layer norm's gradients: (dx, dw, db)."""
+    if not A.is_cuda:  # the CPU kernel takes statistics in the input's dtype (a dry run)
+        Mean, Rstd = Mean.to(A.dtype), Rstd.to(A.dtype)
     dx, dw, db = torch.ops.aten.native_layer_norm_backward(DY, A, [A.shape[-1]], Mean[:, None], Rstd[:, None], W,
                                                            torch.zeros_like(W), [True, True, True])
     return dx, dw, db
@@ -280,10 +282,12 @@ def _liger_layernorm_backward(lf, t, s):
 
 
 def _statistics(kind):
-    """A row's mean (normal) or 1/std (between 0.5 and 2): any values serve a backward pass."""
+    """A row's mean (normal) or 1/std (between 0.5 and 2): any values serve a backward pass. In
+    float32 for half-precision rows, as a forward saves them (autograd's, Liger's, dt's save())."""
     def make(e, g, device, dtype):
         values = torch.rand(e["x"], generator=g, device=device, dtype=torch.float64)
-        return (values * 1.5 + 0.5 if kind == "rstd" else values * 2.0 - 1.0).to(dtype)
+        wide = torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+        return (values * 1.5 + 0.5 if kind == "rstd" else values * 2.0 - 1.0).to(wide)
     return make
 
 
@@ -375,12 +379,12 @@ LLM_KERNELS: dict[str, Kernel] = {k.name: k for k in [
                  "torch.native_layer_norm (what autograd calls), Liger its layer_norm_forward."),
     Kernel("layernorm_backward", MEMORY, LLM / "layernorm_backward.dt",
            {"DY": ("x", "k"), "A": ("x", "k"), "W": ("k",), "Mean": ("x",), "Rstd": ("x",)}, ("x", "k"), {},
-           ("x", "k"), ((4096, 4096), (16384, 4096), (4096, 8192)), ((4096, 4096),), ((7, 300),), ("f32",),
+           ("x", "k"), ((4096, 4096), (16384, 4096), (4096, 8192)), ((4096, 4096),), ((7, 300),), DTYPES,
            _layernorm_backward, liger=_liger_layernorm_backward, moved=_layernorm_backward_bytes,
            made_inputs={"Mean": _statistics("mean"), "Rstd": _statistics("rstd")},
            notes="dx, dw and db from the forward's statistics: torch.ops.aten.native_layer_norm_backward (what "
-                 "autograd calls), Liger's layer_norm_backward; float32 (dt's outputs take the inputs' promoted "
-                 "float dtype, and the statistics are float32)."),
+                 "autograd calls), Liger's layer_norm_backward; the statistics float32 in the bf16 rows too "
+                 "(dt's outputs take the dtype of its widest inputs: bf16 gradients)."),
     Kernel("argmax", MEMORY, LLM / "argmax.dt", {"L": ("r", "v")}, ("r",), {}, ("r", "v"),
            ((64, 128256), (4096, 128256), (256, 50257), (1000, 32000)), ((64, 128256), (4096, 128256)),
            ((7, 5003),), DTYPES, _argmax, moved=_argmax_bytes,

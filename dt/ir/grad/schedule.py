@@ -11,7 +11,7 @@ the lowering accept.
   match).
 - Products (`rdot`) take tiles for the matrix units; a reduction along rows in memory one row a
   program, walked in wide tiles; one across rows (a weight's gradient) blocks of columns walking
-  the rows; an element-wise root a block of 1024 along its last dimension.
+  the rows; an element-wise root a block of 1024 along its last dimension, programs in row order.
 - Gradient outputs over the same dimensions share one kernel (the first's; the others are
   fused into it and stored from it: a residual's two gradients, a layernorm's dW and dBias), an
   element-wise one at its innermost loop (the same tile, from the same loads: SwiGLU's two
@@ -167,8 +167,11 @@ def _shaping(forward: A.Program, forward_roots, f: A.FuncDef, hosts: bool = Fals
                 _call(stage, "tensorize", [(reduced[0], ROW_WALK)] + [(r, WALK) for r in reduced[1:]])]
     *outer, last = f.dims  # across rows (a weight's gradient summed over tokens), or element-wise
     block = COLUMN_BLOCK if reduced else ROW_BLOCK
+    # element-wise: programs in row order, neighbours reading neighbouring memory (the default order
+    # varies the first dimension fastest: SwiGLU's rows ran 3-5% slower in it)
+    order = [f"{stage}.map({', '.join(f.dims)});"] if outer and not reduced and f.update is None else []
     return [_call(stage, "block", [(d, 1) for d in outer] + [(last, block)]),
-            _call(stage, "tensorize", [(last, block)] + [(r, COLUMN_WALK) for r in reduced])]
+            _call(stage, "tensorize", [(last, block)] + [(r, COLUMN_WALK) for r in reduced])] + order
 
 
 def _call(func: str, primitive: str, sizes) -> str:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from fractions import Fraction
 
 from dt.dtypes import is_integer
 from dt.ir import algorithm as A
@@ -32,13 +33,13 @@ ANY = "any"  # the power or the shift of a constant that takes every one
 
 @dataclass(frozen=True, eq=False)
 class Shifted:
-    a: float
+    a: Fraction  # exact: coefficients that cancel must come out 0, not 1e-16
     at: tuple[A.Expr, ...]
 
 
 @dataclass(frozen=True, eq=False)
 class Scaled:
-    p: float
+    p: Fraction
     at: tuple[A.Expr, ...]
 
 
@@ -54,7 +55,7 @@ def shift_invariant(funcs: list[A.FuncDef], outputs, candidates) -> set[str]:
             continue
         classes: dict[str, object] = {}
         for f in funcs:
-            classes[f.name] = Shifted(1.0, tuple(A.DimRef(d) for d in f.dims)) if f is m else \
+            classes[f.name] = Shifted(Fraction(1), tuple(A.DimRef(d) for d in f.dims)) if f is m else \
                 _Classify(m.name, classes, dims).of(f.expr)
         if all(classes.get(o) in (INVARIANT, ZERO) for o in outputs):
             found.add(m.name)
@@ -64,7 +65,7 @@ def shift_invariant(funcs: list[A.FuncDef], outputs, candidates) -> set[str]:
 def _shift(c):
     """(a, at) for a value that is shifted by a (0 when invariant), else None."""
     if c in (INVARIANT, ZERO):
-        return 0.0, None
+        return Fraction(0), None
     if c == INFINITE:
         return ANY, None
     return (c.a, c.at) if isinstance(c, Shifted) else None
@@ -73,7 +74,7 @@ def _shift(c):
 def _scale(c):
     """(p, at) for a value that is scaled by a power p (0 when invariant), else None."""
     if c == INVARIANT:
-        return 0.0, None
+        return Fraction(0), None
     if c in (ZERO, INFINITE):
         return ANY, None
     return (c.p, c.at) if isinstance(c, Scaled) else None
@@ -94,7 +95,7 @@ def _scaled(p, at):
     return ZERO if p == ANY else INVARIANT if p == 0 else Scaled(p, at)
 
 
-def _sum(x, y, sign: float):
+def _sum(x, y, sign: int):
     """x + sign * y."""
     sx, sy = _shift(x), _shift(y)
     if sx and sy and (at := _at(sx[1], sy[1])) is not False:
@@ -116,7 +117,7 @@ def _either(x, y):
     return None
 
 
-def _product(x, y, sign: float):
+def _product(x, y, sign: int):
     """x * y (sign 1) or x / y (sign -1)."""
     if sign < 0 and y in (ZERO, INFINITE):
         return None  # x / inf is 0 whatever x is; x / 0 is not a value
@@ -160,7 +161,7 @@ class _Classify:
         if e.kind != "func":
             return INVARIANT
         if e.name == self.m:
-            return Shifted(1.0, e.subscripts)
+            return Shifted(Fraction(1), e.subscripts)
         c = self.classes.get(e.name, INVARIANT)
         if not isinstance(c, (Shifted, Scaled)):
             return c
@@ -177,24 +178,24 @@ class _Classify:
         if op == "log" and isinstance(x, Scaled):
             return Shifted(x.p, x.at)
         if isinstance(x, Scaled) and op in ("abs", "sqrt", "rsqrt"):
-            return Scaled(x.p * {"abs": 1, "sqrt": 0.5, "rsqrt": -0.5}[op], x.at)
+            return Scaled(x.p * {"abs": 1, "sqrt": Fraction(1, 2), "rsqrt": Fraction(-1, 2)}[op], x.at)
         return INVARIANT if x in FIXED else None
 
     def binary(self, e: A.Binary, x, y):
         if x is None or y is None:
             return None
         if e.op in ("+", "-"):
-            return _sum(x, y, 1.0 if e.op == "+" else -1.0)
+            return _sum(x, y, 1 if e.op == "+" else -1)
         if e.op in ("*", "/"):
             constant = e.b if isinstance(e.b, A.Num) else e.a if isinstance(e.a, A.Num) and e.op == "*" else None
             moved = y if constant is e.a else x
-            if isinstance(moved, Shifted) and constant is not None and constant.value not in (0,) \
-                    and not math.isinf(constant.value):  # (s - m) * 0.5
-                factor = constant.value if e.op == "*" else 1 / constant.value
+            if isinstance(moved, Shifted) and constant is not None and constant.value != 0 \
+                    and math.isfinite(constant.value):  # (s - m) * 0.5
+                factor = Fraction(constant.value) if e.op == "*" else 1 / Fraction(constant.value)
                 return Shifted(moved.a * factor, moved.at)
-            return _product(x, y, 1.0 if e.op == "*" else -1.0)
-        if e.op == "pow" and isinstance(e.b, A.Num) and isinstance(x, Scaled):
-            return _scaled(x.p * e.b.value, x.at)
+            return _product(x, y, 1 if e.op == "*" else -1)
+        if e.op == "pow" and isinstance(e.b, A.Num) and math.isfinite(e.b.value) and isinstance(x, Scaled):
+            return _scaled(x.p * Fraction(e.b.value), x.at)
         if e.op in ("maximum", "minimum"):
             return _either(x, y)
         if e.op in ("<", "<=", ">", ">=", "==", "!="):  # order kept by a shift and a positive scale
@@ -203,7 +204,7 @@ class _Classify:
 
     def reduce(self, e):
         body = e.x if isinstance(e, A.Scan) else e.args[0]
-        x = self.of(body) if e.op != "dot" else _product(self.of(e.args[0]), self.of(e.args[1]), 1.0)
+        x = self.of(body) if e.op != "dot" else _product(self.of(e.args[0]), self.of(e.args[1]), 1)
         if x is None or isinstance(x, (Shifted, Scaled)) and any(e.dim in A.free_dims(i) for i in x.at):
             return None  # combines elements shifted by different amounts
         if e.op in ("argmax", "argmin", "argtopk"):

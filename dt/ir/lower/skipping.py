@@ -136,11 +136,24 @@ def _finite_max(e: A.Access, funcs) -> bool:
     r, body = f.expr.dim, f.expr.args[0]
     while _own_dims(body, funcs):
         body = funcs[body.name].expr
-    if not isinstance(body, A.Where) or _constant(body.b) != NEG_INF or \
-            any(_constant(n) == NEG_INF for n in A.walk(body.a)):
+    if not isinstance(body, A.Where) or _constant(body.b) != NEG_INF or _may_be_neg_inf(body.a, funcs):
         return False
     bound = index_bound(body.cond, r, set(f.dims))
     return bound is not None and bound[0] == "upper" and bound[2] >= 0
+
+
+def _may_be_neg_inf(e: A.Expr, funcs) -> bool:
+    """Whether e, or a Func it reads (at any depth), has a -inf constant: a lane of a row the
+    where keeps could then be -inf, and the row's max too."""
+    seen, stack = set(), [e]
+    while stack:
+        for n in A.walk(stack.pop()):
+            if _constant(n) == NEG_INF:
+                return True
+            if isinstance(n, A.Access) and n.kind == "func" and n.name in funcs and n.name not in seen:
+                seen.add(n.name)
+                stack.append(funcs[n.name].expr)
+    return False
 
 
 def _constant(e: A.Expr) -> str | None:
