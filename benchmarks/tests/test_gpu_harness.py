@@ -525,6 +525,8 @@ def test_baseline_functions_compute_the_dt_algorithm(name):
         g = torch.Generator().manual_seed(sum(shape))
         t = {n: kernel.made_inputs[n](case.extents, g, "cpu", torch.float64) if n in kernel.made_inputs
              else torch.randn(case.input_shape(n), generator=g, dtype=torch.float64) for n in kernel.inputs}
+        if kernel.saved is not None:  # a backward row: what its forward saves, from the others (as measured)
+            t.update(kernel.saved(t, kernel.scalars))
         want = prog.reference(sizes={d: case.extents[d] for d in kernel.dt_sizes} or None, **t, **kernel.scalars)
         got = kernel.torch_fn(**t, **kernel.scalars)
         got, want = (got, tuple(want.values())) if isinstance(got, tuple) else ((got,), (want,))
@@ -558,6 +560,8 @@ def test_every_schedule_is_its_kernels_algorithm(path):
         case = cases.Case(kernel, shape, "f32", kernel.extents(shape))
         g = torch.Generator().manual_seed(7)
         t = {n: torch.randn(case.input_shape(n), generator=g) for n in kernel.inputs}
+        if kernel.saved is not None:
+            t.update(kernel.saved(t, kernel.scalars))
         want = kernel.torch_fn(**{n: v.double() for n, v in t.items()}, **kernel.scalars)
         got = prog(backend="interp", **t, **kernel.scalars)
         got, want = (tuple(got.values()), want) if isinstance(want, tuple) else ((got,), (want,))
