@@ -40,7 +40,7 @@ def grad(prog, wrt=None, save=(), of=None):
                           f"save some of: {', '.join(checked.written)}")
         expr = checked.written[s].expr
         if isinstance(expr, A.Reduce) and expr.op in ("max", "min") and \
-                s not in without_gradient(checked, wrt, checked.outputs if of is None else of):
+                s not in without_gradient(checked, wrt, checked.outputs if of is None else of):  # ties matter
             raise DTError(f"'{s}' is an r{expr.op} the outputs change with, which dt.grad does not save: its gradient "
                           f"goes to the elements equal to it, which a saved copy need not equal", checked.written[s].loc,
                           f"leave '{s}' out of save (the backward recomputes it)")
@@ -54,7 +54,7 @@ def grad(prog, wrt=None, save=(), of=None):
     # a saved statistic (fewer dimensions than the widest input: a row's max, sum, mean) is kept in
     # the compute dtype, as autograd keeps its statistics (float32 for bf16 inputs): the exponentials
     # and normalisations reading it back would be off by its rounding
-    rank = max(checked.input_ranks.values(), default=0)
+    rank = max((r for n, r in checked.input_ranks.items() if n not in checked.index_inputs), default=0)
     extra = "".join(f"{s}.{'save' if len(checked.written[s].dims) < rank else 'compile'}();\n"
                     for s in save if s not in checked.outputs)
     source = prog.ast.source if prog.ast.source.endswith("\n") else prog.ast.source + "\n"

@@ -1,5 +1,6 @@
 """What a program call's arguments must be, checked before anything is allocated: scalars are
-real numbers, extents integers within bounds, and the tensors a call creates fit in memory."""
+real numbers, extents integers within bounds (and no Func read past its own), and the tensors a
+call creates fit in memory."""
 from __future__ import annotations
 
 import math
@@ -10,6 +11,7 @@ import numpy as np
 
 from dt.dtypes import ITEM_BYTES, NUMPY_NAMES, TORCH_NAMES
 from dt.errors import DTExtentError, DTInputError, Loc
+from dt.ir import algorithm as A
 from dt.ir.check.schedule import MAX_EXTENT
 from dt.ir.tiles import value_dims
 
@@ -194,3 +196,27 @@ def _overlap(a, b) -> bool:
 def _span(t) -> int:
     """The bytes from a tensor's first element to just past its last (strided views included)."""
     return (sum((n - 1) * s for n, s in zip(t.shape, t.stride())) + 1) * t.element_size()
+
+
+def func_read_extents(checked, extents: dict[str, int], argument: str):
+    """A Func read along another dimension than its own (`e[z, y]` for `e[x, y]`,
+    CheckedProgram.func_reads) passes extents: an unbound x takes the longest of the dimensions it is
+    read along, then an unbound z x's. z may be shorter (the reads cover part of e); a z longer than
+    x is an error: it would read memory no backend wrote."""
+    reads = checked.func_reads
+    changed = True
+    while changed:  # a chain of reads passes extents on
+        changed = False
+        for own in {own for *_, own in reads if own not in extents}:
+            known = [extents[dim] for _, _, dim, o in reads if o == own and dim in extents]
+            if known:
+                extents[own], changed = max(known), True
+        for _, _, dim, own in reads:
+            if dim not in extents and own in extents:
+                extents[dim], changed = extents[own], True
+    for access, axis, dim, own in reads:
+        if dim in extents and own in extents and extents[dim] > extents[own]:
+            raise DTExtentError(f"{A.expr_text(access)} reads '{access.name}' along '{dim}' ({extents[dim]}), past "
+                                f"its axis {axis}, '{own}' ({extents[own]})", access.loc,
+                                f"give '{dim}' at most {extents[own]}, or '{own}' at least {extents[dim]} (in "
+                                f"{argument} or the inputs' shapes), or read '{access.name}' along '{own}'")

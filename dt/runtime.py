@@ -236,7 +236,8 @@ class Program:
                                  call_checks.cpu_memory())
         compute = "f64" if "f64" in b.dtypes.values() else "f32"
         types = Types(self.checked.algorithm, {n: b.dtypes[n] for n in self.inputs},
-                      {n: d for n, d in b.dtypes.items() if n in self.scalars}, compute)
+                      {n: d for n, d in b.dtypes.items() if n in self.scalars},
+                      dict.fromkeys(self.checked.algorithm, compute))
         values = reference.evaluate(self.checked, {n: to_numpy(a).astype(np.float64) for n, a in b.arrays.items()},
                                     b.scalars, b.extents, compute, types)
         outs = {n: values[n] for n in self.outputs}
@@ -382,7 +383,7 @@ class Program:
                 raise DTExtentError(f"{argument} gives {dim} = {n}, but {source} has {result[dim]}", loc,
                                     f"drop it from {argument} or pass matching tensors")
             result[dim] = n
-        self._func_read_extents(result, argument)
+        call_checks.func_read_extents(self.checked, result, argument)
         for dim, (split, chunk) in self.checked.chunk_dims.items():  # ceil(len(l) / chunk) chunks of a split
             if split in result:
                 result[dim] = -(-result[split] // chunk)
@@ -393,31 +394,6 @@ class Program:
         for d, (n, _, loc) in from_arrays.items():
             call_checks.check_extent(n, f"the extent of '{d}' is", loc)
         return result
-
-    def _func_read_extents(self, extents: dict[str, int], argument: str):
-        """A Func read along another dimension than its own (`e[z, y]` for `e[x, y]`): z takes x's
-        extent when nothing gives it (and x z's), and z longer than x is an error: it would read
-        past the Func (memory no backend wrote)."""
-        reads = [(a, axis, sub.dim, self.checked.written[a.name].dims[axis])
-                 for f in self.checked.written.values() for x in f.exprs for a in A.walk(x)
-                 if isinstance(a, A.Access) and a.kind == "func" and a.name in self.checked.written
-                 for axis, sub in enumerate(a.subscripts) if isinstance(sub, A.DimRef)]
-        reads = [r for r in reads if r[2] != r[3]]
-        changed = True
-        while changed:  # a chain of reads passes an extent on
-            changed = False
-            for access, axis, dim, own in reads:
-                if dim in extents and own not in extents:
-                    extents[own], changed = extents[dim], True
-                elif own in extents and dim not in extents:
-                    extents[dim], changed = extents[own], True
-        for access, axis, dim, own in reads:
-            if extents.get(dim, 0) > extents.get(own, extents.get(dim, 0)):
-                text = A.expr_text(access)
-                raise DTExtentError(f"{text} reads '{access.name}' along '{dim}' ({extents[dim]}), past its axis "
-                                    f"{axis}, '{own}' ({extents[own]})", access.loc,
-                                    f"give '{dim}' at most {extents[own]} (in {argument} or the inputs' shapes), or "
-                                    f"read '{access.name}' along '{own}'")
 
     def _array_extents(self, arrays: dict) -> dict[str, tuple[int, str, Loc | None]]:
         """dimension -> (extent, which axis of which input gave it, where that input is indexed)."""

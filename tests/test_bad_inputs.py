@@ -103,16 +103,24 @@ def test_bad_sizes_are_extent_errors_at_the_dimension(value, fragment):
 
 @pytest.mark.parametrize("backend", ["interp", "numba"])
 def test_a_func_read_along_a_longer_dimension_is_an_extent_error_not_a_read_past_it(backend):
-    # e[z, y] for e[x, y]: z takes x's extent when nothing gives it, may be shorter (a prefix), and
-    # longer is refused before running (numba read memory past e; the interpreter crashed in NumPy)
+    # e[z, y] for e[x, y]: z takes x's extent when nothing gives it, may be shorter (a part of e, the
+    # reference's too), and longer is refused before running (numba read memory past e; the
+    # interpreter crashed in NumPy)
     prog = dt.loads("Func e, s;\nIn A;\nVar x, y;\nRVar z;\ne[x, y] = A[x, y] * 2.0;\n"
                     "s[y] = rsum(e[z, y], z);\ns.compile();\n")
     A = np.arange(12, dtype=np.float32).reshape(3, 4)
     np.testing.assert_allclose(prog(A=A, backend=backend), 2 * A.sum(0))
     np.testing.assert_allclose(prog(A=A, sizes={"z": 2}, backend=backend), 2 * A[:2].sum(0))
+    np.testing.assert_allclose(prog.reference(A=A, sizes={"z": 2}), 2 * A[:2].sum(0))
     with pytest.raises(DTExtentError, match=r"e\[z, y\] reads 'e' along 'z' \(5\), past its axis 0, 'x' \(3\)") as info:
         prog(A=A, sizes={"z": 5}, backend=backend)
     assert info.value.loc.line == 6 and "give 'z' at most 3" in str(info.value)
+    # which read comes first does not matter: x takes the longer of z (3) and w (5)
+    base = "Func e, o;\nIn A, B;\nVar x, z;\nRVar w;\ne[x] = x * 2.0;\n"
+    for body in ("o[z] = e[z] + A[z] + rsum(e[w] * B[w], w);", "o[z] = rsum(e[w] * B[w], w) + e[z] + A[z];"):
+        prog = dt.loads(base + body + "\no.compile();\n")
+        np.testing.assert_allclose(prog(A=np.arange(3.0), B=np.arange(5.0), backend=backend),
+                                   2 * np.arange(3.0) + np.arange(3.0) + 2 * (np.arange(5.0) ** 2).sum())
 
 
 def test_numpy_integer_sizes_are_extents():

@@ -519,7 +519,7 @@ def test_trace_records_tiles_and_assembles_tensors():
 
 def test_trace_every_func_of_a_multi_kernel_program_and_chosen_pids():
     prog = dt.loads(TRANSPOSE, "transpose")
-    a = np.arange(30, dtype=np.float32).reshape(5, 6)
+    a = np.arange(36, dtype=np.float32).reshape(6, 6)  # square: out[x, y] reads t[y, x]
     with dt.debug.trace() as every, dt.debug.trace("t", pid=0) as first:
         prog(A=a)
     assert {r.name for r in every.records} == {"t", "out"}

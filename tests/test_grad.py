@@ -382,9 +382,45 @@ def test_default_schedule_shares_row_walks_and_schedules_every_kernel():
     cross_entropy = dt.grad(dt.load(ROOT / "examples" / "llm" / "cross_entropy.dt")).dt_source()
     assert "row_sum.compute_with(row_max, v);" in cross_entropy  # the online softmax's max and sum in one walk
     assert "grad_L.block(r:1);" in cross_entropy  # whole rows: the fused row statistics computed once a row
-    assert "grad_L.update().block(r:1);" in cross_entropy  # the update too (the forward's block of r)
+    assert "grad_L.update().block(r:1024);" in cross_entropy  # the update at the target: 1024 rows a program
     attention = dt.grad(dt.load(ROOT / "examples" / "llm" / "causal_mha.dt")).dt_source()
     assert "num.block(b:1, h:1, m:128);" in attention  # the forward's sizes of the dimensions num walks
+
+
+def test_saving_a_max_its_gradient_needs_or_ignores():
+    # a max divided by B and saved through s = m / B: m is not rebuilt as s * B (the ties compare the
+    # elements with m itself), so the gradient is the recomputing one
+    prog = dt.loads("Func m, s;\nIn A, B;\nVar x;\nRVar y;\nm[x] = rmax(A[x, y], y);\ns[x] = m[x] / B[x];\n"
+                    "s.compile();\n")
+    forward, backward = dt.grad(prog, save=("s",))
+    assert "m[x] = rmax(" in backward.dt_source()
+    rng = np.random.default_rng(0)
+    A, B = np.round(rng.standard_normal((6, 7)), 1), rng.standard_normal(6) * 3
+    A[1, :2] = A[1].max() + 1  # a tie
+    args = dict(A=A, B=B, grad_s=rng.standard_normal(6))
+    assert backward.inputs == ("A", "B", "grad_s")  # s saved, but nothing reads it back
+    got = backward(backend="interp", **args)
+    want = dt.grad(prog)(backend="interp", **args)
+    for name in want:
+        np.testing.assert_allclose(got[name], want[name], rtol=1e-12)
+    # a max through which no gradient reaches wrt can be saved
+    scaled = dt.loads("Func m, o;\nIn A, B;\nVar x, y;\nRVar z;\nm[x] = rmax(B[x, z], z);\n"
+                      "o[x, y] = A[x, y] * m[x];\no.compile();\n")
+    forward, _ = dt.grad(scaled, wrt=("A",), save=("m",))
+    assert "m.save();" in forward.dt_source()
+
+
+def test_save_keeps_an_inlined_statistic_and_compile_to_kernels_one_kernel():
+    src = ("Func v, r, o;\nIn A;\nVar x, y;\nRVar z;\nv[x] = rsum(A[x, z] * A[x, z], z) / len(z);\n"
+           "r[x] = rsqrt(v[x] + 0.00001);\no[x, y] = A[x, y] * r[x];\no.block(x:1);\no.tensorize(y:0);\n"
+           "v.fuse_at(o, x);\nr.inline();\no.compile();\n")
+    forward, _ = dt.grad(dt.loads(src), save=("r",))
+    assert {t.name: t.dtype for t in forward.pipeline("bf16").outputs} == {"r": "f32", "o": "bf16"}
+    two_kernels = "Func s, o;\nIn A;\nVar x, y;\nRVar z;\ns[x] = rsum(A[x, z], z);\no[x, y] = A[x, y] / s[x];\n"
+    with pytest.raises(dt.DTError, match="needs one kernel"):
+        dt.loads(two_kernels + "o.compile_to_kernel();\no.save();\n").pipeline("f32")
+    saved_then_plain = dt.loads(two_kernels + "o.save();\no.compile();\n")
+    assert saved_then_plain.pipeline("bf16").outputs[0].dtype == "bf16"  # the later compile() wins
 
 
 def test_cross_entropys_backward_from_its_saved_statistics_walks_each_row_once():

@@ -282,6 +282,19 @@ def rebuild(e: Expr, kids: tuple[Expr, ...]) -> Expr:
     return e
 
 
+def substitute_dims(e: Expr, to: dict[str, Expr]) -> Expr:
+    """e with each dimension of `to` replaced by its expression (a Func's definition read at the
+    subscripts it is read at)."""
+    def step(node):
+        if isinstance(node, DimRef):
+            return to.get(node.dim, node)
+        kids = []
+        for c in children(node):
+            kids.append((yield c))
+        return rebuild(node, tuple(kids)) if kids else node
+    return recurse(step, e)
+
+
 def same(a: Expr, b: Expr) -> bool:
     """Whether two expressions are written alike (source locations aside)."""
     pairs = [(a, b)]

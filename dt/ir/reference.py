@@ -94,8 +94,8 @@ def evaluate(cp: CheckedProgram, inputs: dict[str, np.ndarray], scalars: dict[st
             return _Named(np.arange(extents[e.dim], dtype=np.float64), (e.dim,))
         if isinstance(e, A.Access):
             source = np.asarray(inputs[e.name] if e.kind == "input" else values[e.name], dtype=np.float64)
-            if e.dims is not None:
-                return _Named(source, e.dims)
+            if e.dims is not None:  # a Func read along shorter dimensions than its own: their part of it
+                return _Named(source[tuple(slice(0, extents[d]) for d in e.dims)], e.dims)
             subscripts = []
             for sub in e.subscripts:
                 subscripts.append((yield sub))

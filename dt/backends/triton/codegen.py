@@ -141,10 +141,13 @@ def _header(w: Writer, pipeline: S.Pipeline, f32_dot: str, function: str, args: 
     w.line('this was generated: "ieee" keeps full float32 precision, "tf32" uses TensorFloat-32 units).')
     nodes = [node for k in pipeline.kernels for s in S.walk_statements(k.body) if isinstance(s, (S.Assign, S.Store))
              for node in S.walk_texpr(s.value)]
+    spanning = "the common dtype of the float inputs spanning their dimensions"
     if any(is_integer(t.dtype) for t in pipeline.inputs + pipeline.outputs + pipeline.temporaries):
-        notes = ["Float outputs are stored in the float inputs' dtype, integer ones as int64 unless cast."]
+        notes = [f"Float outputs are stored in {spanning}, integer ones as int64 unless cast."]
     else:
-        notes = ["Outputs are stored in the inputs' dtype."]
+        notes = [f"Outputs are stored in {spanning}."]
+    if len({t.dtype for t in pipeline.outputs}) > 1:  # save(), casts, integers
+        notes.append(f"Output dtypes: {', '.join(f'{t.name} {t.dtype}' for t in pipeline.outputs)}.")
     if any(isinstance(n, S.Binary) and n.op in ("//", "%") and is_integer(n.dtype) for n in nodes):
         notes.append("Integer // and % round toward -infinity, as in Python.")
     if any(isinstance(n, S.Gather) for n in nodes):

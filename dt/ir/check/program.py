@@ -91,6 +91,16 @@ class CheckedProgram:
         return tuple(d for d in dims if d not in self.chunk_dims)
 
     @cached_property
+    def func_reads(self) -> tuple[tuple[A.Access, int, str, str], ...]:
+        """(access, axis, dimension read along, the Func's own dimension there) for each read of a
+        Func along another dimension than its own (`e[z, y]` for `e[x, y]`): they pass extents."""
+        return tuple((a, axis, sub.dim, self.written[a.name].dims[axis])
+                     for f in self.written.values() for x in f.exprs for a in A.walk(x)
+                     if isinstance(a, A.Access) and a.kind == "func" and a.name in self.written
+                     for axis, sub in enumerate(a.subscripts)
+                     if isinstance(sub, A.DimRef) and sub.dim != self.written[a.name].dims[axis])
+
+    @cached_property
     def input_accesses(self) -> tuple[A.Access, ...]:
         """Every access of an input in the written definitions (gathers' index reads included):
         what binds extents when the program is called."""

@@ -138,8 +138,9 @@ def resolve_schedule(program, defs, kinds) -> dict[str, FuncSchedule]:
         else:
             if call.args:
                 raise DTScheduleError(f"{prim} takes no arguments", call.loc)
-            s.compiled = "compile" if prim == "save" else prim
-            s.saved = s.saved or prim == "save"
+            # save() marks an output (keeping compile_to_kernel's one kernel); a later compile makes it plain
+            s.compiled = (s.compiled or "compile") if prim == "save" else prim
+            s.saved = prim == "save"
     for name, s in schedules.items():
         if s.fuse_at and s.inline:
             raise DTScheduleError(f"'{name}' cannot be both fuse_at and inline", s.locs.get("inline"),

@@ -177,10 +177,11 @@ def _sum(terms: list[A.Expr]) -> A.Expr:
 
 
 def without_gradient(checked, wrt: tuple[str, ...], of: tuple[str, ...]) -> set[str]:
-    """The Funcs that depend on an input of wrt but that no output of `of` changes with (a
-    softmax's max: dt.ir.grad.shift): their adjoint is exactly 0."""
+    """The Funcs through which no gradient flows to wrt: those that do not depend on it, and those
+    no output of `of` changes with (a softmax's max: dt.ir.grad.shift). Their adjoint is 0."""
     funcs = hoist(_in_order(checked.written, of), Gradient({d.name for d in checked.program.declarations}).fresh)
-    return set(shift_invariant(funcs, of, _active(funcs, set(wrt))))
+    reaching = _active(funcs, set(wrt))
+    return {f.name for f in funcs if f.name not in reaching} | set(shift_invariant(funcs, of, reaching))
 
 
 def _active(funcs: list[A.FuncDef], wrt: set[str]) -> set[str]:
@@ -394,8 +395,9 @@ def _solved(f: A.FuncDef, forward: list[A.FuncDef], saved: tuple[str, ...]) -> A
     """f read back from a saved Func that divides it by saved values, `s = f / d`, as `f = s * d`,
     where f is a reduction (attention's numerator from its saved output and row sum: the backward
     reads the output instead of walking the keys again, as flash attention's does); else f."""
-    if f.name in saved or not any(isinstance(e, A.Reduce) for e in A.walk(f.expr)):
-        return f
+    reductions = [e.op for e in A.walk(f.expr) if isinstance(e, A.Reduce)]
+    if f.name in saved or not reductions or any(op not in ("sum", "dot") for op in reductions):
+        return f  # a max is compared with its elements (ties): a copy rebuilt from s * d equals none
     funcs = {g.name for g in forward}
     for s in forward:
         e = s.expr
@@ -411,16 +413,8 @@ def _solved(f: A.FuncDef, forward: list[A.FuncDef], saved: tuple[str, ...]) -> A
             continue  # d would be computed again: no cheaper than f
         to_f = {x.dim: A.DimRef(d) for x, d in zip(subscripts, f.dims)}
         read = A.Access(s.name, "func", tuple(to_f[d] for d in s.dims))
-        return A.FuncDef(f.name, f.dims, A.Binary("*", read, _at(e.b, to_f)), f.loc)
+        return A.FuncDef(f.name, f.dims, A.Binary("*", read, A.substitute_dims(e.b, to_f)), f.loc)
     return f
-
-
-def _at(e: A.Expr, to: dict[str, A.Expr]) -> A.Expr:
-    """e with its dimensions renamed by `to`."""
-    if isinstance(e, A.DimRef):
-        return to.get(e.dim, e)
-    kids = A.children(e)
-    return A.rebuild(e, tuple(_at(k, to) for k in kids)) if kids else e
 
 
 def emit(gradient: Gradient, checked, saved: tuple[str, ...], name: str) -> tuple[str, list[A.FuncDef]]:

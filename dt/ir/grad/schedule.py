@@ -145,7 +145,9 @@ def _shaping(forward: A.Program, forward_roots, f: A.FuncDef, hosts: bool = Fals
                  dataclasses.replace(c, args=tuple(a for a in c.args if a[0] in walked)) for c in calls]
         calls = [c for c in calls if c.args or c.primitive not in ("block", "tensorize")]
         calls = [c for c in calls if c.primitive != "map" or all(str(a) in f.dims for a in c.args)]
-        if calls:
+        # only where f keeps tiles: a row kernel's (loss.tensorize(v:4096)) leave cross-entropy's update at
+        # the target, over r alone, none: one element a program
+        if any(c.primitive == "tensorize" for c in calls):
             return [_statement(stage, c) for c in calls]
     if isinstance(f.expr, A.Reduce) and f.expr.op == "dot" and len(f.dims) >= 2:
         *batch, rows, cols = f.dims

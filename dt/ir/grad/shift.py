@@ -165,7 +165,7 @@ class _Classify:
         c = self.classes.get(e.name, INVARIANT)
         if not isinstance(c, (Shifted, Scaled)):
             return c
-        at = tuple(_substitute(i, dict(zip(self.dims[e.name], e.subscripts))) for i in c.at)
+        at = tuple(A.substitute_dims(i, dict(zip(self.dims[e.name], e.subscripts))) for i in c.at)
         return Shifted(c.a, at) if isinstance(c, Shifted) else Scaled(c.p, at)
 
     def unary(self, op: str, x):
@@ -214,11 +214,3 @@ class _Classify:
         if e.op in ("sum", "dot"):
             return None if isinstance(x, Shifted) else x
         return x if x == INVARIANT else None
-
-
-def _substitute(e: A.Expr, to: dict[str, A.Expr]) -> A.Expr:
-    """e (over a Func's dimensions) at the subscripts `to` it is read at."""
-    if isinstance(e, A.DimRef):
-        return to.get(e.dim, e)
-    kids = A.children(e)
-    return A.rebuild(e, tuple(_substitute(k, to) for k in kids)) if kids else e

@@ -25,7 +25,7 @@ from dt.ir import algorithm as A
 from dt.ir import naming
 from dt.ir import scheduled as S
 from dt.ir.check.program import CheckedProgram
-from dt.ir.lower.dtypes import compute_dtype_of, promote, widest
+from dt.ir.lower.dtypes import compute_dtype_of, stored_dtype
 from dt.ir.lower.invariant_loads import hoist_invariant_loads
 from dt.ir.lower.kernel import KernelLowering
 from dt.ir.lower.product_scales import factor_product_scales
@@ -40,21 +40,23 @@ def lower(cp: CheckedProgram, dtypes: dict[str, str]) -> S.Pipeline:
     """The pipeline for inputs of `dtypes` (by input name; an integer scalar's name maps to 'i64')."""
     cp = factor_product_scales(cp)
     input_dtypes = {n: d for n, d in dtypes.items() if n not in cp.scalars}
-    floats = {n: d for n, d in input_dtypes.items() if n in cp.inputs and not is_integer(d)}
-    storage = promote(widest(floats, cp.input_ranks))
-    compute = compute_dtype_of(max((storage, *floats.values()), key=lambda d: d == "f64"))
+    floats = {n: (d, cp.input_axes.get(n, ())) for n, d in input_dtypes.items() if n in cp.inputs and not is_integer(d)}
+    rank = max((len(axes) for _, axes in floats.values()), default=0)
+    storage = stored_dtype(next((axes for _, axes in floats.values() if len(axes) == rank), ()), floats)
+    compute = compute_dtype_of("f64" if any(d == "f64" for d, _ in floats.values()) else storage)
     # every Func as written (inlined ones too: an inlined integer Func may index a gather)
     # kept in the compute dtype: a split's partials, the outputs of save(), a temporary that is a row
     # statistic (a reduction with fewer dimensions than the widest input: a sum rounded to bf16 loses 3
     # bits for every kernel that reads it back), and one that is the max or min of computed values, which
     # a gradient compares with those values again (ties, `s == mx`): a copy rounded to bf16 would equal
     # none of them
-    rank = max(cp.input_ranks.values(), default=0)
-    in_compute = (*cp.partials, *(n for n, f in cp.funcs.items() if cp.schedules[n].saved or n not in cp.outputs and (
+    in_compute = (*cp.partials, *(n for n, f in cp.written.items() if cp.schedules[n].saved or n not in cp.outputs and (
         isinstance(f.expr, A.Reduce) and f.expr.op in ("max", "min") or
         len(f.dims) < rank and any(isinstance(e, A.Reduce) for e in A.walk(f.expr)))))
-    types = Types({**cp.written, **{n: cp.funcs[n] for n in cp.partials}}, {n: input_dtypes.get(n, storage) for n in cp.inputs},
-                  {n: d for n, d in dtypes.items() if n in cp.scalars}, storage, in_compute, compute)
+    written = {**cp.written, **{n: cp.funcs[n] for n in cp.partials}}
+    types = Types(written, {n: input_dtypes.get(n, storage) for n in cp.inputs},
+                  {n: d for n, d in dtypes.items() if n in cp.scalars},
+                  {n: stored_dtype(f.dims, floats) for n, f in written.items()}, in_compute, compute)
     types.check_indices(cp.written)
     input_dims = cp.input_axes
     inputs = tuple(S.TensorSpec(n, input_dims[n], input_dtypes.get(n, storage), "input")

@@ -9,7 +9,7 @@ from dt.ir.ops import OPS
 
 
 def promote(dtypes) -> str:
-    """The storage dtype of outputs and temporaries: the common dtype of `dtypes` (the widest inputs')."""
+    """The common dtype of `dtypes`: itself when they agree, else f64 if any is, else f32."""
     kinds = set(dtypes)
     if not kinds:
         return "f32"
@@ -18,11 +18,18 @@ def promote(dtypes) -> str:
     return "f64" if "f64" in kinds else "f32"
 
 
-def widest(dtypes: dict[str, str], ranks: dict[str, int]) -> list[str]:
-    """The dtypes of the inputs with the most dimensions: those the outputs are stored like (a
-    row statistic or a weight vector in f32 does not widen bf16 activations' gradients)."""
-    most = max((ranks.get(n, 0) for n in dtypes), default=0)
-    return [d for n, d in dtypes.items() if ranks.get(n, 0) == most]
+def stored_dtype(dims, inputs: dict[str, tuple[str, tuple[str, ...]]]) -> str:
+    """The dtype a Func over `dims` is stored in, given the float inputs (name -> (dtype, axes)):
+    the common dtype of the inputs that span its dimensions — a row statistic or a weight vector in
+    float32 does not widen bf16 rows (a layer norm's grad_A), and a float32 weight keeps its own
+    gradient float32 (its grad_W) — else of every float input. Any f64 input stores f64; a result in
+    an 8-bit float only where every float input is one (a scaled fp8 product is stored in f32)."""
+    every = promote(d for d, _ in inputs.values())
+    if every == "f64":
+        return every
+    spanning = promote(d for d, axes in inputs.values() if set(dims) <= set(axes)) if \
+        any(set(dims) <= set(axes) for _, axes in inputs.values()) else every
+    return every if spanning in FLOAT8 and spanning != every else spanning
 
 
 def compute_dtype_of(storage: str) -> str:

@@ -3,7 +3,7 @@ Func is stored in. Dimensions, `len`, integer constants, integer inputs and inte
 integers; `+ - * // %` (and the other ops closed over integers, dt.ir.ops) of integers are
 integers; an operand that is a float makes the result a float; comparisons are booleans. A Func
 defined as a `cast` is stored in that dtype, one whose definition is an integer as `i64`, any
-other in the storage dtype of the pipeline.
+other in the dtype it is given (dt.ir.lower.dtypes.stored_dtype: its inputs').
 
 Reductions compute in the compute dtype, integers included (their sum is a float); an
 arg-reduction (rargmax, rargmin) is an integer, an index; scans compute in the compute dtype too."""
@@ -17,8 +17,9 @@ from dt.ir.ops import OPS, REDUCTIONS
 
 class Types:
     def __init__(self, funcs: dict[str, A.FuncDef], input_dtypes: dict[str, str], scalar_dtypes: dict[str, str],
-                 storage: str, in_compute=(), compute: str | None = None):
-        """`in_compute`: the Funcs stored in the `compute` dtype rather than `storage` (dt.ir.lower)."""
+                 storage: dict[str, str], in_compute=(), compute: str | None = None):
+        """`storage`: each Func's stored dtype (dt.ir.lower.dtypes.stored_dtype); `in_compute`: the
+        Funcs stored in the `compute` dtype instead (dt.ir.lower)."""
         self.input_dtypes = input_dtypes
         self.scalar_dtypes = scalar_dtypes  # an integer scalar's dtype ('i64'); absent: a float
         self.func_dtypes: dict[str, str] = {}
@@ -26,7 +27,7 @@ class Types:
         for name, f in funcs.items():  # producers first
             kind = self.kind(f.expr)
             self.func_dtypes[name] = f.expr.dtype if isinstance(f.expr, A.Cast) else \
-                "i64" if kind == "int" else compute if name in in_compute else storage
+                "i64" if kind == "int" else compute if name in in_compute else storage[name]
 
     def kind(self, e: A.Expr) -> str:
         """'int', 'float' or 'bool'."""
