@@ -387,6 +387,22 @@ def test_default_schedule_shares_row_walks_and_schedules_every_kernel():
     assert "num.block(b:1, h:1, m:128);" in attention  # the forward's sizes of the dimensions num walks
 
 
+def test_group_norms_gradient_matches_torch_at_groups_of_several_channels():
+    # X[b, g * len(cg) + cg, p] is a read at an index expression, not a shift of the group member cg:
+    # binding cg to X's channel axis (and shifting by g * len(cg)) gave grad_X off by 0.9 at cg < c
+    torch = pytest.importorskip("torch")
+    backward = dt.grad(dt.load(ROOT / "examples" / "llm" / "group_norm.dt"))
+    rng = np.random.default_rng(0)
+    for b, groups, per, s in ((2, 3, 4, 5), (1, 2, 6, 3)):
+        X, G = rng.standard_normal((b, groups * per, s)), rng.standard_normal((b, groups * per, s))
+        W, B = rng.standard_normal(groups * per), rng.standard_normal(groups * per)
+        got = backward(backend="interp", X=X, W=W, grad_out=G, eps=1e-5, sizes={"g": groups, "cg": per})
+        x, w = torch.tensor(X, requires_grad=True), torch.tensor(W, requires_grad=True)
+        torch.nn.functional.group_norm(x, groups, w, torch.tensor(B), 1e-5).backward(torch.tensor(G))
+        np.testing.assert_allclose(got["grad_X"], x.grad.numpy(), rtol=1e-9, atol=1e-9)
+        np.testing.assert_allclose(got["grad_W"], w.grad.numpy(), rtol=1e-9, atol=1e-9)
+
+
 def test_saving_a_max_its_gradient_needs_or_ignores():
     # a max divided by B and saved through s = m / B: m is not rebuilt as s * B (the ties compare the
     # elements with m itself), so the gradient is the recomputing one

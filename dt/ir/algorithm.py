@@ -401,16 +401,19 @@ def constant_factors(e: Expr, dim: str) -> tuple[Expr, list[tuple[str, Expr]]]:
 
 def binding_dim(subscript: Expr, dim_kinds: dict[str, str]) -> str | None:
     """The dimension a subscript binds to its tensor axis's extent: `d`, or `d` plus or minus
-    terms without pure dimensions (`x + 1`, `t - j` with `j` a reduction dimension, bound
-    elsewhere); None for anything else (`h // 4`, `2 * i`, a gather) and when two readings
-    compete."""
+    constants, lens and reduction dimensions (`x + 1`, `t - j` with `j` a reduction dimension,
+    bound elsewhere); None for anything else (`h // 4`, `2 * i`, `g * len(cg) + cg`, a gather) and
+    when two readings compete."""
     terms = signed_terms(subscript)
     found = []
     for i, (sign, term) in enumerate(terms):
         if sign != 1 or not isinstance(term, DimRef):
             continue
         rest = [t for j, (_, t) in enumerate(terms) if j != i]
-        if all(not any(isinstance(n, Access) for n in walk(t)) and
+        # the other terms shift d: constants, lens and bare reduction dimensions (`t + j - 3`); a term
+        # scaling a dimension (group norm's `g * len(cg) + cg`) makes it an index expression, which cg
+        # does not span
+        if all(not any(isinstance(n, Access) for n in walk(t)) and (isinstance(t, DimRef) or not free_dims(t)) and
                all(dim_kinds.get(d) == "RVar" and d != term.dim for d in free_dims(t)) for t in rest):
             found.append(term.dim)
     return found[0] if len(found) == 1 else None

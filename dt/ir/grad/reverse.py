@@ -331,8 +331,8 @@ def _sum_over(g: A.Expr, d: str) -> A.Expr:
 def _shift(subscript: A.Expr, context, axis: str) -> tuple[str, A.Expr | None] | None:
     """(d, offset) for a subscript that is a dimension d of the context plus terms without d and
     without reads (`t + j - (len(j) - 1)`, `d - len(d) // 2`): offset None for a bare `d`; None
-    for anything else (`h // 4`, `2 * i`, a gather). Where several dimensions could be d (t and
-    j there), the one the axis is named after (`axis`, t: what binds its extent)."""
+    for anything else (`h // 4`, `2 * i`, a gather). A shifted d is the dimension the axis is named
+    after (`axis`, t there: what binds its extent), whose extent spans the axis."""
     terms = A.signed_terms(subscript)
     found = []
     for i, (sign, term) in enumerate(terms):
@@ -345,8 +345,13 @@ def _shift(subscript: A.Expr, context, axis: str) -> tuple[str, A.Expr | None] |
                 offset = t if offset is None and s == 1 else rules.neg(t) if offset is None else \
                     A.Binary("+" if s == 1 else "-", offset, t)
             found.append((term.dim, offset))
+    if len(terms) == 1:
+        return found[0] if found else None  # a bare dimension: a read along it
+    # a shift only of the axis's own dimension, which spans it: group norm's X[b, g * len(cg) + cg, p]
+    # is no shift of the group member cg (its extent is a group's, not the channels'), but a read at
+    # an index expression
     named = [f for f in found if f[0] == axis]
-    return (named or found)[0] if len(named) == 1 or len(found) == 1 else None
+    return named[0] if len(named) == 1 else None
 
 
 def _unshifted(g: A.Expr, offsets: dict[str, A.Expr]) -> A.Expr:
