@@ -110,7 +110,8 @@ def _layernorm_saved(t, s):
             "bias": torch.zeros_like(t["W"])}
 
 
-def _softmax_grad(A, grad__softmax, out=None):
+def _softmax_grad(A, grad__softmax, _max=None, _sum=None, out=None):
+    """aten's softmax backward from the saved output (what dt's forward saved, _max and _sum, is dt's alone)."""
     if out is None:
         out = torch.softmax(A, dim=-1)
     return torch.ops.aten._softmax_backward_data(grad__softmax, out, -1, A.dtype)
@@ -175,10 +176,10 @@ def _causal_attention_grad(Q, K, V, grad_attention, mx=None, dvsr=None, attentio
 
 @functools.cache
 def _saving_forward(example: str, saved: tuple[str, ...]):
-    """dt's forward of examples/llm/<example>.dt that also returns the Funcs `saved` (its
-    statistics in float32: save())."""
+    """dt's forward of examples/<example>.dt that also returns the Funcs `saved` (its statistics in
+    float32: save())."""
     import dt
-    return dt.grad(dt.load(EXAMPLES / "llm" / f"{example}.dt"), save=saved)[0]
+    return dt.grad(dt.load(EXAMPLES / f"{example}.dt"), save=saved)[0]
 
 
 def _saved_by_dt(example: str, saved: tuple[str, ...], reads: tuple[str, ...]):
@@ -323,7 +324,7 @@ def _attention_grad_kernel():
                   ("b", "h", "m", "k"), {}, ("b", "h", "m", "l", "k", "n"), shapes,
                   ((4, 16, 2048, 2048, 64, 64), (4, 16, 2048, 2048, 128, 128)), ((1, 2, 70, 70, 16, 16),),
                   ("bf16",), _causal_attention_grad, gemms=_attention_backward_gemms, sdpa=_cudnn_backward,
-                  moved=_attention_bytes, torch_saved=_flash_saved, saved=_saved_by_dt("causal_mha", ("mx", "dvsr", "attention"), ("Q", "K", "V")),
+                  moved=_attention_bytes, torch_saved=_flash_saved, saved=_saved_by_dt("llm/causal_mha", ("mx", "dvsr", "attention"), ("Q", "K", "V")),
                   # the float64 reference (autograd of the math backend) holds about three score matrices
                   reference_bytes=lambda e: 3 * e["b"] * e["h"] * e["m"] * e["l"] * 8,
                   notes="causal attention's backward, [b, h, s, d]: grad_Q, grad_K, grad_V from grad_attention. "
@@ -358,13 +359,14 @@ BACKWARD_KERNELS: dict[str, Kernel] = {k.name: k for k in [
                  "mean and variance of A (dt, in the row's dtype) or mean and 1/std (the baselines, float32, from "
                  "the same values); recomputed: nothing. Eager is aten.native_layer_norm_backward (what autograd "
                  "calls), Liger its layer_norm_backward. The hand-written DT backward is layernorm_backward."),
-    Kernel("softmax_grad", MEMORY, _GRAD / "softmax_grad.dt", {"A": ROWS, "grad__softmax": ROWS}, ROWS, {}, ROWS,
+    Kernel("softmax_grad", MEMORY, _GRAD / "softmax_grad.dt",
+           {"A": ROWS, "grad__softmax": ROWS, "_max": ("x",), "_sum": ("x",)}, ROWS, {}, ROWS,
            _NORM_SHAPES, _NORM_QUICK, _NORM_TINY, DTYPES, _softmax_grad, liger=_liger_softmax_grad,
-           torch_saved=_softmax_saved,
-           notes="softmax's backward (examples/softmax_safe.dt). dt saves nothing (the row max cannot be "
-                 "saved: an rmax) and recomputes each row's max and sum from A; the baselines read the "
-                 "forward's saved output instead of A (the same bytes): eager is aten._softmax_backward_data "
-                 "(what autograd calls), Liger its _softmax_backward."),
+           torch_saved=_softmax_saved, saved=_saved_by_dt("softmax_safe", ("_max", "_sum"), ("A",)),
+           notes="softmax's backward (examples/softmax_safe.dt). dt's forward saves each row's max and sum "
+                 "(float32: `dt grad --save _max,_sum`; the max gets no gradient) and the backward reads A "
+                 "with them; the baselines read the forward's saved output instead of A (the same bytes): "
+                 "eager is aten._softmax_backward_data (what autograd calls), Liger its _softmax_backward."),
     Kernel("swiglu_grad", MEMORY, _GRAD / "swiglu_grad.dt",
            {"G": ("t", "f"), "U": ("t", "f"), "grad_swiglu": ("t", "f")}, ("t", "f"), {}, ("t", "f"),
            ((4096, 14336), (8192, 11008)), ((4096, 14336),), ((7, 300), (5, 2100)), DTYPES, _swiglu_grad,
@@ -377,7 +379,7 @@ BACKWARD_KERNELS: dict[str, Kernel] = {k.name: k for k in [
            ("r", "v"),
            ((4096, 128256), (8192, 32000)), ((4096, 128256),), ((6, 5003),), DTYPES, _cross_entropy_grad,
            liger=_liger_cross_entropy_grad, made_inputs={"T": _targets}, moved=_cross_entropy_bytes,
-           torch_saved=_cross_entropy_saved, saved=_saved_by_dt("cross_entropy", ("row_max", "row_sum"), ("L", "T")),
+           torch_saved=_cross_entropy_saved, saved=_saved_by_dt("llm/cross_entropy", ("row_max", "row_sum"), ("L", "T")),
            notes="the logits' gradient of F.cross_entropy(reduction='none', ignore_index -100, one target in "
                  "eight): dt's derived program (examples/llm/cross_entropy.dt, its forward saving each row's max "
                  "and sum in float32: `dt grad --save row_max,row_sum`; the max gets no gradient, no output "
