@@ -410,9 +410,6 @@ def binding_dim(subscript: Expr, dim_kinds: dict[str, str]) -> str | None:
         if sign != 1 or not isinstance(term, DimRef):
             continue
         rest = [t for j, (_, t) in enumerate(terms) if j != i]
-        # the other terms shift d: constants, lens and bare reduction dimensions (`t + j - 3`); a term
-        # scaling a dimension (group norm's `g * len(cg) + cg`) makes it an index expression, which cg
-        # does not span
         if all(not any(isinstance(n, Access) for n in walk(t)) and (isinstance(t, DimRef) or not free_dims(t)) and
                all(dim_kinds.get(d) == "RVar" and d != term.dim for d in free_dims(t)) for t in rest):
             found.append(term.dim)
