@@ -34,13 +34,15 @@ def grad(prog, wrt=None, save=(), of=None):
                           f"name some of its inputs: {', '.join(prog.inputs)}")
         if x in checked.index_inputs:
             raise DTError(f"'{x}' indexes another tensor: it has no gradient", None, f"leave '{x}' out of wrt")
+    ignored = None  # the Funcs no gradient to wrt flows through, worked out if a max is saved
     for s in save:
         if s not in checked.written:
             raise DTError(f"'{s}' is not a Func {prog.name}'s outputs need", None,
                           f"save some of: {', '.join(checked.written)}")
         expr = checked.written[s].expr
-        if isinstance(expr, A.Reduce) and expr.op in ("max", "min") and \
-                s not in without_gradient(checked, wrt, checked.outputs if of is None else of):  # ties matter
+        if isinstance(expr, A.Reduce) and expr.op in ("max", "min"):
+            ignored = without_gradient(checked, wrt, checked.outputs if of is None else of) if ignored is None else ignored
+        if isinstance(expr, A.Reduce) and expr.op in ("max", "min") and s not in ignored:  # ties matter
             raise DTError(f"'{s}' is an r{expr.op} the outputs change with, which dt.grad does not save: its gradient "
                           f"goes to the elements equal to it, which a saved copy need not equal", checked.written[s].loc,
                           f"leave '{s}' out of save (the backward recomputes it)")

@@ -128,9 +128,7 @@ def hoist(funcs: list[A.FuncDef], fresh) -> list[A.FuncDef]:
 # ------------------------------------------------------------------ 2. reverse
 def reverse(gradient: Gradient, checked, wrt: tuple[str, ...], of: tuple[str, ...]):
     defs = {f.name: f for f in gradient.forward}
-    # a softmax's max: no output changes with it, so nothing is sent to it (its adjoint is 0)
-    reaching = _active(gradient.forward, set(wrt))
-    active = reaching - shift_invariant(_in_order(defs, of), of, reaching)
+    reaching, active = _flowing(gradient.forward, wrt, of)
     sent: dict[str, list[A.Expr]] = {}  # Func or input -> expressions over its own dims, summed
     for out in of:
         if out in active:
@@ -177,11 +175,16 @@ def _sum(terms: list[A.Expr]) -> A.Expr:
 
 
 def without_gradient(checked, wrt: tuple[str, ...], of: tuple[str, ...]) -> set[str]:
-    """The Funcs through which no gradient flows to wrt: those that do not depend on it, and those
-    no output of `of` changes with (a softmax's max: dt.ir.grad.shift). Their adjoint is 0."""
+    """The Funcs through which no gradient flows to wrt (their adjoint is 0)."""
     funcs = hoist(_in_order(checked.written, of), Gradient({d.name for d in checked.program.declarations}).fresh)
+    return {f.name for f in funcs} - _flowing(funcs, wrt, of)[1]
+
+
+def _flowing(funcs: list[A.FuncDef], wrt, of) -> tuple[set[str], set[str]]:
+    """(the Funcs, hoisted and producers first, that depend on wrt; those of them a gradient flows
+    through to wrt: some output of `of` changes with them — not a softmax's max, dt.ir.grad.shift)."""
     reaching = _active(funcs, set(wrt))
-    return {f.name for f in funcs if f.name not in reaching} | set(shift_invariant(funcs, of, reaching))
+    return reaching, reaching - shift_invariant(_in_order({f.name: f for f in funcs}, of), of, reaching)
 
 
 def _active(funcs: list[A.FuncDef], wrt: set[str]) -> set[str]:
@@ -396,14 +399,13 @@ def _masked(access: A.Access, context, own) -> tuple[A.Expr, list[str]]:
 
 
 # ------------------------------------------------------------------ 3. emit
-def _solved(f: A.FuncDef, forward: list[A.FuncDef], saved: tuple[str, ...]) -> A.FuncDef:
+def _solved(f: A.FuncDef, forward: list[A.FuncDef], funcs: set[str], saved: tuple[str, ...]) -> A.FuncDef:
     """f read back from a saved Func that divides it by saved values, `s = f / d`, as `f = s * d`,
     where f is a reduction (attention's numerator from its saved output and row sum: the backward
     reads the output instead of walking the keys again, as flash attention's does); else f."""
     reductions = [e.op for e in A.walk(f.expr) if isinstance(e, A.Reduce)]
     if f.name in saved or not reductions or any(op not in ("sum", "dot") for op in reductions):
         return f  # a max is compared with its elements (ties): a copy rebuilt from s * d equals none
-    funcs = {g.name for g in forward}
     for s in forward:
         e = s.expr
         if s.name not in saved or not (isinstance(e, A.Binary) and e.op == "/" and isinstance(e.a, A.Access)
@@ -423,7 +425,8 @@ def _solved(f: A.FuncDef, forward: list[A.FuncDef], saved: tuple[str, ...]) -> A
 
 
 def emit(gradient: Gradient, checked, saved: tuple[str, ...], name: str) -> tuple[str, list[A.FuncDef]]:
-    gradient.forward = [_solved(f, gradient.forward, saved) for f in gradient.forward]
+    names = {f.name for f in gradient.forward}
+    gradient.forward = [_solved(f, gradient.forward, names, saved) for f in gradient.forward]
     defs = {f.name: f for f in gradient.forward + gradient.backward}
     updates = updates_of(defs)
     needed, stack = set(), list(gradient.outputs)
