@@ -102,3 +102,14 @@ def test_a_transposed_operand_moves_by_tma_in_its_tensors_order():
     source = " ".join(dt.load(LLM.parents[1] / "benchmarks/gpu/schedules/mha_tma.dt").source("triton", "bf16").split())
     assert "K = tl.trans(K_desc.load([b_pid, h_pid, l_iter, 0]).reshape((64, k_TILE)))" in source.replace(
         "tl.cast(b_pid, tl.int32)", "b_pid").replace("tl.cast(h_pid, tl.int32)", "h_pid")
+
+
+def test_a_causal_walks_box_coordinates_are_int32():
+    """The tiles below a causal diagonal run to a bound computed from m_block_start, an int64
+    (from the program id): the loop counts in int64, and TMA takes int32 coordinates (Triton
+    refused to compile the box load otherwise)."""
+    source = " ".join(dt.load(LLM.parents[1] / "benchmarks/gpu/schedules/causal_mha_tma.dt").source(
+        "triton", "bf16").split())
+    for loop in ("l_iter", "l_iter_2"):
+        assert f"tl.cast({loop}, tl.int32), 0]).reshape((64, k_TILE)))" in source
+        assert f", {loop}, 0]" not in source

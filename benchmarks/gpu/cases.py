@@ -310,6 +310,10 @@ SCHEDULES: list[tuple[str, str | None, str | None, str]] = [
     ("causal_mha_grad", "b=4, h=16, m=2048, l=2048, k=128, n=128", None, _S + "causal_mha_grad_flash_d128.dt"),
     ("causal_mha_grad", "b=4, h=16, m=4096, l=4096, k=128, n=128", None, _S + "causal_mha_grad_flash_d128.dt"),
     ("causal_mha_grad", None, None, _S + "causal_mha_grad_flash.dt"),
+    # d=128 causal: 128-key tiles, 2 stages: 2-4.5% faster than the example's 64 at s >= 4096 (H100,
+    # side by side in three bench.py --tune runs; a tie at s = 1024)
+    ("causal_mha", "b=4, h=16, m=4096, l=4096, k=128, n=128", None, _S + "causal_mha_l128.dt"),
+    ("causal_mha", "b=4, h=16, m=16384, l=16384, k=128, n=128", None, _S + "causal_mha_l128.dt"),
     # 32-128 heads are too few programs: the cache is split over programs (flash decoding)
     ("decode", "b=1, h=32, l=32768, k=128, d=128", None, "examples/llm/decode_split.dt"),
     ("decode", "b=4, h=32, l=8192, k=128, d=128", None, "examples/llm/decode_split.dt"),

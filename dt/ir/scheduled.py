@@ -488,6 +488,15 @@ def statement_values(s) -> tuple[TExpr, ...]:
     return (s.value,) if isinstance(s, (Assign, Store)) else (*s.subscripts, s.value) if isinstance(s, Scatter) else ()
 
 
+def is_minus_inf(e: TExpr) -> bool:
+    """-inf, as a literal or negated (`neg(inf)`, how `-inf` in DT source lowers)."""
+    if isinstance(e, Unary) and e.op == "neg":
+        e, sign = e.x, -1
+    else:
+        sign = 1
+    return isinstance(e, Literal) and sign * e.value == -float("inf")
+
+
 def walk_texpr(e: TExpr):
     """e and every expression inside it, parents before children, left to right (any depth)."""
     stack = [e]

@@ -10,7 +10,7 @@ import contextlib
 
 from dt.backends.pysource import Names, Writer, guarded, loop_bounds, safe_text
 from dt.backends.triton.cache_hints import eviction_policies
-from dt.backends.triton.expressions import ATOM, TL_DTYPE, ExpressionRenderer, atom
+from dt.backends.triton.expressions import ATOM, TL_DTYPE, ExpressionRenderer, atom, scores
 from dt.backends.triton.integers import Signs, integer_scalars
 from dt.backends.triton.lane_accumulators import with_lane_accumulators
 from dt.backends.triton.layout import MIN_DOT, AxisLayout, KernelLayout
@@ -36,6 +36,8 @@ class KernelRenderer(ExpressionRenderer):
         self.eviction = eviction_policies(kernel)
         self.params = S.kernel_params(kernel, pipeline)
         self.signs = Signs(kernel)
+        self.scores = scores(kernel, pipeline)
+        self.exp2_used = False
         self.integer_scalars = integer_scalars(pipeline)
         self.names = Names(reserved)
         self.helpers_used: set[str] = set()
@@ -287,7 +289,8 @@ class KernelRenderer(ExpressionRenderer):
     def box_start(self, indices) -> str:
         """A box's first index along each axis; TMA takes int32 coordinates."""
         starts = [self.layout.axes[a].axis.start for a in indices]
-        return ", ".join(f"tl.cast({self.index(e)}, tl.int32)" if self.layout.is_int64(e) else self.index(e)
+        return ", ".join(f"tl.cast({self.index(e)}, tl.int32)"
+                         if self.layout.is_int64(e) or S.index_names(e) & self.layout.int64_loops else self.index(e)
                          for e in starts)
 
     def Scatter(self, s: S.Scatter, w: Writer):

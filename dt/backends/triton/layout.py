@@ -111,6 +111,9 @@ class KernelLayout:
                 self.lets[s.name] = s.value
                 if S.index_names(s.value) & self.int64:
                     self.int64.add(s.name)
+        # range() over int64 bounds counts in int64 (a causal walk's bounds from m_block_start)
+        self.int64_loops = {s.var for s in S.walk_statements(kernel.body) if isinstance(s, S.For)
+                            and (S.index_names(s.start) | S.index_names(s.stop)) & self.int64}
         index_exprs = [e for s in S.walk_statements(kernel.body) for e in _index_exprs(s)]
         self.uses_pid = any("pid" in S.index_names(e) for e in index_exprs)
         self.axes: dict[str, AxisLayout] = {}

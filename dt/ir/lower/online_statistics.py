@@ -4,10 +4,38 @@ deviations), and sums and products of exponentials beside the max that shifts th
 whenever the running max grows (the online softmax; flash attention's output)."""
 from __future__ import annotations
 
+import math
+
 from dt.ir import scheduled as S
 from dt.ir.check.statistics import shifted_exp_operand
 from dt.ir.index_expr import IExpr
 from dt.ir.ops import REDUCTIONS
+
+
+def positive_scale(values: S.TExpr) -> tuple[S.TExpr, str, S.TExpr] | None:
+    """`values` as (unscaled, op, scale) where it is a tile times or divided by a positive
+    constant (attention's scores and 1/sqrt(len(k))), kept or replaced by -inf (a causal
+    mask): the max of the tile is the max of the unscaled tile, scaled, exactly (rounding is
+    monotone), so the scale applies to a row's max instead of to every lane before it (1-3% of
+    flash attention's time on an H100). The exponentials still see the scaled values."""
+    if isinstance(values, S.Where) and S.is_minus_inf(values.b):
+        inner = positive_scale(values.a)
+        return (S.Where(values.cond, inner[0], values.b), *inner[1:]) if inner else None
+    if isinstance(values, S.Binary) and values.op in ("*", "/") and values.a.dims and not values.b.dims \
+            and _positive(values.b):
+        return values.a, values.op, values.b
+    return None
+
+
+def _positive(e: S.TExpr) -> bool:
+    """A finite constant known to be above 0."""
+    if isinstance(e, S.Literal):
+        return 0 < e.value < math.inf
+    if isinstance(e, S.Extent):
+        return True  # (an empty dimension reduces nothing: its product is 0 whatever it is scaled by)
+    if isinstance(e, S.Unary):
+        return e.op == "sqrt" and _positive(e.x)
+    return isinstance(e, S.Binary) and e.op in ("*", "/") and _positive(e.a) and _positive(e.b)
 
 
 class OnlineStatistics:
@@ -46,17 +74,22 @@ class OnlineStatistics:
                                "rsum", loc))
         self.emit(S.Assign(m2.name, update, "rsum", loc))
 
-    def rescale_exp_sums(self, maximum: str, max_acc: S.Ref, sums, values: S.TExpr, ax: str, env, loc,
+    def rescale_exp_sums(self, maximum: str, max_acc: S.Ref, sums, values: S.TExpr, scale, ax: str, env, loc,
                          rescale: bool) -> S.Ref:
         """One step of the online softmax: the running max after the current tile, and each sum
         (or product) of exponentials shifted by the max (`sums`: (Func, reduction, accumulator))
         brought to it: the accumulator so far, scaled by exp(old max - new max), plus the tile's
         exponentials shifted by the new max, summed (or multiplied by the other operand: flash
-        attention's output). `rescale` False: one tile covers the reduction, nothing came before.
-        Returns the new max, which the caller assigns to `max_acc` after these updates."""
+        attention's output). The max is of `values` scaled by `scale` (positive_scale's op and
+        constant; None: as they are). `rescale` False: one tile covers the reduction, nothing
+        came before. Returns the new max, which the caller assigns to `max_acc` after these
+        updates."""
         dim = self.axes[ax].dim
         sum_loc = sums[0][1].loc
         tile_max = self.fit(S.Reduce("max", self.masked(values, ax, REDUCTIONS["max"].identity), ax), max_acc.dims)
+        if scale is not None:
+            op, constant = scale
+            tile_max, values = S.Binary(op, tile_max, constant), S.Binary(op, values, constant)
         new_max = self.assign(f"{dim}_max", S.Binary("maximum", max_acc, tile_max), "rmax", loc)
         # while every lane so far is -inf, so is the max, and x - max would be -inf - -inf = NaN:
         # shifting by 0 instead keeps the sum at 0 (the max's own value is not shifted; a row that

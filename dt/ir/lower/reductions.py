@@ -16,6 +16,7 @@ from dt.ir.index_expr import IBin, IConst, IVar, iadd, ifloordiv, imin, imul
 from dt.ir.lower import skipping
 from dt.ir.lower.dtypes import float8_dot_dtype
 from dt.ir.lower.expressions import INDEX
+from dt.ir.lower.online_statistics import positive_scale
 from dt.ir.naming import size_name
 from dt.ir.ops import REDUCTIONS
 
@@ -108,10 +109,12 @@ class ReductionLowering:
                 r_max = self.cp.funcs[maximum].expr  # rmax(e, dim) itself (statistics.max_reduction)
                 max_acc = accumulators[id(r_max)]
                 values = self.fit(self.real(r_max.args[0], maximum, env2), self.canonical(max_acc.dims + (ax,)))
+                unscaled = positive_scale(values)
+                values, scale = (unscaled[0], unscaled[1:]) if unscaled else (values, None)
                 if not isinstance(values, S.Ref):  # computed once, for the max and the exponentials
                     values = self.assign(f"{e.dim}_max_input", values, "rmax", r_max.loc)
-                new_maxima[id(r_max)] = self.rescale_exp_sums(maximum, max_acc, sums, values, ax, env2, r_max.loc,
-                                                              tile != 0)
+                new_maxima[id(r_max)] = self.rescale_exp_sums(maximum, max_acc, sums, values, scale, ax, env2,
+                                                              r_max.loc, tile != 0)
             for f, r, r_acc in updates:
                 tile_sum, new_max = tile_sums.get(id(r)), new_maxima.get(id(r))
                 update = S.Binary("+", r_acc, tile_sum) if tile_sum is not None else new_max if new_max is not None \
