@@ -302,7 +302,9 @@ SCHEDULES: list[tuple[str, str | None, str | None, str]] = [
     ("batched_matmul", "b=512, x=128, y=128, k=64", None, _S + "batched_matmul_64x128.dt"),
     ("argmax", "r=64, v=128256", "f32", _S + "argmax_split_8192_2048.dt"),  # split over the vocabulary
     ("argmax", "r=64, v=128256", "bf16", _S + "argmax_split_16384_4096.dt"),
-    ("argmax", "r=256, v=50257", None, _S + "argmax_split_16384_4096.dt"),
+    # GPT-2's rows: dt tune's schedules (one row a program, 2048-wide tiles), 1.3-1.4x the split
+    ("argmax", "r=256, v=50257", "bf16", _S + "argmax_r256_2048.dt"),
+    ("argmax", "r=256, v=50257", "f32", _S + "argmax_r256_2048_w16.dt"),
     ("argmax", "r=1000, v=32000", "bf16", _S + "argmax_1024.dt"),
     ("cumsum", "x=16384, y=1024", None, _S + "cumsum_short_rows.dt"),
     # attention's derived backward stores [b, h, s, s] scores: the algorithm as derived, scheduled by
