@@ -4,15 +4,14 @@ A `Pipeline` is a sequence of `Kernel`s. Each kernel is launched over `program_c
 program instances; its body is a list of statements executed by every program instance:
 scalar `Let`s (program-id decomposition, block starts), `Axis` definitions (the index range
 of one tile dimension), sequential `For` loops over tiles, tile `Assign`ments and masked
-`Store`s (an update's `Scatter`s). Tile values are expressions over axes (`TExpr`), each carrying its `dims` (the
-names of the axes it spans, in order) and its `dtype` ('f32', 'bf16', ..., an integer dtype
-('i32', 'i64', ...: index arithmetic, integer data) or 'bool'): leaves
-hold theirs, every other node's follows from its operands by the op table's type rules
+`Store`s (an update's `Scatter`s). Tile values are expressions over axes (`TExpr`), each
+carrying its `dims` (the names of the axes it spans, in order) and its `dtype` ('f32', 'bf16',
+..., an integer dtype ('i32', 'i64', ...: index arithmetic, integer data) or 'bool'): leaves hold
+theirs, every other node's follows from its operands by the op table's type rules
 (dt.ir.ops.result_dtype). Every node carries its DT source location and names.
 
 Sizes are symbolic: `IVar("x_SIZE")` is the extent of dimension x, bound at call time, so one
-pipeline serves every shape (index expressions: dt.ir.index_expr). Nothing here depends on the
-frontend.
+pipeline serves every shape (dt.ir.index_expr). Nothing here depends on the frontend.
 
 Names are ASCII Python identifiers generated code may use as they are: the launcher, kernels,
 parameters and extents (`{dim}_SIZE`) follow one scheme (dt.ir.naming), never a RESERVED_NAME; the
@@ -489,12 +488,9 @@ def statement_values(s) -> tuple[TExpr, ...]:
 
 
 def is_minus_inf(e: TExpr) -> bool:
-    """-inf, as a literal or negated (`neg(inf)`, how `-inf` in DT source lowers)."""
-    if isinstance(e, Unary) and e.op == "neg":
-        e, sign = e.x, -1
-    else:
-        sign = 1
-    return isinstance(e, Literal) and sign * e.value == -float("inf")
+    """-inf: a literal, or inf negated (`neg(inf)`: how `-inf` in DT source lowers)."""
+    negated = isinstance(e, Unary) and e.op == "neg"
+    return isinstance(v := e.x if negated else e, Literal) and v.value == float("inf" if negated else "-inf")
 
 
 def walk_texpr(e: TExpr):
