@@ -16,16 +16,20 @@ from dt.testing import assert_close, random_inputs
 ROOT = Path(__file__).resolve().parent.parent
 LOG2E = "1.4426950408889634"
 
-SCALED_SOFTMAX = """
+# attention's one-pass schedule with its scores scaled by {scale}
+SCALED_ATTENTION = (ROOT / "examples" / "attention_safe_onepass.dt").read_text().replace(
+    "/ sqrt(len(k))", "* {scale}")
+
+MASKED_SOFTMAX = """
 Func out, m, s;
-In A;
+In A, Valid;
 Var x;
 RVar y;
-m[x] = rmax(A[x, y] * {scale}, y);
-s[x] = rsum(exp(A[x, y] * {scale} - m[x]), y);
-out[x, y] = exp(A[x, y] * {scale} - m[x]) / s[x];
+m[x] = rmax(where(Valid[x, y] > 0.0, A[x, y], -1e30) * 0.1, y);
+s[x] = rsum(exp(where(Valid[x, y] > 0.0, A[x, y], -1e30) * 0.1 - m[x]), y);
+out[x, y] = exp(where(Valid[x, y] > 0.0, A[x, y], -1e30) * 0.1 - m[x]) / s[x];
 out.block(x:2);
-out.tensorize(x:0, y:64);
+out.tensorize(x:0, y:16);
 m.fuse_at(out, x);
 s.fuse_at(out, x);
 s.compute_with(m, y);
@@ -49,15 +53,47 @@ def test_the_max_of_scaled_scores_is_taken_before_the_scale():
     assert "where((expand(indices(l_2), [m, l_2]) <= expand(indices(m), [m, l_2])), k_accumulator_2, neg(inf))" in ir
 
 
+def test_only_a_moderate_positive_scale_moves_to_the_max():
+    """A negative scale turns the max around; one that overflows float32 (1e60) or underflows it
+    would make the max inf or 0 where scaling each lane does not."""
+    for scale in ("-0.5", "(1e30 * 1e30)", "(1e-30 * 1e-30)", "(1.0 / 0.0)"):
+        assert "k_accumulator, -inf), l) *" not in _ir(dt.loads(SCALED_ATTENTION.format(scale=scale))), scale
+    assert "k_accumulator, -inf), l) * (0.5 * sqrt(len(k)))" in _ir(dt.loads(SCALED_ATTENTION.format(
+        scale="(0.5 * sqrt(len(k)))")))
+
+
 @pytest.mark.parametrize("scale", ["0.5", "-0.5"])
 @pytest.mark.parametrize("backend", ["interp", "numba"])
 def test_scaled_maxima_match_the_reference(scale, backend):
-    """A negative scale turns the max around: it is left as written (and still right)."""
-    prog = dt.loads(SCALED_SOFTMAX.format(scale=scale))
-    assert ("A, -inf), y) * 0.5)" in _ir(prog)) == (scale == "0.5")
+    """A negative scale is left as written (and still right)."""
+    prog = dt.loads(SCALED_ATTENTION.format(scale=scale))
+    assert ("k_accumulator, -inf), l) * 0.5" in _ir(prog)) == (scale == "0.5")
     rng = np.random.default_rng(3)
-    a = (20 * rng.standard_normal((5, 300))).astype(np.float32)
-    assert_close(prog(A=a, backend=backend), prog.reference(A=a), "f32")
+    a, b, c = (rng.standard_normal(shape).astype(np.float32) for shape in ((70, 16), (16, 90), (90, 16)))
+    assert_close(prog(A=a, B=b, C=c, backend=backend), prog.reference(A=a, B=b, C=c), "f32")
+
+
+@pytest.mark.parametrize("backend", ["interp", "numba"])
+def test_a_loaded_tile_with_a_finite_mask_keeps_its_rounded_scale(backend):
+    """where(mask, A, -1e30) * 0.1 over a fully masked row: each lane and the max are the same
+    rounded -1e29, so exp(lane - max) is exactly 1. Scaling the max alone would leave a fused
+    multiply-add (numba contracts) with the rounding error of -1e29: exp of 1e21, inf."""
+    prog = dt.loads(MASKED_SOFTMAX)
+    ir = _ir(prog)
+    assert "neg(1e+30)) * 0.1)" in ir and "rmax(where(expand(valid(y), [x, y]), y_max_input, -inf), y)" in ir
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((4, 40)).astype(np.float32)
+    valid = np.ones((4, 40), np.float32)
+    valid[1] = 0.0
+    got = np.asarray(prog(A=a, Valid=valid, backend=backend))
+    assert np.isfinite(got).all()
+    assert_close(got, prog.reference(A=a, Valid=valid), "f32")
+
+
+def test_minus_inf_stays_a_python_float_on_the_interpreter():
+    """np.negative(np.inf) is a float64 scalar, which made where(c, float32 tile, -inf) float64."""
+    src = dt.load(ROOT / "examples" / "llm" / "causal_mha.dt").source("interp")
+    assert "np.negative(np.inf)" not in src and "(-np.inf)" in src
 
 
 def test_exp_of_computed_scores_is_one_fused_multiply_add():

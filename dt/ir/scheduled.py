@@ -489,8 +489,8 @@ def statement_values(s) -> tuple[TExpr, ...]:
 
 def is_minus_inf(e: TExpr) -> bool:
     """-inf: a literal, or inf negated (`neg(inf)`: how `-inf` in DT source lowers)."""
-    negated = isinstance(e, Unary) and e.op == "neg"
-    return isinstance(v := e.x if negated else e, Literal) and v.value == float("inf" if negated else "-inf")
+    sign, x = (-1.0, e.x) if isinstance(e, Unary) and e.op == "neg" else (1.0, e)
+    return isinstance(x, Literal) and sign * x.value == float("-inf")
 
 
 def walk_texpr(e: TExpr):

@@ -18,9 +18,11 @@ from dt.dtypes import is_integer
 from dt.ir import scheduled as S
 from dt.ir.index_expr import index_source as index
 
-# How each op of dt.ir.ops is written over NumPy tiles ({0}, {1}, {2}: the operands).
+# How each op of dt.ir.ops is written over NumPy tiles ({0}, {1}, {2}: the operands). Negation is
+# Python's: -inf stays a Python float, which takes a float32 tile's dtype (np.negative(np.inf) is a
+# float64 scalar, which made where(c, tile, -inf) float64).
 OPS = {
-    "neg": "np.negative({0})", "exp": "np.exp({0})", "exp2": "np.exp2({0})", "log": "np.log({0})",
+    "neg": "(-{0})", "exp": "np.exp({0})", "exp2": "np.exp2({0})", "log": "np.log({0})",
     "log2": "np.log2({0})", "sqrt": "np.sqrt({0})", "rsqrt": "rt.rsqrt({0})", "sigmoid": "rt.sigmoid({0})",
     "tanh": "np.tanh({0})", "abs": "np.abs({0})", "erf": "rt.erf({0})", "sin": "np.sin({0})", "cos": "np.cos({0})",
     "floor": "np.floor({0})", "ceil": "np.ceil({0})", "softplus": "np.logaddexp(0.0, {0})",

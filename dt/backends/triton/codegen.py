@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 from dt.backends.pysource import Names, Writer, safe_text
 from dt.backends.triton import helpers
-from dt.backends.triton.format import wrap
 from dt.backends.triton.expressions import LOG2E
+from dt.backends.triton.format import wrap
 from dt.backends.triton.kernel import KernelRenderer
 from dt.backends.triton.launcher import Launcher
 from dt.backends.triton.limits import TileCheck

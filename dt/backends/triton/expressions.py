@@ -78,8 +78,8 @@ SUPPORTED_OPS = supported_ops(OPS, (*REDUCE, "dot"), SCAN)
 
 def scores(kernel: S.Kernel, pipeline: S.Pipeline) -> frozenset[str]:
     """The tile variables of the kernel that hold products it computes (an attention's scores:
-    a tl.dot's accumulator, scaled by a constant or kept where a condition holds and -inf
-    elsewhere), in a program with 16-bit float inputs: their float32 exp(scores - b) render as
+    assigned only a tl.dot's accumulator, or one scaled by a scalar or kept where a condition
+    holds and -inf elsewhere), in a program with 16-bit float inputs: their float32 exp(scores - b) render as
     exp2 (ExpressionRenderer.shifted_exp). Scaling each side by log2(e) rounds relative to the
     scores' size, not to the difference's: about 1e-5 of the result for scores near 100, far
     below what 16-bit inputs resolve. Not for values read from memory: a mask constant
@@ -88,14 +88,18 @@ def scores(kernel: S.Kernel, pipeline: S.Pipeline) -> frozenset[str]:
     if not any(t.dtype in ("f16", "bf16") for t in pipeline.inputs):
         return frozenset()
     names: set[str] = set()
+    others: set[str] = set()  # assigned something else too: not scores
     for s in S.walk_statements(kernel.body):
-        if isinstance(s, S.Assign) and (isinstance(s.value, S.Dot) or _scores(s.value, names)):
-            names.add(s.name)
-    return frozenset(names)
+        if isinstance(s, S.Assign):
+            if isinstance(s.value, S.Dot) or _scores(s.value, names):
+                names.add(s.name)
+            elif not isinstance(s.value, S.Full):  # (an accumulator starts from zeros)
+                others.add(s.name)
+    return frozenset(names - others)
 
 
 def _scores(e: S.TExpr, names) -> bool:
-    """e is one of `names`, scaled by a constant, or kept where a condition holds and -inf elsewhere."""
+    """e is one of `names`, scaled by a scalar, or kept where a condition holds and -inf elsewhere."""
     if isinstance(e, S.Where):
         return S.is_minus_inf(e.b) and _scores(e.a, names)
     if isinstance(e, S.Binary) and e.op in ("*", "/") and not e.b.dims:
@@ -104,7 +108,7 @@ def _scores(e: S.TExpr, names) -> bool:
 
 
 def _times_log2e(e: S.TExpr) -> S.TExpr:
-    """e * log2(e), the factor taken into a constant scale, or applied before a broadcast; -inf
+    """e * log2(e), the factor taken into a scalar scale, or applied before a broadcast; -inf
     where-d lanes stay -inf."""
     if isinstance(e, S.Where) and S.is_minus_inf(e.b):
         return S.Where(e.cond, _times_log2e(e.a), e.b)
@@ -247,8 +251,8 @@ class ExpressionRenderer(Renderer):
     def shifted_exp(self, difference: S.Binary, loc) -> str:
         """exp(a - b) as exp2(a * log2(e) - b * log2(e)): one fused multiply-add a lane before
         the exp2 unit, where tl.exp(a - b) subtracts, then scales by log2(e) itself (an online
-        softmax's exp(scores - max): 7-16% of flash attention's time on an H100). A constant
-        scale of the scores takes log2(e) into it; a row's b is scaled before it is broadcast."""
+        softmax's exp(scores - max): 7-16% of flash attention's time on an H100). A scalar scale
+        of the scores takes log2(e) into it; a row's b is scaled before it is broadcast."""
         self.exp2_used = True
         exponent = S.Binary("-", _times_log2e(difference.a), _times_log2e(difference.b))
         return f"tl.exp2({self.texpr(exponent, loc)})"

@@ -106,14 +106,19 @@ class KernelLayout:
     def __init__(self, kernel: S.Kernel):
         self.lets: dict[str, S.IExpr] = {}
         self.int64: set[str] = {"pid"}  # the program id is int64 (as in the talk), and what uses it
+        # range() over int64 bounds counts in int64 (a causal walk's bounds from m_block_start), and
+        # so does what is computed from its variable (TMA takes int32 coordinates: box_start)
+        self.int64_loops: set[str] = set()
         for s in S.walk_statements(kernel.body):
             if isinstance(s, S.Let):
                 self.lets[s.name] = s.value
                 if S.index_names(s.value) & self.int64:
                     self.int64.add(s.name)
-        # range() over int64 bounds counts in int64 (a causal walk's bounds from m_block_start)
-        self.int64_loops = {s.var for s in S.walk_statements(kernel.body) if isinstance(s, S.For)
-                            and (S.index_names(s.start) | S.index_names(s.stop)) & self.int64}
+                elif S.index_names(s.value) & self.int64_loops:
+                    self.int64_loops.add(s.name)
+            elif isinstance(s, S.For) and (S.index_names(s.start) | S.index_names(s.stop)) & (
+                    self.int64 | self.int64_loops):
+                self.int64_loops.add(s.var)
         index_exprs = [e for s in S.walk_statements(kernel.body) for e in _index_exprs(s)]
         self.uses_pid = any("pid" in S.index_names(e) for e in index_exprs)
         self.axes: dict[str, AxisLayout] = {}

@@ -16,6 +16,8 @@ class KernelBuilder:
         return fresh_name(base, self.used)
 
     def emit(self, stmt):
+        if isinstance(stmt, S.Assign) and isinstance(stmt.value, S.Dot):
+            self.products.add(stmt.name)
         self.out.append(stmt)
 
     def let(self, base: str, value: IExpr) -> IExpr:

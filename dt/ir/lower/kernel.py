@@ -45,6 +45,7 @@ class KernelLowering(GridLowering, LoopNestLowering, ExpressionLowering, Reducti
         self.dim_order = self._dim_order()
         self.axes: dict[str, S.Axis] = {}
         self.out: list = []
+        self.products: set[str] = set()  # tiles assigned a Dot (online_statistics.positive_scale)
         self.scopes: list[dict] = [{}]
         self.fused_at: dict[tuple[str, str], list[str]] = {}
         for p in cp.funcs:  # topological: producers before their users

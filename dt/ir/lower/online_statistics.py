@@ -12,30 +12,49 @@ from dt.ir.index_expr import IExpr
 from dt.ir.ops import REDUCTIONS
 
 
-def positive_scale(values: S.TExpr) -> tuple[S.TExpr, str, S.TExpr] | None:
-    """`values` as (unscaled, op, scale) where it is a tile times or divided by a positive
-    constant (attention's scores and 1/sqrt(len(k))), kept or replaced by -inf (a causal
-    mask): the max of the tile is the max of the unscaled tile, scaled, exactly (rounding is
-    monotone), so the scale applies to a row's max instead of to every lane before it (1-3% of
-    flash attention's time on an H100). The exponentials still see the scaled values."""
+def positive_scale(values: S.TExpr, products: set[str]) -> tuple[S.TExpr, str, S.TExpr] | None:
+    """`values` as (unscaled, op, constant) where it is a product's tile (a Dot's accumulator,
+    one of `products`) times or divided by a positive constant (attention's scores and
+    1/sqrt(len(k))), kept or replaced by -inf (a causal mask): the max of the tile is the max of
+    the unscaled tile, scaled (rounding is monotone: the same value, up to the sign of a zero),
+    so the constant applies to a row's max instead of to every lane before it (1-3% of flash
+    attention's time on an H100). The exponentials see the scaled values unrounded, which a
+    fused multiply-add (numba's and Triton's contraction) leaves off from the rounded max by up
+    to half an ulp of the scores: harmless for a product's values, but not for data that holds a
+    finite mask constant (where(mask, A, -1e30) * c, a fully masked row: -1e30 * c minus its own
+    rounding is not 0), which is why loaded tiles keep their form."""
     if isinstance(values, S.Where) and S.is_minus_inf(values.b):
-        inner = positive_scale(values.a)
+        inner = positive_scale(values.a, products)
         return (S.Where(values.cond, inner[0], values.b), *inner[1:]) if inner else None
-    if isinstance(values, S.Binary) and values.op in ("*", "/") and values.a.dims and not values.b.dims \
-            and _positive(values.b):
+    if isinstance(values, S.Binary) and values.op in ("*", "/") and isinstance(values.a, S.Ref) \
+            and values.a.name in products and not values.b.dims and _moderate(values.b):
         return values.a, values.op, values.b
     return None
 
 
-def _positive(e: S.TExpr) -> bool:
-    """A finite constant known to be above 0."""
+def _moderate(e: S.TExpr) -> bool:
+    """A constant surely between 2**-100 and 2**100, so that scaling a float32 max by it neither
+    overflows nor underflows where scaling each lane would not."""
+    bounds = _bounds(e)
+    return bounds is not None and 2.0 ** -100 <= bounds[0] and bounds[1] <= 2.0 ** 100
+
+
+def _bounds(e: S.TExpr) -> tuple[float, float] | None:
+    """Lower and upper bounds of a positive constant expression; None where not known."""
     if isinstance(e, S.Literal):
-        return 0 < e.value < math.inf
+        return (e.value, e.value) if 0 < e.value < math.inf else None
     if isinstance(e, S.Extent):
-        return True  # (an empty dimension reduces nothing: its product is 0 whatever it is scaled by)
-    if isinstance(e, S.Unary):
-        return e.op == "sqrt" and _positive(e.x)
-    return isinstance(e, S.Binary) and e.op in ("*", "/") and _positive(e.a) and _positive(e.b)
+        return 1.0, 2.0 ** 63  # extents are at least 1 (the runtime refuses empty dimensions)
+    inner = [_bounds(x) for x in S.texpr_children(e)]
+    if None in inner:
+        return None
+    if isinstance(e, S.Unary) and e.op == "sqrt":
+        return math.sqrt(inner[0][0]), math.sqrt(inner[0][1])
+    if isinstance(e, S.Binary) and e.op == "*":
+        return inner[0][0] * inner[1][0], inner[0][1] * inner[1][1]
+    if isinstance(e, S.Binary) and e.op == "/":
+        return inner[0][0] / inner[1][1], inner[0][1] / inner[1][0]
+    return None
 
 
 class OnlineStatistics:
@@ -74,21 +93,21 @@ class OnlineStatistics:
                                "rsum", loc))
         self.emit(S.Assign(m2.name, update, "rsum", loc))
 
-    def rescale_exp_sums(self, maximum: str, max_acc: S.Ref, sums, values: S.TExpr, scale, ax: str, env, loc,
+    def rescale_exp_sums(self, maximum: str, max_acc: S.Ref, sums, values: S.TExpr, scaled_by, ax: str, env, loc,
                          rescale: bool) -> S.Ref:
         """One step of the online softmax: the running max after the current tile, and each sum
         (or product) of exponentials shifted by the max (`sums`: (Func, reduction, accumulator))
         brought to it: the accumulator so far, scaled by exp(old max - new max), plus the tile's
         exponentials shifted by the new max, summed (or multiplied by the other operand: flash
-        attention's output). The max is of `values` scaled by `scale` (positive_scale's op and
-        constant; None: as they are). `rescale` False: one tile covers the reduction, nothing
+        attention's output). The max is of `values` scaled by `scaled_by` (positive_scale's op
+        and constant; None: as they are). `rescale` False: one tile covers the reduction, nothing
         came before. Returns the new max, which the caller assigns to `max_acc` after these
         updates."""
         dim = self.axes[ax].dim
         sum_loc = sums[0][1].loc
         tile_max = self.fit(S.Reduce("max", self.masked(values, ax, REDUCTIONS["max"].identity), ax), max_acc.dims)
-        if scale is not None:
-            op, constant = scale
+        if scaled_by is not None:
+            op, constant = scaled_by
             tile_max, values = S.Binary(op, tile_max, constant), S.Binary(op, values, constant)
         new_max = self.assign(f"{dim}_max", S.Binary("maximum", max_acc, tile_max), "rmax", loc)
         # while every lane so far is -inf, so is the max, and x - max would be -inf - -inf = NaN:
