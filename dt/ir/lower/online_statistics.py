@@ -12,8 +12,8 @@ from dt.ir.index_expr import IExpr
 from dt.ir.ops import REDUCTIONS
 
 
-def positive_scale(values: S.TExpr, products: set[str]) -> tuple[S.TExpr, str, S.TExpr] | None:
-    """`values` as (unscaled, op, constant) where it is a product's tile (a Dot's accumulator,
+def positive_scale(values: S.TExpr, products: set[str]) -> tuple[S.TExpr, tuple[str, S.TExpr]] | None:
+    """`values` as (unscaled, (op, constant)) where it is a product's tile (a Dot's accumulator,
     one of `products`) times or divided by a positive constant (attention's scores and
     1/sqrt(len(k))), kept or replaced by -inf (a causal mask): the max of the tile is the max of
     the unscaled tile, scaled (rounding is monotone: the same value, up to the sign of a zero),
@@ -25,10 +25,10 @@ def positive_scale(values: S.TExpr, products: set[str]) -> tuple[S.TExpr, str, S
     rounding is not 0), which is why loaded tiles keep their form."""
     if isinstance(values, S.Where) and S.is_minus_inf(values.b):
         inner = positive_scale(values.a, products)
-        return (S.Where(values.cond, inner[0], values.b), *inner[1:]) if inner else None
+        return (S.Where(values.cond, inner[0], values.b), inner[1]) if inner else None
     if isinstance(values, S.Binary) and values.op in ("*", "/") and isinstance(values.a, S.Ref) \
             and values.a.name in products and not values.b.dims and _moderate(values.b):
-        return values.a, values.op, values.b
+        return values.a, (values.op, values.b)
     return None
 
 

@@ -109,8 +109,7 @@ class ReductionLowering:
                 r_max = self.cp.funcs[maximum].expr  # rmax(e, dim) itself (statistics.max_reduction)
                 max_acc = accumulators[id(r_max)]
                 values = self.fit(self.real(r_max.args[0], maximum, env2), self.canonical(max_acc.dims + (ax,)))
-                split = positive_scale(values, self.products)
-                values, scaled_by = (split[0], split[1:]) if split else (values, None)
+                values, scaled_by = positive_scale(values, self.products) or (values, None)
                 if not isinstance(values, S.Ref):  # computed once, for the max and the exponentials
                     values = self.assign(f"{e.dim}_max_input", values, "rmax", r_max.loc)
                 new_maxima[id(r_max)] = self.rescale_exp_sums(maximum, max_acc, sums, values, scaled_by, ax, env2,
