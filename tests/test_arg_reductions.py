@@ -136,3 +136,50 @@ def test_a_tiles_lanes_are_ranked_in_i32_by_their_place_in_the_tile():
     a = RNG.standard_normal((3, 5000)).astype(np.float32)
     a[1, 4321] = -10.0  # in a late tile: the tile's start turns its place back into an index
     np.testing.assert_array_equal(p(A=a), np.argmin(a, axis=1))
+
+
+def ordered_rows(n: int) -> np.ndarray:
+    """Rows that make the merge work differently: ascending (every tile brings k new entries),
+    descending (no tile after the first brings any), all equal (ties by index), in no order,
+    NaN last, and -inf but for one number near the end."""
+    rows = np.stack([np.arange(n), -np.arange(n), np.full(n, 2.0), RNG.permutation(n), np.arange(n),
+                     np.full(n, -np.inf)]).astype(np.float32)
+    rows[4, -1] = np.nan
+    rows[5, n - 3] = 1.0
+    return rows
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_top_k_whatever_order_a_row_comes_in(backend):
+    """Two rows a tile (`tiles`): the tile runs as many rounds as the row that needs the most."""
+    p = dt.loads(f"{cases.TOPK}\n{cases.TOPK_SCHEDULES['tiles']}")
+    a = ordered_rows(61)
+    out = run_program(p, backend, sizes={"i": 6}, A=a)
+    want = cases._top(a.astype(np.float64), 6)
+    np.testing.assert_array_equal(out["ti"], want["ti"])
+    np.testing.assert_array_equal(out["tv"], want["tv"].astype(np.float32))
+
+
+def test_a_tile_runs_a_round_per_value_that_can_still_enter(monkeypatch):
+    """The merge loop's bound is a value of the data (a LetValue): a row in ascending order runs
+    k rounds in each of its tiles, one in descending order k in its first tile and none after.
+    Counted in the conformance suite's example backend, which walks the IR as it is."""
+    example = pytest.importorskip("dt_example_backend")
+    p = dt.loads(f"{cases.TOPK}\nti.tensorize(i:0, y:8);\nti.compile();")
+    kernel = p.pipeline("f32").kernels[0]
+    counts = {s.name for s in S.walk_statements(kernel.body) if isinstance(s, S.LetValue)}
+    merges = [s.var for s in S.walk_statements(kernel.body) if isinstance(s, S.For) and S.index_names(s.stop) & counts]
+    assert len(counts) == 1 and len(merges) == 1
+    rounds = []
+    walk = example.Instance.For
+
+    def counted(instance, loop):
+        if loop.var == merges[0]:
+            rounds.append(S.evaluate_index(loop.stop, instance.ints))
+        walk(instance, loop)
+    monkeypatch.setattr(example.Instance, "For", counted)
+    for row, expected in ((np.arange(64), [4] * 8), (-np.arange(64), [4] + [0] * 7)):
+        rounds.clear()
+        out = p(A=row[None, :].astype(np.float32), sizes={"i": 4}, backend="example")
+        np.testing.assert_array_equal(out, [np.argsort(-row, kind="stable")[:4]])
+        assert rounds == expected

@@ -93,6 +93,10 @@ def _break_boolean_store(body):
     return _in_loops(body, fn)
 
 
+def _break_let_value(body):
+    return (S.Assign("half", S.Literal(0.5, "f32"), "half"), S.LetValue("rounds", S.Ref("half", (), "f32"))) + body
+
+
 @pytest.mark.parametrize("breakage, message", [
     (_break_ref, "reads tile 'never_assigned' before any assignment"),
     (_break_store, "it must be full-size over the store's axes"),
@@ -101,6 +105,7 @@ def _break_boolean_store(body):
     (_break_reduce, "reduces over 'nowhere'"),
     (_break_depth, "levels deep"),
     (_break_boolean_store, "holds bool values"),
+    (_break_let_value, "a LetValue takes a tile holding one integer"),
 ])
 def test_the_verifier_names_each_broken_invariant(breakage, message):
     broken = _edit(_pipeline(), breakage)
@@ -184,3 +189,9 @@ def test_dt_compile_prints_the_ir():
     assert run.returncode == 0, run.stderr
     assert "dot(" in run.stdout and ", f32)" in run.stdout
     assert "load(A[x, k], bf16)" in run.stdout or "load(A[" in run.stdout
+
+
+def test_a_loop_bound_from_the_data_prints_as_a_let_of_its_tile():
+    text = ir_text(dt.load(ROOT / "examples" / "llm" / "topk.dt").pipeline("f32"))
+    assert "let v_rounds = v_entering" in text
+    assert "for i_round in range(0, v_rounds, 1):" in text

@@ -306,6 +306,8 @@ SCHEDULES: list[tuple[str, str | None, str | None, str]] = [
     ("argmax", "r=256, v=50257", "bf16", _S + "argmax_r256_2048.dt"),
     ("argmax", "r=256, v=50257", "f32", _S + "argmax_r256_2048_w16.dt"),
     ("argmax", "r=1000, v=32000", "bf16", _S + "argmax_1024.dt"),
+    # a batch of 4096 rows: narrow tiles, one warp (examples/llm/topk.dt's 4096-wide tiles suit 64 rows)
+    ("topk", "r=4096, v=32000, i=16", "f32", _S + "topk_rows_256.dt"),
     ("cumsum", "x=16384, y=1024", None, _S + "cumsum_short_rows.dt"),
     # attention's derived backward stores [b, h, s, s] scores: the algorithm as derived, scheduled by
     # hand flash-style (the derived file is --tune's other candidate)

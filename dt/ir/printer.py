@@ -53,6 +53,9 @@ class _Printer(Visitor):
     def Let(self, s: S.Let, depth):
         self.write(depth, f"let {s.name} = {index_source(s.value)}")
 
+    def LetValue(self, s: S.LetValue, depth):
+        self.write(depth, f"let {s.name} = {self.texpr(s.value)}", s.loc)
+
     def Axis(self, s: S.Axis, depth):
         limit = f", valid below {index_source(s.limit)}" if s.limit is not None else ""
         self.write(depth, f"axis {s.name} over {s.dim}: from {index_source(s.start)}, "

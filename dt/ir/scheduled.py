@@ -2,7 +2,7 @@
 
 A `Pipeline` is a sequence of `Kernel`s. Each kernel is launched over `program_count`
 program instances; its body is a list of statements executed by every program instance:
-scalar `Let`s (program-id decomposition, block starts), `Axis` definitions (the index range
+scalar `Let`s (program-id decomposition, block starts; a `LetValue` takes one from the data), `Axis` definitions (the index range
 of one tile dimension), sequential `For` loops over tiles, tile `Assign`ments and masked
 `Store`s (an update's `Scatter`s). Tile values are expressions over axes (`TExpr`), each
 carrying its `dims` (the names of the axes it spans, in order) and its `dtype` ('f32', 'bf16',
@@ -339,6 +339,16 @@ class Let:
 
 
 @dataclass(frozen=True)
+class LetValue:
+    """name = the value of a tile holding one integer (a Ref with no dims), as an index the
+    statements after it may use: a loop bound that depends on the data (rargtopk's merge runs as many rounds as a tile
+    has entries that can enter the kept list)."""
+    name: str
+    value: "Ref"
+    loc: Loc | None = field(default=None, compare=False)
+
+
+@dataclass(frozen=True)
 class Axis:
     """Brings a tile dimension into scope: lanes i in [0, size) have index start + i and are
     valid while start + i < limit (no limit: all valid). `name` is unique in the kernel."""
@@ -403,7 +413,7 @@ class Scatter:
     loc: Loc | None = field(default=None, compare=False)
 
 
-Stmt = Union[Let, Axis, Assign, For, Store, Scatter]
+Stmt = Union[Let, LetValue, Axis, Assign, For, Store, Scatter]
 
 
 # ---------------------------------------------------------------- pipeline
@@ -483,8 +493,8 @@ def walk_statements(body):
 
 
 def statement_values(s) -> tuple[TExpr, ...]:
-    """The tile expressions a statement reads: an Assign's or Store's value, a Scatter's too."""
-    return (s.value,) if isinstance(s, (Assign, Store)) else (*s.subscripts, s.value) if isinstance(s, Scatter) else ()
+    """The tile expressions a statement reads: an Assign's, LetValue's or Store's value, a Scatter's too."""
+    return (s.value,) if isinstance(s, (Assign, LetValue, Store)) else (*s.subscripts, s.value) if isinstance(s, Scatter) else ()
 
 
 def is_minus_inf(e: TExpr) -> bool:
@@ -529,72 +539,3 @@ def with_children(e: TExpr, kids: tuple[TExpr, ...]) -> TExpr:
     if isinstance(e, Dot):
         return replace(e, a=kids[0], b=kids[1], acc=kids[2] if e.acc is not None else None)
     return e
-
-
-@dataclass(frozen=True)
-class KernelParams:
-    tensors: tuple[str, ...]
-    scalars: tuple[str, ...]
-    sizes: tuple[str, ...]  # `{dim}_SIZE` names
-
-
-def kernel_params(kernel: Kernel, pipeline: Pipeline) -> KernelParams:
-    """What a kernel reads from its launcher, in a stable order (pipeline order)."""
-    tensors, scalars, sizes = set(), set(), set()
-
-    def extents_read(e):
-        sizes.update(n for n in index_names(e) if n.endswith("_SIZE"))
-
-    def visit_texpr(e):
-        for node in walk_texpr(e):
-            if isinstance(node, Load):
-                tensors.add(node.tensor)
-            elif isinstance(node, Gather):
-                tensors.add(node.tensor)
-                for extent in node.extents:
-                    extents_read(extent)
-            elif isinstance(node, Param):
-                scalars.add(node.name)
-            elif isinstance(node, Extent):
-                sizes.add(size_name(node.dim))
-            elif isinstance(node, Index):
-                extents_read(node.value)
-
-    extents_read(kernel.program_count)
-    for s in walk_statements(kernel.body):
-        if isinstance(s, Let):
-            extents_read(s.value)
-        elif isinstance(s, (Axis, For)):
-            for e in (s.start, s.size, s.limit) if isinstance(s, Axis) else (s.start, s.stop):
-                extents_read(e)
-        elif isinstance(s, (Store, Scatter)):
-            tensors.add(s.tensor)
-            for e in s.guard if isinstance(s, Store) else s.extents:
-                extents_read(e)
-        for value in statement_values(s):
-            visit_texpr(value)
-    order = [t.name for t in pipeline.inputs + pipeline.temporaries + pipeline.outputs]
-    return KernelParams(tuple(t for t in order if t in tensors),
-                        tuple(s for s in pipeline.scalars if s in scalars),
-                        tuple(size_name(d) for d in pipeline.sizes if size_name(d) in sizes))
-
-
-def used_index_names(body) -> set[str]:
-    """Every name the index expressions of `body` (Lets, Axes, For bounds, Index values) read."""
-    used: set[str] = set()
-    for s in walk_statements(body):
-        if isinstance(s, Let):
-            used |= index_names(s.value)
-        elif isinstance(s, Axis):
-            used |= index_names(s.start) | index_names(s.size) | index_names(s.limit)
-        elif isinstance(s, For):
-            used |= index_names(s.start) | index_names(s.stop)
-        for e in s.guard if isinstance(s, Store) else s.extents if isinstance(s, Scatter) else ():
-            used |= index_names(e)
-        for node in (n for value in statement_values(s) for n in walk_texpr(value)):
-            if isinstance(node, Index):
-                used |= index_names(node.value)
-            elif isinstance(node, Gather):
-                for extent in node.extents:
-                    used |= index_names(extent)
-    return used

@@ -58,6 +58,13 @@ class _KernelVerifier:
                 self.index(s.value, index_names, s)
                 self.bind(s.name, s)
                 index_names.add(s.name)
+            elif isinstance(s, S.LetValue):
+                self.value(s.value, index_names, axes, tiles, s)
+                if not isinstance(s.value, S.Ref) or s.value.dims or not is_integer(s.value.dtype):
+                    self.fail(f"binds a {s.value.dtype} value over {s.value.dims}: a LetValue takes a tile "
+                              f"holding one integer", s)
+                self.bind(s.name, s)
+                index_names.add(s.name)
             elif isinstance(s, S.Axis):
                 for e in (s.start, s.size, s.limit):
                     self.index(e, index_names, s)

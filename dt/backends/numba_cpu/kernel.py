@@ -77,6 +77,11 @@ class KernelRenderer(ExprRenderer):
         self.flush(w)
         w.line(f"{self.plan.names.ir(s.name)} = {self.plan.idx(s.value)}")
 
+    def LetValue(self, s: S.LetValue, w: Writer):
+        name = self.plan.names.ir(s.name)
+        self.nest(w, (), lambda env: f"{name} = int(", s.value, ")", writes=s.name)
+        self.flush(w)
+
     def For(self, s: S.For, w: Writer):
         self.flush(w)
         bounds = loop_bounds(self.plan.idx(s.start), self.plan.idx(s.stop), s.step)

@@ -15,6 +15,7 @@ from dt.backends.numba_cpu.kernel import NUMPY_DTYPE, KernelRenderer
 from dt.backends.pysource import Names, Writer, safe_text
 from dt.dtypes import FLOAT8, INTEGERS, NUMPY, is_integer
 from dt.ir import scheduled as S
+from dt.ir import uses
 from dt.ir.index_expr import index_source as index, renamed
 
 # Kernels may reassociate (vectorised reductions), contract to FMAs and use reciprocals; they
@@ -210,7 +211,7 @@ class _Module:
                 dtype = AS_BITS.get(t.dtype) or self.array_dtype(t, params)
                 w.line(f"{params[t.name]} = np.empty({shape(t)}, {dtype})")
             for kernel, fn in self.kernels:
-                ps = S.kernel_params(kernel, p)
+                ps = uses.kernel_params(kernel, p)
                 extents = {S.size_name(d): name for d, name in sizes.items()}
                 call = [fn, index(renamed(kernel.program_count, lambda n: extents.get(n, n)))]
                 for name in ps.tensors:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from dt.backends.pysource import Names
 from dt.ir import scheduled as S
+from dt.ir import uses
 from dt.ir.index_expr import index_source as index, renamed
 from dt.ir.nesting import MAX_NESTING
 
@@ -35,7 +36,7 @@ class KernelPlan:
         self.compute = pipeline.compute_dtype
         # The kernel's IR names first (as they are), then the names it derives (`x_valid`, `sum_y`).
         self.names = Names(module_names.taken | {"first", "last"})
-        self.params = S.kernel_params(kernel, pipeline)
+        self.params = uses.kernel_params(kernel, pipeline)
         self.pid = self.names.ir("pid")
         global_names = pipeline.global_names
         self.tensor = {t: self.names.ir(global_names.tensors[t]) for t in self.params.tensors}  # its parameter
@@ -49,7 +50,7 @@ class KernelPlan:
                 self.axes[s.name] = s
             elif isinstance(s, S.Assign):
                 self.assigns.setdefault(s.name, []).append(s)
-            if isinstance(s, (S.Let, S.Assign)):
+            if isinstance(s, (S.Let, S.LetValue, S.Assign)):
                 self.names.ir(s.name)
             elif isinstance(s, S.For):
                 self.names.ir(s.var)

@@ -16,6 +16,7 @@ from dt.backends.render import Renderer as BaseRenderer, supported_ops
 from dt.backends.pysource import Writer, guarded, loop_bounds, number, safe_text
 from dt.dtypes import is_integer
 from dt.ir import scheduled as S
+from dt.ir import uses
 from dt.ir.index_expr import index_source as index
 
 # How each op of dt.ir.ops is written over NumPy tiles ({0}, {1}, {2}: the operands). Negation is
@@ -120,8 +121,8 @@ class Renderer(BaseRenderer):
 
     def kernel_params(self, kernel: S.Kernel) -> list[str]:
         """A kernel function's parameters, which its launcher passes under the same names: `pid`,
-        then tensors, scalars and extents (S.kernel_params)."""
-        params, names = S.kernel_params(kernel, self.pipeline), self.names
+        then tensors, scalars and extents (dt.ir.uses.kernel_params)."""
+        params, names = uses.kernel_params(kernel, self.pipeline), self.names
         return ["pid"] + [names.tensors[t] for t in params.tensors] + [names.scalars[s] for s in params.scalars] \
             + list(params.sizes)
 
@@ -151,6 +152,9 @@ class Renderer(BaseRenderer):
 
     def Let(self, s: S.Let, w: Writer):
         w.line(f"{s.name} = {index(s.value)}")
+
+    def LetValue(self, s: S.LetValue, w: Writer):
+        w.line(f"{s.name} = int({self.texpr(s.value)})")
 
     def Axis(self, s: S.Axis, w: Writer):
         limit = "None" if s.limit is None else index(s.limit)

@@ -17,6 +17,7 @@ from dt.backends.triton.layout import MIN_DOT, AxisLayout, KernelLayout
 from dt.backends.triton.limits import TileLimits
 from dt.backends.triton.tma import TmaPlan
 from dt.ir import scheduled as S
+from dt.ir import uses
 from dt.ir.index_expr import index_source as index, renamed
 
 
@@ -34,7 +35,7 @@ class KernelRenderer(ExpressionRenderer):
         self.layout = KernelLayout(kernel)
         self.limits = TileLimits(kernel, self.layout)
         self.eviction = eviction_policies(kernel)
-        self.params = S.kernel_params(kernel, pipeline)
+        self.params = uses.kernel_params(kernel, pipeline)
         self.signs = Signs(kernel)
         self.scores = scores(kernel, pipeline)
         self.exp2_used = False
@@ -187,6 +188,9 @@ class KernelRenderer(ExpressionRenderer):
     # ------------------------------------------------------------ statements
     def Let(self, s: S.Let, w: Writer):
         w.line(f"{self.names.ir(s.name)} = {self.index(s.value)}")
+
+    def LetValue(self, s: S.LetValue, w: Writer):
+        w.line(f"{self.names.ir(s.name)} = {self.texpr(s.value, s.loc)}")
 
     def Assign(self, s: S.Assign, w: Writer):
         self.limits.check_tiles(s.value, s.loc, s.dt_name or s.name)

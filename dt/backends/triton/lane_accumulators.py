@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 
 from dt.ir import scheduled as S
+from dt.ir import uses
 from dt.ir.ops import REDUCTIONS
 
 
@@ -35,7 +36,7 @@ def with_lane_accumulators(kernel: S.Kernel) -> S.Kernel:
 def _names(kernel: S.Kernel) -> set[str]:
     """Every name the kernel's code may use: a new tile must not take any (a scalar input, an
     extent, a loop variable, a module-level name of the generated code)."""
-    names = set(S.RESERVED_NAMES) | S.index_names(kernel.program_count) | S.used_index_names(kernel.body)
+    names = set(S.RESERVED_NAMES) | S.index_names(kernel.program_count) | uses.used_index_names(kernel.body)
     for s in S.walk_statements(kernel.body):
         if isinstance(s, S.For):
             names.add(s.var)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dt.ir import algorithm as A
 from dt.ir import scheduled as S
+from dt.ir import uses
 from dt.ir.check.compute_with import runs_after
 from dt.ir.check.program import CheckedProgram
 from dt.ir.check.uses import reachable
@@ -147,7 +148,7 @@ class KernelLowering(GridLowering, LoopNestLowering, ExpressionLowering, Reducti
 def prune_lets(body: tuple) -> tuple:
     """Drop Let statements nothing reads (e.g. a block count no map needs)."""
     while True:
-        used = S.used_index_names(body)
+        used = uses.used_index_names(body)
         pruned = _drop_lets(body, used)
         if pruned == body:
             return body

@@ -139,6 +139,8 @@ class ReductionLowering:
             self.walk(e, start, stop, tile, exact, rng.end if tile > 1 else None, body)
         self.known_true = outer
         for _, r, r_acc in updates:
+            if r.slot:
+                self.rank_order(r, r_acc)
             if r is not e:
                 self.shared_reductions[id(r)] = r_acc
         for mean, rs in variances.items():

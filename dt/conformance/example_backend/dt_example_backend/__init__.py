@@ -95,6 +95,9 @@ class Instance(Renderer):
     def Let(self, s: S.Let):
         self.ints[s.name] = S.evaluate_index(s.value, self.ints)
 
+    def LetValue(self, s: S.LetValue):
+        self.ints[s.name] = int(self.value(s.value))
+
     def Axis(self, s: S.Axis):
         start, lanes = S.evaluate_index(s.start, self.ints), S.evaluate_index(s.size, self.ints)
         limit = start + lanes if s.limit is None else S.evaluate_index(s.limit, self.ints)
