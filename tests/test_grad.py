@@ -488,6 +488,25 @@ def test_a_sums_constant_factors_go_outside_it_and_softmaxs_gradient_sum_joins_t
     assert "rsum(grad_layernorm[x, y] * W[y] * (A[x, y] - mean[x]), y) * -0.5 *" in layernorm
 
 
+def test_a_weights_gradient_and_its_biass_walk_the_rows_once_in_chunks():
+    """grad_W and grad_Bias reduce over the rows x in one kernel: the default schedule sums both
+    in one walk (compute_with), split in chunks of rows across programs, the chunks' partial sums
+    in a kernel of their own; the result is the unsplit program's."""
+    backward = dt.grad(dt.load(ROOT / "examples" / "layernorm.dt"), save=("mean", "variance"))[1]
+    text = backward.dt_source()
+    for line in ("grad_W.split(x:2048);", "grad_Bias.split(x:2048);", "grad_Bias.compute_with(grad_W, x);"):
+        assert line in text
+    pipeline = backward.pipeline("f32")
+    chunks = next(k for k in pipeline.kernels if k.func == "grad_W_chunks_stored")
+    assert sum(isinstance(s, S.For) for s in chunks.body) == 1  # one walk of the chunk's rows for both sums
+    unsplit = dt.loads(text.replace("grad_W.split(x:2048);", "").replace("grad_Bias.split(x:2048);", "")
+                       .replace("grad_Bias.compute_with(grad_W, x);", ""))
+    args = random_inputs(backward, dict(x=4100, y=7), "f32", seed=5)
+    got, want = backward(backend="numba", **args), unsplit(backend="numba", **args)
+    for name in ("grad_A", "grad_W", "grad_Bias"):
+        np.testing.assert_allclose(got[name], want[name], rtol=1e-4, atol=1e-4)
+
+
 SAVED_ATTENTION = ("mx", "dvsr", "attention")
 
 

@@ -9,6 +9,7 @@ import pytest
 
 import dt
 from dt.errors import DTScheduleError
+from dt.ir.printer import ir_text
 
 ROWS = "Func s;\nIn A;\nVar x;\nRVar y;\ns[x] = {body};\ns.block(x:2);\ns.tensorize(x:2, y:8);\n{split}s.compile();\n"
 DECODE = open("examples/llm/decode_split.dt").read()
@@ -107,6 +108,41 @@ def test_partials_are_kept_in_the_compute_dtype():
     pipeline = _rows("rsum(A[x, y], y)").pipeline("bf16")
     assert {t.name: t.dtype for t in pipeline.temporaries} == {"s_chunks": "f32"}
     assert pipeline.outputs[0].dtype == "bf16"
+
+
+COLUMNS = """Func dw, db;
+In DY, A;
+Var k;
+RVar x;
+dw[k] = rsum(DY[x, k] * A[x, k], x);
+db[k] = rsum(DY[x, k], x);
+dw.block(k:32);
+dw.tensorize(k:32, x:8);
+db.fuse_at(dw, k);
+dw.split(x:16);
+db.split(x:16);
+db.compute_with(dw, x);
+db.compile();
+dw.compile();
+"""
+
+
+@pytest.mark.parametrize("backend", ["interp", "numba"])
+def test_column_sums_split_together_store_their_chunks_a_row_each(backend):
+    """A weight's gradient and its bias's, over [k], split together: each program stores its
+    chunk's partial sums along k, the dimension contiguous in memory (stored [k, chunk], each
+    lane would write 4 bytes of a sector of its own)."""
+    prog = dt.loads(COLUMNS, file="columns.dt")
+    assert {t.name: t.dims for t in prog.pipeline("f32").temporaries} == \
+        {"dw_chunks_stored": ("x_chunk", "k"), "db_chunks": ("x_chunk", "k")}
+    assert not [w for w in prog.lint(sizes={"x": 4096, "k": 4096}) if w.code == "uncoalesced"]
+    # consecutive programs take a chunk's consecutive columns (the rows they read are the same)
+    assert "let x_chunk_pid = pid // k_BLOCK_COUNT" in ir_text(prog.pipeline("f32"))
+    rng = np.random.default_rng(1)
+    DY, A = rng.standard_normal((2, 101, 70)).astype(np.float32)
+    out = prog(DY=DY, A=A, backend=backend)
+    np.testing.assert_allclose(out["dw"], (DY * A).sum(0), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(out["db"], DY.sum(0), rtol=1e-5, atol=1e-5)
 
 
 def test_the_chunk_count_is_derived_not_given():

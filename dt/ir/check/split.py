@@ -25,7 +25,7 @@ import math
 from dt.errors import DTScheduleError
 from dt.ir import algorithm as A
 from dt.ir.check.compute_with import nested_reductions, top_reductions
-from dt.ir.check.program import FuncSchedule
+from dt.ir.check.program import FuncSchedule, MapEntry
 from dt.ir.check.statistics import max_reduction, shifted_exp, shifted_exp_operand
 from dt.ir.check.uses import dependency_path, uses
 from dt.ir.naming import fresh_name
@@ -115,6 +115,10 @@ def _split_group(members, dim, chunk, chunk_dim, funcs, schedules, taken) -> lis
                                   loc, "fuse the Funcs that share a loop into the same kernel")
     prefix = _common_prefix([funcs[m].dims for m in members]) if len(members) > 1 or \
         len(reductions[owner]) > 1 else funcs[owner].dims[:-1]
+    # the chunks go before the last dimension every partial has: a partial stored [k, chunk] would
+    # store each program's one chunk strided (a weight's gradient and its bias's, over [k])
+    shared = prefix[-1:] if prefix and prefix == funcs[owner].dims else ()
+    prefix = prefix[:len(prefix) - len(shared)]
     start = A.Binary("*", A.DimRef(chunk_dim, loc), A.Num(float(chunk), loc, integer=True), loc)
     in_chunk = (A.Binary(">=", A.DimRef(dim, loc), start, loc),
                 A.Binary("<", A.DimRef(dim, loc), A.Binary("+", start, A.Num(float(chunk), loc, integer=True), loc),
@@ -156,6 +160,8 @@ def _split_group(members, dim, chunk, chunk_dim, funcs, schedules, taken) -> lis
     partials = list(new_defs)
     everything = list(partials)
     kernel = _partial_schedule(root, chunk_dim, new_defs, schedules)
+    if shared and kernel.map is None:  # programs still walk the chunk's columns first, the chunks last
+        kernel.map = tuple(MapEntry(d, d, "whole") for d in (chunk_dim, *reversed(prefix + shared)))
     owner_partial = names[id(reductions[owner][0])][0]
     if len(new_defs) == 1:
         schedules[owner_partial] = kernel
@@ -166,7 +172,7 @@ def _split_group(members, dim, chunk, chunk_dim, funcs, schedules, taken) -> lis
                                     funcs[owner].loc)
         schedules[store] = kernel
         for name in partials:
-            schedules[name] = FuncSchedule(fuse_at=(store, chunk_dim),
+            schedules[name] = FuncSchedule(fuse_at=(store, shared[0] if shared else chunk_dim),
                                            compute_with=None if name == owner_partial else (owner_partial, dim),
                                            locs={"fuse_at": loc, "compute_with": loc})
         for m in members:  # the combination reads the stored copy of the owner's chunks
