@@ -119,6 +119,37 @@ def test_the_space_of_a_product_holds_program_orders_and_launch_hints():
         dict(x=4096, y=4096), "bf16"))  # launch hints slow memory-bound kernels: not tried
 
 
+def test_a_reduction_over_few_programs_is_also_split_in_the_space():
+    argmax = dt.load(ROOT / "examples" / "llm" / "argmax.dt")
+    decode_batch = argmax.space(dict(r=64, v=128256), "bf16", limit=400)
+    chunks = {dict(c.choices)["token.split"] for c in decode_batch}
+    assert {"", "v/1024", "v/4096", "v/16384"} <= chunks  # unsplit too
+    split = next(c for c in decode_batch if dict(c.choices)["token.split"] == "v/4096")
+    assert "token.split(v:4096);" in split.text
+    prefill = argmax.space(dict(r=4096, v=128256), "bf16", limit=400)
+    assert not any(dict(c.choices)["token.split"] for c in prefill if dict(c.choices)["token.r"] == "r1")  # 4096 programs
+    assert any(dict(c.choices)["token.split"] for c in prefill if dict(c.choices)["token.r"] == "r128")  # 32
+    args = random_inputs(argmax, dict(r=3, v=3000), "f32", seed=2)
+    splits = [c for c in argmax.space(dict(r=3, v=3000), "f32", backend="interp") if dict(c.choices)["token.split"]]
+    assert {dict(c.choices)["token.split"] for c in splits} == {"v/1024", "v/2048"}
+    for c in splits[::7]:
+        np.testing.assert_array_equal(dt.loads(c.text)(backend="interp", **args), argmax.reference(**args))
+
+
+def test_a_split_takes_the_sums_fused_beside_it_and_a_written_split_stays():
+    """A weight's gradient and its bias's over the rows: split together, the bias's sum in the
+    weight's walk. A program that writes a split keeps it (and its space is the rest)."""
+    written = (ROOT / "examples" / "llm" / "layernorm_backward.dt").read_text()
+    unsplit = dt.loads(written.replace("dw.split(x:2048);", "").replace("db.split(x:2048);", "")
+                       .replace("db.compute_with(dw, x);", ""), name="layernorm_backward")
+    sizes = dict(x=16384, k=4096)
+    split = [c for c in unsplit.space(sizes, "bf16", limit=300) if dict(c.choices).get("dw.split") == "x/2048"]
+    assert split and all("dw.split(x:2048);\ndb.split(x:2048);\ndb.compute_with(dw, x);" in c.text for c in split)
+    kept = dt.load(ROOT / "examples" / "llm" / "layernorm_backward.dt").space(sizes, "bf16", limit=300)
+    assert len(kept) > 0 and all("dw.split(x:2048);" in c.text for c in kept)
+    assert not any(dict(c.choices).get("dw.split") for c in kept)
+
+
 def test_the_cpu_space_has_no_warps_or_stages():
     space = dt.load(ROOT / "examples" / "matmul.dt").space(dict(x=512, y=512, k=512), "f32", backend="numba")
     assert space and not any("num_warps" in c.text or "num_stages" in c.text for c in space)

@@ -300,7 +300,7 @@ SCHEDULES: list[tuple[str, str | None, str | None, str]] = [
     ("attention", None, None, _S + "attention_2pass.dt"),
     ("batched_matmul", "b=32, x=1024, y=1024, k=1024", None, _S + "batched_matmul_tma.dt"),
     ("batched_matmul", "b=512, x=128, y=128, k=64", None, _S + "batched_matmul_64x128.dt"),
-    ("argmax", "r=64, v=128256", "f32", _S + "argmax_split_8192_2048.dt"),  # split over the vocabulary
+    ("argmax", "r=64, v=128256", "f32", _S + "argmax_split_8192_512.dt"),  # split over the vocabulary (dt tune)
     ("argmax", "r=64, v=128256", "bf16", _S + "argmax_split_16384_4096.dt"),
     # GPT-2's rows: dt tune's schedules (one row a program, 2048-wide tiles), 1.3-1.4x the split
     ("argmax", "r=256, v=50257", "bf16", _S + "argmax_r256_2048.dt"),

@@ -3,9 +3,10 @@
 For each Func computed at root (a kernel), the choices that shape its kernel: how each of its
 dimensions is blocked over programs (one index a program, a power-of-two block, or the whole
 extent), the tile each reduction its kernel computes walks in (a power of two, or the whole
-extent; the contiguous dimension may also be walked in tiles by one program), and on a GPU its
-warps and pipeline stages. Every other schedule statement (fusion,
-compute_with, inlining, program order, launch hints, compile) stays as written. A point is
+extent; the contiguous dimension may also be walked in tiles by one program), where it has few
+programs its reduction split in chunks across programs (the sums fused beside it split alike),
+and on a GPU its warps and pipeline stages. Every other schedule statement (fusion,
+compute_with, inlining, program order, launch hints, compile, a split written) stays as written. A point is
 kept when dt's checker accepts it, its tiles fit at the extents, and dt raises none of the
 performance warnings that call a schedule slow (`PRUNED`, docs/performance-warnings.md).
 
@@ -22,6 +23,7 @@ from dataclasses import dataclass, field
 from dt.dtypes import ITEM_BYTES
 from dt.errors import DTError
 from dt.ir import algorithm as A
+from dt.ir.check.compute_with import top_reductions
 
 SHAPING = ("block", "tensorize", "map", "num_warps", "num_stages", "persistent", "tma")  # the primitives chosen
 FUSION = ("fuse_at", "inline", "compute_with")  # chosen where an alternative exists (_fusion)
@@ -37,6 +39,10 @@ WARPS = (1, 2, 4, 8, 16, 32)
 PRODUCT_WARPS = (4, 8, 16)  # a warp group (4) at least: Hopper's matrix instructions
 STAGES = (1, 3)
 PRODUCT_STAGES = (3, 4, 5)  # a product's loads are pipelined by Triton itself: at least 3 deep
+# split reductions (f.split(r:chunk)) for a kernel of fewer programs than this (four to each of an
+# H100's 132 multiprocessors): its reduction walked in chunks of these, each chunk's in programs of its own
+SPLIT_BELOW = 528
+CHUNKS = (1024, 2048, 4096, 8192, 16384)
 
 
 @dataclass(frozen=True)
@@ -74,8 +80,10 @@ def space(prog, sizes: dict[str, int], dtype: str = "f32", backend: str = "trito
     from dt import backends
     from dt.runtime import loads
     gpu = backends.get(backend).capabilities.machine == "gpu"
-    extents = prog._extents({}, sizes, "sizes")
-    roots = prog.checked.kernel_roots
+    # the program's own dimensions (a split's chunk dimension is derived: each candidate derives its own)
+    extents = {d: n for d, n in prog._extents({}, sizes, "sizes").items() if d not in prog.checked.chunk_dims}
+    # the kernels the program's own Funcs root (a split's partials kernel takes its Func's schedule)
+    roots = tuple(r for r in prog.checked.kernel_roots if r not in prog.checked.partials)
     item = ITEM_BYTES.get(dtype, 4) if isinstance(dtype, str) else 4
     shaped = [_choices(prog.checked, root, extents, gpu, item) for root in roots]
     per_root = [choices for choices, _ in shaped]
@@ -194,8 +202,33 @@ def _choices(checked, root: str, extents: dict[str, int], gpu: bool, item: int =
         if tensorize:
             lines.append(("", "", f"{root}.tensorize({', '.join(tensorize)});\n"))
         for order in _orders(root, dims, blocks, product):
-            choices.append(tuple(lines + [order] + list(launch)))
+            for split in _splits(checked, root, blocks, tiles, extents, reductions):
+                choices.append(tuple(lines + [order] + list(launch) + [split]))
     return choices, over
+
+
+def _splits(checked, root: str, blocks, tiles, extents: dict[str, int], reductions: dict) -> list[tuple]:
+    """No split, and where the kernel has few programs, its own reduction over one dimension
+    walked in chunks (`split`) of a whole number of its tiles, shorter than the extent; the Funcs
+    fused into the kernel that reduce over the same dimension sum in its walk (compute_with), split
+    alike (a weight's gradient and its bias's). None where the program splits a reduction itself."""
+    none = [("split", "", "")]
+    if any(call.primitive == "split" for call in checked.program.schedule):
+        return none
+    programs = math.prod(1 if size == 0 or "*" in label else -(-extents[d] // size) for d, label, _, size in blocks)
+    if programs >= SPLIT_BELOW:
+        return none
+    fused = [f for f, (at, _) in checked.fused.items() if at == root]
+    options = list(none)
+    for r, _, tile in tiles:
+        if reductions[r] or not tile or not top_reductions(checked.funcs[root].expr, r):
+            continue
+        siblings = [f for f in fused if top_reductions(checked.funcs[f].expr, r)]
+        for chunk in (c for c in CHUNKS if c % tile == 0 and c < extents[r]):
+            lines = f"{root}.split({r}:{chunk});\n" + "".join(
+                f"{f}.split({r}:{chunk});\n{f}.compute_with({root}, {r});\n" for f in siblings)
+            options.append(("split", f"{r}/{chunk}", lines))
+    return options
 
 
 def _orders(root: str, dims: tuple, blocks, product: bool) -> list[tuple]:
@@ -215,10 +248,10 @@ def _orders(root: str, dims: tuple, blocks, product: bool) -> list[tuple]:
 def _reductions(checked, root: str) -> dict[str, bool]:
     """The reduction dimensions the root's kernel walks (its own and its fused producers'),
     each marked True where it is a matrix product's."""
-    funcs = [root] + [p for p in checked.fused if _root_of(checked, p) == root]
+    funcs = [root] + [p for p in checked.fused if _root_of(checked, p) == root and p not in checked.partials]
     found: dict[str, bool] = {}
-    for f in funcs:
-        for e in A.walk(checked.funcs[f].expr):
+    for f in funcs:  # as written: a split Func's schedule walks the dimension it splits, in its partials' kernel
+        for e in A.walk(checked.algorithm[f].expr):
             if isinstance(e, A.Reduce):
                 found[e.dim] = found.get(e.dim, False) or e.op == "dot"
     return {d: product for d, product in found.items() if d not in checked.funcs[root].dims}
@@ -275,7 +308,7 @@ def _fusion(prog) -> list[tuple]:
             options.append((slot, f"{call.func}:alone", ""))
         statements.append(options)
     paired = {frozenset((c.func, c.args[0])) for c in prog.ast.schedule if c.primitive == "compute_with"}
-    fused = sorted(checked.fused.items())
+    fused = sorted((f, at) for f, at in checked.fused.items() if f in defined and at[0] in defined)  # not a split's partials
     for i, (a, at) in enumerate(fused):
         for b, at_b in fused[i + 1:]:
             shared = _reduced(checked, a) & _reduced(checked, b)
