@@ -145,6 +145,23 @@ def test_column_sums_split_together_store_their_chunks_a_row_each(backend):
     np.testing.assert_allclose(out["db"], DY.sum(0), rtol=1e-5, atol=1e-5)
 
 
+def test_a_sum_split_apart_from_the_kernel_it_is_fused_into_has_its_chunks_first():
+    """db fused into dw's kernel, both split but each walking on its own: db's chunks are a kernel
+    that runs before dw's, which reads them (it ran after, and db came out NaN)."""
+    prog = dt.loads(COLUMNS.replace("db.compute_with(dw, x);\n", ""), file="columns.dt")
+    kernels = [k.func for k in prog.pipeline("f32").kernels]
+    assert kernels.index("db_chunks") < kernels.index("dw")
+    DY, A = np.random.default_rng(2).standard_normal((2, 50, 9)).astype(np.float32)
+    out = prog(DY=DY, A=A, backend="interp")
+    np.testing.assert_allclose(out["db"], DY.sum(0), rtol=1e-5, atol=1e-5)
+
+
+def test_funcs_split_together_each_computed_with_another_is_an_error():
+    cycle = COLUMNS.replace("db.compute_with(dw, x);", "db.compute_with(dw, x);\ndw.compute_with(db, x);")
+    with pytest.raises(DTScheduleError, match="compute_with makes a cycle|cycle"):
+        dt.loads(cycle, file="columns.dt").pipeline("f32")
+
+
 def test_the_chunk_count_is_derived_not_given():
     prog = _rows("rsum(A[x, y], y)")
     with pytest.raises(dt.errors.DTExtentError, match="not a dimension"):

@@ -24,6 +24,7 @@ from dt.dtypes import ITEM_BYTES
 from dt.errors import DTError
 from dt.ir import algorithm as A
 from dt.ir.check.compute_with import top_reductions
+from dt.ir.check.split import reductions_to_split
 
 SHAPING = ("block", "tensorize", "map", "num_warps", "num_stages", "persistent", "tma")  # the primitives chosen
 FUSION = ("fuse_at", "inline", "compute_with")  # chosen where an alternative exists (_fusion)
@@ -221,14 +222,28 @@ def _splits(checked, root: str, blocks, tiles, extents: dict[str, int], reductio
     fused = [f for f, (at, _) in checked.fused.items() if at == root]
     options = list(none)
     for r, _, tile in tiles:
-        if reductions[r] or not tile or not top_reductions(checked.funcs[root].expr, r):
+        if reductions[r] or not tile or not _splittable(checked, root, r) or checked.schedules[root].compute_with:
             continue
         siblings = [f for f in fused if top_reductions(checked.funcs[f].expr, r)]
+        if not all(_splittable(checked, f, r) and not checked.schedules[f].compute_with for f in siblings):
+            continue  # a sibling split alike must be splittable, and computed with no other Func
         for chunk in (c for c in CHUNKS if c % tile == 0 and c < extents[r]):
             lines = f"{root}.split({r}:{chunk});\n" + "".join(
                 f"{f}.split({r}:{chunk});\n{f}.compute_with({root}, {r});\n" for f in siblings)
             options.append(("split", f"{r}/{chunk}", lines))
     return options
+
+
+def _splittable(checked, func: str, dim: str) -> bool:
+    """Whether a split divides func's reductions over dim (the checker's own rules: top-level
+    reductions whose chunks combine, an arg-reduction reading inputs only)."""
+    if not top_reductions(checked.funcs[func].expr, dim):
+        return False
+    try:
+        reductions_to_split(func, dim, checked.algorithm, None)
+    except DTError:
+        return False
+    return True
 
 
 def _orders(root: str, dims: tuple, blocks, product: bool) -> list[tuple]:
@@ -293,6 +308,8 @@ def _fusion(prog) -> list[tuple]:
     (the checker refuses the one that does not hold); none where a Func would be computed with
     two siblings."""
     checked, statements = prog.checked, []
+    # Funcs split together share their walk: dropping their compute_with is not a choice
+    split = any(call.primitive == "split" for call in prog.ast.schedule)
     defined = {f.name: f for f in prog.ast.funcs}  # inlined Funcs too (checked.funcs has them substituted)
     for call in prog.ast.schedule:
         if call.primitive not in FUSION or call.loc is None:
@@ -304,11 +321,12 @@ def _fusion(prog) -> list[tuple]:
         reduces = any(isinstance(e, A.Reduce) for e in A.walk(defined[call.func].expr))
         if call.primitive == "fuse_at" and not reduces:
             options.append((slot, f"{call.func}:inline", f"{call.func}.inline();\n"))
-        elif call.primitive == "compute_with":
+        elif call.primitive == "compute_with" and not split:
             options.append((slot, f"{call.func}:alone", ""))
         statements.append(options)
     paired = {frozenset((c.func, c.args[0])) for c in prog.ast.schedule if c.primitive == "compute_with"}
-    fused = sorted((f, at) for f, at in checked.fused.items() if f in defined and at[0] in defined)  # not a split's partials
+    # the program's own Funcs (not a split's partials)
+    fused = sorted((f, at) for f, at in checked.fused.items() if f in defined and at[0] in defined)
     for i, (a, at) in enumerate(fused):
         for b, at_b in fused[i + 1:]:
             shared = _reduced(checked, a) & _reduced(checked, b)

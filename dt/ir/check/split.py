@@ -102,8 +102,11 @@ def _split_group(members, dim, chunk, chunk_dim, funcs, schedules, taken) -> lis
     """Rewrite one group in place (funcs and schedules); returns the partial Funcs it adds."""
     first = members[0]
     loc = next((schedules[m].locs.get("split") for m in members if schedules[m].split), None)
-    reductions = {m: _reductions(m, dim, funcs, loc) for m in members}
-    owner = next(m for m in members if not (schedules[m].compute_with and schedules[m].compute_with[1] == dim))
+    reductions = {m: reductions_to_split(m, dim, funcs, loc) for m in members}
+    owner = next((m for m in members if not (schedules[m].compute_with and schedules[m].compute_with[1] == dim)), None)
+    if owner is None:
+        raise DTScheduleError(f"{', '.join(repr(m) for m in members)} are each computed with another over '{dim}': "
+                              f"compute_with makes a cycle", loc, "remove one of their compute_with")
     root = _kernel_root(first, schedules)
     if schedules[root].compiled == "compile_to_kernel":
         raise DTScheduleError(f"'{root}' is compiled to one kernel, but splitting '{first}''s reduction over "
@@ -160,7 +163,7 @@ def _split_group(members, dim, chunk, chunk_dim, funcs, schedules, taken) -> lis
     partials = list(new_defs)
     everything = list(partials)
     kernel = _partial_schedule(root, chunk_dim, new_defs, schedules)
-    if shared and kernel.map is None:  # programs still walk the chunk's columns first, the chunks last
+    if shared:  # programs still walk the chunk's columns first, the chunks last
         kernel.map = tuple(MapEntry(d, d, "whole") for d in (chunk_dim, *reversed(prefix + shared)))
     owner_partial = names[id(reductions[owner][0])][0]
     if len(new_defs) == 1:
@@ -184,14 +187,17 @@ def _split_group(members, dim, chunk, chunk_dim, funcs, schedules, taken) -> lis
         if s.compute_with and s.compute_with[1] == dim:
             s.compute_with = None
     _retile(root, chunk_dim, funcs, schedules)
-    position = list(funcs).index(first)
+    # before the kernel that reads them: the first member's, or its root's where it is fused into an
+    # earlier Func's kernel (db fused into dw's, split apart from dw: db's chunks before dw's kernel)
+    position = min(list(funcs).index(m) for m in (first, root) if m in funcs)
     items = list(funcs.items())
     funcs.clear()
     funcs.update(items[:position] + list(new_defs.items()) + list(best.items()) + items[position:])
     return everything + list(best)
 
 
-def _reductions(m, dim, funcs, loc) -> list[A.Reduce]:
+def reductions_to_split(m, dim, funcs, loc) -> list[A.Reduce]:
+    """m's reductions over dim that a split divides; a DTScheduleError where it cannot."""
     found = top_reductions(funcs[m].expr, dim)
     if not found:
         raise DTScheduleError(f"'{m}' is split over '{dim}' but has no reduction over '{dim}'", loc,

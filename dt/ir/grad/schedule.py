@@ -76,6 +76,7 @@ def _shared_walks(defs: dict[str, A.FuncDef], fused: dict[str, str]) -> list[str
     checker accepts, the kernel reading the row once less each time."""
     earlier: dict[tuple[str, str], list[str]] = {}
     lines = []
+    split: set[str] = set()
     for name, root in fused.items():
         dim = _walk_dim(defs[name])
         if dim is None:
@@ -84,8 +85,10 @@ def _shared_walks(defs: dict[str, A.FuncDef], fused: dict[str, str]) -> list[str
             # an output over the root's dimensions, reducing over the root's: its walk is the root's,
             # which a split shares (a weight's gradient and its bias's: one read of the rows for both,
             # in chunks of rows across programs)
-            lines.append(f"{root}.split({dim}:{SIBLING_CHUNK});\n{name}.split({dim}:{SIBLING_CHUNK});\n"
-                         f"{name}.compute_with({root}, {dim});")
+            lines.append(("" if root in split else f"{root}.split({dim}:{SIBLING_CHUNK});\n") +
+                         f"{name}.split({dim}:{SIBLING_CHUNK});\n{name}.compute_with({root}, {dim});")
+            split.add(root)
+            continue
         walked = earlier.setdefault((root, dim), [])
         lines += [f"{name}.compute_with({sibling}, {dim});" for sibling in walked]
         walked.append(name)

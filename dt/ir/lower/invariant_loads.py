@@ -46,6 +46,9 @@ def _invariant(body, var: str) -> set[int]:
             needs = set().union(*(index_names(x) for x in (s.start, s.size, s.limit)))
         elif isinstance(s, S.Let):
             needs = index_names(s.value)
+        elif isinstance(s, S.LetValue):  # a value of the data: taken to change every step
+            varying.add(s.name)
+            continue
         elif isinstance(s, S.Assign) and isinstance(s.value, S.Load) and s.value.order \
                 and s.value.tensor not in written and assigned[s.name] == 1:
             needs = set(s.value.indices)

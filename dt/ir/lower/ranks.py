@@ -9,8 +9,9 @@ a round takes the tile's best entry (equal keys: the smaller code) and, where it
 list's worst, puts it in that entry's place; it leaves the tile either way (key -inf, a code
 past every code). Only tile entries that beat the worst kept before the tile can enter, and at
 most k of them do, so the tile runs that many rounds, at most k: a bound taken from the data
-(S.LetValue). The first tile runs k; on data in no order, the j-th tile after it about k / j
-(sorted ascending, every tile runs k). After the loop, k rounds order the kept list, best first.
+(S.LetValue). The first tile runs k (fewer where it has fewer lanes); on data in no order, the
+j-th tile after it about k / j (sorted ascending, every tile runs k). After the loop, k rounds
+order the kept list, best first.
 The lanes past r's end start removed."""
 from __future__ import annotations
 
