@@ -162,6 +162,13 @@ def test_funcs_split_together_each_computed_with_another_is_an_error():
         dt.loads(cycle, file="columns.dt").pipeline("f32")
 
 
+def test_a_warning_about_the_chunks_kernel_names_the_func_the_user_schedules():
+    few = COLUMNS.replace("dw.block(k:32);\ndw.tensorize(k:32, x:8);", "dw.block(k:1024);\ndw.tensorize(k:1024, x:8);")
+    prog = dt.loads(few.replace("split(x:16)", "split(x:2048)"), file="columns.dt")
+    [warning] = [w for w in prog.lint(sizes={"x": 4096, "k": 4096}) if "dw_chunks_stored_kernel" in w.render()]
+    assert "dw.block(...)" in warning.render() and "dw_chunks_stored.block" not in warning.render()
+
+
 def test_the_chunk_count_is_derived_not_given():
     prog = _rows("rsum(A[x, y], y)")
     with pytest.raises(dt.errors.DTExtentError, match="not a dimension"):

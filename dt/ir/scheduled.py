@@ -445,6 +445,13 @@ class Kernel:
     persistent: bool = False
     persistent_programs: int | None = None
     tma: bool = False
+    # the Func whose schedule statements shape this kernel, where not `func` (a split's partials
+    # kernel takes the split Func's): what a hint tells the user to reschedule
+    scheduled_by: str = ""
+
+    @property
+    def schedule_func(self) -> str:
+        return self.scheduled_by or self.func
 
 
 @dataclass(frozen=True)

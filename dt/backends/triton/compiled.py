@@ -176,7 +176,7 @@ def _facts_in_a_compiler_process(pipeline: S.Pipeline, extents: dict, module) ->
 
 
 def _warnings(facts: CompiledKernel, kernel: S.Kernel, context: Context):
-    func = kernel.func
+    func = kernel.schedule_func
     loc = context.schedule_loc(func, "num_warps", "tensorize") or kernel.loc
     if facts.spill_stores or facts.spill_loads:
         yield PerformanceWarning(

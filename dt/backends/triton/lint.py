@@ -48,7 +48,7 @@ def small_products(facts: KernelFacts):
         small = [a for a, t in zip(axes, tiles) if isinstance(t, int) and t < MIN_DOT]
         if not small:
             continue
-        func = kernel.func
+        func = kernel.schedule_func
         dims = ", ".join(facts.dim_of(a) for a in small)
         loc = context.schedule_loc(func, "tensorize") or s.loc
         shape = "x".join(str(t) if isinstance(t, int) else facts.dim_of(a) for a, t in zip(axes, tiles))
@@ -73,7 +73,7 @@ def padding(facts: KernelFacts):
         if share >= USEFUL:
             continue
         reported.add((tuple(used), tuple(padded)))
-        func = kernel.func
+        func = kernel.schedule_func
         wide = [facts.dim_of(a) for a, u, p in zip(axes, used, padded) if u != p]
         loc = context.schedule_loc(func, "tensorize") or s.loc
         yield PerformanceWarning(
@@ -118,7 +118,7 @@ def alignment(facts: KernelFacts):
                 cost=f"accesses of {width} bytes instead of {VECTOR_BYTES}: {VECTOR_BYTES // width}x the memory "
                      f"instructions",
                 hint=f"pad {spec.dims[-1]} to a multiple of {multiple} elements ({-(-row // multiple) * multiple}), "
-                     f"masking the padding in the algorithm", func=kernel.func)
+                     f"masking the padding in the algorithm", func=kernel.schedule_func)
 
 
 def f32_products(facts: KernelFacts):
@@ -133,7 +133,7 @@ def f32_products(facts: KernelFacts):
                 f"runs in IEEE precision ({F32_DOT_ENV}=ieee, the default), which the matrix units do not have",
                 s.loc, cost=f"float32 multiply-adds on the CUDA cores, {MATRIX_SPEEDUP}",
                 hint=f"store the operands as bf16 or f16, or set {F32_DOT_ENV}=tf32 (10-bit mantissas) or tf32x3 "
-                     f"(about float32's accuracy, three products)", func=kernel.func)
+                     f"(about float32's accuracy, three products)", func=kernel.schedule_func)
             return
 
 
@@ -143,7 +143,7 @@ def tma_fallback(facts: KernelFacts):
     kernel, pipeline, context = facts.kernel, facts.pipeline, facts.context
     if not kernel.tma:
         return
-    func = kernel.func
+    func = kernel.schedule_func
     loc = context.schedule_loc(func, "tma") or kernel.loc
     plan = TmaPlan(with_lane_accumulators(kernel), pipeline, KernelLayout(kernel), Names())
     moved = set(plan.box_descriptor)

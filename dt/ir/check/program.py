@@ -36,6 +36,7 @@ class FuncSchedule:
     inline: bool = False
     compiled: str | None = None  # None | 'compile' | 'compile_to_kernel'
     saved: bool = False  # save(): an output stored in the compute dtype (a statistic kept for a backward)
+    taken_from: str | None = None  # a split's partials kernel: the Func whose schedule it takes
     locs: dict[str, Loc | None] = field(default_factory=dict)  # primitive -> where it was written
     dim_locs: dict[tuple[str, str], Loc | None] = field(default_factory=dict)  # (primitive, dim)
 

@@ -48,7 +48,7 @@ def _contraction(node: S.Reduce, s, facts: KernelFacts):
     if not (only_a and only_b):
         return None  # not a product of two matrices (a row scaled by a vector, a dot of two rows)
     shared = [d for d in dims if d in span_a & span_b]
-    func = facts.kernel.func
+    func = facts.kernel.schedule_func
     lanes = facts.tile_lanes(node.x)
     shape = "x".join(str(facts.lanes(d) or facts.dim_of(d)) for d in dims)
     names = ", ".join(facts.dim_of(d) for d in dims)

@@ -47,7 +47,7 @@ def _uncoalesced(node, s, facts: KernelFacts):
     if lanes < WARP:
         return None  # a handful of lanes: no warp's worth of sectors to waste
     item = ITEM_BYTES.get(spec.dtype, 4)
-    func = facts.kernel.func
+    func = facts.kernel.schedule_func
     contiguous = spec.dims[-1]
     others = ", ".join(dict.fromkeys(facts.dim_of(a) for a in across))
     verb = "stores" if isinstance(node, S.Store) else "reads"
@@ -70,7 +70,7 @@ def _one_lane(facts: KernelFacts):
     if total is not None and total < 2:
         return  # one element in all: a scalar result
     dims = ", ".join(dict.fromkeys(a.dim for a in facts.axes.values()))
-    func = kernel.func
+    func = kernel.schedule_func
     elements = f"{quantity(total)} elements" if total is not None else "every element"
     loc = facts.context.schedule_loc(func, "compile", "compile_to_kernel", "save") or kernel.loc
     yield PerformanceWarning(

@@ -23,7 +23,7 @@ def check(facts: KernelFacts):
     moved = sum(n for n in sizes if n is not None)
     if moved < MIN_BYTES:
         return
-    func = kernel.func
+    func = kernel.schedule_func
     blocked = {a.dim: facts.block(a) for a in facts.axes.values() if facts.per_program(a)}
     loc = context.schedule_loc(func, "block", "map") or kernel.loc
     wide = [d for d, block in blocked.items() if block > 1]

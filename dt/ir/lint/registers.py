@@ -52,7 +52,7 @@ def check(facts: KernelFacts):
     if worst is None or fits(worst[0], facts.warps):
         return
     need, lanes, node, s = worst
-    func = kernel.func
+    func = kernel.schedule_func
     shape = "x".join(str(facts.lanes(a, padded=True)) for a in node.dims if a not in node.unit)
     warps = facts.warps
     while warps < MAX_WARPS and not fits(registers(lanes, node.dtype, warps), warps):

@@ -18,7 +18,7 @@ def check(facts: KernelFacts):
     for s in S.walk_statements(kernel.body):
         if isinstance(s, S.For) and _loads(s.body):
             return
-    func = kernel.func
+    func = kernel.schedule_func
     yield PerformanceWarning(
         "nothing-to-pipeline", f"{func}.num_stages({kernel.num_stages}) asks kernel '{kernel.name}' to pipeline its "
         f"loops, and no loop of it loads a tile", context.schedule_loc(func, "num_stages") or kernel.loc,
