@@ -323,8 +323,11 @@ def test_a_local_ray_cluster_measures_the_candidates():
         sizes = dict(x=24, y=300)
         result = prog.tune(sizes, "f32", backend="numba", budget=60, cache=False, ray=True)
         assert result.device.endswith("x1 (Ray)") and not result.failed and result.untried == 0
-        assert len(result.timed) == len(prog.space(sizes, "f32", backend="numba")) + 1  # and as written
-        assert "as written" in result.baselines and all(len(t.rounds) == 3 for t in result.timed[:3])
+        # every candidate, and as written: ranked with them, or only reported where its first time was
+        # more than SLOWER times the fastest's (on a loaded machine, a noisy first time can make it so)
+        found = [t for t in result.timed if t.candidate.name != "as written"]
+        assert len(found) == len(prog.space(sizes, "f32", backend="numba"))
+        assert "as written" in result.baselines and all(len(t.rounds) == 3 for t in found[:3])
         assert ray.is_initialized()  # a cluster the caller started is left running
     finally:
         ray.shutdown()
