@@ -2,9 +2,9 @@
 
 A `Pipeline` is a sequence of `Kernel`s. Each kernel is launched over `program_count`
 program instances; its body is a list of statements executed by every program instance:
-scalar `Let`s (program-id decomposition, block starts; a `LetValue` takes one from the data), `Axis` definitions (the index range
-of one tile dimension), sequential `For` loops over tiles, tile `Assign`ments and masked
-`Store`s (an update's `Scatter`s). Tile values are expressions over axes (`TExpr`), each
+scalar `Let`s (program-id decomposition, block starts; a `LetValue` takes one from the data),
+`Axis` definitions (the index range of one tile dimension), sequential `For` loops over tiles,
+tile `Assign`ments and masked `Store`s (an update's `Scatter`s). Tile values are expressions over axes (`TExpr`), each
 carrying its `dims` (the names of the axes it spans, in order) and its `dtype` ('f32', 'bf16',
 ..., an integer dtype ('i32', 'i64', ...: index arithmetic, integer data) or 'bool'): leaves hold
 theirs, every other node's follows from its operands by the op table's type rules
@@ -341,8 +341,8 @@ class Let:
 @dataclass(frozen=True)
 class LetValue:
     """name = the value of a tile holding one integer (a Ref with no dims), as an index the
-    statements after it may use: a loop bound that depends on the data (rargtopk's merge runs as many rounds as a tile
-    has entries that can enter the kept list)."""
+    statements after it may use: a loop bound that depends on the data (rargtopk's merge runs as
+    many rounds as a tile has entries that can enter the kept list)."""
     name: str
     value: "Ref"
     loc: Loc | None = field(default=None, compare=False)
@@ -501,7 +501,9 @@ def walk_statements(body):
 
 def statement_values(s) -> tuple[TExpr, ...]:
     """The tile expressions a statement reads: an Assign's, LetValue's or Store's value, a Scatter's too."""
-    return (s.value,) if isinstance(s, (Assign, LetValue, Store)) else (*s.subscripts, s.value) if isinstance(s, Scatter) else ()
+    if isinstance(s, (Assign, LetValue, Store)):
+        return (s.value,)
+    return (*s.subscripts, s.value) if isinstance(s, Scatter) else ()
 
 
 def is_minus_inf(e: TExpr) -> bool:

@@ -175,6 +175,7 @@ def _choices(checked, root: str, extents: dict[str, int], gpu: bool, item: int =
         else:  # the contiguous dimension: blocks of it, or all of it in a program, whole or walked in tiles
             options = blocks(COLUMNS) + [(f"{d}*/{t}", "", t) for t in WALKS if t < extent] + [(f"{d}*", "", 0)]
         axes.append([(d, label, block, size) for label, block, size in options])
+    plans = _split_plans(checked, root, reductions)
     walks = []
     for r, in_product in reductions.items():
         extent = extents[r]
@@ -203,42 +204,54 @@ def _choices(checked, root: str, extents: dict[str, int], gpu: bool, item: int =
         if tensorize:
             lines.append(("", "", f"{root}.tensorize({', '.join(tensorize)});\n"))
         for order in _orders(root, dims, blocks, product):
-            for split in _splits(checked, root, blocks, tiles, extents, reductions):
+            for split in _splits(plans, root, blocks, tiles, extents):
                 choices.append(tuple(lines + [order] + list(launch) + [split]))
     return choices, over
 
 
-def _splits(checked, root: str, blocks, tiles, extents: dict[str, int], reductions: dict) -> list[tuple]:
-    """No split, and where the kernel has few programs, its own reduction over one dimension
-    walked in chunks (`split`) of a whole number of its tiles, shorter than the extent; the Funcs
-    fused into the kernel that reduce over the same dimension sum in its walk (compute_with), split
-    alike (a weight's gradient and its bias's). None where the program splits a reduction itself."""
-    none = [("split", "", "")]
-    if any(call.primitive == "split" for call in checked.program.schedule):
-        return none
-    programs = math.prod(1 if size == 0 or "*" in label else -(-extents[d] // size) for d, label, _, size in blocks)
-    if programs >= SPLIT_BELOW:
-        return none
+def _split_plans(checked, root: str, reductions: dict) -> dict[str, list[str]]:
+    """Each dimension the root's own reduction may be split over -> the Funcs fused into its
+    kernel that reduce over it too, split alike and summing in its walk (compute_with: a weight's
+    gradient and its bias's). None where the program splits a reduction itself, or where the root
+    or such a Func is computed with another already."""
+    if _writes_split(checked.program) or checked.schedules[root].compute_with:
+        return {}
     fused = [f for f, (at, _) in checked.fused.items() if at == root]
-    options = list(none)
-    for r, _, tile in tiles:
-        if reductions[r] or not tile or not _splittable(checked, root, r) or checked.schedules[root].compute_with:
+    plans = {}
+    for r, in_product in reductions.items():
+        if in_product or not _splittable(checked, root, r):
             continue
         siblings = [f for f in fused if top_reductions(checked.funcs[f].expr, r)]
-        if not all(_splittable(checked, f, r) and not checked.schedules[f].compute_with for f in siblings):
-            continue  # a sibling split alike must be splittable, and computed with no other Func
+        if all(_splittable(checked, f, r) and not checked.schedules[f].compute_with for f in siblings):
+            plans[r] = siblings
+    return plans
+
+
+def _splits(plans: dict[str, list[str]], root: str, blocks, tiles, extents: dict[str, int]) -> list[tuple]:
+    """No split, and where the kernel has few programs, each reduction of `plans` walked in
+    chunks (`split`) of a whole number of its tiles, shorter than the extent."""
+    none = [("split", "", "")]
+    programs = math.prod(1 if size == 0 or "*" in label else -(-extents[d] // size) for d, label, _, size in blocks)
+    if not plans or programs >= SPLIT_BELOW:
+        return none
+    options = list(none)
+    for r, _, tile in tiles:
+        if r not in plans or not tile:
+            continue
         for chunk in (c for c in CHUNKS if c % tile == 0 and c < extents[r]):
             lines = f"{root}.split({r}:{chunk});\n" + "".join(
-                f"{f}.split({r}:{chunk});\n{f}.compute_with({root}, {r});\n" for f in siblings)
+                f"{f}.split({r}:{chunk});\n{f}.compute_with({root}, {r});\n" for f in plans[r])
             options.append(("split", f"{r}/{chunk}", lines))
     return options
+
+
+def _writes_split(program: A.Program) -> bool:
+    return any(call.primitive == "split" for call in program.schedule)
 
 
 def _splittable(checked, func: str, dim: str) -> bool:
     """Whether a split divides func's reductions over dim (the checker's own rules: top-level
     reductions whose chunks combine, an arg-reduction reading inputs only)."""
-    if not top_reductions(checked.funcs[func].expr, dim):
-        return False
     try:
         reductions_to_split(func, dim, checked.algorithm, None)
     except DTError:
@@ -309,7 +322,7 @@ def _fusion(prog) -> list[tuple]:
     two siblings."""
     checked, statements = prog.checked, []
     # Funcs split together share their walk: dropping their compute_with is not a choice
-    split = any(call.primitive == "split" for call in prog.ast.schedule)
+    split = _writes_split(prog.ast)
     defined = {f.name: f for f in prog.ast.funcs}  # inlined Funcs too (checked.funcs has them substituted)
     for call in prog.ast.schedule:
         if call.primitive not in FUSION or call.loc is None:

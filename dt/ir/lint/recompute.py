@@ -100,15 +100,11 @@ def invariant_assigns(body, seeds: set[str]) -> list[S.Assign]:
                 if (index_names(s.start) | index_names(s.stop)) & variant:
                     variant.add(s.var)
                 visit(s.body)
-            elif isinstance(s, S.LetValue):
+            elif isinstance(s, (S.Assign, S.LetValue)):
                 used = reads(s.value)
                 if used & variant or (used & assigned_in_body) - assigned:
                     variant.add(s.name)
-            elif isinstance(s, S.Assign):
-                used = reads(s.value)
-                if used & variant or (used & assigned_in_body) - assigned:
-                    variant.add(s.name)
-                elif s.name not in variant:
+                elif isinstance(s, S.Assign) and s.name not in variant:
                     found.append(s)
                 assigned.add(s.name)
     visit(body)
