@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dt.errors import DTError
 from dt.ir import algorithm as A
+from dt.ir.grad import schedule as grad_schedule
 from dt.ir.grad.reverse import gradient_source, without_gradient
 
 
@@ -94,7 +95,7 @@ def _schedule(algorithm: str, statements: list[str], outputs: list[str], name: s
         raise DTError(f"dt.grad found no schedule under which {name}'s gradient program holds: {error.message}",
                       error.loc, "report it with the program; schedule the gradient's text by hand meanwhile "
                       "(its algorithm: dt.ir.grad.reverse.gradient_source)")
-    return kept + compile_lines
+    return grad_schedule.merged(kept) + compile_lines
 
 
 def name_tuple(names) -> tuple[str, ...]:

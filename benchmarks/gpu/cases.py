@@ -309,6 +309,8 @@ SCHEDULES: list[tuple[str, str | None, str | None, str]] = [
     # a batch of 4096 rows: narrow tiles, one warp (examples/llm/topk.dt's 4096-wide tiles suit 64 rows)
     ("topk", "r=4096, v=32000, i=16", "f32", _S + "topk_rows_256.dt"),
     ("cumsum", "x=16384, y=1024", None, _S + "cumsum_short_rows.dt"),
+    # dw and db summed in dx's walk over chunks of rows: 128-row chunks at 16384 rows (128 programs)
+    ("layernorm_backward", "x=16384, k=4096", None, _S + "layernorm_backward_128.dt"),
     # attention's derived backward stores [b, h, s, s] scores: the algorithm as derived, scheduled by
     # hand flash-style (the derived file is --tune's other candidate)
     ("causal_mha_grad", "b=4, h=16, m=2048, l=2048, k=128, n=128", None, _S + "causal_mha_grad_flash_d128.dt"),

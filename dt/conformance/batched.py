@@ -4,7 +4,8 @@ and under batch tiles of 2 (a multiply and sum); attention over [b, m, l]; reduc
 an index condition (causal, strict, a sliding window) whose fully masked tiles are skipped, with
 rows masked throughout and sizes no tile divides; reductions split into chunks over programs
 (sums, maxima, minima, a split-k product, attention's online softmax with chunks masked
-throughout), chunks that are one tile, several tiles, or not a multiple of the tile.
+throughout), chunks that are one tile, several tiles, or not a multiple of the tile, and chunks
+summed in another Func's walk over its rows.
 
 Each reference is NumPy written for the case."""
 from __future__ import annotations
@@ -53,6 +54,13 @@ SPLIT_ATTENTION = {  # the online softmax's three Funcs split together (compute_
                     "out.compile();",
     "split_named_on_the_max": _ATTENTION_FUSED + "mx.compute_with(num, l);\ndvsr.compute_with(num, l);\n"
                               "mx.split(l:16);\nout.compile();",
+}
+WALK_SUMS = {  # out[x, y], and total[y] and top[y] summed in out's walk over its rows
+    "a_row_a_step": "out.block(x:4);\nout.tensorize(x:1, y:0);\ntotal.split(x:4);\ntop.split(x:4);\n"
+                    "total.compute_with(out, x);\ntop.compute_with(total, x);\ntotal.block(y:8);\n"
+                    "total.tensorize(y:8);\ntop.fuse_at(total, y);\nout.compile();\ntotal.compile();\ntop.compile();",
+    "two_rows_a_step": "out.block(x:6);\nout.tensorize(x:2, y:0);\ntotal.split(x:6);\ntotal.compute_with(out, x);\n"
+                       "top.split(x:6);\ntop.compute_with(out, x);\nout.compile();\ntotal.compile();\ntop.compile();",
 }
 SB = ({"b": 1, "x": 1, "y": 1, "k": 1}, {"b": 3, "x": 37, "y": 21, "k": 19})
 SA = ({"b": 1, "m": 1, "l": 1, "k": 1, "n": 1}, {"b": 2, "m": 37, "l": 37, "k": 8, "n": 5},
@@ -135,6 +143,12 @@ CASES: tuple[Case, ...] = (
                                          axis=1), SR, domains={"A": "specials"}),
     Case("split.matmul", "Func out;\nIn A, B;\nVar x, y;\nRVar k;\nout[x, y] = rdot(A[x, k], B[k, y], k);",
          SPLIT_K, lambda A, B: A.astype(np.float64) @ B, ({"x": 1, "y": 1, "k": 1}, {"x": 37, "y": 21, "k": 75})),
+    # the chunks summed in another Func's walk over its rows, the last chunk partial
+    Case("split.walk_sums", "Func out, total, top;\nIn A;\nRVar x, y;\nout[x, y] = A[x, y] * 2.0;\n"
+         "total[y] = rsum(A[x, y] * A[x, y], x);\ntop[y] = rmax(A[x, y], x);", WALK_SUMS,
+         lambda A: {"out": 2.0 * A.astype(np.float64), "total": (A.astype(np.float64) ** 2).sum(axis=0),
+                    "top": A.astype(np.float64).max(axis=0)},
+         ({"x": 1, "y": 1}, {"x": 37, "y": 21}, {"x": 12, "y": 5})),
     # causal and strict: row 0 is masked throughout (NaN), and the chunks past a row's diagonal too
     Case("split.attention", ATTENTION_ALGORITHM.format(cond="l < m"), SPLIT_ATTENTION,
          _masked_attention(lambda m, l: l < m), SA + ({"b": 1, "m": 70, "l": 70, "k": 8, "n": 4},)),

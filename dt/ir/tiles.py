@@ -73,7 +73,8 @@ def tiles(cp) -> tuple[Tile, ...]:
     found: list[Tile] = []
     fused_at: dict[tuple[str, str], list[str]] = {}
     for producer, where in cp.fused.items():
-        fused_at.setdefault(where, []).append(producer)
+        if cp.schedules[producer].walked_in is None:  # a split's partial summed in a walk: visited with its root
+            fused_at.setdefault(where, []).append(producer)
     loop_owner = {(f, dim): owner for (owner, dim), members in cp.computed_with.items() for f in members}
     for root in cp.kernel_roots:
         _visit(cp, root, root, {}, fused_at, loop_owner, found)
@@ -100,6 +101,11 @@ def _visit(cp, root, func, env: dict[str, Lanes], fused_at, loop_owner, found: l
             env[d] = _pure_lanes(cp, root, func, d)
         for producer in fused_at.get((func, d), ()):
             _visit(cp, root, producer, env, fused_at, loop_owner, found)
+    if func == root:  # partials summed in root's walks: one chunk, over root's tiles of their other dimensions
+        for (host, _), partials in cp.walk_sums.items():
+            for partial in partials if host == root else ():
+                chunk = {d: Lanes(d, 1, None) for d in cp.funcs[partial].dims if d in cp.chunk_dims}
+                _visit(cp, root, partial, {**env, **chunk}, fused_at, loop_owner, found)
     shapes = value_dims(fd)
     reductions = {d: _reduction_lanes(cp, func, d, loop_owner) for dims in shapes for d in dims if d not in fd.dims}
     for r, lanes in reductions.items():

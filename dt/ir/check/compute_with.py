@@ -66,6 +66,11 @@ def _check_compute_with(func, sibling, dim, funcs, schedules, fused, dim_kinds):
     if dim_kinds.get(dim) != "RVar":
         raise DTScheduleError(f"compute_with shares a reduction loop, but '{dim}' is not an RVar",
                               s.dim_locs.get(("compute_with", dim)) or loc, "name the RVar both Funcs reduce over")
+    if dim in funcs[sibling].dims and top_reductions(funcs[func].expr, dim):
+        raise DTScheduleError(f"'{func}' is computed with '{sibling}' over '{dim}', which '{sibling}' walks as a "
+                              f"pure dimension: only a split reduction sums in that walk, one chunk per program",
+                              loc, f"split {func} in chunks of {sibling}'s block: {func}.split({dim}:N) with "
+                              f"{sibling}.block({dim}:N)")
     for name in (func, sibling):
         if not top_reductions(funcs[name].expr, dim):
             raise DTScheduleError(f"'{name}' has no reduction over '{dim}' to share", loc,

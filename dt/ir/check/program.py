@@ -37,6 +37,8 @@ class FuncSchedule:
     compiled: str | None = None  # None | 'compile' | 'compile_to_kernel'
     saved: bool = False  # save(): an output stored in the compute dtype (a statistic kept for a backward)
     taken_from: str | None = None  # a split's partials kernel: the Func whose schedule it takes
+    # a split's partial summed in a Func's walk over one of its pure dimensions: (that Func, the dimension)
+    walked_in: tuple[str, str] | None = None
     locs: dict[str, Loc | None] = field(default_factory=dict)  # primitive -> where it was written
     dim_locs: dict[tuple[str, str], Loc | None] = field(default_factory=dict)  # (primitive, dim)
 
@@ -174,6 +176,17 @@ class CheckedProgram:
         others load them."""
         return tuple(p for p in self.funcs if p in self.fused and any(  # in the order of the Funcs: generated code is stable
             u.name == p for f in self.funcs if self.root_of(f) != self.root_of(p) for u in uses(self.funcs[f].expr)))
+
+    @cached_property
+    def walk_sums(self) -> dict[tuple[str, str], tuple[str, ...]]:
+        """(root Func, one of its pure dimensions) -> the split partials that sum in its walk over
+        that dimension (dt.ir.check.split): accumulated tile by tile, stored after the walk."""
+        found: dict[tuple[str, str], tuple[str, ...]] = {}
+        for name in self.funcs:
+            walked_in = self.schedules[name].walked_in
+            if walked_in is not None:
+                found[walked_in] = found.get(walked_in, ()) + (name,)
+        return found
 
     def root_of(self, func: str) -> str:
         while func in self.fused:

@@ -16,6 +16,11 @@ Schedules: the partials form one kernel, with the blocks, tiles, warps and stage
 the split Funcs were computed in and one chunk per program (block `l_chunk:1`); several partials
 share one loop over each chunk (compute_with), inside a Func that stores the first of them. The
 split Funcs keep their places and combine the chunks in tiles of 16 (`l_chunk:16`).
+
+A split Func computed with another Func over a dimension that one walks as a pure dimension
+(`dw.split(x:128); dw.compute_with(dx, x)`, dx[x, k] blocked `x:128`) has no partials kernel:
+its partials sum in that Func's walk over its block of x, each program storing its chunk after
+the walk (a layernorm backward's weight gradients summed in dx's kernel, as Liger's are).
 """
 from __future__ import annotations
 
@@ -27,7 +32,7 @@ from dt.ir import algorithm as A
 from dt.ir.check.compute_with import nested_reductions, top_reductions
 from dt.ir.check.program import FuncSchedule, MapEntry
 from dt.ir.check.statistics import max_reduction, shifted_exp, shifted_exp_operand
-from dt.ir.check.uses import dependency_path, uses
+from dt.ir.check.uses import dependency_path, depends, post_order, updates_of, uses
 from dt.ir.naming import fresh_name
 
 CHUNK_TILE = 16  # the split Funcs combine their chunks 16 at a time (a loop past 16 chunks)
@@ -92,10 +97,19 @@ def _loop_members(name, dim, funcs, schedules) -> list[str]:
         grew = False
         for f in funcs:
             with_ = schedules[f].compute_with
-            if with_ and with_[1] == dim and (f in linked) != (with_[0] in linked):
+            if with_ and with_[1] == dim and not walk_host(f, funcs, schedules) and (f in linked) != (with_[0] in linked):
                 linked |= {f, with_[0]}
                 grew = True
     return [f for f in funcs if f in linked]
+
+
+def walk_host(f, funcs, schedules) -> str | None:
+    """The Func f is computed with over a dimension that Func walks as a pure one (its partials
+    sum in that walk), else None."""
+    with_ = schedules[f].compute_with
+    if with_ and with_[0] in funcs and with_[1] in funcs[with_[0]].dims:
+        return with_[0]
+    return None
 
 
 def _split_group(members, dim, chunk, chunk_dim, funcs, schedules, taken) -> list[str]:
@@ -103,7 +117,8 @@ def _split_group(members, dim, chunk, chunk_dim, funcs, schedules, taken) -> lis
     first = members[0]
     loc = next((schedules[m].locs.get("split") for m in members if schedules[m].split), None)
     reductions = {m: reductions_to_split(m, dim, funcs, loc) for m in members}
-    owner = next((m for m in members if not (schedules[m].compute_with and schedules[m].compute_with[1] == dim)), None)
+    owner = next((m for m in members if not (schedules[m].compute_with and schedules[m].compute_with[1] == dim
+                                              and schedules[m].compute_with[0] in members)), None)
     if owner is None:
         raise DTScheduleError(f"{', '.join(repr(m) for m in members)} are each computed with another over '{dim}': "
                               f"compute_with makes a cycle", loc, "remove one of their compute_with")
@@ -162,25 +177,32 @@ def _split_group(members, dim, chunk, chunk_dim, funcs, schedules, taken) -> lis
 
     partials = list(new_defs)
     everything = list(partials)
-    kernel = _partial_schedule(root, chunk_dim, new_defs, schedules)
-    if shared:  # programs still walk the chunk's columns first, the chunks last
-        kernel.map = tuple(MapEntry(d, d, "whole") for d in (chunk_dim, *reversed(prefix + shared)))
-    owner_partial = names[id(reductions[owner][0])][0]
-    if len(new_defs) == 1:
-        schedules[owner_partial] = kernel
-    else:  # a root that stores the owner's chunks, the others fused into it and sharing the owner's loop
-        store = fresh_name(f"{owner_partial}_stored", taken)
-        dims = names[id(reductions[owner][0])][1]
-        new_defs[store] = A.FuncDef(store, dims, A.Access(owner_partial, "func", tuple(A.DimRef(d) for d in dims)),
-                                    funcs[owner].loc)
-        schedules[store] = kernel
+    host = walk_host(owner, funcs, schedules)
+    if host is not None:
+        _check_walk(host, owner, members, dim, chunk, chunk_dim, new_defs, shift_of, funcs, schedules, loc)
         for name in partials:
-            schedules[name] = FuncSchedule(fuse_at=(store, shared[0] if shared else chunk_dim),
-                                           compute_with=None if name == owner_partial else (owner_partial, dim),
-                                           locs={"fuse_at": loc, "compute_with": loc})
-        for m in members:  # the combination reads the stored copy of the owner's chunks
-            funcs[m] = A.FuncDef(m, funcs[m].dims, _renamed(funcs[m].expr, owner_partial, store), funcs[m].loc)
-        everything.append(store)
+            schedules[name] = FuncSchedule(fuse_at=(host, dim), walked_in=(host, dim), taken_from=owner,
+                                           locs={"fuse_at": loc})
+    else:
+        kernel = _partial_schedule(root, chunk_dim, new_defs, schedules)
+        if shared:  # programs still walk the chunk's columns first, the chunks last
+            kernel.map = tuple(MapEntry(d, d, "whole") for d in (chunk_dim, *reversed(prefix + shared)))
+        owner_partial = names[id(reductions[owner][0])][0]
+        if len(new_defs) == 1:
+            schedules[owner_partial] = kernel
+        else:  # a root that stores the owner's chunks, the others fused into it and sharing the owner's loop
+            store = fresh_name(f"{owner_partial}_stored", taken)
+            dims = names[id(reductions[owner][0])][1]
+            new_defs[store] = A.FuncDef(store, dims, A.Access(owner_partial, "func", tuple(A.DimRef(d) for d in dims)),
+                                        funcs[owner].loc)
+            schedules[store] = kernel
+            for name in partials:
+                schedules[name] = FuncSchedule(fuse_at=(store, shared[0] if shared else chunk_dim),
+                                               compute_with=None if name == owner_partial else (owner_partial, dim),
+                                               locs={"fuse_at": loc, "compute_with": loc})
+            for m in members:  # the combination reads the stored copy of the owner's chunks
+                funcs[m] = A.FuncDef(m, funcs[m].dims, _renamed(funcs[m].expr, owner_partial, store), funcs[m].loc)
+            everything.append(store)
     for m in members:
         s = schedules[m] = copy.deepcopy(schedules[m])
         s.split = None
@@ -193,7 +215,65 @@ def _split_group(members, dim, chunk, chunk_dim, funcs, schedules, taken) -> lis
     items = list(funcs.items())
     funcs.clear()
     funcs.update(items[:position] + list(new_defs.items()) + list(best.items()) + items[position:])
+    if host is not None:
+        _host_first(funcs, host, partials, loc)
     return everything + list(best)
+
+
+def _check_walk(host, owner, members, dim, chunk, chunk_dim, partials, shift_of, funcs, schedules, loc):
+    """The partials of members sum in host's walk over its pure dimension dim: one chunk per
+    program of host (its block along dim is the chunk), over host's other dimensions."""
+    s = schedules[host]
+    with_loc = schedules[owner].locs.get("compute_with") or loc
+    for m in members:
+        other = walk_host(m, funcs, schedules)
+        if other is not None and other != host:
+            raise DTScheduleError(f"'{m}' and '{owner}' are split together, but '{m}' is computed with '{other}' "
+                                  f"and '{owner}' with '{host}'", schedules[m].locs.get("compute_with"),
+                                  f"compute both with {host}, or one with the other")
+    if s.fuse_at is not None or s.inline:
+        raise DTScheduleError(f"'{owner}''s chunks sum in '{host}''s walk over '{dim}', but '{host}' is "
+                              f"{'inlined' if s.inline else 'fused into ' + repr(s.fuse_at[0])}: only a Func "
+                              f"computed at root walks its block", with_loc,
+                              f"compute {host} at root, or compute {owner} with the Func whose kernel {host} is in")
+    if s.block.get(dim) != chunk:
+        raise DTScheduleError(f"'{owner}''s chunks of {chunk} along '{dim}' sum in '{host}''s walk over '{dim}', "
+                              f"so each of '{host}''s programs must walk one chunk, but its block along '{dim}' is "
+                              f"{s.block.get(dim, 'the whole extent')}", s.dim_locs.get(("block", dim)) or with_loc,
+                              f"use {host}.block({dim}:{chunk}), or split {owner} in chunks of {host}'s block")
+    own = set(funcs[host].dims) - {dim}
+    for name, f in partials.items():
+        if set(f.dims) - {chunk_dim} != own:
+            m = next(m for m in members if name.startswith(m))
+            raise DTScheduleError(f"'{m}' sums in '{host}''s walk over '{dim}', so it must have the other "
+                                  f"dimensions of '{host}' ({', '.join(sorted(own)) or 'none'}), but it has "
+                                  f"{', '.join(funcs[m].dims) or 'none'}", with_loc,
+                                  f"compute {m} with a Func over its own dimensions and '{dim}'")
+    for f in partials.values():
+        if f.expr.op not in ("sum", "dot", "max", "min"):
+            raise DTScheduleError(f"r{f.expr.op} cannot sum in '{host}''s walk: only rsum, rdot, rmax and rmin "
+                                  f"accumulate there", f.expr.loc, f"remove {owner}.compute_with({host}, {dim})")
+    if any(shift is not None for shift in shift_of.values()):
+        raise DTScheduleError(f"'{owner}' reads a max of its own loop (an online softmax): it cannot sum in "
+                              f"'{host}''s walk over '{dim}'", with_loc, f"remove {owner}.compute_with({host}, {dim})")
+
+
+def _host_first(funcs, host, partials, loc):
+    """funcs reordered (in place) so that each partial follows the host whose walk sums it, and
+    whatever reads a partial follows them both."""
+    updates = updates_of(funcs)
+
+    def successors(name):
+        yield from ((u, None) for u in depends(funcs, name, updates))
+        if name in partials:
+            yield host, None
+    order, cycle = post_order(list(funcs), successors)
+    if cycle is not None:
+        raise DTScheduleError(f"'{host}' reads what its own walk over rows sums ({' -> '.join(n for n, _ in cycle)})",
+                              loc, f"sum the chunks in the walk of a Func that does not read them")
+    items = dict(funcs)
+    funcs.clear()
+    funcs.update((n, items[n]) for n in order)
 
 
 def reductions_to_split(m, dim, funcs, loc) -> list[A.Reduce]:

@@ -21,6 +21,7 @@ class Range:
     end: IExpr  # start + length
     limit: IExpr | None  # None: every lane of size is valid
     static_size: int | None
+    block_index: IExpr | None = None  # the program's block along the dimension (None: the dimension is whole)
 
 
 class GridLowering:
@@ -81,10 +82,10 @@ class GridLowering:
                 pid = values[(d, "whole")]
             start = self.let(f"{d}_block_start", imul(pid, block))
             if block == 1:
-                ranges[d] = Range(start, IConst(1), IConst(1), iadd(start, 1), None, 1)
+                ranges[d] = Range(start, IConst(1), IConst(1), iadd(start, 1), None, 1, pid)
                 continue
             end = self.let(f"{d}_block_end", imin(iadd(start, block), IVar(size_name(d))))
-            ranges[d] = Range(start, isub(end, start), IConst(block), end, end, block)
+            ranges[d] = Range(start, isub(end, start), IConst(block), end, end, block, pid)
         return program_count, ranges
 
     def _bind(self, name: str, value: IExpr) -> IExpr:

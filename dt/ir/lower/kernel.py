@@ -20,11 +20,12 @@ from dt.ir.lower.types import Types
 from dt.ir.lower.reductions import ReductionLowering
 from dt.ir.lower.ranks import RankLowering
 from dt.ir.lower.scans import ScanLowering
+from dt.ir.lower.walk_sums import WalkSums
 from dt.ir.naming import RESERVED_NAMES, size_name
 
 
-class KernelLowering(GridLowering, LoopNestLowering, ExpressionLowering, ReductionLowering, OnlineStatistics,
-                     ScanLowering, RankLowering, KernelBuilder):
+class KernelLowering(GridLowering, LoopNestLowering, WalkSums, ExpressionLowering, ReductionLowering,
+                     OnlineStatistics, ScanLowering, RankLowering, KernelBuilder):
     """Lowers the kernel computing one root Func. Its parts share the state set here: the names
     taken, the statements emitted and their scopes, the axes, the producers fused at each loop and
     the reductions already accumulated in a sibling's loop."""
@@ -49,8 +50,8 @@ class KernelLowering(GridLowering, LoopNestLowering, ExpressionLowering, Reducti
         self.products: set[str] = set()  # tiles assigned a Dot (online_statistics.positive_scale)
         self.scopes: list[dict] = [{}]
         self.fused_at: dict[tuple[str, str], list[str]] = {}
-        for p in cp.funcs:  # topological: producers before their users
-            if p in cp.fused:
+        for p in cp.funcs:  # topological: producers before their users; not a split's partials summed in a walk
+            if p in cp.fused and cp.schedules[p].walked_in is None:
                 self.fused_at.setdefault(cp.fused[p], []).append(p)
         for key, producers in self.fused_at.items():
             self.fused_at[key] = self.in_loop_order(producers)

@@ -49,10 +49,14 @@ class LoopNestLowering:
             # A fused producer spans the program's block of a blocked kernel dimension, else all of it.
             rng = self.block_ranges.get(d) or self.whole(d)
             tile = self.pure_tile(func, d, rng, is_root)
+            # split partials summing in this walk over d (dt.ir.lower.walk_sums)
+            sums = self.start_walk_sums(func, d, rng, env) if is_root else None
             if tile == 0 or (rng.static_size is not None and tile >= rng.static_size):
                 env2 = {**env, d: self.axis(d, rng.start, rng.size, rng.limit, env, fd.loc)}
                 self.emit_fused(func, d, env2)
                 level(i + 1, env2)
+                self.sum_walk_tile(sums, d, env2)
+                self.store_walk_sums(sums)
                 return
             env = self.scan_carries(func, i, env, lambda inner: self.whole_axis(func, inner, is_root, env))
             var = self.fresh(f"{d}_iter")
@@ -62,8 +66,10 @@ class LoopNestLowering:
                 env2 = {**env, d: self.axis(d, iadd(rng.start, IVar(var)), tile, limit, env, fd.loc)}
                 self.emit_fused(func, d, env2)
                 level(i + 1, env2)
+                self.sum_walk_tile(sums, d, env2)
 
             self.loop(var, rng.length, tile, d, "tile", fd.loc, body)
+            self.store_walk_sums(sums)
 
         level(0, env)
         return result[0] if result else None
