@@ -3,6 +3,7 @@ what the algorithm says, the statements it does not choose stay as written, and 
 performance warnings prune it. The search over it (dt.tune.search, `dt tune`): every correct
 schedule timed within the budget, wrong ones caught, the fastest written as DT text."""
 import glob
+import re
 import warnings
 from pathlib import Path
 
@@ -147,7 +148,7 @@ def test_a_split_takes_the_sums_fused_beside_it_and_a_written_split_stays():
     split = [c for c in unsplit.space(sizes, "bf16", limit=300) if dict(c.choices).get("dw.split") == "x/2048"]
     assert split and all("dw.split(x:2048);\ndb.split(x:2048);\ndb.compute_with(dw, x);" in c.text for c in split)
     kept = dt.load(ROOT / "examples" / "llm" / "layernorm_backward.dt").space(sizes, "bf16", limit=300)
-    assert len(kept) > 0 and all("dw.split(x:32);" in c.text for c in kept)
+    assert len(kept) > 0 and all("dw.split(x:" in c.text for c in kept)  # its chunk goes with dx's block
     assert not any(dict(c.choices).get("dw.split") for c in kept)
 
 
@@ -591,3 +592,20 @@ def test_a_schedule_that_fails_at_these_extents_is_still_tuned_from_its_algorith
     best = dt.loads(result.best.text, name="tuned")
     args = dt.testing.random_inputs(best, extents, seed=1)
     assert dt.testing.compare(best(backend="interp", **args), best.reference(**args), "f32").ok
+
+
+def test_a_walk_summing_split_funcs_chooses_their_chunk_with_its_block():
+    """dx's walk over its rows sums dw's and db's chunks: each point blocks dx's rows and splits dw
+    and db in chunks of that block, walks the rows one at a time, and chooses dx's stages; the
+    kernel adding the chunks chooses no tile of the rows (dx walks them)."""
+    space = dt.load(ROOT / "examples" / "llm" / "layernorm_backward.dt").space(dict(x=4096, k=4096), "bf16",
+                                                                                 limit=300)
+    assert len(space) > 0
+    chunks = set()
+    for c in space:
+        block = re.search(r"dx\.block\(x:(\d+)\)", c.text).group(1)
+        assert re.findall(r"(?:dw|db)\.split\(x:(\d+)\)", c.text) == [block, block]
+        assert "dx.tensorize(x:" not in c.text and "dw.tensorize(x:" not in c.text
+        chunks.add(block)
+        assert dict(c.choices)["dx.stages"] in ("s1", "s3", "s4")
+    assert len(chunks) > 1
