@@ -609,3 +609,12 @@ def test_a_walk_summing_split_funcs_chooses_their_chunk_with_its_block():
         chunks.add(block)
         assert dict(c.choices)["dx.stages"] in ("s1", "s3", "s4")
     assert len(chunks) > 1
+
+
+def test_a_product_batched_over_heads_takes_a_head_a_program():
+    """Decode's product is a row of weights against V for each (b, h): h is in both operands, a
+    batch dimension, not a tile of the matrix units; the space blocks it by 1 and keeps schedules
+    (every point tiled 16 heads at a time and was pruned for its registers before)."""
+    prog = dt.load(ROOT / "examples" / "llm" / "decode_split.dt")
+    space = prog.space(dict(b=1, h=32, l=32768, k=128, d=128), "bf16", limit=100)
+    assert len(space) > 0 and all("out.block(b:1, h:1" in c.text or "out.block(h:1" in c.text for c in space)

@@ -169,13 +169,16 @@ def _choices(checked, root: str, extents: dict[str, int], gpu: bool, item: int =
     dims = checked.funcs[root].dims
     reductions = _reductions(checked, root)
     product = any(reductions.values())
+    batch = _batch_dims(checked, root) if product else set()
     axes = []
     for i, d in enumerate(dims):
         extent = extents[d]
 
         def blocks(sizes):  # blocks of d below its extent: (label, statement, tile size)
             return [(f"{d}{b}", f"{root}.block({d}:{b});\n", b) for b in sizes if b < extent]
-        if walk is not None and d == walk[0]:  # chunks of rows walked a row at a time, the splits alike
+        if d in batch:  # in both operands of every product of the kernel (decode's heads): a program each
+            options = [(f"{d}1", f"{root}.block({d}:1);\n", 1)]
+        elif walk is not None and d == walk[0]:  # chunks of rows walked a row at a time, the splits alike
             options = [(f"{d}{b}/1", f"{root}.block({d}:{b});\n" + "".join(f"{f}.split({d}:{b});\n" for f in walk[1]),
                         1) for b in [b for b in WALK_CHUNKS if b < extent] or [extent]]
         elif i < len(dims) - 2:  # a batch dimension: a program each
@@ -308,6 +311,15 @@ def _reductions(checked, root: str) -> dict[str, bool]:
     elsewhere = {checked.schedules[p].walked_in[1] for p in checked.partials
                  if checked.schedules[p].walked_in and checked.schedules[p].taken_from in funcs}
     return {d: product for d, product in found.items() if d not in checked.funcs[root].dims and d not in elsewhere}
+
+
+def _batch_dims(checked, root: str) -> set[str]:
+    """The root's dimensions that both operands of every product its kernel computes span: a
+    batch of products (attention's b and h; decode's h, whose product is a row against a matrix)."""
+    funcs = [root] + [p for p in checked.fused if _root_of(checked, p) == root and p not in checked.partials]
+    products = [e for f in funcs for e in A.walk(checked.algorithm[f].expr) if isinstance(e, A.Reduce) and e.op == "dot"]
+    shared = [A.free_dims(e.args[0]) & A.free_dims(e.args[1]) for e in products]
+    return set(checked.funcs[root].dims).intersection(*shared) if shared else set()
 
 
 def _root_of(checked, func: str) -> str:
