@@ -56,9 +56,21 @@ def merge(docs: list[dict]) -> tuple[list[dict], list[dict]]:
                 chosen[key] = r
             elif STATUS_RANK[r["status"]] <= STATUS_RANK[chosen[key]["status"]]:
                 chosen[key] = r
-    records = annotate([chosen[k] for k in order])
+    records = annotate(_without_stale_contenders([chosen[k] for k in order], runs))
     used = {r.get("run") for r in records}
     return [run for run in runs if run["id"] in used], records
+
+
+def _without_stale_contenders(records: list[dict], runs: list[dict]) -> list[dict]:
+    """The records but the contenders (dt@name) of a row from runs before the latest run that
+    timed dt on that row: they timed schedules that row no longer runs, beside older baselines."""
+    started = {run["id"]: run.get("started", "") for run in runs}
+    latest: dict[tuple, str] = {}
+    for r in records:
+        if is_dt(r["provider"]):
+            latest[case_key(r)] = max(latest.get(case_key(r), ""), started.get(r.get("run"), ""))
+    return [r for r in records if not (r["provider"].startswith("dt@") and r.get("run") in started
+                                       and started[r["run"]] < latest[case_key(r)])]
 
 
 def annotate(records: list[dict]) -> list[dict]:

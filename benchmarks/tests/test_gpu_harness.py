@@ -513,6 +513,24 @@ def test_report_merges_runs(tmp_path):
     assert (tmp_path / "out" / "gpu_memory_bound.png").exists()
 
 
+def test_report_drops_contenders_a_later_run_of_the_row_supersedes(tmp_path):
+    def rec(provider, ms, run):
+        return {"run": run, "kernel": "softmax", "kind": cases.MEMORY, "shape": "x=8, y=256", "dtype": "f32",
+                "provider": provider, "status": "ok", "ms": ms, "bytes": 16384, "device": "GPU X", "gbps": 1.0,
+                "pct_copy": 50.0, "error": None, "schedule": "s.dt"}
+    run = {"device": "GPU X", "timer": "do_bench", "copy": {"gbps": 2.0}, "cublas_peak": {}}
+    old = {"runs": [dict(run, id="old", started="2026-01-01T00:00:00Z")],
+           "records": [rec("dt", 2.0, "old"), rec("dt@fast_then", 1.0, "old"), rec("eager", 3.0, "old")]}
+    new = {"runs": [dict(run, id="new", started="2026-02-01T00:00:00Z")],
+           "records": [rec("dt", 1.5, "new"), rec("dt@another", 1.8, "new")]}
+    paths = [tmp_path / "old.json", tmp_path / "new.json"]
+    for path, doc in zip(paths, (old, new)):
+        path.write_text(json.dumps(doc))
+    assert report.main([str(p) for p in paths] + ["--out", str(tmp_path / "out")]) == 0
+    merged = json.loads((tmp_path / "out" / "gpu.json").read_text())
+    assert sorted(r["provider"] for r in merged["records"]) == ["dt", "dt@another", "eager"]
+
+
 @pytest.mark.parametrize("name", list(cases.KERNELS))
 def test_baseline_functions_compute_the_dt_algorithm(name):
     """PyTorch's function (eager, torch.compile and the float64 reference) against dt's own
