@@ -134,3 +134,53 @@ def test_merged_writes_each_funcs_sizes_once_later_ones_winning():
     text = "a.block(x:1);\na.tensorize(y:4096);\nb.fuse_at(a, x);\na.block(x:32);\na.tensorize(x:1, y:0);\n" \
            "a.num_stages(3);\na.num_stages(4);\n"
     assert merged(text) == "a.block(x:32);\na.tensorize(y:0, x:1);\nb.fuse_at(a, x);\na.num_stages(4);\n"
+
+
+def test_kernels_keep_their_order_where_the_walk_allows():
+    # K2 stores P for dx's kernel: the host moves ahead of dw, not ahead of K2
+    prog = dt.loads("""Func dw, P, K2, dx;
+In A, B;
+RVar x, k;
+dw[k] = rsum(A[x, k], x);
+P[x] = rsum(B[x, k], k);
+K2[x, k] = B[x, k] * P[x];
+dx[x, k] = A[x, k] * P[x];
+K2.block(x:1);
+K2.tensorize(k:0);
+P.fuse_at(K2, x);
+dx.block(x:4);
+dx.tensorize(x:1, k:0);
+dw.split(x:4);
+dw.compute_with(dx, x);
+dw.compile();
+K2.compile();
+dx.compile();
+""", file="order.dt")
+    assert prog.checked.kernel_roots == ("K2", "dx", "dw")
+    _check(prog, "numba", {"x": 10, "k": 7})
+
+
+HOST = "Func dx, w, wb, o;\nIn A, B;\nRVar x, k, j;\ndx[x, k] = A[x, k] * 2.0;\n{defs}\ndx.block(x:4);\n" \
+       "dx.tensorize(x:1, k:0);\n{schedule}\ndx.compile();\n"
+
+
+@pytest.mark.parametrize("defs,schedule,message", [
+    # the Func named is the one whose dimensions differ, not the one whose name is a prefix of it
+    ("w[k] = rsum(A[x, k], x);\nwb[k, j] = rsum(B[x, k, j], x);",
+     "w.split(x:4);\nw.compute_with(dx, x);\nwb.compute_with(w, x);\nw.compile();\nwb.compile();",
+     r"'wb' sums in 'dx''s walk over 'x', so it must have the other dimensions of 'dx' \(k\), but it has k, j"),
+    ("w[k] = rsum(rsum(B[x, k, j], x), j);", "w.split(j:4);\nw.compute_with(dx, x);\nw.compile();",
+     r"'w' is split over 'j' but computed with 'dx' over 'x'"),
+    ("w[k] = rsum(dx[x, k] * A[x, k], x);", "w.split(x:4);\nw.compute_with(dx, x);\nw.compile();",
+     r"'w' reads 'dx', and its chunks sum in 'dx''s walk over 'x'"),
+])
+def test_walk_errors_name_the_func_at_fault(defs, schedule, message):
+    with pytest.raises(DTScheduleError, match=message):
+        dt.loads(HOST.format(defs=defs, schedule=schedule), file="bad.dt")
+
+
+def test_a_walk_of_an_inlined_func_is_an_error_not_a_dropped_compute_with():
+    source = HOST.format(defs="w[k] = rsum(A[x, k], x);\no[x, k] = dx[x, k] + 1.0;",
+                         schedule="w.split(x:4);\nw.compute_with(dx, x);\nw.compile();\no.compile();")
+    with pytest.raises(DTScheduleError, match=r"'w' is computed with 'dx', which is not computed \(it is inlined"):
+        dt.loads(source.replace("dx.compile();", "dx.inline();"), file="bad.dt")

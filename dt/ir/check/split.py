@@ -25,6 +25,7 @@ the walk (a layernorm backward's weight gradients summed in dx's kernel, as Lige
 from __future__ import annotations
 
 import copy
+import heapq
 import math
 
 from dt.errors import DTScheduleError
@@ -32,7 +33,7 @@ from dt.ir import algorithm as A
 from dt.ir.check.compute_with import nested_reductions, top_reductions
 from dt.ir.check.program import FuncSchedule, MapEntry
 from dt.ir.check.statistics import max_reduction, shifted_exp, shifted_exp_operand
-from dt.ir.check.uses import dependency_path, depends, post_order, updates_of, uses
+from dt.ir.check.uses import dependency_path, depends, updates_of, uses
 from dt.ir.naming import fresh_name
 
 CHUNK_TILE = 16  # the split Funcs combine their chunks 16 at a time (a loop past 16 chunks)
@@ -177,9 +178,11 @@ def _split_group(members, dim, chunk, chunk_dim, funcs, schedules, taken) -> lis
 
     partials = list(new_defs)
     everything = list(partials)
-    host = walk_host(owner, funcs, schedules)
+    host = _walk_host_of(owner, members, dim, funcs, schedules, loc)
     if host is not None:
-        _check_walk(host, owner, members, dim, chunk, chunk_dim, new_defs, shift_of, funcs, schedules, loc)
+        member_of = {names[id(r)][0]: m for m in members for r in reductions[m]}
+        shifted = next((m for m in members for r in reductions[m] if shift_of[id(r)] is not None), None)
+        _check_walk(host, owner, members, dim, chunk, chunk_dim, new_defs, member_of, shifted, funcs, schedules, loc)
         for name in partials:
             schedules[name] = FuncSchedule(fuse_at=(host, dim), walked_in=(host, dim), taken_from=owner,
                                            locs={"fuse_at": loc})
@@ -220,7 +223,27 @@ def _split_group(members, dim, chunk, chunk_dim, funcs, schedules, taken) -> lis
     return everything + list(best)
 
 
-def _check_walk(host, owner, members, dim, chunk, chunk_dim, partials, shift_of, funcs, schedules, loc):
+def _walk_host_of(owner, members, dim, funcs, schedules, loc) -> str | None:
+    """The Func whose walk over dim sums the group's chunks (owner is computed with it over a
+    dimension it walks as a pure one), else None; an error where owner is computed with a Func
+    that is not computed, or walked over another dimension than the split one."""
+    with_ = schedules[owner].compute_with
+    if with_ is None or with_[0] in members:
+        return None
+    with_loc = schedules[owner].locs.get("compute_with") or loc
+    if with_[0] not in funcs and with_[1] == dim:
+        raise DTScheduleError(f"'{owner}' is computed with '{with_[0]}', which is not computed (it is inlined or "
+                              f"unused): no walk of it sums '{owner}''s chunks", with_loc,
+                              f"compute {with_[0]} at root, or remove {owner}.compute_with({with_[0]}, {dim})")
+    host = walk_host(owner, funcs, schedules)
+    if host is not None and with_[1] != dim:
+        raise DTScheduleError(f"'{owner}' is split over '{dim}' but computed with '{host}' over '{with_[1]}': its "
+                              f"chunks sum in a walk over the dimension they split", with_loc,
+                              f"split {owner} over '{with_[1]}', or compute it with a Func walking '{dim}'")
+    return host
+
+
+def _check_walk(host, owner, members, dim, chunk, chunk_dim, partials, member_of, shifted, funcs, schedules, loc):
     """The partials of members sum in host's walk over its pure dimension dim: one chunk per
     program of host (its block along dim is the chunk), over host's other dimensions."""
     s = schedules[host]
@@ -231,10 +254,9 @@ def _check_walk(host, owner, members, dim, chunk, chunk_dim, partials, shift_of,
             raise DTScheduleError(f"'{m}' and '{owner}' are split together, but '{m}' is computed with '{other}' "
                                   f"and '{owner}' with '{host}'", schedules[m].locs.get("compute_with"),
                                   f"compute both with {host}, or one with the other")
-    if s.fuse_at is not None or s.inline:
-        raise DTScheduleError(f"'{owner}''s chunks sum in '{host}''s walk over '{dim}', but '{host}' is "
-                              f"{'inlined' if s.inline else 'fused into ' + repr(s.fuse_at[0])}: only a Func "
-                              f"computed at root walks its block", with_loc,
+    if s.fuse_at is not None:
+        raise DTScheduleError(f"'{owner}''s chunks sum in '{host}''s walk over '{dim}', but '{host}' is fused into "
+                              f"'{s.fuse_at[0]}': only a Func computed at root walks its block", with_loc,
                               f"compute {host} at root, or compute {owner} with the Func whose kernel {host} is in")
     if s.block.get(dim) != chunk:
         raise DTScheduleError(f"'{owner}''s chunks of {chunk} along '{dim}' sum in '{host}''s walk over '{dim}', "
@@ -244,7 +266,7 @@ def _check_walk(host, owner, members, dim, chunk, chunk_dim, partials, shift_of,
     own = set(funcs[host].dims) - {dim}
     for name, f in partials.items():
         if set(f.dims) - {chunk_dim} != own:
-            m = next(m for m in members if name.startswith(m))
+            m = member_of[name]
             raise DTScheduleError(f"'{m}' sums in '{host}''s walk over '{dim}', so it must have the other "
                                   f"dimensions of '{host}' ({', '.join(sorted(own)) or 'none'}), but it has "
                                   f"{', '.join(funcs[m].dims) or 'none'}", with_loc,
@@ -253,24 +275,43 @@ def _check_walk(host, owner, members, dim, chunk, chunk_dim, partials, shift_of,
         if f.expr.op not in ("sum", "dot", "max", "min"):
             raise DTScheduleError(f"r{f.expr.op} cannot sum in '{host}''s walk: only rsum, rdot, rmax and rmin "
                                   f"accumulate there", f.expr.loc, f"remove {owner}.compute_with({host}, {dim})")
-    if any(shift is not None for shift in shift_of.values()):
-        raise DTScheduleError(f"'{owner}' reads a max of its own loop (an online softmax): it cannot sum in "
+        read = next((u for u in uses(f.expr) if u.name == host), None)
+        if read is not None:  # the kernel would load back, in the same step, the tile it has just stored
+            m = member_of[f.name]
+            raise DTScheduleError(f"'{m}' reads '{host}', and its chunks sum in '{host}''s walk over '{dim}'",
+                                  read.loc, f"write {m} from what {host} reads (its expression), or remove "
+                                  f"{owner}.compute_with({host}, {dim}) to sum the chunks in a kernel of their own")
+    if shifted is not None:
+        raise DTScheduleError(f"'{shifted}' reads a max of its own loop (an online softmax): it cannot sum in "
                               f"'{host}''s walk over '{dim}'", with_loc, f"remove {owner}.compute_with({host}, {dim})")
 
 
 def _host_first(funcs, host, partials, loc):
     """funcs reordered (in place) so that each partial follows the host whose walk sums it, and
-    whatever reads a partial follows them both."""
+    whatever reads a partial follows them both; otherwise in the order they had (a topological
+    order taking the earliest Func ready each time: kernels keep their order where they can)."""
     updates = updates_of(funcs)
-
-    def successors(name):
-        yield from ((u, None) for u in depends(funcs, name, updates))
-        if name in partials:
-            yield host, None
-    order, cycle = post_order(list(funcs), successors)
-    if cycle is not None:
-        raise DTScheduleError(f"'{host}' reads what its own walk over rows sums ({' -> '.join(n for n, _ in cycle)})",
-                              loc, f"sum the chunks in the walk of a Func that does not read them")
+    names = list(funcs)
+    index = {n: i for i, n in enumerate(names)}
+    needs = {n: set(depends(funcs, n, updates)) & set(funcs) | ({host} if n in partials else set()) for n in funcs}
+    readers: dict[str, list[str]] = {n: [] for n in funcs}
+    for n, deps in needs.items():
+        for d in deps:
+            readers[d].append(n)
+    waiting = {n: len(deps) for n, deps in needs.items()}
+    ready = [index[n] for n, count in waiting.items() if count == 0]
+    heapq.heapify(ready)
+    order = []
+    while ready:
+        n = names[heapq.heappop(ready)]
+        order.append(n)
+        for r in readers[n]:
+            waiting[r] -= 1
+            if waiting[r] == 0:
+                heapq.heappush(ready, index[r])
+    if len(order) != len(funcs):
+        raise DTScheduleError(f"'{host}' reads what its own walk sums ({', '.join(n for n in funcs if n not in order)})",
+                              loc, "sum the chunks in the walk of a Func that does not read them")
     items = dict(funcs)
     funcs.clear()
     funcs.update((n, items[n]) for n in order)
