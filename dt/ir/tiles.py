@@ -102,10 +102,9 @@ def _visit(cp, root, func, env: dict[str, Lanes], fused_at, loop_owner, found: l
         for producer in fused_at.get((func, d), ()):
             _visit(cp, root, producer, env, fused_at, loop_owner, found)
     if func == root:  # partials summed in root's walks: one chunk, over root's tiles of their other dimensions
-        for (host, _), partials in cp.walk_sums.items():
-            for partial in partials if host == root else ():
-                chunk = {d: Lanes(d, 1, None) for d in cp.funcs[partial].dims if d in cp.chunk_dims}
-                _visit(cp, root, partial, {**env, **chunk}, fused_at, loop_owner, found)
+        for partial in (p for (host, _), partials in cp.walk_sums.items() if host == root for p in partials):
+            chunk = {d: Lanes(d, 1, None) for d in cp.funcs[partial].dims if d in cp.chunk_dims}
+            _visit(cp, root, partial, {**env, **chunk}, fused_at, loop_owner, found)
     shapes = value_dims(fd)
     reductions = {d: _reduction_lanes(cp, func, d, loop_owner) for dims in shapes for d in dims if d not in fd.dims}
     for r, lanes in reductions.items():

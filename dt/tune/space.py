@@ -262,12 +262,9 @@ def _splits(plans: dict[str, list[str]], root: str, blocks, tiles, extents: dict
 
 def _walk_splits(checked) -> dict[str, tuple[str, tuple[str, ...]]]:
     """Each root whose walk over one of its pure dimensions sums split Funcs' chunks ->
-    (that dimension, the Funcs the program splits over it): their chunk is the root's block."""
-    found = {}
-    for host, dim in checked.walk_sums:
-        found[host] = (dim, tuple(c.func for c in checked.program.schedule
-                                  if c.primitive == "split" and c.args and c.args[0][0] == dim))
-    return found
+    (that dimension, those Funcs): their chunk is the root's block."""
+    return {host: (dim, tuple(dict.fromkeys(checked.schedules[p].taken_from for p in partials)))
+            for (host, dim), partials in checked.walk_sums.items()}
 
 
 def _writes_split(program: A.Program) -> bool:
@@ -301,7 +298,7 @@ def _orders(root: str, dims: tuple, blocks, product: bool) -> list[tuple]:
 def _reductions(checked, root: str) -> dict[str, bool]:
     """The reduction dimensions the root's kernel walks (its own and its fused producers'),
     each marked True where it is a matrix product's."""
-    funcs = [root] + [p for p in checked.fused if _root_of(checked, p) == root and p not in checked.partials]
+    funcs = _own_funcs(checked, root)
     found: dict[str, bool] = {}
     for f in funcs:  # as written: a split Func's schedule walks the dimension it splits, in its partials' kernel
         for e in A.walk(checked.algorithm[f].expr):
@@ -316,16 +313,15 @@ def _reductions(checked, root: str) -> dict[str, bool]:
 def _batch_dims(checked, root: str) -> set[str]:
     """The root's dimensions that both operands of every product its kernel computes span: a
     batch of products (attention's b and h; decode's h, whose product is a row against a matrix)."""
-    funcs = [root] + [p for p in checked.fused if _root_of(checked, p) == root and p not in checked.partials]
+    funcs = _own_funcs(checked, root)
     products = [e for f in funcs for e in A.walk(checked.algorithm[f].expr) if isinstance(e, A.Reduce) and e.op == "dot"]
     shared = [A.free_dims(e.args[0]) & A.free_dims(e.args[1]) for e in products]
     return set(checked.funcs[root].dims).intersection(*shared) if shared else set()
 
 
-def _root_of(checked, func: str) -> str:
-    while func in checked.fused:
-        func = checked.fused[func][0]
-    return func
+def _own_funcs(checked, root: str) -> list[str]:
+    """The program's own Funcs computed in root's kernel (not a split's partials)."""
+    return [f for f in checked.kernel_funcs(root) if f not in checked.partials]
 
 
 def without_shaping(program: A.Program, roots, fusion: bool = False, splits=()) -> str:

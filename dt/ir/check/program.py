@@ -36,7 +36,8 @@ class FuncSchedule:
     inline: bool = False
     compiled: str | None = None  # None | 'compile' | 'compile_to_kernel'
     saved: bool = False  # save(): an output stored in the compute dtype (a statistic kept for a backward)
-    taken_from: str | None = None  # a split's partials kernel: the Func whose schedule it takes
+    # a split's partials kernel: the Func whose schedule it takes; a partial summed in a walk: the Func it splits
+    taken_from: str | None = None
     # a split's partial summed in a Func's walk over one of its pure dimensions: (that Func, the dimension)
     walked_in: tuple[str, str] | None = None
     locs: dict[str, Loc | None] = field(default_factory=dict)  # primitive -> where it was written

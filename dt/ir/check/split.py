@@ -98,13 +98,13 @@ def _loop_members(name, dim, funcs, schedules) -> list[str]:
         grew = False
         for f in funcs:
             with_ = schedules[f].compute_with
-            if with_ and with_[1] == dim and not walk_host(f, funcs, schedules) and (f in linked) != (with_[0] in linked):
+            if with_ and with_[1] == dim and not _walk_host(f, funcs, schedules) and (f in linked) != (with_[0] in linked):
                 linked |= {f, with_[0]}
                 grew = True
     return [f for f in funcs if f in linked]
 
 
-def walk_host(f, funcs, schedules) -> str | None:
+def _walk_host(f, funcs, schedules) -> str | None:
     """The Func f is computed with over a dimension that Func walks as a pure one (its partials
     sum in that walk), else None."""
     with_ = schedules[f].compute_with
@@ -184,7 +184,7 @@ def _split_group(members, dim, chunk, chunk_dim, funcs, schedules, taken) -> lis
         shifted = next((m for m in members for r in reductions[m] if shift_of[id(r)] is not None), None)
         _check_walk(host, owner, members, dim, chunk, chunk_dim, new_defs, member_of, shifted, funcs, schedules, loc)
         for name in partials:
-            schedules[name] = FuncSchedule(fuse_at=(host, dim), walked_in=(host, dim), taken_from=owner,
+            schedules[name] = FuncSchedule(fuse_at=(host, dim), walked_in=(host, dim), taken_from=member_of[name],
                                            locs={"fuse_at": loc})
     else:
         kernel = _partial_schedule(root, chunk_dim, new_defs, schedules)
@@ -235,7 +235,7 @@ def _walk_host_of(owner, members, dim, funcs, schedules, loc) -> str | None:
         raise DTScheduleError(f"'{owner}' is computed with '{with_[0]}', which is not computed (it is inlined or "
                               f"unused): no walk of it sums '{owner}''s chunks", with_loc,
                               f"compute {with_[0]} at root, or remove {owner}.compute_with({with_[0]}, {dim})")
-    host = walk_host(owner, funcs, schedules)
+    host = _walk_host(owner, funcs, schedules)
     if host is not None and with_[1] != dim:
         raise DTScheduleError(f"'{owner}' is split over '{dim}' but computed with '{host}' over '{with_[1]}': its "
                               f"chunks sum in a walk over the dimension they split", with_loc,
@@ -249,7 +249,7 @@ def _check_walk(host, owner, members, dim, chunk, chunk_dim, partials, member_of
     s = schedules[host]
     with_loc = schedules[owner].locs.get("compute_with") or loc
     for m in members:
-        other = walk_host(m, funcs, schedules)
+        other = _walk_host(m, funcs, schedules)
         if other is not None and other != host:
             raise DTScheduleError(f"'{m}' and '{owner}' are split together, but '{m}' is computed with '{other}' "
                                   f"and '{owner}' with '{host}'", schedules[m].locs.get("compute_with"),

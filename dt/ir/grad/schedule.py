@@ -31,7 +31,6 @@ the lowering accept.
 from __future__ import annotations
 
 import dataclasses
-
 import re
 
 from dt.ir import algorithm as A
@@ -250,11 +249,10 @@ def merged(schedule: str) -> str:
     """The schedule text with each Func's block, tensorize, num_warps and num_stages written once,
     where its first one was: a later candidate's sizes override an earlier one's, dimension by
     dimension (a row kernel taking chunks of rows for a walk sum re-blocks its rows)."""
-    lines = schedule.splitlines()
     first: dict[tuple[str, str], int] = {}
     sizes: dict[int, dict[str, str]] = {}
     out: list[str] = []
-    for line in lines:
+    for line in schedule.splitlines():
         match = _SIZES.match(line)
         if match is None:
             out.append(line)
@@ -269,4 +267,3 @@ def merged(schedule: str) -> str:
         args = ", ".join(f"{d}:{n}" if d else n for d, n in sizes[at].items())
         out[at] = f"{func}.{primitive}({args});"
     return "".join(f"{line}\n" for line in out)
-
