@@ -210,11 +210,12 @@ def test_instrumented_source_hooks_every_tile_statement():
     prog = dt.load(SOFTMAX)
     source = dt.debug.instrumented_source(prog)
     listing = dt.debug.statements(prog).splitlines()
-    assert len(listing) == 7
-    for sid in range(7):
+    assert len(listing) == 9  # the sum's walk is two loops: its whole tiles, then its last, cut one
+    for sid in range(9):
         assert f"if _on[{sid}]: _dbg.stop({sid}, locals())" in source
-    assert '_dbg.load(1, "A", A_global' in source and '_dbg.store(6, "_softmax"' in source
+    assert '_dbg.load(1, "A", A_global' in source and '_dbg.store(8, "_softmax"' in source
     assert "examples/softmax.dt:9:27" in listing[1] and "y_iter" in listing[1]
+    assert "examples/softmax.dt:9:27" in listing[3] and "y_iter_2" in listing[3]
 
 
 # ---------------------------------------------------------------- a real pdb session
@@ -223,11 +224,11 @@ def test_instrumented_source_hooks_every_tile_statement():
 def test_pdb_session_break_at_func_for_one_pid_print_step_continue(tmp_path):
     commands = ["dwhere", "p pid", "p _sum.shape", "dshow _sum", "dtiles",
                 "ds", "p A_2.shape", "p dbg.statement",
-                "c", "p y_iter_2", "p dbg.ranges['y']", "c"]
+                "c", "p y_iter_3", "p dbg.ranges['y']", "c"]
     out = run_user_script(tmp_path, {"DT_BREAK": "_softmax@pid=1"}, "\n".join(commands) + "\n")
     stops = out.split("(Pdb) ")
     # The first stop: the DT line with a marker and caret, the program instance, the tiles.
-    assert "examples/softmax.dt:10:22 in _softmax_kernel (Func _softmax), program 1 of 2, y_iter_2=0" in stops[0]
+    assert "examples/softmax.dt:10:22 in _softmax_kernel (Func _softmax), program 1 of 2, y_iter_3=0" in stops[0]
     assert "-> 10 | _softmax[x, y] = exp(A[x, y]) / reshape(_sum[x], x, 1);" in stops[0]
     assert "|                      ^^^^^^^" in stops[0]
     assert "axes: x 4:8 (3 of 4 lanes valid); y 0:512" in stops[0]
@@ -242,12 +243,12 @@ def test_pdb_session_break_at_func_for_one_pid_print_step_continue(tmp_path):
     assert "y_accumulator  rsum accumulator (softmax.dt:9:18)" in dtiles
     # dstep: the next tile statement, with the load of A now in scope.
     assert "examples/softmax.dt:10:1 in _softmax_kernel" in ds
-    assert "next tile statement: _softmax = (np.exp(A_2) / _sum[:, None])" in ds
+    assert "next tile statement: _softmax = (np.exp(A_3) / _sum[:, None])" in ds
     assert "tiles: y_accumulator, _sum, A" in ds
     assert a2.strip().startswith("*** NameError")  # tiles go by their DT names
-    assert "_softmax = (np.exp(A_2)" in statement
+    assert "_softmax = (np.exp(A_3)" in statement
     # continue: the next hit is the same program's next tile of y.
-    assert "program 1 of 2, y_iter_2=512" in cont
+    assert "program 1 of 2, y_iter_3=512" in cont
     assert y_iter.strip() == "512"
     assert y_range.strip() == "(512, 600, 1024)"  # lanes 600.. of the last y tile are masked
     assert "max error" in stops[-1]
@@ -257,22 +258,23 @@ def test_pdb_session_break_at_func_for_one_pid_print_step_continue(tmp_path):
 def test_pdb_session_masks_steps_into_generated_code_and_sets_breakpoints(tmp_path):
     commands = ["p bool(A.mask[:, 88:].all()), bool(A.mask[:3, :88].any())", "n", "n", "n", "p A.shape",
                 "dbreak softmax.dt:10:1@pid=1", "c", "dbreak", "dclear", "c"]
-    out = run_user_script(tmp_path, {"DT_BREAK": "softmax.dt:9:18@pid=1@y_iter=512"}, "\n".join(commands) + "\n")
+    # the sum's last, cut tile of y is its walk's second loop's
+    out = run_user_script(tmp_path, {"DT_BREAK": "softmax.dt:9:18@pid=1@y_iter_2=512"}, "\n".join(commands) + "\n")
     stops = out.split("(Pdb) ")
-    assert "examples/softmax.dt:9:18 in _softmax_kernel (Func _softmax), program 1 of 2, y_iter=512" in stops[0]
+    assert "examples/softmax.dt:9:18 in _softmax_kernel (Func _softmax), program 1 of 2, y_iter_2=512" in stops[0]
     masks, ret, n1, n2, shape, dbreak, cont, listed, _, end = stops[1:]
     assert masks.strip() == "(True, False)"  # lanes past y's extent, and row 7, are masked
     # pdb's own `next` leaves the stop and walks the generated kernel, a real linecache'd file.
     assert "--Return--" in ret
     assert "<dt-generated interp softmax (dt.debug)" in n1 and \
-        "-> y_accumulator = (y_accumulator + np.sum(np.where(rt.mask(y)[None, :], np.exp(A), 0.0), axis=1))" in n1
-    assert "-> if _post[2]: _dbg.post(2, locals())" in n2
+        "-> y_accumulator = (y_accumulator + np.sum(np.where(rt.mask(y_2)[None, :], np.exp(A_2), 0.0), axis=1))" in n1
+    assert "-> if _post[4]: _dbg.post(4, locals())" in n2
     assert shape.strip() == "(4, 512)"
     # A breakpoint set from pdb applies to the program already running.
     assert "dt breakpoint" in dbreak and "softmax.dt:10:1@pid=1" in dbreak
-    assert "examples/softmax.dt:10:1 in _softmax_kernel (Func _softmax), program 1 of 2, y_iter_2=0" in cont
-    assert "softmax.dt:9:18@pid=1@y_iter=512 (1 hit(s))" in listed and "softmax.dt:10:1@pid=1 (1 hit(s))" in listed
-    assert "max error" in end  # dclear removed it: no stop at y_iter_2=512
+    assert "examples/softmax.dt:10:1 in _softmax_kernel (Func _softmax), program 1 of 2, y_iter_3=0" in cont
+    assert "softmax.dt:9:18@pid=1@y_iter_2=512 (1 hit(s))" in listed and "softmax.dt:10:1@pid=1 (1 hit(s))" in listed
+    assert "max error" in end  # dclear removed it: no stop at y_iter_3=512
 
 
 def test_pdb_dnext_steps_over_a_dt_line(tmp_path):
@@ -298,8 +300,8 @@ def test_breakpoint_hook_is_called_from_a_frame_holding_the_dt_state(monkeypatch
     prog(A=softmax_input())
     assert len(seen) == 2  # program 0, both tiles of y
     first = seen[0]
-    assert set(first) >= {"dbg", "pid", "y_iter_2", "_sum", "y_accumulator"}
-    assert first["pid"] == 0 and first["y_iter_2"] == 0 and seen[1]["y_iter_2"] == 512
+    assert set(first) >= {"dbg", "pid", "y_iter_3", "_sum", "y_accumulator"}
+    assert first["pid"] == 0 and first["y_iter_3"] == 0 and seen[1]["y_iter_3"] == 512
     assert isinstance(first["_sum"], np.ma.MaskedArray) and not first["_sum"].mask.any()
     assert isinstance(first["dbg"], dt.debug.Frame)
     assert "dbg.step()" in capsys.readouterr().out  # the hint for hooks other than dt's pdb
@@ -329,12 +331,12 @@ def test_func_breakpoint_is_its_definition_line_and_steps_statement_by_statement
         (1, "softmax.dt:9:18", {}, ()),
         (1, "softmax.dt:9:27", {"y_iter": 0}, ("y_accumulator",)),
         (1, "softmax.dt:9:18", {"y_iter": 0}, ("y_accumulator", "A")),
-        (1, "softmax.dt:9:27", {"y_iter": 512}, ("y_accumulator",)),
-        (1, "softmax.dt:9:18", {"y_iter": 512}, ("y_accumulator", "A")),
+        (1, "softmax.dt:9:27", {"y_iter_2": 512}, ("y_accumulator",)),  # the last, cut tile's loop
+        (1, "softmax.dt:9:18", {"y_iter_2": 512}, ("y_accumulator", "A")),
         (1, "softmax.dt:9:1", {}, ("y_accumulator",)),
-        (1, "softmax.dt:10:22", {"y_iter_2": 0}, ("y_accumulator", "_sum")),
-        (1, "softmax.dt:10:1", {"y_iter_2": 0}, ("y_accumulator", "_sum", "A")),
-        (1, "softmax.dt:10:1", {"y_iter_2": 0}, ("y_accumulator", "_sum", "A", "_softmax")),
+        (1, "softmax.dt:10:22", {"y_iter_3": 0}, ("y_accumulator", "_sum")),
+        (1, "softmax.dt:10:1", {"y_iter_3": 0}, ("y_accumulator", "_sum", "A")),
+        (1, "softmax.dt:10:1", {"y_iter_3": 0}, ("y_accumulator", "_sum", "A", "_softmax")),
     ]
     with dt.debug.break_at("softmax.dt:9", action=lambda f: trail.append(f.pid)) as line_bp:
         prog(A=softmax_input())
@@ -349,7 +351,7 @@ def test_stepping_crosses_into_the_next_program_instance():
         if len(pids) < 3:
             frame.step()
 
-    dt.debug.break_at("softmax.dt:10:1", pid=0, when={"y_iter_2": 512}, action=walk)
+    dt.debug.break_at("softmax.dt:10:1", pid=0, when={"y_iter_3": 512}, action=walk)
     dt.load(SOFTMAX)(A=softmax_input())
     assert pids == [(0, "softmax.dt:10:1"), (0, "softmax.dt:10:1"),
                     (1, "softmax.dt:9:18")]
@@ -361,7 +363,7 @@ def test_frame_shows_tiles_with_masked_lanes_and_index_ranges(capsys):
     a = softmax_input()
     dt.load(SOFTMAX)(A=a)
     (f,) = frames
-    assert f.iters == {"y_iter_2": 512} and f.ranges == {"x": (4, 7, 8), "y": (512, 600, 1024)}
+    assert f.iters == {"y_iter_3": 512} and f.ranges == {"x": (4, 7, 8), "y": (512, 600, 1024)}
     tile = f.tiles["A"]
     assert tile.shape == (4, 512) and tile.mask.sum() == 4 * 512 - 3 * 88
     np.testing.assert_array_equal(tile.compressed().reshape(3, 88), a[4:7, 512:600])
@@ -371,7 +373,7 @@ def test_frame_shows_tiles_with_masked_lanes_and_index_ranges(capsys):
     np.testing.assert_allclose(f.tiles["_sum"].compressed(), np.exp(a[4:7]).sum(1), rtol=1e-5)
     f.show("_sum")
     assert "x 4:8 (3 of 4 lanes valid)" in capsys.readouterr().out
-    assert "-> 10 | _softmax[x, y]" in f.where() and "program 1 of 2, y_iter_2=512" in f.where()
+    assert "-> 10 | _softmax[x, y]" in f.where() and "program 1 of 2, y_iter_3=512" in f.where()
     with pytest.raises(KeyError, match="no tile '_softmax' in scope"):
         f.raw("_softmax")
 
@@ -397,8 +399,8 @@ def test_a_one_pass_update_shows_its_values_as_the_reductions_they_belong_to():
 def test_breakpoint_conditions_pid_list_loop_variable_callable():
     hits = []
     prog = dt.load(SOFTMAX)
-    with dt.debug.break_at("softmax.dt:10:22", pid=[0, 1], when={"y_iter_2": 512},
-                           action=lambda f: hits.append((f.pid, f.iters["y_iter_2"]))):
+    with dt.debug.break_at("softmax.dt:10:22", pid=[0, 1], when={"y_iter_3": 512},
+                           action=lambda f: hits.append((f.pid, f.iters["y_iter_3"]))):
         prog(A=softmax_input())
     assert hits == [(0, 512), (1, 512)]
     hits.clear()
@@ -510,7 +512,7 @@ def test_trace_records_tiles_and_assembles_tensors():
     np.testing.assert_allclose(t.tensor("_sum"), np.exp(a.astype(np.float64)).sum(1), rtol=1e-5)
     assert [r.index for r in t.tiles("_softmax", pid=1)] == [{"x": (4, 7), "y": (0, 512)},
                                                               {"x": (4, 7), "y": (512, 600)}]
-    assert t.tiles("_softmax", pid=1)[1].iters == {"y_iter_2": 512}
+    assert t.tiles("_softmax", pid=1)[1].iters == {"y_iter_3": 512}
     np.testing.assert_array_equal(t.tensor("_softmax"), out)  # an output: as its kernel stored it
     np.testing.assert_array_equal(t.tensor("A"), a)  # the loaded tiles of an input cover it
     with pytest.raises(DTDebugError, match="recorded nothing of 'mm'"):
@@ -552,7 +554,8 @@ def test_sanitizer_bounds_unmasked_load_out_of_bounds():
         broken({"A": a}, {}, sizes)
     err = e.value
     assert isinstance(err, DTSanitizerError) and isinstance(err, DTError)
-    assert (err.pid, err.tensor, err.index, err.iters, err.kernel) == (0, "A", (0, 600), {"y_iter": 512},
+    # (the sum's last, cut tile of y, in its walk's second loop)
+    assert (err.pid, err.tensor, err.index, err.iters, err.kernel) == (0, "A", (0, 600), {"y_iter_2": 512},
                                                                          "_softmax_kernel")
     assert place(err.loc) == "softmax.dt:9:27"
     assert "load of 'A' reads A[0, 600], outside its shape (7, 600)" in err.render()

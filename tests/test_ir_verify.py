@@ -176,10 +176,13 @@ def test_the_ir_printer_shows_each_statement_with_its_dtype_and_axes():
     text = ir_text(_pipeline(SOFTMAX))
     assert text.startswith("pipeline softmax_safe: compute f32\n  inputs A: f32[x, y]\n")
     assert "kernel _softmax_kernel computes _softmax in (x_SIZE + 3) // 4 programs (warps 8):  # line 13" in text
-    assert "  for y_iter in range(0, y_SIZE, 512):  # reduction loop over y, line 11" in text
-    assert "    y_max: f32[x] = maximum(y_max_accumulator, rmax(where(expand(valid(y), [x, y]), A, -inf), y))" \
-           in text
-    assert "    store _softmax[x, y_2] = _softmax  # line 13" in text
+    # the max's walk: its whole tiles, every lane valid, then the last, cut tile
+    assert "  for y_iter in range(0, y_SIZE // 512 * 512, 512):  # reduction loop over y, line 11" in text
+    assert "    y_max: f32[x] = maximum(y_max_accumulator, rmax(A, y))  # line 11" in text
+    assert "  for y_iter_2 in range(y_SIZE // 512 * 512, y_SIZE, 512):  # tail loop over y, line 11" in text
+    assert "    y_max_2: f32[x] = maximum(y_max_accumulator, rmax(where(expand(valid(y_2), [x, y_2]), A_2, -inf), " \
+           "y_2))" in text
+    assert "    store _softmax[x, y_3] = _softmax  # line 13" in text
     assert dt.load(SOFTMAX).ir("f32") == text
 
 

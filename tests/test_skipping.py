@@ -13,7 +13,7 @@ ROWS = "Func out;\nIn A;\nVar m;\nRVar l;\nout[m] = {expr};\nout.block(m:16); ou
 
 def reduction_steps(prog, kernel: int = 0, **extents) -> list[tuple[int, ...]]:
     """How many tiles each loop of each program of the `kernel`th kernel walks: the Fors' bounds,
-    evaluated per program."""
+    evaluated per program (a walk's last, cut tile counted with the whole ones before it)."""
     kernel = prog.pipeline("f32").kernels[kernel]
     sizes = {S.size_name(d): n for d, n in extents.items()}
     steps = []
@@ -23,7 +23,11 @@ def reduction_steps(prog, kernel: int = 0, **extents) -> list[tuple[int, ...]]:
             if isinstance(s, S.Let):
                 names[s.name] = S.evaluate_index(s.value, names)
             elif isinstance(s, S.For):
-                loops.append(len(range(S.evaluate_index(s.start, names), S.evaluate_index(s.stop, names), s.step)))
+                n = len(range(S.evaluate_index(s.start, names), S.evaluate_index(s.stop, names), s.step))
+                if s.kind == "tail":
+                    loops[-1] += n
+                else:
+                    loops.append(n)
         steps.append(tuple(loops))
     return steps
 

@@ -83,9 +83,10 @@ out.compile();
 def test_each_program_walks_only_its_chunk():
     source = _rows("rsum(A[x, y], y)", "s.split(y:32);\n").source("triton")
     chunks = source[source.index("def s_chunks_kernel"):source.index("def s_kernel")]
-    # from the chunk's first tile to its end, and no where for the chunk (its bounds are whole tiles)
-    assert re.search(r"range\(max\(0, y_chunk_pid \* 32\) // 8 \* 8,\s+min\(y_SIZE, \(y_chunk_pid \+ 1\) \* 32\), 8\)",
-                     chunks)
+    # from the chunk's first tile to its end (its whole tiles, then the cut one), and no where for the
+    # chunk (its bounds are whole tiles)
+    assert re.search(r"range\(max\(0, y_chunk_pid \* 32\) // 8 \* 8, y_whole_end, 8\)", chunks)
+    assert re.search(r"range\(y_whole_end, min\(y_SIZE, \(y_chunk_pid \+ 1\) \* 32\), 8\)", chunks)
     assert "y_chunk_pid * 32 + 32" not in chunks
     # a chunk that is not whole tiles keeps the where on its lanes
     uneven = _rows("rsum(A[x, y], y)", "s.split(y:12);\n").source("triton")

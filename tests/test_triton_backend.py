@@ -75,6 +75,13 @@ mx[x] = rmax(A[x, r], r); mn[x] = rmin(A[x, r], r); sm[x] = rsum(A[x, r] * 2.0, 
 mx.block(x:4); mx.tensorize(x:0, r:24); mn.tensorize(r:0); sm.block(x:2); sm.tensorize(x:2, r:7);
 mx.compile(); mn.compile(); sm.compile();
 """, {"x": 9, "r": 53}),
+    # An arg-reduction walked in tiles: int32 lane indices, the extent bounded by a static assert.
+    "argmax": ("""
+Func token; In A; Var x; RVar r;
+token[x] = rargmax(A[x, r], r);
+token.block(x:1); token.tensorize(r:64); token.num_stages(3);
+token.compile();
+""", {"x": 5, "r": 300}),
     # Tiles under 16: the dot becomes a multiply-and-sum.
     "small_dot": ("""
 Func mm; In A, B; Var x, y; RVar k;
@@ -576,7 +583,7 @@ SM90_CASES = [(name, "f16") for name in EXAMPLES] + [
     ("functions", "bf16"), ("where", "f32"), ("reductions", "f32"), ("small_dot", "bf16"), ("whole_dot", "f32"),
     ("rank0", "f32"), ("rank0_input", "f16"), ("no_inputs", "f32"), ("temporary", "f32"), ("constants", "f32"),
     ("names", "f32"), ("persistent_tma", "f16"), ("persistent_tma", "bf16"), ("tma_unaligned", "f32"), ("flash_tma", "f16"),
-    ("staged_walk", "f32"), ("staged_small_dot", "f32"), ("embedding", "f16"), ("causal_conv", "bf16"),
+    ("staged_walk", "f32"), ("staged_small_dot", "f32"), ("argmax", "f32"), ("embedding", "f16"), ("causal_conv", "bf16"),
     ("grouped", "f16"), ("paged", "bf16"), ("integers", "f32"), ("shift_tma", "f16"),
     ("constant_index", "bf16")]
 
@@ -635,8 +642,10 @@ def test_kernels_compile_for_sm90():
 @pytest.mark.slow
 def test_num_stages_pipelines_a_walk_without_a_product():
     src = program("staged_walk").source("triton")
-    assert src.count("for y_iter in tl.range(0, y_SIZE, 64, num_stages=3):") == 2  # staged, by_tma
-    assert "for y_iter in range(0, y_SIZE, 64):" in src  # plain
+    assert src.count("for y_iter in tl.range(0, y_SIZE // 64 * 64, 64, num_stages=3):") == 2  # staged, by_tma
+    assert "for y_iter in range(0, y_SIZE // 64 * 64, 64):" in src  # plain
+    # a walk's last, cut tile is one iteration: nothing to pipeline
+    assert src.count("for y_iter_2 in range(y_SIZE // 64 * 64, y_SIZE, 64):") == 3
     assert "for k_iter in tl.range(0, k_SIZE, 4, num_stages=3):" in program("staged_small_dot").source("triton")
     assert "for k_iter in range(0, k_SIZE, 32):" in program("matmul").source("triton")  # Triton stages tl.dot
     # A pipelined loop keeps its loads in multi-buffered shared memory: cp.async, or TMA by_tma's.

@@ -33,7 +33,16 @@ def _policies(source: str, dtype: str = "f32") -> list[tuple[str, str | None]]:
 
 def test_a_private_row_read_twice_is_kept_then_released_and_a_shared_vector_is_not_hinted():
     two_passes = ROWS + "out.block(x:1); out.tensorize(y:64); total.fuse_at(out, x); out.compile_to_kernel();"
-    assert _policies(two_passes) == [("A", KEEP), ("W", None), ("A", RELEASE), ("W", None)]
+    # total's walk is its whole tiles, then its last, cut one: one pass over A, then out's
+    assert _policies(two_passes) == [("A", KEEP), ("W", None), ("A", KEEP), ("W", None), ("A", RELEASE), ("W", None)]
+
+
+def test_the_loops_of_one_walk_read_one_pass_and_get_no_hint():
+    one_walk = ROWS.replace("out[x, y] = A[x, y] * W[y] / reshape(total[x], x, 1);\n", "") + \
+        "total.block(x:1); total.tensorize(y:64); total.compile();"
+    kernel = dt.loads(one_walk).pipeline("f32").kernels[0]
+    assert [s.kind for s in kernel.body if isinstance(s, S.For)] == ["reduction", "tail"]
+    assert eviction_policies(kernel) == {}
 
 
 def test_a_row_held_whole_is_read_once_and_gets_no_hint():
@@ -64,7 +73,8 @@ def test_a_query_block_loaded_before_each_pass_is_kept_for_the_second():
 def test_hints_are_rendered_on_the_loads():
     pipeline = dt.load("examples/layernorm.dt").pipeline("f32")
     source = codegen.render(pipeline).source
-    assert source.count('eviction_policy="evict_last"') == 2 and source.count('eviction_policy="evict_first"') == 1
+    # the mean's and the variance's walks (their whole tiles, then the last) keep, the output's releases
+    assert source.count('eviction_policy="evict_last"') == 4 and source.count('eviction_policy="evict_first"') == 1
 
 
 @pytest.mark.needs_triton
@@ -75,3 +85,12 @@ def test_hinted_kernels_match_the_reference(dtype):
     assert eviction_policies(prog.pipeline(dtype).kernels[0])
     args = random_inputs(prog, {"x": 5, "y": 300}, dtype, seed=3)
     assert_close(prog(backend="triton", **args), prog.reference(**args), dtype)
+
+
+def test_walks_nested_in_each_loop_of_one_walk_are_one_pass():
+    nested = "Func s; In A; Var x; RVar y, z;\ns[x] = rsum(rmax(A[x, y, z], z), y);\n" \
+             "s.block(x:1); s.tensorize(y:8, z:16); s.compile();"
+    kernel = dt.loads(nested).pipeline("f32").kernels[0]
+    assert [s.kind for s in S.walk_statements(kernel.body) if isinstance(s, S.For)] == \
+        ["reduction", "reduction", "tail", "tail", "reduction", "tail"]
+    assert eviction_policies(kernel) == {}

@@ -7,7 +7,7 @@ import pytest
 
 import dt
 from dt.backends.triton import codegen
-from dt.backends.triton.lane_accumulators import with_lane_accumulators
+from dt.backends.triton.lane_accumulators import int32_index_dims, with_lane_accumulators
 from dt.ir import scheduled as S
 from dt.testing import assert_close, random_inputs
 
@@ -47,8 +47,11 @@ def test_each_tiled_reduction_is_accumulated_lane_by_lane_and_reduced_after_its_
 def test_the_rendered_loop_has_no_cross_lane_reduction():
     source = codegen.render(dt.load("benchmarks/gpu/schedules/softmax_tiled.dt").pipeline("f32")).source
     loop = source[source.index("for y_iter"):source.index("y_accumulator = ")]
-    assert "y_accumulator_lanes = y_accumulator_lanes + tl.where(" in loop and "tl.sum" not in loop
+    # the whole tiles: no mask either
+    assert "y_accumulator_lanes = y_accumulator_lanes + tl.exp(A)" in loop and "tl.sum" not in loop
     assert "y_accumulator = tl.sum(y_accumulator_lanes, axis=0)" in source  # x: a block of 1, a scalar axis
+    tail = source[source.index("for y_iter_2"):]
+    assert "y_accumulator = y_accumulator + tl.sum(tl.where(y_2_mask," in tail  # the last, cut tile
 
 
 def test_reductions_of_tensor_core_tiles_and_whole_rows_are_left_alone():
@@ -129,14 +132,31 @@ out.compile_to_kernel();
 
 def test_an_arg_reduction_keeps_each_lanes_best_and_reduces_the_lanes_once():
     kernel = with_lane_accumulators(dt.loads(ARGMAX).pipeline("f32").kernels[0])
-    loops = [s for s in S.walk_statements(kernel.body) if isinstance(s, S.For)]
-    arg_loop = loops[-1]  # rargmin's loop follows rmax's
+    loops = [s for s in S.walk_statements(kernel.body) if isinstance(s, S.For) and s.kind != "tail"]
+    arg_loop = loops[-1]  # rargmin's loop (its whole tiles) follows rmax's
     assert not any(isinstance(n, S.Reduce) for t in arg_loop.body if isinstance(t, S.Assign)
                    for n in S.walk_texpr(t.value))
     lanes = [t.name for t in arg_loop.body if isinstance(t, S.Assign)][-2:]
     assert lanes == ["y_out_accumulator_lanes", "y_out_min_lanes"]  # the index, then the value, per lane
     after = kernel.body[kernel.body.index(arg_loop) + 1:]
-    assert [s.name for s in after if isinstance(s, S.Assign)][-3:] == ["y_out_accumulator", "y_out_min", "out"]
+    assert [s.name for s in after if isinstance(s, S.Assign)][-1:] == ["out"]
+    # the lanes reduced once, before the last, cut tile, which updates their result tile by tile
+    tail = after[[type(s) for s in after].index(S.For)]
+    assert tail.kind == "tail" and [s.name for s in after[:after.index(tail)] if isinstance(s, S.Assign)][-2:] == \
+        ["y_out_accumulator", "y_out_min"]
+    assert any(isinstance(n, S.Reduce) for t in tail.body if isinstance(t, S.Assign) for n in S.walk_texpr(t.value))
+
+
+def test_an_arg_reductions_lanes_hold_int32_indices_and_its_kernel_bounds_the_extent():
+    kernel = with_lane_accumulators(dt.loads(ARGMAX).pipeline("f32").kernels[0])
+    index_lanes = [s for s in S.walk_statements(kernel.body)
+                   if isinstance(s, S.Assign) and s.name == "y_out_accumulator_lanes"]
+    assert [s.value.dtype for s in index_lanes] == ["i32", "i32"]  # its start, its update in the loop
+    assert int32_index_dims(kernel) == ("y",)
+    assert int32_index_dims(with_lane_accumulators(dt.loads(STATS).pipeline("f32").kernels[0])) == ()
+    source = codegen.render(dt.loads(ARGMAX).pipeline("f32")).source
+    assert 'tl.static_assert(y_SIZE < 2**31, "an arg-reduction over y indexes it in int32")' in source
+    assert "y_out_accumulator_lanes = tl.zeros((2, 8), tl.int32)" in source
 
 
 @pytest.mark.needs_triton

@@ -376,7 +376,8 @@ class Assign:
 
 @dataclass(frozen=True)
 class For:
-    """for var in range(start, stop, step): body. `kind` is 'tile' or 'reduction'."""
+    """for var in range(start, stop, step): body. `kind` is 'tile', 'reduction', or 'tail' (a
+    reduction's last, cut tile after a loop of its whole ones: one iteration at most)."""
     var: str
     start: IExpr
     stop: IExpr

@@ -75,7 +75,7 @@ class _KernelVerifier:
                 self.index(s.stop, index_names, s)
                 if s.step < 1:
                     self.fail(f"step {s.step} is not positive", s)
-                if s.kind not in ("tile", "reduction"):
+                if s.kind not in ("tile", "reduction", "tail"):
                     self.fail(f"unknown loop kind '{s.kind}'", s)
                 self.bind(s.var, s)
                 self.body(s.body, index_names | {s.var}, axes, tiles)

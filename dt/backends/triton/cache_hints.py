@@ -24,10 +24,12 @@ def eviction_policies(kernel: S.Kernel) -> dict[S.Load, str]:
     """The eviction policy of each load site of `kernel` that gets one."""
     program_names = {"pid"}  # index names whose value depends on the program id
     program_axes: set[str] = set()
-    sites: dict[str, list[S.Load]] = {}
+    # tensor -> its passes, in order: the load sites that read each part of it once
+    passes: dict[str, dict[tuple, list[S.Load]]] = {}
     repeated: set[str] = set()  # tensors a site reads again, unchanged, on a later iteration
-
-    def visit(body, loops: tuple[frozenset, ...]):
+    def visit(body, loops: tuple[frozenset, ...], walk):
+        ordinal: dict[str, int] = {}  # the sites of each tensor in this loop body, in order
+        previous, walk_of_previous, walks = None, None, 0
         for s in body:
             if isinstance(s, S.Let) and S.index_names(s.value) & program_names:
                 program_names.add(s.name)
@@ -36,20 +38,36 @@ def eviction_policies(kernel: S.Kernel) -> dict[S.Load, str]:
             elif isinstance(s, S.For):
                 # the loop's own axes: those that advance with its variable
                 axes = frozenset(a.name for a in s.body if isinstance(a, S.Axis) and s.var in S.index_names(a.start))
-                visit(s.body, loops + (axes,))
+                # loops of one walk, one after another (its whole tiles, then its last cut one; a
+                # causal walk's parts), read disjoint tiles: their n-th sites make one pass. A walk
+                # is named by its place (the n-th walk of the enclosing one), so that walks nested in
+                # each loop of one walk are the same walks too.
+                same_walk = isinstance(previous, S.For) and previous.dim == s.dim and previous.kind != "tile" \
+                    and s.kind in (previous.kind, "tail")
+                if not same_walk:
+                    walks += 1
+                    walk_of_previous = (walk, walks)
+                visit(s.body, loops + (axes,), walk_of_previous)
             elif isinstance(s, (S.Assign, S.Store)):
                 for node in S.walk_texpr(s.value):
                     if isinstance(node, S.Load):
                         if any(not axes.intersection(node.indices) for axes in loops):
                             repeated.add(node.tensor)
-                        if node not in sites.setdefault(node.tensor, []):
-                            sites[node.tensor].append(node)
+                        tensor_passes = passes.setdefault(node.tensor, {})
+                        if any(node in loads for loads in tensor_passes.values()):
+                            continue
+                        n = ordinal[node.tensor] = ordinal.get(node.tensor, -1) + 1
+                        tensor_passes.setdefault((walk, n) if walk is not None else (node,), []).append(node)
+            previous = s
 
-    visit(kernel.body, ())
+    visit(kernel.body, (), None)
     policies = {}
-    for tensor, loads in sites.items():
-        private = all(program_axes.intersection(load.indices) for load in loads)
-        if len(loads) > 1 and private and tensor not in repeated:
-            policies.update({load: KEEP for load in loads[:-1]})
-            policies[loads[-1]] = RELEASE
+    for tensor, by_pass in passes.items():
+        parts = list(by_pass.values())
+        loads = [load for part in parts for load in part]
+        if tensor in repeated or not all(program_axes.intersection(load.indices) for load in loads):
+            continue
+        if len(parts) > 1:
+            policies.update({load: KEEP for part in parts[:-1] for load in part})
+            policies.update({load: RELEASE for load in parts[-1]})
     return policies

@@ -12,7 +12,7 @@ from dt.backends.pysource import Names, Writer, guarded, loop_bounds, safe_text
 from dt.backends.triton.cache_hints import eviction_policies
 from dt.backends.triton.expressions import ATOM, TL_DTYPE, ExpressionRenderer, atom, scores
 from dt.backends.triton.integers import Signs, integer_scalars
-from dt.backends.triton.lane_accumulators import with_lane_accumulators
+from dt.backends.triton.lane_accumulators import int32_index_dims, with_lane_accumulators
 from dt.backends.triton.layout import MIN_DOT, AxisLayout, KernelLayout
 from dt.backends.triton.limits import TileLimits
 from dt.backends.triton.tma import TmaPlan
@@ -26,6 +26,8 @@ class KernelRenderer(ExpressionRenderer):
     `tma` tell the module and its launcher what the kernel needs."""
 
     def __init__(self, kernel: S.Kernel, pipeline: S.Pipeline, f32_dot: str, reserved, helpers, name):
+        # (the loops of one walk are side by side before the lanes' results come between them)
+        self.eviction = eviction_policies(kernel)
         kernel = with_lane_accumulators(kernel)
         self.kernel = kernel
         self.pipeline = pipeline
@@ -34,7 +36,6 @@ class KernelRenderer(ExpressionRenderer):
         self.name = name
         self.layout = KernelLayout(kernel)
         self.limits = TileLimits(kernel, self.layout)
-        self.eviction = eviction_policies(kernel)
         self.params = uses.kernel_params(kernel, pipeline)
         self.signs = Signs(kernel)
         self.scores = scores(kernel, pipeline)
@@ -172,6 +173,9 @@ class KernelRenderer(ExpressionRenderer):
                 size = str(tile) if isinstance(tile, int) else self.tiles[tile]
                 to64 = ".to(tl.int64)" if self.arange_int64[name] else ""
                 w.line(f"{name} = tl.arange(0, {size}){to64}")
+            for dim in int32_index_dims(self.kernel):
+                w.line(f'tl.static_assert({self.names.ir(S.size_name(dim))} < 2**31, '
+                       f'"an arg-reduction over {dim} indexes it in int32")')
             if self.program_count:
                 flatten = f", flatten={self.use_tma}" if self.use_tma else ""
                 w.line(f"# persistent: program tl.program_id(0) computes blocks pid, pid + {self.program_count}, ...")
@@ -214,8 +218,9 @@ class KernelRenderer(ExpressionRenderer):
     def stage_hint(self, loop: S.For) -> bool:
         """Whether the loop names the kernel's num_stages itself: Triton pipelines an innermost
         loop whose loads feed tl.dot at the kernel's num_stages, and any other loop only when the
-        loop asks (tl.range's num_stages); one stage is no pipelining either way."""
-        if (self.kernel.num_stages or 0) < 2:
+        loop asks (tl.range's num_stages); one stage is no pipelining either way, nor is a walk's
+        last tile (one iteration)."""
+        if (self.kernel.num_stages or 0) < 2 or loop.kind == "tail":
             return False
         return not any(isinstance(s, S.For) for s in S.walk_statements(loop.body)) and not self._tl_dots(loop.body)
 

@@ -31,8 +31,15 @@ def check(facts: KernelFacts):
                 if (count, what) not in repeats.setdefault(s.dt_name, []):
                     repeats[s.dt_name].append((count, what))
 
+    # a walk's last, cut tile (a "tail" loop) counts with the loop of its whole tiles
+    tails = {(loop.dim, loop.start): loop for loop in facts.loops.values() if loop.kind == "tail"}
     for loop in facts.loops.values():
-        note(invariant_assigns(loop.body, {loop.var}), facts.trips(loop), f"step of the loop over {loop.dim}")
+        if loop.kind == "tail":
+            continue
+        trips, tail = facts.trips(loop), tails.get((loop.dim, loop.stop))
+        if tail is not None:
+            trips = None if trips is None or facts.trips(tail) is None else trips + facts.trips(tail)
+        note(invariant_assigns(loop.body, {loop.var}), trips, f"step of the loop over {loop.dim}")
     blocked: dict[str, list[S.Axis]] = {}  # dimension -> its axes whose tiles differ from program to program
     for axis in facts.axes.values():
         if facts.per_program(axis):

@@ -12,7 +12,7 @@ from dt.ir import algorithm as A
 from dt.ir import scheduled as S
 from dt.ir.check.compute_with import top_reductions
 from dt.ir.check.statistics import loop_statistic, mean_reduction
-from dt.ir.index_expr import IBin, IConst, IVar, iadd, ifloordiv, imin, imul
+from dt.ir.index_expr import IBin, IConst, IVar, iadd, ifloordiv, imin, imul, isub
 from dt.ir.lower import skipping
 from dt.ir.lower.dtypes import float8_dot_dtype
 from dt.ir.lower.expressions import INDEX
@@ -128,6 +128,7 @@ class ReductionLowering:
         else:
             start, split, stop, holds, exact = self.walked(e, [r for _, r in siblings], env, tile, exp_sums,
                                                            in_loop)
+            last = "reduction"  # the kind of the walk's last loop
             if isinstance(split, tuple):  # a lower bound: the cut tiles first, then the whole ones, then the last
                 split, whole_end = split
                 self.walk(e, start, split, tile, exact, rng.end if tile > 1 else None, body)
@@ -136,7 +137,19 @@ class ReductionLowering:
             elif split is not None:  # the tiles the condition keeps whole: no where, no mask
                 self.walk(e, start, split, tile, [holds], None, body)
                 start = split
-            self.walk(e, start, stop, tile, exact, rng.end if tile > 1 else None, body)
+            elif tile > 1 and not self.stores_in_loop(in_loop, [e, *(r for _, r in siblings)]) \
+                    and not self.has_products([e, *(r for _, r in siblings)]):
+                # the tiles inside the extent first, without masks, then the last, cut one; a walk
+                # that may be empty (stop below start, a chunk past the extent) ends its whole tiles
+                # at its start, so that its last loop is empty too
+                if start == IConst(0) and stop == IVar(size_name(e.dim)):
+                    whole_end = imul(ifloordiv(stop, tile), tile)
+                else:
+                    whole_end = self.let(f"{e.dim}_whole_end", iadd(start, imul(ifloordiv(
+                        IBin("max", IConst(0), isub(stop, start)), tile), tile)))
+                self.walk(e, start, whole_end, tile, exact, None, body)
+                start, last = whole_end, "tail"
+            self.walk(e, start, stop, tile, exact, rng.end if tile > 1 else None, body, last)
         self.known_true = outer
         for _, r, r_acc in updates:
             if r.slot:
@@ -159,12 +172,13 @@ class ReductionLowering:
                     self.shared_reductions[id(r)] = r_acc
         return self.rank_indices(e, acc) if e.slot else acc
 
-    def walk(self, e: A.Reduce, start, stop, tile: int, known: list, limit, body):
+    def walk(self, e: A.Reduce, start, stop, tile: int, known: list, limit, body, kind="reduction"):
         """One loop over tiles of e.dim from start to stop, where the conditions `known` hold on every
-        lane (no where for them) and lanes are valid below `limit` (None: all are)."""
+        lane (no where for them) and lanes are valid below `limit` (None: all are); of `kind` "tail"
+        where it is the last, cut tile of a walk (it runs once at most)."""
         var = self.fresh(f"{e.dim}_iter")
         self.known_true = known
-        self.loop(var, stop, tile, e.dim, "reduction", e.loc, lambda: body(IVar(var), tile, limit), start)
+        self.loop(var, stop, tile, e.dim, kind, e.loc, lambda: body(IVar(var), tile, limit), start)
         self.known_true = []
 
     def walked(self, e: A.Reduce, siblings: list[A.Reduce], env, tile: int, shifts, funcs):
@@ -220,6 +234,20 @@ class ReductionLowering:
         whole = imin(iadd(ax.start, offset + 1), stop)
         split = imul(ifloordiv(IBin("max", IConst(0), whole), tile), tile)
         return start, split, stop, cond, exact
+
+    def has_products(self, reductions) -> bool:
+        """Whether a loop accumulating `reductions` computes a matrix product (rdot), in them or in
+        the Funcs they read: its tiles stay masked in one loop (a second copy of a pipelined loop of
+        tl.dot doubles its compile time, and FlashAttention-style loops gained nothing unmasked)."""
+        seen, stack = set(), list(reductions)
+        while stack:
+            for n in A.walk(stack.pop()):
+                if isinstance(n, A.Reduce) and n.op == "dot":
+                    return True
+                if isinstance(n, A.Access) and n.kind == "func" and n.name in self.cp.funcs and n.name not in seen:
+                    seen.add(n.name)
+                    stack.append(self.cp.funcs[n.name].expr)
+        return False
 
     def stores_in_loop(self, funcs, reductions) -> bool:
         """Whether the loop accumulating `reductions` (of `funcs`) computes an output (or another
