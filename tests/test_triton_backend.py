@@ -321,6 +321,20 @@ def test_tanh_is_accurate_near_zero_and_saturates():
     assert np.nanmax(rel) < 1e-5 and np.isnan(out[-1])
 
 
+@pytest.mark.parametrize("schedule", ["s.block(x:1); s.tensorize(y:16);", "s.block(x:2); s.tensorize(x:2, y:0);",
+                                      "s.split(y:32); s.block(x:1); s.tensorize(y:16);"])
+@pytest.mark.parametrize("fn", ["rmax", "rmin"])
+def test_a_max_or_min_across_lanes_keeps_nan(fn, schedule):
+    """tl.max's own combine drops NaN (max.f32 returns the number): rmax and rmin reduce across
+    lanes with a NaN-propagating combine, as NumPy's max and the other backends do."""
+    prog = dt.loads(f"Func s; In A; Var x; RVar y;\ns[x] = {fn}(A[x, y], y);\n{schedule} s.compile();")
+    assert "tl.max(" not in prog.source("triton") and "tl.min(" not in prog.source("triton")
+    a = np.random.default_rng(2).integers(-3, 3, (5, 40)).astype(np.float32)
+    a[1, -1], a[3, 0], a[2], a[4, 7] = np.nan, np.nan, -np.inf, np.inf
+    want = a.max(axis=1) if fn == "rmax" else a.min(axis=1)
+    np.testing.assert_array_equal(np.asarray(prog(backend="triton", A=a)), want)
+
+
 def test_tanh_is_libdevice_compiled_and_a_formula_interpreted():
     """The interpreter has no libdevice: the same pipeline renders tanh both ways (the
     compiled one is compiled for sm_90 in test_kernels_compile_for_sm90)."""

@@ -52,12 +52,13 @@ def _remainder(a, b):
 
 
 @triton.jit
-def _running_max(a, b):
-    # cummax's combine: NaN propagates, as NumPy's maximum.accumulate has it
+def _max_with_nan(a, b):
+    # rmax's and cummax's combine: NaN propagates, as NumPy's max and maximum.accumulate have it
+    # (tl.max's own combine drops NaN: max.f32 returns the number)
     return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
 
 
 @triton.jit
-def _running_min(a, b):
-    # cummin's combine: NaN propagates, as NumPy's minimum.accumulate has it
+def _min_with_nan(a, b):
+    # rmin's and cummin's combine: NaN propagates, as NumPy's min and minimum.accumulate have it
     return tl.minimum(a, b, propagate_nan=tl.PropagateNan.ALL)

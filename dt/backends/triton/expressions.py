@@ -70,9 +70,9 @@ OPS = {
     "where": "tl.where({0}, {1}, {2})",
     "not": Prefix("~"), "and": Infix("&", AND),
 }
-REDUCE = {"sum": "tl.sum", "max": "tl.max", "min": "tl.min"}
+REDUCE = {"sum": "tl.sum", "max": Helper("_max_with_nan"), "min": Helper("_min_with_nan")}
 # a scan: a tl function, or the helper an associative_scan combines with
-SCAN = {"sum": "tl.cumsum", "prod": "tl.cumprod", "max": Helper("_running_max"), "min": Helper("_running_min")}
+SCAN = {"sum": "tl.cumsum", "prod": "tl.cumprod", "max": Helper("_max_with_nan"), "min": Helper("_min_with_nan")}
 SUPPORTED_OPS = supported_ops(OPS, (*REDUCE, "dot"), SCAN)
 
 
@@ -349,7 +349,11 @@ class ExpressionRenderer(Renderer):
         return f"{self.sub(e.x, loc, ATOM)}.to({TL_DTYPE[e.dtype]})"
 
     def Reduce(self, e: S.Reduce, loc=None) -> str:
-        return f"{REDUCE[e.op]}({self.texpr(e.x, loc)}, axis={e.x.dims.index(e.axis)})"
+        how, x, axis = REDUCE[e.op], self.texpr(e.x, loc), e.x.dims.index(e.axis)
+        if isinstance(how, Helper):
+            self.helpers_used.add(how.name)
+            return f"tl.reduce({x}, {axis}, {self.helpers[how.name]})"
+        return f"{how}({x}, axis={axis})"
 
     def Scan(self, e: S.Scan, loc=None) -> str:
         how, x, axis = SCAN[e.op], self.texpr(e.x, loc), e.x.dims.index(e.axis)
