@@ -300,9 +300,13 @@ class ExpressionRenderer(Renderer):
     def apply(self, how, *operands: str) -> str:
         """A call an OPS entry writes: a helper function of the module's, or a format string."""
         if isinstance(how, Helper):
-            self.helpers_used.add(how.name)
-            return f"{self.helpers[how.name]}({', '.join(operands)})"
+            return f"{self.helper(how)}({', '.join(operands)})"
         return how.format(*operands)
+
+    def helper(self, how: Helper) -> str:
+        """The module's name for a helper function, which the module then defines."""
+        self.helpers_used.add(how.name)
+        return self.helpers[how.name]
 
     def Expand(self, e: S.Expand, loc=None) -> str:
         x_dims = e.x.dims
@@ -349,17 +353,17 @@ class ExpressionRenderer(Renderer):
         return f"{self.sub(e.x, loc, ATOM)}.to({TL_DTYPE[e.dtype]})"
 
     def Reduce(self, e: S.Reduce, loc=None) -> str:
-        how, x, axis = REDUCE[e.op], self.texpr(e.x, loc), e.x.dims.index(e.axis)
-        if isinstance(how, Helper):
-            self.helpers_used.add(how.name)
-            return f"tl.reduce({x}, {axis}, {self.helpers[how.name]})"
-        return f"{how}({x}, axis={axis})"
+        return self.along(REDUCE[e.op], "tl.reduce", e, loc)
 
     def Scan(self, e: S.Scan, loc=None) -> str:
-        how, x, axis = SCAN[e.op], self.texpr(e.x, loc), e.x.dims.index(e.axis)
+        return self.along(SCAN[e.op], "tl.associative_scan", e, loc)
+
+    def along(self, how, combine: str, e: S.Reduce | S.Scan, loc) -> str:
+        """A reduction or scan of e.x along e.axis: a tl function, or `combine` with a helper of the
+        module as the combining function."""
+        x, axis = self.texpr(e.x, loc), e.x.dims.index(e.axis)
         if isinstance(how, Helper):
-            self.helpers_used.add(how.name)
-            return f"tl.associative_scan({x}, {axis}, {self.helpers[how.name]})"
+            return f"{combine}({x}, {axis}, {self.helper(how)})"
         return f"{how}({x}, axis={axis})"
 
     def Dot(self, e: S.Dot, loc=None) -> str:

@@ -12,6 +12,7 @@ from dt.ir import algorithm as A
 from dt.ir import scheduled as S
 from dt.ir.check.compute_with import top_reductions
 from dt.ir.check.statistics import loop_statistic, mean_reduction
+from dt.ir.check.uses import reachable, uses
 from dt.ir.index_expr import IBin, IConst, IVar, iadd, ifloordiv, imin, imul, isub
 from dt.ir.lower import skipping
 from dt.ir.lower.dtypes import float8_dot_dtype
@@ -126,8 +127,8 @@ class ReductionLowering:
         if tile == 0:
             body(rng.start, rng.size, rng.limit)
         else:
-            start, split, stop, holds, exact = self.walked(e, [r for _, r in siblings], env, tile, exp_sums,
-                                                           in_loop)
+            reductions = [e, *(r for _, r in siblings)]
+            start, split, stop, holds, exact = self.walked(e, reductions[1:], env, tile, exp_sums, in_loop)
             last = "reduction"  # the kind of the walk's last loop
             if isinstance(split, tuple):  # a lower bound: the cut tiles first, then the whole ones, then the last
                 split, whole_end = split
@@ -137,8 +138,7 @@ class ReductionLowering:
             elif split is not None:  # the tiles the condition keeps whole: no where, no mask
                 self.walk(e, start, split, tile, [holds], None, body)
                 start = split
-            elif tile > 1 and not self.stores_in_loop(in_loop, [e, *(r for _, r in siblings)]) \
-                    and not self.has_products([e, *(r for _, r in siblings)]):
+            elif tile > 1 and not self.stores_in_loop(in_loop, reductions) and not self.has_products(reductions):
                 # the tiles inside the extent first, without masks, then the last, cut one; a walk
                 # that may be empty (stop below start, a chunk past the extent) ends its whole tiles
                 # at its start, so that its last loop is empty too
@@ -239,15 +239,9 @@ class ReductionLowering:
         """Whether a loop accumulating `reductions` computes a matrix product (rdot), in them or in
         the Funcs they read: its tiles stay masked in one loop (a second copy of a pipelined loop of
         tl.dot doubles its compile time, and FlashAttention-style loops gained nothing unmasked)."""
-        seen, stack = set(), list(reductions)
-        while stack:
-            for n in A.walk(stack.pop()):
-                if isinstance(n, A.Reduce) and n.op == "dot":
-                    return True
-                if isinstance(n, A.Access) and n.kind == "func" and n.name in self.cp.funcs and n.name not in seen:
-                    seen.add(n.name)
-                    stack.append(self.cp.funcs[n.name].expr)
-        return False
+        read = reachable(self.cp.funcs, {u.name for r in reductions for u in uses(r) if u.name in self.cp.funcs})
+        return any(isinstance(n, A.Reduce) and n.op == "dot"
+                   for e in [*reductions, *(self.cp.funcs[f].expr for f in read)] for n in A.walk(e))
 
     def stores_in_loop(self, funcs, reductions) -> bool:
         """Whether the loop accumulating `reductions` (of `funcs`) computes an output (or another
