@@ -1,4 +1,4 @@
-"""The launch hints `persistent` and `tma`: where they may be written, what the Triton backend
+"""The launch hints `persistent` and `tma` (and the cache hint `stream`): where they may be written, what the Triton backend
 makes of them (programs walking blocks; tiles moved through TMA descriptors where the tensors
 allow it, through pointers elsewhere), and that every backend computes the same values with
 them (the conformance cases persistent.* and tma.* run them on every backend)."""
@@ -36,12 +36,13 @@ def test_persistent_takes_no_argument_or_a_program_count(call):
     assert "mm.persistent()" in err.hint
 
 
-def test_tma_takes_no_arguments():
-    err = error_of(MATMUL.format(hints="mm.tma(2);"))
-    assert err.message == "tma takes no arguments" and err.hint == "write mm.tma()"
+@pytest.mark.parametrize("hint", ["tma", "stream"])
+def test_tma_and_stream_take_no_arguments(hint):
+    err = error_of(MATMUL.format(hints=f"mm.{hint}(2);"))
+    assert err.message == f"{hint} takes no arguments" and err.hint == f"write mm.{hint}()"
 
 
-@pytest.mark.parametrize("hint", ["persistent", "tma"])
+@pytest.mark.parametrize("hint", ["persistent", "tma", "stream"])
 def test_hints_belong_on_the_kernel_root(hint):
     source = f"""Func out, m;
 In A;
@@ -65,7 +66,7 @@ out.compile_to_kernel();
 def test_cpu_backends_compute_the_same_with_hints():
     """The hints change how a kernel is launched, never what it computes."""
     plain = dt.loads(MATMUL.format(hints=""))
-    hinted = dt.loads(MATMUL.format(hints="mm.persistent(3);\nmm.tma();"))
+    hinted = dt.loads(MATMUL.format(hints="mm.persistent(3);\nmm.tma();\nmm.stream();"))
     rng = np.random.default_rng(0)
     A, B = rng.standard_normal((37, 20)).astype(np.float32), rng.standard_normal((20, 50)).astype(np.float32)
     for backend in ("interp", "numba"):
@@ -306,3 +307,13 @@ out.block(m:16); out.tensorize(m:16, n:16, k:16); out.tma(); out.compile();
         assert np.allclose(got, prog(backend="interp", A=A, sizes=sizes), rtol=1e-4, atol=1e-4)
     code = codegen.render(prog.pipeline("f32"), width=None).source
     assert "(t, [16, 16], (m_SIZE, k_SIZE)), (t, [16, 16], (k_SIZE, n_SIZE))" in code
+
+
+def test_stream_from_python_is_the_statement():
+    r, v = dt.Var("r"), dt.RVar("v")
+    L, token = dt.In("L"), dt.Func("token")
+    token[r] = dt.rargmax(L[r, v], v)
+    token.block(r=1).tensorize(v=4096).num_warps(32).stream().compile()
+    built = dt.program(token).pipeline("f32").kernels[0]
+    written = dt.load("examples/llm/argmax.dt").pipeline("f32").kernels[0]
+    assert built.stream and built.body == written.body

@@ -208,6 +208,15 @@ def test_num_stages_with_nothing_to_pipeline():
     assert dt.load(ROOT / "examples" / "matmul.dt").lint(dict(x=512, y=512, k=512), "f16") == []
 
 
+def test_stream_with_nothing_to_stream():
+    slow, fixed, p = pair("no_stream.dt")
+    w = only(slow.lint(p.sizes, p.dtype), "nothing-to-stream")
+    assert line_of(w) == "_softmax.stream();" and "it reads none once" in w.message
+    assert fixed.lint(p.sizes, p.dtype) == []
+    slow_kernel, fixed_kernel = (prog.pipeline(p.dtype).kernels[0] for prog in (slow, fixed))
+    assert dataclasses.replace(slow_kernel, stream=False) == fixed_kernel  # the same kernel, but for the flag
+
+
 def test_rows_not_a_multiple_of_16_bytes():
     prog = dt.load(warning_costs.HERE / "unaligned.dt")
     found = prog.lint(dict(r=16384, c=1001), "bf16")

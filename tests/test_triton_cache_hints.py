@@ -3,11 +3,13 @@ sites get them, and that hinted modules compute the same as the reference. Their
 measured on the GPU (docs/performance.md)."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 import dt
 from dt.backends.triton import codegen
-from dt.backends.triton.cache_hints import KEEP, RELEASE, eviction_policies
+from dt.backends.triton.cache_hints import KEEP, RELEASE, eviction_policies, streamed
 from dt.ir import scheduled as S
 from dt.testing import assert_close, random_inputs
 
@@ -94,3 +96,49 @@ def test_walks_nested_in_each_loop_of_one_walk_are_one_pass():
     assert [s.kind for s in S.walk_statements(kernel.body) if isinstance(s, S.For)] == \
         ["reduction", "reduction", "tail", "tail", "reduction", "tail"]
     assert eviction_policies(kernel) == {}
+
+
+ONE_WALK = ROWS.replace("out[x, y] = A[x, y] * W[y] / reshape(total[x], x, 1);\n", "") + \
+    "total.block(x:1); total.tensorize(y:64); total.stream(); total.compile();"
+
+
+def test_stream_releases_a_row_read_once_and_leaves_a_shared_vector_alone():
+    """total reads its row of A in one walk (two loops: whole tiles, the last one) and W, which
+    every program reads: stream() releases A at both of its sites, never W."""
+    assert _policies(ONE_WALK) == [("A", RELEASE), ("W", None), ("A", RELEASE), ("W", None)]
+    assert _policies(ONE_WALK.replace(" total.stream();", "")) == [("A", None), ("W", None), ("A", None), ("W", None)]
+    assert "(stream)" in dt.loads(ONE_WALK).ir()
+
+
+def test_stream_keeps_the_passes_of_a_row_read_twice():
+    two_passes = ROWS + "out.block(x:1); out.tensorize(y:64); out.stream(); total.fuse_at(out, x); out.compile_to_kernel();"
+    assert _policies(two_passes) == [("A", KEEP), ("W", None), ("A", KEEP), ("W", None), ("A", RELEASE), ("W", None)]
+    kernel = dt.loads(two_passes).pipeline("f32").kernels[0]
+    assert kernel.stream and streamed(kernel) == []
+    warning = next(w for w in dt.loads(two_passes).lint({"x": 64, "y": 4096}, "f32") if w.code == "nothing-to-stream")
+    assert "out.stream()" in warning.message and warning.hint == "remove out.stream()"
+    assert not any(w.code == "nothing-to-stream" for w in dt.loads(ONE_WALK).lint({"x": 64, "y": 4096}, "f32"))
+
+
+def test_stream_leaves_operands_other_programs_read():
+    """A matmul's A[x, k] is read by every program along y, B[k, y] by every one along x: neither
+    streams, and the hint changes nothing."""
+    source = Path("examples/matmul.dt").read_text().replace("mm.compile();", "mm.stream();\nmm.compile();")
+    kernel = dt.loads(source).pipeline("f16").kernels[0]
+    assert kernel.stream and eviction_policies(kernel) == {}
+    assert [w.code for w in dt.loads(source).lint({"x": 512, "y": 512, "k": 512}, "f16")] == ["nothing-to-stream"]
+    rows = dt.load("examples/llm/decode.dt").pipeline("bf16").kernels[0]  # K and V: one (b, h) each, read once
+    assert sorted({load.tensor for load in streamed(rows)}) == ["K", "Q", "V"]
+
+
+def test_streamed_loads_are_rendered_evict_first():
+    source = codegen.render(dt.load("examples/llm/argmax.dt").pipeline("f32")).source
+    loads = [line for line in source.splitlines() if "tl.load(" in line]
+    assert len(loads) == 2 and source.count('eviction_policy="evict_first"') == 2
+
+
+@pytest.mark.needs_triton
+def test_a_streamed_kernel_matches_the_reference():
+    prog = dt.loads(ONE_WALK)
+    args = random_inputs(prog, {"x": 3, "y": 150}, "f32", seed=4)
+    assert_close(prog(backend="triton", **args), prog.reference(**args), "f32")

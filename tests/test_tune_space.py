@@ -120,6 +120,22 @@ def test_the_space_of_a_product_holds_program_orders_and_launch_hints():
         dict(x=4096, y=4096), "bf16"))  # launch hints slow memory-bound kernels: not tried
 
 
+def test_rows_read_once_may_stream_and_a_stream_that_changes_nothing_is_dropped():
+    argmax = dt.load(ROOT / "examples" / "llm" / "argmax.dt").space(dict(r=64, v=128256), "bf16", limit=300)
+    assert {dict(c.choices)["token.cache"] for c in argmax} == {"", "stream"}
+    streamed = next(c for c in argmax if dict(c.choices)["token.cache"] == "stream")
+    assert streamed.text.count("token.stream();") == 1  # the example's own stream() is the space's to choose
+    assert not any("token.stream();" in c.text for c in argmax if not dict(c.choices)["token.cache"])
+    # a softmax reads its row twice when it walks it in tiles (nothing to stream: pruned as the same kernel),
+    # once when it holds it whole
+    softmax = dt.load(ROOT / "examples" / "softmax_safe.dt").space(dict(x=4096, y=4096), "bf16")
+    assert softmax.pruned["nothing-to-stream"] > 0
+    kept = [c for c in softmax if dict(c.choices)["_softmax.cache"] == "stream"]
+    assert kept and all(dict(c.choices)["_softmax.y"] in ("y*", "y4096") for c in kept)
+    matmul = dt.load(ROOT / "examples" / "matmul.dt").space(dict(x=512, y=512, k=512), "f16")
+    assert not any("mm.cache" in dict(c.choices) for c in matmul)  # a product's operands are shared
+
+
 def test_a_reduction_over_few_programs_is_also_split_in_the_space():
     argmax = dt.load(ROOT / "examples" / "llm" / "argmax.dt")
     decode_batch = argmax.space(dict(r=64, v=128256), "bf16", limit=400)

@@ -300,13 +300,20 @@ SCHEDULES: list[tuple[str, str | None, str | None, str]] = [
     ("attention", None, None, _S + "attention_2pass.dt"),
     ("batched_matmul", "b=32, x=1024, y=1024, k=1024", None, _S + "batched_matmul_tma.dt"),
     ("batched_matmul", "b=512, x=128, y=128, k=64", None, _S + "batched_matmul_64x128.dt"),
-    # argmax: the example's 4096-wide tiles of 32 warps at 64 rows and at 4096 rows in bf16; 2048-wide
-    # tiles of 8 warps in 3 stages elsewhere (the fastest of seven schedules side by side, H100), but at
-    # GPT-2's 256 rows in bf16 (dt tune's 2048-wide tiles of 32 warps)
+    # argmax: the example's 4096-wide tiles of 32 warps, streamed, at 64 rows, and the same without
+    # stream() at 4096 rows in bf16; dt tune's 512-wide tiles of 16 warps, one stage, streamed, at 256
+    # and 1000 rows in f32; 2048-wide tiles of 8 warps in 3 stages elsewhere (the fastest of seven
+    # schedules side by side, H100), but at GPT-2's 256 rows in bf16 (dt tune's 2048-wide tiles of 32
+    # warps, streamed)
     ("argmax", "r=256, v=50257", "bf16", _S + "argmax_r256_2048.dt"),
-    ("argmax", "r=256, v=50257", "f32", _S + "argmax_2048_w8.dt"),
-    ("argmax", "r=1000, v=32000", None, _S + "argmax_2048_w8.dt"),
+    ("argmax", "r=4096, v=128256", "bf16", _S + "argmax_4096_w32.dt"),
+    ("argmax", "r=256, v=50257", "f32", _S + "argmax_512_w16.dt"),
+    ("argmax", "r=1000, v=32000", "f32", _S + "argmax_512_w16.dt"),
+    ("argmax", "r=1000, v=32000", "bf16", _S + "argmax_2048_w8.dt"),
     ("argmax", "r=4096, v=128256", "f32", _S + "argmax_2048_w8.dt"),
+    # stream() (rows read once leave L2 first): faster at 1000 rows and in bf16, 4% slower at 4096-8192 rows in f32
+    ("cross_entropy", "r=1000, v=50257", None, _S + "cross_entropy_stream.dt"),
+    ("cross_entropy", None, "bf16", _S + "cross_entropy_stream.dt"),
     # a batch of 4096 rows: narrow tiles, one warp (examples/llm/topk.dt's 4096-wide tiles suit 64 rows)
     ("topk", "r=4096, v=32000, i=16", "f32", _S + "topk_rows_256.dt"),
     ("cumsum", "x=16384, y=1024", None, _S + "cumsum_short_rows.dt"),

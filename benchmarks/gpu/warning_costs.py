@@ -50,6 +50,7 @@ PAIRS = [
     Pair("one-lane-tiles", "one_lane.dt", "one_lane_fixed.dt", dict(x=256, y=256), "f32"),
     Pair("too-few-programs", "few_programs.dt", "few_programs_fixed.dt", dict(x=4096, y=4096), "bf16"),
     Pair("nothing-to-pipeline", "no_pipeline.dt", "no_pipeline_fixed.dt", dict(x=8192, y=8192), "bf16"),
+    Pair("nothing-to-stream", "no_stream.dt", "no_stream_fixed.dt", dict(x=4096, y=16384), "bf16"),
     Pair("unaligned-rows", "unaligned.dt", "unaligned.dt", dict(r=16384, c=1001), "bf16",
          fixed_sizes=dict(r=16384, c=1008)),
     Pair("tma-fallback", "tma_rows.dt", "tma_rows.dt", dict(x=8192, y=4100), "f16", fixed_sizes=dict(x=8192, y=4104),

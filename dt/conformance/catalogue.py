@@ -301,7 +301,8 @@ CATALOGUE: tuple[Case, ...] = (
          ({"x": 1, "y": 1}, {"x": 13, "y": 9}, {"x": 14, "y": 30}),
          ({"x": 1, "y": 1}, {"x": 13, "y": 9}, {"x": 1031, "y": 4099})),
     # Launch hints: persistent programs walking several blocks each, tiles moved through TMA
-    # descriptors. Sizes give rows that are 16-byte aligned (TMA) and rows that are not (pointers).
+    # descriptors, rows read once streamed through the cache. Sizes give rows that are 16-byte
+    # aligned (TMA) and rows that are not (pointers).
     Case("persistent.matmul", MATMUL.format("rdot(A[x, k], B[k, y], k)"),
          {"three_programs": "out.block(x:16, y:16);\nout.tensorize(x:16, y:16, k:16);\nout.map(x:x1/2, y, x1);\n"
                             "out.persistent(3);\nout.compile();",
@@ -314,7 +315,8 @@ CATALOGUE: tuple[Case, ...] = (
          ({"x": 1, "y": 1, "k": 1}, {"x": 127, "y": 255, "k": 129}, {"x": 1031, "y": 1024, "k": 1000})),
     Case("persistent.rows", "Func out;\nIn A;\nVar x;\nRVar y;\nout[x] = rsum(exp(A[x, y]), y);",
          {"tma": "out.block(x:2);\nout.tensorize(x:2, y:16);\nout.persistent(2);\nout.tma();\nout.compile();",
-          "per_multiprocessor": "out.block(x:1);\nout.tensorize(y:0);\nout.persistent();\nout.compile();"},
+          "per_multiprocessor": "out.block(x:1);\nout.tensorize(y:0);\nout.persistent();\nout.compile();",
+          "streamed": "out.block(x:1);\nout.tensorize(y:16);\nout.stream();\nout.compile();"},
          lambda A: np.exp(A).sum(axis=1),
          ({"x": 1, "y": 1}, {"x": 5, "y": 13}, {"x": 17, "y": 64}), FR),
     Case("tma.elementwise", TWO_INPUTS.format("A[x, y] * B[x, y] + A[x, y]"),

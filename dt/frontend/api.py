@@ -159,6 +159,10 @@ class _Schedulable:
         """Load and store the kernel's tiles through TMA tensor descriptors where the GPU has them."""
         return self._call("tma", (), loc, arg_locs)
 
+    def stream(self, *, loc: Loc | None = None, arg_locs=()):
+        """Let the lines of the tensors the kernel reads once leave the GPU's L2 cache first."""
+        return self._call("stream", (), loc, arg_locs)
+
     def fuse_at(self, consumer: "Func", dim, *, loc: Loc | None = None, arg_locs=()):
         if isinstance(consumer, Func):
             self.fuse_targets.append(consumer)

@@ -37,7 +37,7 @@ class _Printer(Visitor):
         for k in p.kernels:
             hints = [f"{name} {value}" for name, value in (("warps", k.num_warps), ("stages", k.num_stages))
                      if value is not None]
-            hints += ["tma"] * k.tma + ([f"persistent {k.persistent_programs or 'per SM'}"] if k.persistent else [])
+            hints += ["tma"] * k.tma + ["stream"] * k.stream + ([f"persistent {k.persistent_programs or 'per SM'}"] if k.persistent else [])
             lines.append("")
             lines.append(f"kernel {k.name} computes {k.func} in {index_source(k.program_count)} programs"
                          + (f" ({', '.join(hints)})" if hints else "") + ":" + _at(k.loc))

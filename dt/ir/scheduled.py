@@ -433,7 +433,8 @@ class Kernel:
     """`program_count` programs, program `pid` running `body`. Launch hints (a backend may ignore
     them: none changes what a program computes): `persistent` launches at most `persistent_programs`
     programs (None: one per multiprocessor), each running the body for pid = its program id, plus
-    the number launched, ... below `program_count`; `tma` moves tiles through tensor descriptors."""
+    the number launched, ... below `program_count`; `tma` moves tiles through tensor descriptors;
+    `stream` lets the lines of tensors the kernel reads once leave the cache first."""
     name: str  # e.g. 'mm_kernel'
     func: str  # the root Func computed (and stored) by this kernel
     program_count: IExpr
@@ -446,6 +447,7 @@ class Kernel:
     persistent: bool = False
     persistent_programs: int | None = None
     tma: bool = False
+    stream: bool = False
     # the Func whose schedule statements shape this kernel, where not `func` (a split's partials
     # kernel takes the split Func's): what a hint tells the user to reschedule
     scheduled_by: str = ""

@@ -1,12 +1,13 @@
 """The triton backend's performance warnings (dt.ir.lint rules), from how it renders the
 scheduled IR: products with a tile under tl.dot's 16 lanes or in float32 IEEE precision,
-product tiles padded to powers of two, accesses Triton cannot prove aligned, and `tma()` tiles
-that move through pointers."""
+product tiles padded to powers of two, accesses Triton cannot prove aligned, `tma()` tiles
+that move through pointers, and `stream()` on a kernel that reads nothing once."""
 from __future__ import annotations
 
 import math
 
 from dt.backends.pysource import Names
+from dt.backends.triton.cache_hints import streamed
 from dt.backends.triton.lane_accumulators import with_lane_accumulators
 from dt.backends.triton.layout import MIN_DOT, KernelLayout
 from dt.backends.triton.limits import tile_padding
@@ -175,10 +176,25 @@ def tma_fallback(facts: KernelFacts):
             return
 
 
+def nothing_to_stream(facts: KernelFacts):
+    """`stream()` on a kernel none of whose loads it changes: every tensor the kernel reads is
+    read by several of its passes (released after the last one already), by a loop that does not
+    advance over it, or by several programs."""
+    kernel, context = facts.kernel, facts.context
+    if not kernel.stream or streamed(kernel):
+        return
+    func = kernel.schedule_func
+    yield PerformanceWarning(
+        "nothing-to-stream", f"{func}.stream() asks kernel '{kernel.name}' to stream the tensors it reads once, and "
+        f"it reads none once: each is read again by the same program or by several programs",
+        context.schedule_loc(func, "stream") or kernel.loc,
+        cost="nothing gained: the hint changes no load", hint=f"remove {func}.stream()", func=func)
+
+
 def _rule(check, *codes) -> Rule:
     return Rule(check, frozenset({"gpu"}), codes)
 
 
 RULES = {"small_products": _rule(small_products, "not-on-matrix-units"), "padding": _rule(padding, "padded-tile"),
          "alignment": _rule(alignment, "unaligned-rows"), "f32_products": _rule(f32_products, "not-on-matrix-units"),
-         "tma": _rule(tma_fallback, "tma-fallback")}
+         "tma": _rule(tma_fallback, "tma-fallback"), "stream": _rule(nothing_to_stream, "nothing-to-stream")}

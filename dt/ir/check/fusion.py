@@ -45,12 +45,12 @@ def _loops_of(checked_funcs, name) -> tuple[str, ...]:
 
 
 def check_launch_primitives(schedules, fused):
-    """persistent and tma say how a kernel runs, so they belong on its root Func: on a Func
-    computed inside another kernel they would silently do nothing."""
+    """persistent, tma and stream say how a kernel runs, so they belong on its root Func: on a
+    Func computed inside another kernel they would silently do nothing."""
     for name, s in schedules.items():
         if not (name in fused or s.inline):
             continue
-        for prim in ("persistent", "tma"):
+        for prim in ("persistent", "tma", "stream"):
             if getattr(s, prim):
                 if s.inline:
                     raise DTScheduleError(f"{prim} applies to the Func a kernel computes, but '{name}' is "

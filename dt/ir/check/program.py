@@ -30,6 +30,7 @@ class FuncSchedule:
     persistent: bool = False  # programs walk the blocks (one program per multiprocessor, or persistent_programs)
     persistent_programs: int | None = None
     tma: bool = False  # load and store tiles through tensor descriptors where the hardware has them
+    stream: bool = False  # tensors the kernel reads once pass through L2 without staying (evict first)
     fuse_at: tuple[str, str] | None = None
     compute_with: tuple[str, str] | None = None  # (sibling Func, reduction dim): share its loop
     split: tuple[str, int] | None = None  # (reduction dim, chunk): the reduction in chunks over programs

@@ -11,8 +11,8 @@ from dt.ir.check.program import FuncSchedule, MapEntry
 from dt.ir.check.uses import uses
 from dt.ir.tiles import MAX_TILE
 
-PRIMITIVES = ("block", "tensorize", "map", "num_warps", "num_stages", "persistent", "tma", "fuse_at", "compute_with",
-              "split", "inline", "compile", "compile_to_kernel", "save")
+PRIMITIVES = ("block", "tensorize", "map", "num_warps", "num_stages", "persistent", "tma", "stream", "fuse_at",
+              "compute_with", "split", "inline", "compile", "compile_to_kernel", "save")
 # Limits on sizes, so that no schedule and no call can make a backend overflow its index
 # arithmetic or allocate without bound. A tile holds at most MAX_TILE elements (dt.ir.tiles);
 # block sizes, group sizes, stage and program counts fit in 32 bits; extents are at most
@@ -104,10 +104,10 @@ def resolve_schedule(program, defs, kinds) -> dict[str, FuncSchedule]:
                                       f"e.g. {call.func}.persistent() or {call.func}.persistent(132)")
             s.persistent = True
             s.persistent_programs = n
-        elif prim == "tma":
+        elif prim in ("tma", "stream"):
             if call.args:
-                raise DTScheduleError("tma takes no arguments", call.loc, f"write {call.func}.tma()")
-            s.tma = True
+                raise DTScheduleError(f"{prim} takes no arguments", call.loc, f"write {call.func}.{prim}()")
+            setattr(s, prim, True)
         elif prim == "fuse_at":
             consumer, dim = _func_and_dim(call, defs, kinds, arg_loc, "a consumer Func and one of its loop dimensions",
                                           "consumer, x", "fuse into a Func that uses this one", "fused into")

@@ -458,7 +458,7 @@ def _partial_schedule(root, chunk_dim, partials, schedules) -> FuncSchedule:
     dims = _walked_dims(partials.values())
     return FuncSchedule(block={**{d: n for d, n in s.block.items() if d in dims}, chunk_dim: 1},
                         tensorize={d: n for d, n in s.tensorize.items() if d in dims},
-                        num_warps=s.num_warps, num_stages=s.num_stages, tma=s.tma, taken_from=s.taken_from or root,
+                        num_warps=s.num_warps, num_stages=s.num_stages, tma=s.tma, stream=s.stream, taken_from=s.taken_from or root,
                         locs={"block": s.locs.get("block") or s.locs.get("split")},
                         dim_locs={k: v for k, v in s.dim_locs.items() if k[1] in dims})
 

@@ -77,7 +77,7 @@ class KernelLowering(GridLowering, LoopNestLowering, WalkSums, ExpressionLowerin
         return S.Kernel(self.name, self.root, program_count, prune_lets(tuple(self.out)), sched.num_warps,
                         sched.num_stages, tuple(self.reads), tuple(dict.fromkeys(self.writes)), root.loc,
                         persistent=sched.persistent, persistent_programs=sched.persistent_programs, tma=sched.tma,
-                        scheduled_by=sched.taken_from or "")
+                        stream=sched.stream, scheduled_by=sched.taken_from or "")
 
     def _dim_order(self) -> list[str]:
         """The order tiles lay their axes out in: the root's dimensions, each other pure dimension
