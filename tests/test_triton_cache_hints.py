@@ -142,3 +142,43 @@ def test_a_streamed_kernel_matches_the_reference():
     prog = dt.loads(ONE_WALK)
     args = random_inputs(prog, {"x": 3, "y": 150}, "f32", seed=4)
     assert_close(prog(backend="triton", **args), prog.reference(**args), "f32")
+
+
+def _streamed_tensors(source: str, dtype: str = "f32") -> list[list[str]]:
+    return [sorted({load.tensor for load in streamed(k)}) for k in dt.loads(source).pipeline(dtype).kernels]
+
+
+def test_stream_leaves_rows_several_programs_read():
+    """A causal prefix (every query of a row walks it from 0) and a row recomputed in each program
+    along another dimension are read by several programs: not streamed, and the warning says so."""
+    causal = "Func out; In A; Var b, m; RVar l;\nout[b, m] = rsum(where(l <= m, A[b, l], 0.0), l);\n" \
+             "out.block(b:1, m:1); out.tensorize(l:64); out.stream(); out.compile();"
+    assert _streamed_tensors(causal) == [[]]
+    assert [w.code for w in dt.loads(causal).lint({"b": 4, "m": 512, "l": 512}, "f32")] == ["nothing-to-stream"]
+    wide = "Func out, s; In A, B; Var x, y; RVar k;\ns[x] = rsum(A[x, k], k);\nout[x, y] = s[x] * B[x, y];\n" \
+           "out.block(x:1, y:1024); out.tensorize(y:64, k:64); s.fuse_at(out, x); out.stream(); out.compile_to_kernel();"
+    assert _streamed_tensors(wide) == [["B"]]  # s's row of A is read by every program along y
+
+
+def test_stream_takes_a_split_chunk_and_not_a_tensor_gathered_in_tiles():
+    split = "Func s; In A; Var x; RVar y;\ns[x] = rsum(A[x, y], y);\n" \
+            "s.tensorize(y:1024); s.split(y:8192); s.stream(); s.compile();"
+    assert _streamed_tensors(split) == [["A"], ["s_chunks"]]  # each program its chunk, then the chunks
+    assert "nothing-to-stream" not in [w.code for w in dt.loads(split).lint({"x": 64, "y": 65536}, "f32")]
+    rope = Path("examples/llm/rope.dt").read_text() + "\nq_out.stream();\n"
+    assert _streamed_tensors(rope, "bf16")[0] == []  # Q and K are gathered again (their rotated halves)
+    # one gathered element (the target's logit) is a line: the row of logits still streams
+    assert _streamed_tensors(Path("benchmarks/gpu/schedules/cross_entropy_stream.dt").read_text()) == [["L", "T"]]
+
+
+def test_nothing_to_stream_through_tma_and_once_for_a_split():
+    tma = "Func out; In A; Var x; RVar y;\nout[x] = rsum(A[x, y], y);\n" \
+          "out.block(x:2); out.tensorize(x:2, y:64); out.tma(); out.stream(); out.compile();"
+    assert _streamed_tensors(tma) == [["A"]]  # a box: TMA moves it, and a descriptor's load takes no hint
+    assert "nothing-to-stream" in [w.code for w in dt.loads(tma).lint({"x": 4096, "y": 16384}, "f32")]
+    # a split's two kernels take one stream(): its chunks' programs each load the whole row here
+    # (nothing of theirs streams), the kernel adding the chunks streams them: no warning
+    whole_rows = "Func s; In A; Var x; RVar y;\ns[x] = rsum(A[x, y], y);\n" \
+                 "s.block(x:1); s.tensorize(y:0); s.split(y:8192); s.stream(); s.compile();"
+    assert _streamed_tensors(whole_rows) == [[], ["s_chunks"]]
+    assert "nothing-to-stream" not in [w.code for w in dt.loads(whole_rows).lint({"x": 64, "y": 65536}, "f32")]

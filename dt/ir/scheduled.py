@@ -448,6 +448,7 @@ class Kernel:
     persistent_programs: int | None = None
     tma: bool = False
     stream: bool = False
+    grid_indices: tuple[str, ...] = ()  # the Lets holding the program's block index of each blocked dimension
     # the Func whose schedule statements shape this kernel, where not `func` (a split's partials
     # kernel takes the split Func's): what a hint tells the user to reschedule
     scheduled_by: str = ""

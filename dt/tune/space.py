@@ -5,11 +5,11 @@ dimensions is blocked over programs (one index a program, a power-of-two block, 
 extent), the tile each reduction its kernel computes walks in (a power of two, or the whole
 extent; the contiguous dimension may also be walked in tiles by one program), where it has few
 programs its reduction split in chunks across programs (the sums fused beside it split alike),
-and on a GPU its warps and pipeline stages, and whether a walk computing no product streams what
-it reads once (`stream()`). A kernel whose walk over its rows sums split Funcs' chunks
-(`dw.compute_with(dx, x)`) takes chunks of rows a program, those Funcs split alike. Every other
-schedule statement (fusion, compute_with, inlining, program order, launch hints, compile, a split
-written) stays as written. A point is
+and on a GPU its warps and pipeline stages, for a product its launch hints, and for a kernel
+without one whether it streams what it reads once (`stream()`). A kernel whose walk over its rows
+sums split Funcs' chunks (`dw.compute_with(dx, x)`) takes chunks of rows a program, those Funcs
+split alike. Every other schedule statement (fusion, compute_with, inlining, compile, a split
+written) stays as written; the program as written is timed too. A point is
 kept when dt's checker accepts it, its tiles fit at the extents, and dt raises none of the
 performance warnings that call a schedule slow (`PRUNED`, docs/performance-warnings.md).
 
@@ -211,7 +211,7 @@ def _choices(checked, root: str, extents: dict[str, int], gpu: bool, item: int =
                             for s in (PRODUCT_STAGES if product else WALK_STAGES if walk else STAGES)])
     if gpu and product:  # launch hints: a win for products only (docs/language.md), both together
         gpu_options.append([("launch", "", ""), ("launch", "persistent+tma", f"{root}.persistent();\n{root}.tma();\n")])
-    if gpu and not product and _walks(checked, root):  # rows read once may stream through L2 (docs/language.md)
+    if gpu and not product:  # what the kernel reads once may stream through L2 (docs/language.md)
         gpu_options.append([("cache", "", ""), ("cache", "stream", f"{root}.stream();\n")])
     choices, over = [], 0
     for blocks, tiles, *launch in itertools.product(itertools.product(*axes), itertools.product(*walks),
@@ -313,11 +313,6 @@ def _reductions(checked, root: str) -> dict[str, bool]:
     elsewhere = {checked.schedules[p].walked_in[1] for p in checked.partials
                  if checked.schedules[p].walked_in and checked.schedules[p].taken_from in funcs}
     return {d: product for d, product in found.items() if d not in checked.funcs[root].dims and d not in elsewhere}
-
-
-def _walks(checked, root: str) -> bool:
-    """Whether root's kernel computes a reduction (its own, or a Func's fused into it: a softmax's sum)."""
-    return any(isinstance(e, A.Reduce) for f in _own_funcs(checked, root) for e in A.walk(checked.algorithm[f].expr))
 
 
 def _batch_dims(checked, root: str) -> set[str]:

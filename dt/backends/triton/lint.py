@@ -177,18 +177,30 @@ def tma_fallback(facts: KernelFacts):
 
 
 def nothing_to_stream(facts: KernelFacts):
-    """`stream()` on a kernel none of whose loads it changes: every tensor the kernel reads is
-    read by several of its passes (released after the last one already), by a loop that does not
-    advance over it, or by several programs."""
+    """`stream()` that changes no load: every tensor the kernels it shapes read (a split's two)
+    is read by several passes (released after the last one already), by a loop that does not
+    advance over it, by several programs, or through TMA (whose loads take no hint). Said once,
+    at the first of those kernels."""
     kernel, context = facts.kernel, facts.context
-    if not kernel.stream or streamed(kernel):
-        return
     func = kernel.schedule_func
+    shaped = [k for k in facts.pipeline.kernels if k.stream and k.schedule_func == func]
+    if not kernel.stream or kernel.name != shaped[0].name or any(_streamed_by_pointers(k, facts.pipeline) for k in shaped):
+        return
+    names = " and ".join(f"'{k.name}'" for k in shaped)
     yield PerformanceWarning(
-        "nothing-to-stream", f"{func}.stream() asks kernel '{kernel.name}' to stream the tensors it reads once, and "
-        f"it reads none once: each is read again by the same program or by several programs",
+        "nothing-to-stream", f"{func}.stream() asks kernel{'s' * (len(shaped) > 1)} {names} to stream the tensors "
+        f"read once, and none is: each is read again by the same program or by several programs, or moves by TMA",
         context.schedule_loc(func, "stream") or kernel.loc,
         cost="nothing gained: the hint changes no load", hint=f"remove {func}.stream()", func=func)
+
+
+def _streamed_by_pointers(kernel: S.Kernel, pipeline: S.Pipeline) -> list[S.Load]:
+    """The loads stream() changes in `kernel` that move through pointers (TMA's take no hint)."""
+    loads = streamed(kernel)
+    if not kernel.tma or not loads:
+        return loads
+    boxes = TmaPlan(with_lane_accumulators(kernel), pipeline, KernelLayout(kernel), Names()).box_descriptor
+    return [load for load in loads if load not in boxes]
 
 
 def _rule(check, *codes) -> Rule:

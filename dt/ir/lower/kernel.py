@@ -10,6 +10,7 @@ from dt.ir import uses
 from dt.ir.check.compute_with import runs_after
 from dt.ir.check.program import CheckedProgram
 from dt.ir.check.uses import reachable
+from dt.ir.index_expr import IVar
 from dt.ir.lower.builder import KernelBuilder
 from dt.ir.lower.dtypes import dot_dtype_of
 from dt.ir.lower.expressions import ExpressionLowering
@@ -77,7 +78,8 @@ class KernelLowering(GridLowering, LoopNestLowering, WalkSums, ExpressionLowerin
         return S.Kernel(self.name, self.root, program_count, prune_lets(tuple(self.out)), sched.num_warps,
                         sched.num_stages, tuple(self.reads), tuple(dict.fromkeys(self.writes)), root.loc,
                         persistent=sched.persistent, persistent_programs=sched.persistent_programs, tma=sched.tma,
-                        stream=sched.stream, scheduled_by=sched.taken_from or "")
+                        stream=sched.stream, scheduled_by=sched.taken_from or "",
+                        grid_indices=tuple(r.block_index.name for r in ranges.values() if isinstance(r.block_index, IVar)))
 
     def _dim_order(self) -> list[str]:
         """The order tiles lay their axes out in: the root's dimensions, each other pure dimension
