@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 
 from dt.ir import algorithm as A
+from dt.ir.check.uses import reachable, uses
 
 NEG_INF, ZERO = "-inf", "0"  # what a value is on every masked lane
 _MIRROR = {"<": ">", "<=": ">=", ">": "<", ">=": "<="}
@@ -145,15 +146,8 @@ def _finite_max(e: A.Access, funcs) -> bool:
 def _may_be_neg_inf(e: A.Expr, funcs) -> bool:
     """Whether e, or a Func it reads (at any depth), has a -inf constant: a lane of a row the
     where keeps could then be -inf, and the row's max too."""
-    seen, stack = set(), [e]
-    while stack:
-        for n in A.walk(stack.pop()):
-            if _constant(n) == NEG_INF:
-                return True
-            if isinstance(n, A.Access) and n.kind == "func" and n.name in funcs and n.name not in seen:
-                seen.add(n.name)
-                stack.append(funcs[n.name].expr)
-    return False
+    read = reachable(funcs, {u.name for u in uses(e) if u.name in funcs})
+    return any(_constant(n) == NEG_INF for x in [e, *(funcs[f].expr for f in read)] for n in A.walk(x))
 
 
 def _constant(e: A.Expr) -> str | None:
