@@ -23,6 +23,9 @@ if not _has_cuda():
 
 
 def pytest_collection_modifyitems(config, items):
+    # the tests marked slow first (the others keep their order): under `pytest -n 2` the long ones
+    # then run beside the many short ones, not alone at the end with the other core idle
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
     missing = [name for name in ("torch", "triton") if find_spec(name) is None]
     if not missing:
         return

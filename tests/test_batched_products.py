@@ -6,7 +6,7 @@ import pytest
 
 import dt
 from dt.ir import scheduled as S
-from test_llm_examples import BACKENDS, LLM, normal, run
+from test_llm_examples import BACKENDS, LLM, SLOW_ON_TRITON, normal, run
 
 
 def attention_reference(q, k, v, causal):
@@ -18,7 +18,7 @@ def attention_reference(q, k, v, causal):
 
 
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend", SLOW_ON_TRITON)
 def test_multi_head_attention(backend, causal):
     b, h, s, d = 2, 3, 133, 24  # a sequence that no tile divides, a head dim under a power of two
     q, k, v = normal(b, h, s, d), normal(b, h, s, d), normal(b, h, s, d)

@@ -65,6 +65,7 @@ def test_talk_kernels_are_the_examples_verbatim(example):
     assert _statements(case.source("talk")) == _statements((ROOT / "examples" / f"{example}.dt").read_text())
 
 
+@pytest.mark.slow
 def test_interp_passes_the_whole_catalogue_in_f32():
     # Also proves each case's reference, sizes and schedules are sound (interp is the oracle's twin).
     results = results_of(backends.get("interp"), dtypes=["f32"])

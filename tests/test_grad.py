@@ -76,6 +76,7 @@ def test_every_example_differentiates_or_says_why_not(path):
     assert errors and max(errors.values()) < 1e-6, errors
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 @given(st.sampled_from((elementwise, row_reduction, matmul, two_matmuls, batched)).flatmap(lambda family: family()))
 def test_random_programs_match_finite_differences(case):
@@ -512,6 +513,7 @@ def test_a_weights_gradient_and_its_biass_walk_the_rows_once_in_chunks():
 SAVED_ATTENTION = ("mx", "dvsr", "attention")
 
 
+@pytest.mark.slow
 def test_attention_backward_runs_flash_style_without_storing_the_scores():
     # the derived algorithm, reading the forward's output and row statistics, with the schedule of the
     # GPU row: each gradient recomputes its tiles of scores in its loop, skips the tiles above the

@@ -11,7 +11,7 @@ from strategies import cases
 EXAMPLES = {"interp": 150, "numba": 25, "triton": 25}
 
 
-@pytest.mark.parametrize("backend", ["interp", "numba",
+@pytest.mark.parametrize("backend", ["interp", pytest.param("numba", marks=pytest.mark.slow),
                                      pytest.param("triton", marks=[pytest.mark.needs_triton, pytest.mark.slow])])
 def test_schedule_never_changes_the_meaning(backend):
     if not backends.available(backend):

@@ -28,7 +28,8 @@ def _inputs(shapes, dtype, seed=0):
     return {n: torch.randn(*s, dtype=dtype, generator=generator).requires_grad_() for n, s in shapes.items()}
 
 
-@pytest.mark.parametrize("path", CASES)
+@pytest.mark.parametrize("path", [pytest.param(path, marks=pytest.mark.slow) if "gqa" in path else path
+                                  for path in CASES])
 def test_gradcheck_passes_on_the_autograd_function(path):
     import torch
     import dt.torch as dtt
@@ -85,6 +86,7 @@ def test_a_custom_op_passes_opcheck_and_compiles_whole():
         torch.testing.assert_close(inputs[name].grad, eager[name].grad)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not backends.available("numba"), reason="numba is not installed")
 def test_a_module_with_dt_rmsnorm_and_attention_trains():
     import torch
@@ -124,6 +126,7 @@ def test_a_module_with_dt_rmsnorm_and_attention_trains():
 
 
 # ---------------------------------------------------------------- a review's findings
+@pytest.mark.slow
 def test_custom_ops_of_one_output_one_gradient_and_integer_scalars():
     import torch
     import dt.torch as dtt
