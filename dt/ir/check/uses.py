@@ -45,6 +45,12 @@ def depends(funcs, name: str, updates: dict[str, list[str]]) -> list[str]:
     return found
 
 
+def read_through(funcs, exprs) -> list:
+    """exprs and the expressions of every Func they read, at any depth (reachable)."""
+    read = reachable(funcs, {u.name for e in exprs for u in uses(e) if u.name in funcs})
+    return [*exprs, *(funcs[f].expr for f in read)]
+
+
 def reachable(funcs, names, stop=frozenset()) -> set[str]:
     """names, their updates and the Funcs they run after, transitively, not looking past the Funcs
     in `stop`."""

@@ -12,7 +12,7 @@ from dt.ir import algorithm as A
 from dt.ir import scheduled as S
 from dt.ir.check.compute_with import top_reductions
 from dt.ir.check.statistics import loop_statistic, mean_reduction
-from dt.ir.check.uses import reachable, uses
+from dt.ir.check.uses import read_through
 from dt.ir.index_expr import IBin, IConst, IVar, iadd, ifloordiv, imin, imul, isub
 from dt.ir.lower import skipping
 from dt.ir.lower.dtypes import float8_dot_dtype
@@ -239,9 +239,8 @@ class ReductionLowering:
         """Whether a loop accumulating `reductions` computes a matrix product (rdot), in them or in
         the Funcs they read: its tiles stay masked in one loop (a second copy of a pipelined loop of
         tl.dot doubles its compile time, and FlashAttention-style loops gained nothing unmasked)."""
-        read = reachable(self.cp.funcs, {u.name for r in reductions for u in uses(r) if u.name in self.cp.funcs})
         return any(isinstance(n, A.Reduce) and n.op == "dot"
-                   for e in [*reductions, *(self.cp.funcs[f].expr for f in read)] for n in A.walk(e))
+                   for e in read_through(self.cp.funcs, reductions) for n in A.walk(e))
 
     def stores_in_loop(self, funcs, reductions) -> bool:
         """Whether the loop accumulating `reductions` (of `funcs`) computes an output (or another

@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 
 from dt.ir import algorithm as A
-from dt.ir.check.uses import reachable, uses
+from dt.ir.check.uses import read_through
 
 NEG_INF, ZERO = "-inf", "0"  # what a value is on every masked lane
 _MIRROR = {"<": ">", "<=": ">=", ">": "<", ">=": "<="}
@@ -146,8 +146,7 @@ def _finite_max(e: A.Access, funcs) -> bool:
 def _may_be_neg_inf(e: A.Expr, funcs) -> bool:
     """Whether e, or a Func it reads (at any depth), has a -inf constant: a lane of a row the
     where keeps could then be -inf, and the row's max too."""
-    read = reachable(funcs, {u.name for u in uses(e) if u.name in funcs})
-    return any(_constant(n) == NEG_INF for x in [e, *(funcs[f].expr for f in read)] for n in A.walk(x))
+    return any(_constant(n) == NEG_INF for x in read_through(funcs, [e]) for n in A.walk(x))
 
 
 def _constant(e: A.Expr) -> str | None:
