@@ -335,6 +335,33 @@ def test_a_max_or_min_across_lanes_keeps_nan(fn, schedule):
     np.testing.assert_array_equal(np.asarray(prog(backend="triton", A=a)), want)
 
 
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+@pytest.mark.parametrize("fn", ["rmax", "rmin", "cummax", "cummin"])
+def test_the_interpreter_runs_nan_keeping_max_and_min_as_numpy(fn, dtype):
+    """interpreter_fix runs reductions and scans whose combine is dt's NaN-propagating helper as
+    NumPy's max / min (Triton's interpreter would call the helper in Python for every pair of
+    lanes): the same values, NaN, infinities and bfloat16 bit patterns included."""
+    import torch
+
+    from dt.backends.pysource import load_module
+    from dt.backends.triton import interpreter_fix
+    scan = fn.startswith("cum")
+    lhs, schedule = ("s[x, y]", "s.block(x:2); s.tensorize(x:2, y:0);") if scan else ("s[x]", "s.block(x:1); s.tensorize(y:16);")
+    prog = dt.loads(f"Func s; In A; Var x; {'Var' if scan else 'RVar'} y;\n{lhs} = {fn}(A[x, y], y);\n{schedule} s.compile();")
+    module = load_module(prog.source("triton", dtype), "test", {"__name__": "dt_test"})
+    helper = "_max_with_nan" if "max" in fn else "_min_with_nan"
+    assert interpreter_fix._nan_propagating(module[helper]) is (np.maximum if "max" in fn else np.minimum)
+    kernel = next(v for k, v in module.items() if hasattr(v, "fn") and k != helper)
+    assert interpreter_fix._nan_propagating(kernel) is None
+    a = np.random.default_rng(3).normal(size=(5, 40)).astype(np.float32)
+    a[1, 7], a[3, 0], a[2], a[4, 5] = np.nan, np.nan, -np.inf, np.inf
+    a = torch.from_numpy(a).to(torch.bfloat16 if dtype == "bf16" else torch.float32)
+    ufunc = np.maximum if "max" in fn else np.minimum
+    values = a.float().numpy()
+    want = ufunc.accumulate(values, axis=1) if scan else ufunc.reduce(values, axis=1)
+    np.testing.assert_array_equal(prog(backend="triton", A=a).float().numpy(), want)
+
+
 def test_tanh_is_libdevice_compiled_and_a_formula_interpreted():
     """The interpreter has no libdevice: the same pipeline renders tanh both ways (the
     compiled one is compiled for sm_90 in test_kernels_compile_for_sm90)."""

@@ -302,15 +302,26 @@ SCHEDULES: list[tuple[str, str | None, str | None, str]] = [
     ("batched_matmul", "b=512, x=128, y=128, k=64", None, _S + "batched_matmul_64x128.dt"),
     # argmax: the example's 4096-wide tiles of 32 warps, streamed, at 64 rows, and the same without
     # stream() at 4096 rows in bf16; dt tune's 512-wide tiles of 16 warps, one stage, streamed, at 256
-    # and 1000 rows in f32; 2048-wide tiles of 8 warps in 3 stages elsewhere (the fastest of seven
-    # schedules side by side, H100), but at GPT-2's 256 rows in bf16 (dt tune's 2048-wide tiles of 32
-    # warps, streamed)
+    # rows in f32; dt tune's 256-wide tiles of 4 warps, one stage, streamed, at 1000 rows (1.06x /
+    # 1.24x the 512- and 2048-wide tiles there, H100); 2048-wide tiles of 8 warps in 3 stages at 4096
+    # rows in f32 (the fastest of seven schedules side by side, H100); at GPT-2's 256 rows in bf16 dt
+    # tune's 2048-wide tiles of 32 warps, streamed
     ("argmax", "r=256, v=50257", "bf16", _S + "argmax_r256_2048.dt"),
     ("argmax", "r=4096, v=128256", "bf16", _S + "argmax_4096_w32.dt"),
     ("argmax", "r=256, v=50257", "f32", _S + "argmax_512_w16.dt"),
-    ("argmax", "r=1000, v=32000", "f32", _S + "argmax_512_w16.dt"),
-    ("argmax", "r=1000, v=32000", "bf16", _S + "argmax_2048_w8.dt"),
+    ("argmax", "r=1000, v=32000", None, _S + "argmax_256_w4.dt"),
     ("argmax", "r=4096, v=128256", "f32", _S + "argmax_2048_w8.dt"),
+    # dt tune's 2048-wide walks of each row (three of them: the second and third find it in L1/L2) at
+    # 4096 x 4096 and 16384 x 4096 bf16: 1.02x / 1.02x / 1.00x the example's whole row in one tile there,
+    # 0.91-0.99x at 3000 and 8192 columns and at 16384 rows in f32 (H100)
+    ("layernorm_stats", "x=4096, k=4096", None, _S + "layernorm_stats_2048.dt"),
+    ("layernorm_stats", "x=16384, k=4096", "bf16", _S + "layernorm_stats_2048.dt"),
+    # dt tune's programs of 4 rows x 128 columns at 4096 x 14,336 f32: 1.02-1.03x the example's one row
+    # x 2048 columns on the f32 rows, 0.84-0.86x on the bf16 ones (H100)
+    ("swiglu", None, "f32", _S + "swiglu_4x128.dt"),
+    # dt tune's 2048-wide walk of each row, at 4096 x 4096 f32: 1.04-1.05x the whole row in one tile on the
+    # f32 rows, 0.95-0.98x on the bf16 ones (H100)
+    ("softmax_grad", None, "f32", _S + "softmax_grad_2048.dt"),
     # stream() (rows read once leave L2 first): faster at 1000 rows and in bf16, 4% slower at 4096-8192 rows in f32
     ("cross_entropy", "r=1000, v=50257", None, _S + "cross_entropy_stream.dt"),
     ("cross_entropy", None, "bf16", _S + "cross_entropy_stream.dt"),

@@ -58,14 +58,52 @@ def normalise_source(text: str) -> str:
     return text.removeprefix("\ufeff").replace("\r\n", "\n").replace("\r", "\n")
 
 
-def parse(text: str, file: str = "<dt>", name: str | None = None) -> A.Program:
+def parse(text: str, file: str = "<dt>", name: str | None = None, parsed: str | None = None) -> A.Program:
+    """`parsed`: a start of `text` that ends after a statement and a newline and was parsed before
+    (dt tune's thousands of schedules of one algorithm): its parse tree is reused."""
     text = normalise_source(text)
     src = _Source(text, file)
     try:
-        tree = _parser().parse(text)
+        tree = _tree_after(parsed, text) if parsed and text.startswith(parsed) else None
+        tree = tree or _parser().parse(text)
     except lark.UnexpectedInput as e:
         raise _syntax_error(e, src, text) from None
     return _Builder(src, text).build(tree, name or Path(file).stem)
+
+
+@lru_cache(maxsize=4)
+def _prefix_tree(prefix: str) -> lark.Tree | None:
+    try:
+        return _parser().parse(prefix)
+    except lark.UnexpectedInput:
+        return None
+
+
+def _tree_after(prefix: str, text: str) -> lark.Tree | None:
+    """text's parse tree from prefix's (cached) and the rest's, the rest's positions moved past
+    the prefix; None where either part alone does not parse (the whole text then says why)."""
+    start = _prefix_tree(prefix) if prefix.endswith("\n") else None
+    if start is None:
+        return None
+    try:
+        rest = _parser().parse(text[len(prefix):])
+    except lark.UnexpectedInput:
+        return None
+    lines, chars = prefix.count("\n"), len(prefix)
+    for node in rest.iter_subtrees():
+        if not node.meta.empty:
+            node.meta.line += lines
+            node.meta.end_line += lines
+            node.meta.start_pos += chars
+            node.meta.end_pos += chars
+        node.children = [_moved(c, lines, chars) if isinstance(c, lark.Token) else c for c in node.children]
+    return lark.Tree(start.data, start.children + rest.children, start.meta)
+
+
+def _moved(token: lark.Token, lines: int, chars: int) -> lark.Token:
+    return token if token.line is None else lark.Token(
+        token.type, token.value, token.start_pos + chars, token.line + lines, token.column,
+        token.end_line + lines, token.end_column, token.end_pos + chars)
 
 
 def _syntax_error(e: lark.UnexpectedInput, src: _Source, text: str) -> DTSyntaxError:

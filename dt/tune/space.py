@@ -87,7 +87,8 @@ def space(prog, sizes: dict[str, int], dtype: str = "f32", backend: str = "trito
     """The schedules of `prog` at these extents (a Space: the kept Candidates, and counts), at
     most `limit` generated: where there are more points, a seeded random sample of them."""
     from dt import backends
-    from dt.runtime import loads
+    from dt.frontend.parser import parse
+    from dt.runtime import Program
     gpu = backends.get(backend).capabilities.machine == "gpu"
     # the program's own dimensions (a split's chunk dimension is derived: each candidate derives its own)
     extents = {d: n for d, n in prog._extents({}, sizes, "sizes").items() if d not in prog.checked.chunk_dims}
@@ -116,7 +117,7 @@ def space(prog, sizes: dict[str, int], dtype: str = "f32", backend: str = "trito
         slots = tuple((f"{root}.{slot}", label) for root, choice in zip(parts, combination)
                       for slot, label, _ in choice if slot)
         try:
-            candidate = loads(text, name=prog.name, file=f"<{name}>")
+            candidate = Program(parse(text, f"<{name}>", prog.name, parsed=base))
             candidate.check_extents(extents, dtype if isinstance(dtype, str) else "f32")
             found = {(w.code, w.message) for w in candidate.lint(extents, dtype, backend) if w.code in PRUNED}
         except DTError:

@@ -17,10 +17,21 @@ unpatched interpreter too, except for what these fix.
 - tensor-valued `range()` bounds (a tile loop over the valid part of a block) fail with NumPy
   >= 2.4, which no longer converts 1-element arrays to int (triton-lang/triton#9171); the fix
   is upstream's (#9172): take the single element.
+- reductions and scans whose combine is dt's `_max_with_nan` / `_min_with_nan` (rmax, rmin,
+  cummax, cummin): the interpreter calls a combine it does not know in Python for every pair of
+  lanes (minutes for a row of 128k logits). The fix computes them with NumPy's max / min and
+  maximum / minimum.accumulate, which propagate NaN as those helpers do.
 """
 from __future__ import annotations
 
+import ast
+import inspect
+import textwrap
+from functools import cache
+
 import numpy as np
+
+from dt.backends.triton.helpers import functions
 
 
 def apply():
@@ -74,6 +85,63 @@ def apply():
 
         patched.dt_fixed = True
         interpreter._patch_lang_tensor = patched
+
+    generic_reduce, generic_scan = interpreter.ReduceOps.generic_reduce, interpreter.ScanOps.generic_scan
+    if not getattr(generic_reduce, "dt_fixed", False):
+        def numpy_reduce(self, input):
+            ufunc = _nan_propagating(self.combine_fn)
+            if ufunc is None or len(input) != 1:
+                return generic_reduce(self, input)
+            tensor = input[0]
+            data = _on_floats(tensor, lambda x: ufunc.reduce(x, axis=self.axis, keepdims=self.keep_dims))
+            return [self.to_tensor(data, tensor.dtype)]
+
+        def numpy_scan(self, input):
+            ufunc = _nan_propagating(self.combine_fn)
+            if ufunc is None or len(input) != 1:
+                return generic_scan(self, input)
+            tensor = input[0]
+            return [self.to_tensor(_on_floats(tensor, lambda x: ufunc.accumulate(x, axis=self.axis)), tensor.dtype)]
+
+        numpy_reduce.dt_fixed = numpy_scan.dt_fixed = True
+        interpreter.ReduceOps.generic_reduce, interpreter.ScanOps.generic_scan = numpy_reduce, numpy_scan
+
+
+@cache
+def _combine_bodies() -> dict[str, np.ufunc]:
+    """The body of dt's NaN-propagating combine helpers, as an AST dump: the NumPy ufunc each is."""
+    helpers = functions("device_helpers.py")
+    return {_body(helpers["_max_with_nan"]): np.maximum, _body(helpers["_min_with_nan"]): np.minimum}
+
+
+def _body(source: str) -> str:
+    return ast.dump(ast.Module(ast.parse(textwrap.dedent(source)).body[0].body, []))
+
+
+def _nan_propagating(combine_fn) -> np.ufunc | None:
+    """np.maximum / np.minimum where `combine_fn` is one of dt's helpers (under the name the
+    generated module gave it), else None."""
+    return _ufunc_of(getattr(combine_fn, "fn", combine_fn))
+
+
+@cache
+def _ufunc_of(fn) -> np.ufunc | None:
+    try:
+        source = inspect.getsource(fn)
+    except (OSError, TypeError):  # a function without source is none of dt's helpers
+        return None
+    return _combine_bodies().get(_body(source))
+
+
+def _on_floats(tensor, compute) -> np.ndarray:
+    """compute() applied to a tensor's values: bfloat16 (held as bit patterns) widened to float32
+    and back, which is exact for max, min and their scans."""
+    import triton.language as tl
+    data = tensor.handle.data
+    if tensor.dtype.scalar != tl.bfloat16:
+        return compute(data)
+    widened = (data.astype(np.uint32) << 16).view(np.float32)
+    return (np.asarray(compute(widened), np.float32).view(np.uint32) >> 16).astype(np.uint16)
 
 
 def _numpy_converts_1_element_arrays() -> bool:

@@ -29,16 +29,16 @@ def _dot_tiles(facts: KernelFacts):
     """(product, statement, the lanes its M, N and K tiles have and are padded to) of each
     product, as the renderer lays them out (KernelLayout: a whole extent is padded at launch,
     to MIN_DOT at least in a product)."""
-    layout = KernelLayout(with_lane_accumulators(facts.kernel))
-    for s, value in statements_with_values(facts.kernel.body):
-        for node in S.walk_texpr(value):
-            if isinstance(node, S.Dot):
-                axes = (node.a.dims[0], node.b.dims[1], node.axis)
-                tiles = [layout.axes[a].tile if a in layout.axes else None for a in axes]
-                used = [_used(facts, a) for a in axes]
-                padded = [t if isinstance(t, int) else None if u is None else tile_padding(u, dot=True)
-                          for t, u in zip(tiles, used)]
-                yield node, s, axes, tiles, used, padded
+    dots = [(node, s) for s, value in statements_with_values(facts.kernel.body)
+            for node in S.walk_texpr(value) if isinstance(node, S.Dot)]
+    layout = KernelLayout(with_lane_accumulators(facts.kernel)) if dots else None  # laying out costs
+    for node, s in dots:
+        axes = (node.a.dims[0], node.b.dims[1], node.axis)
+        tiles = [layout.axes[a].tile if a in layout.axes else None for a in axes]
+        used = [_used(facts, a) for a in axes]
+        padded = [t if isinstance(t, int) else None if u is None else tile_padding(u, dot=True)
+                  for t, u in zip(tiles, used)]
+        yield node, s, axes, tiles, used, padded
 
 
 def small_products(facts: KernelFacts):

@@ -57,7 +57,8 @@ def check(program: A.Program) -> CheckedProgram:
     kernel_roots = tuple(n for n in funcs if n not in fused)
     check_launch_primitives(schedules, fused)
     computed_with = shared_loops(funcs, schedules, fused, dim_kinds)
-    written = {n: defs[n] for n in order if n in reachable(defs, outputs)}
+    read = reachable(defs, outputs)
+    written = {n: defs[n] for n in order if n in read}
     checked = CheckedProgram(program, funcs, program.names_of("In"), program.names_of("SIn"), dim_kinds,
                              schedules, outputs, kernel_roots, fused, input_ranks, computed_with, written=written,
                              inlined_outputs=inlined_outputs, chunk_dims=chunk_dims, partials=partials,

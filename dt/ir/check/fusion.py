@@ -67,10 +67,11 @@ def check_fused_uses(cp: CheckedProgram):
     """Every use of a fused producer must lie inside the consumer loop it is computed in. A Func
     computed with a sibling sits inside the sibling's reduction loop."""
     placed = {**cp.fused, **{f: with_ for with_, fs in cp.computed_with.items() for f in fs}}
+    reads = {n: list(uses(f.expr)) for n, f in cp.funcs.items()}  # walked once, not once a producer
     for producer, (consumer, dim) in cp.fused.items():
         loc = cp.schedules[producer].locs.get("fuse_at")
         for f in cp.funcs.values():
-            for use in uses(f.expr):
+            for use in reads[f.name]:
                 if use.name == producer and use.dims is None:
                     raise DTScheduleError(f"'{producer}' is fused, so it is computed only over the tiles of the loop it "
                                           f"is fused at, but '{f.name}' reads it at computed indices, {use.text}",
@@ -82,7 +83,7 @@ def check_fused_uses(cp: CheckedProgram):
                                           f"names, {producer}[{own}], but '{f.name}' indexes it {use.text}", use.loc,
                                           f"rename the dimensions in the definition of {producer}, or compute it at "
                                           f"root (remove its fuse_at)")
-        users = [n for n, f in cp.funcs.items() if any(u.name == producer for u in uses(f.expr))]
+        users = [n for n in cp.funcs if any(u.name == producer for u in reads[n])]
         if not users and producer not in cp.outputs:  # an output is stored from there: nothing need read it
             raise DTScheduleError(f"'{producer}' is fused into '{consumer}' but nothing uses it", loc,
                                   f"compute {producer} at root (remove its fuse_at), or compile it: an output "

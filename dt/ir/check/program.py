@@ -176,8 +176,12 @@ class CheckedProgram:
         combination; a gradient's row statistics, computed in one kernel and read by the next):
         the kernel computing them stores them, as it stores an output fused into it, and the
         others load them."""
-        return tuple(p for p in self.funcs if p in self.fused and any(  # in the order of the Funcs: generated code is stable
-            u.name == p for f in self.funcs if self.root_of(f) != self.root_of(p) for u in uses(self.funcs[f].expr)))
+        read_by = {}  # Func -> the kernels (roots) that read it
+        for f in self.funcs:
+            for u in uses(self.funcs[f].expr):
+                read_by.setdefault(u.name, set()).add(self.root_of(f))
+        # in the order of the Funcs: generated code is stable
+        return tuple(p for p in self.funcs if p in self.fused and read_by.get(p, set()) - {self.root_of(p)})
 
     @cached_property
     def walk_sums(self) -> dict[tuple[str, str], tuple[str, ...]]:
