@@ -337,14 +337,15 @@ def test_a_max_or_min_across_lanes_keeps_nan(fn, schedule):
 
 @pytest.mark.parametrize("dtype", ["f32", "bf16"])
 @pytest.mark.parametrize("fn", ["rmax", "rmin", "cummax", "cummin"])
-def test_the_interpreter_runs_nan_keeping_max_and_min_as_numpy(fn, dtype):
+def test_the_interpreter_runs_nan_keeping_max_and_min_as_numpy(fn, dtype, monkeypatch):
     """interpreter_fix runs reductions and scans whose combine is dt's NaN-propagating helper as
     NumPy's max / min (Triton's interpreter would call the helper in Python for every pair of
-    lanes): the same values, NaN, infinities and bfloat16 bit patterns included."""
-    import torch
-
+    lanes): it takes that path, and gives the same values, NaN and infinities included."""
     from dt.backends.pysource import load_module
     from dt.backends.triton import interpreter_fix
+    numpy_runs = []
+    on_floats = interpreter_fix._on_floats
+    monkeypatch.setattr(interpreter_fix, "_on_floats", lambda t, compute: numpy_runs.append(t) or on_floats(t, compute))
     scan = fn.startswith("cum")
     lhs, schedule = ("s[x, y]", "s.block(x:2); s.tensorize(x:2, y:0);") if scan else ("s[x]", "s.block(x:1); s.tensorize(y:16);")
     prog = dt.loads(f"Func s; In A; Var x; {'Var' if scan else 'RVar'} y;\n{lhs} = {fn}(A[x, y], y);\n{schedule} s.compile();")
@@ -360,6 +361,27 @@ def test_the_interpreter_runs_nan_keeping_max_and_min_as_numpy(fn, dtype):
     values = a.float().numpy()
     want = ufunc.accumulate(values, axis=1) if scan else ufunc.reduce(values, axis=1)
     np.testing.assert_array_equal(prog(backend="triton", A=a).float().numpy(), want)
+    assert numpy_runs
+
+
+@pytest.mark.parametrize("ufunc", [np.maximum, np.minimum])
+def test_the_interpreters_numpy_max_and_min_read_bfloat16_bits_as_numbers(ufunc):
+    """Triton's interpreter holds bfloat16 as uint16 bit patterns (dt's kernels widen their loads
+    to float32 before reducing, so no dt program reaches this): compared as numbers, not as bits."""
+    from types import SimpleNamespace
+
+    import triton.language as tl
+
+    from dt.backends.triton import interpreter_fix
+    values = torch.tensor([[1.5, -2.0, 0.25, -0.0], [-3.0, float("nan"), 7.0, float("inf")],
+                           [-1.0, -float("inf"), -0.5, 2.0]], dtype=torch.bfloat16)
+    bits = values.view(torch.int16).numpy().view(np.uint16)
+    tile = SimpleNamespace(handle=SimpleNamespace(data=bits), dtype=SimpleNamespace(scalar=tl.bfloat16))
+    for compute, want in ((lambda x: ufunc.reduce(x, axis=1), ufunc.reduce(values.float().numpy(), axis=1)),
+                          (lambda x: ufunc.accumulate(x, axis=1), ufunc.accumulate(values.float().numpy(), axis=1))):
+        got = interpreter_fix._on_floats(tile, compute)
+        assert got.dtype == np.uint16
+        np.testing.assert_array_equal(torch.from_numpy(got.view(np.int16)).view(torch.bfloat16).float().numpy(), want)
 
 
 def test_tanh_is_libdevice_compiled_and_a_formula_interpreted():

@@ -544,22 +544,58 @@ def test_statements_written_over_several_lines_are_chosen_whole():
     assert any("_sum.compute_with(_max, y);" in c.text for c in space)
 
 
-def test_a_schedule_parsed_after_its_algorithm_is_the_program_parsed_whole():
+def test_a_schedule_parsed_after_its_algorithm_is_the_program_parsed_whole(monkeypatch):
     """The space parses each candidate's schedule lines after its algorithm's cached parse tree:
     the same Program, source locations included, wherever the text is cut; an error after the
     cut is reported where the whole text puts it."""
+    from dt.frontend import parser
     from dt.frontend.parser import parse
+    reused = []
+    tree_after = parser._tree_after
+    monkeypatch.setattr(parser, "_tree_after", lambda *a: reused.append(tree_after(*a)) or reused[-1])
     for path in ("examples/llm/layernorm_stats.dt", "examples/attention_safe_onepass.dt"):
         text = (ROOT / path).read_text()
         whole = repr(parse(text, "<t>", "t"))
         cuts = [m.end() for m in re.finditer("\n", text)]
+        reused.clear()
         assert all(repr(parse(text, "<t>", "t", parsed=text[:cut])) == whole for cut in cuts)
+        assert sum(tree is not None for tree in reused) >= len(cuts) // 2  # mid-statement cuts parse whole
         broken = text + "y.block(x:);\n"
         with pytest.raises(dt.DTSyntaxError) as whole_error:
             parse(broken, "<t>", "t")
         with pytest.raises(dt.DTSyntaxError) as cut_error:
             parse(broken, "<t>", "t", parsed=text)
         assert str(cut_error.value) == str(whole_error.value) and f"<t>:{len(cuts) + 1}:" in str(cut_error.value)
+
+
+@pytest.mark.parametrize("path, sizes, blocks, tiles, stages, tma, compiled", [
+    # shared memory Triton 3.6 allocated compiling each for sm_90 (bf16): the estimate is that, or a
+    # little over where a nested walk's outer tile takes less than a buffer
+    ("examples/llm/mha.dt", dict(b=4, h=16, m=4096, l=4096, k=128, n=128), dict(b=1, h=1, m=128, n=0),
+     dict(l=64, k=0), 3, False, 131072),
+    ("examples/llm/mha.dt", dict(b=4, h=16, m=4096, l=4096, k=128, n=128), dict(b=1, h=1, m=256, n=0),
+     dict(l=64, k=0), 5, False, 229376),
+    ("examples/llm/mha.dt", dict(b=4, h=16, m=4096, l=4096, k=128, n=128), dict(b=1, h=1, m=256, n=64),
+     dict(l=64, k=64), 5, False, 204800),
+    ("examples/llm/decode_split.dt", dict(b=4, h=32, l=8192, k=128, d=128), dict(b=1, h=1, d=32),
+     dict(l=256, k=0), 4, False, 247808),
+    ("examples/llm/decode_split.dt", dict(b=4, h=32, l=8192, k=128, d=128), dict(b=1, h=1, d=16),
+     dict(l=128, k=0), 4, False, 111104),
+    ("examples/matmul.dt", dict(x=4096, y=4096, k=4096), dict(x=128, y=256), dict(k=64), 4, True, 262176),
+])
+def test_shared_memory_is_estimated_as_triton_allocates_it(path, sizes, blocks, tiles, stages, tma, compiled):
+    """The space prunes what needs more shared memory than a GPU has: pipelined tiles of every
+    input a product kernel reads in its innermost walk (a decode step's keys, not only its
+    product's values), one buffer for what it reads outside it (attention's queries)."""
+    from dt.tune.space import _shared_bytes, _staged_loads
+    prog = dt.load(ROOT / path)
+    root = next(r for r in prog.checked.kernel_roots if r not in prog.checked.partials)
+    loads = _staged_loads(prog.checked, root)
+    estimate = _shared_bytes([(d, "", "", size) for d, size in blocks.items()],
+                             [(r, "", t) for r, t in tiles.items()],
+                             [("stages", f"s{stages}", "")] + ([("launch", "persistent+tma", "")] if tma else []),
+                             loads, sizes, 2)
+    assert compiled - 4096 <= estimate <= compiled * 1.1
 
 
 def test_fusion_slots_are_one_each_and_compute_with_is_tried_both_ways():

@@ -312,10 +312,11 @@ SCHEDULES: list[tuple[str, str | None, str | None, str]] = [
     ("argmax", "r=1000, v=32000", None, _S + "argmax_256_w4.dt"),
     ("argmax", "r=4096, v=128256", "f32", _S + "argmax_2048_w8.dt"),
     # dt tune's 2048-wide walks of each row (three of them: the second and third find it in L1/L2) at
-    # 4096 x 4096 and 16384 x 4096 bf16: 1.02x / 1.02x / 1.00x the example's whole row in one tile there,
-    # 0.91-0.99x at 3000 and 8192 columns and at 16384 rows in f32 (H100)
+    # 4096 x 4096, and in bf16 at 16384 x 4096 and 4096 x 8192: 1.02x / 1.02x / 1.00x / 1.00x the example's
+    # whole row in one tile there, 0.91-0.99x at 3000 columns and in f32 at 8192 columns or 16384 rows (H100)
     ("layernorm_stats", "x=4096, k=4096", None, _S + "layernorm_stats_2048.dt"),
     ("layernorm_stats", "x=16384, k=4096", "bf16", _S + "layernorm_stats_2048.dt"),
+    ("layernorm_stats", "x=4096, k=8192", "bf16", _S + "layernorm_stats_2048.dt"),
     # dt tune's programs of 4 rows x 128 columns at 4096 x 14,336 f32: 1.02-1.03x the example's one row
     # x 2048 columns on the f32 rows, 0.84-0.86x on the bf16 ones (H100)
     ("swiglu", None, "f32", _S + "swiglu_4x128.dt"),

@@ -151,17 +151,59 @@ def _points(per_root: list[list], limit: int):
         yield tuple(choices[i] for choices, i in zip(per_root, point))
 
 
-def _shared_bytes(blocks, tiles, launch, reductions: dict, extents: dict, item: int) -> int:
-    """What a product's pipelined operand tiles take in shared memory: stages x (the left
-    operand's block x tile + the tile x the right operand's block) per product, and with TMA
-    the output tile its store stages (Triton 3.6 on an H100/H200: 128x256x64 bf16 in 4 stages
-    took 262,176 bytes, this says 262,144)."""
-    sides = [size or extents[d] for d, _, _, size in blocks[-2:]]
-    x, y = (sides + [1, 1])[:2]  # a vector's product (one output dimension): its block by 1
+def _shared_bytes(blocks, tiles, launch, loads, extents: dict, item: int) -> int:
+    """What a product kernel's loads take in shared memory: each input tile read in the innermost
+    walk of a reduction in tiles (_staged_loads) is pipelined, in as many buffers as stages where
+    it is a matrix-unit product's operand and one fewer otherwise; one read outside that walk
+    (attention's query tile) takes one; with TMA the output tile its store stages takes one.
+    Triton 3.6 for sm_90: 128x256x64 bf16 in 4 stages took 262,176 bytes, this says 262,144;
+    attention's 256 x 128 query tile and 64 x 128 key and value tiles in 5 stages 229,376, this
+    says 229,376, in 64-deep tiles of k 204,800 (this: 212,992); a decode step's 256 x 128 key
+    tiles and 256 x 32 value tiles in 4 stages 247,808, this says 245,760."""
+    reads, depth = loads
+    size = {d: size or extents[d] for d, _, _, size in blocks}
+    size.update({r: t or extents[r] for r, _, t in tiles})
+    walked = {r for r, _, t in tiles if t and t < extents[r]}
+    innermost = {r for r in walked if depth[r] == max(depth[w] for w in walked)}
     stages = next((int(label[1:]) for slot, label, _ in launch if slot == "stages"), 1)
-    tma = any(label == "persistent+tma" for _, label, _ in launch)  # the output tile is staged for its store
-    return sum(stages * (x * (t or extents[r]) + (t or extents[r]) * y) * item
-               for r, _, t in tiles if reductions.get(r)) + (x * y * item if tma else 0)
+    tma = any(label == "persistent+tma" for _, label, _ in launch)
+    staged = 0
+    for dims, sides in reads:
+        on_matrix_units = sides is not None and all(math.prod(size.get(d, 1) for d in side) >= 16 for side in sides)
+        buffers = 1 if not dims & innermost else stages if on_matrix_units else max(stages - 1, 1)
+        staged += buffers * math.prod(size.get(d, 1) for d in dims)
+    x, y = ([size[d] for d, _, _, _ in blocks[-2:]] + [1, 1])[:2]  # a vector's product (one output dimension): by 1
+    return (staged + (x * y if tma else 0)) * item
+
+
+def _staged_loads(checked, root: str) -> tuple[list[tuple], dict[str, int]]:
+    """The input tiles root's kernel reads inside its reductions, each (its dimensions, and where
+    it is an operand of a product: the dimensions of that product's two output sides, else None);
+    and how deep each reduction's walk is nested in the others (0: outermost)."""
+    found, depth = {}, {}
+
+    def visit(e, level):
+        if isinstance(e, A.Reduce):
+            depth[e.dim] = max(depth.get(e.dim, 0), level)
+            operands = e.args[:2] if e.op == "dot" else ()
+            free = [A.free_dims(a) for a in operands]
+            for i, arg in enumerate(e.args):
+                for access in (a for a in A.walk(arg) if isinstance(a, A.Access) and a.kind == "input"):
+                    dims = frozenset(A.free_dims(access))
+                    operand = i < len(operands) and _uncast(arg) is access
+                    sides = (free[0] - free[1], free[1] - free[0]) if operand else None
+                    found[(access.name, dims)] = found.get((access.name, dims)) or sides
+            level += 1
+        for child in A.children(e):
+            visit(child, level)
+
+    for f in _own_funcs(checked, root):
+        visit(checked.algorithm[f].expr, 0)
+    return [(dims, sides) for (_, dims), sides in found.items()], depth
+
+
+def _uncast(e):
+    return _uncast(e.x) if isinstance(e, A.Cast) else e
 
 
 def _choices(checked, root: str, extents: dict[str, int], gpu: bool, item: int = 2,
@@ -173,6 +215,7 @@ def _choices(checked, root: str, extents: dict[str, int], gpu: bool, item: int =
     dims = checked.funcs[root].dims
     reductions = _reductions(checked, root)
     product = any(reductions.values())
+    loads = _staged_loads(checked, root) if product and gpu else []
     batch = _batch_dims(checked, root) if product else set()
     axes = []
     for i, d in enumerate(dims):
@@ -217,7 +260,7 @@ def _choices(checked, root: str, extents: dict[str, int], gpu: bool, item: int =
     choices, over = [], 0
     for blocks, tiles, *launch in itertools.product(itertools.product(*axes), itertools.product(*walks),
                                                     *gpu_options):
-        if product and gpu and _shared_bytes(blocks, tiles, launch, reductions, extents, item) > SHARED_MEMORY:
+        if product and gpu and _shared_bytes(blocks, tiles, launch, loads, extents, item) > SHARED_MEMORY:
             over += 1
             continue
         tensorize = [f"{d}:{size}" for d, _, _, size in blocks if size != 1] + [f"{r}:{t}" for r, _, t in tiles]
