@@ -569,8 +569,8 @@ def test_a_schedule_parsed_after_its_algorithm_is_the_program_parsed_whole(monke
 
 
 @pytest.mark.parametrize("path, sizes, blocks, tiles, stages, tma, compiled", [
-    # shared memory Triton 3.6 allocated compiling each for sm_90 (bf16): the estimate is that, or a
-    # little over where a nested walk's outer tile takes less than a buffer
+    # shared memory Triton 3.9 allocated compiling each for sm_90 (bf16; the decode step's at 256 x 32 as
+    # the H100's Triton 3.6 refused it): the estimate is that, or over (up to 30%) where walks nest
     ("examples/llm/mha.dt", dict(b=4, h=16, m=4096, l=4096, k=128, n=128), dict(b=1, h=1, m=128, n=0),
      dict(l=64, k=0), 3, False, 131072),
     ("examples/llm/mha.dt", dict(b=4, h=16, m=4096, l=4096, k=128, n=128), dict(b=1, h=1, m=256, n=0),
@@ -582,20 +582,28 @@ def test_a_schedule_parsed_after_its_algorithm_is_the_program_parsed_whole(monke
     ("examples/llm/decode_split.dt", dict(b=4, h=32, l=8192, k=128, d=128), dict(b=1, h=1, d=16),
      dict(l=128, k=0), 4, False, 111104),
     ("examples/matmul.dt", dict(x=4096, y=4096, k=4096), dict(x=128, y=256), dict(k=64), 4, True, 262176),
+    # the inner product walked in the outer one's loop (mm.fuse_at(_2mm, l)): its tiles are the pipelined ones
+    ("examples/2mm_inner.dt", dict(m=4096, n=4096, k=4096, l=4096), dict(m=128, n=256), dict(k=64, l=64), 5,
+     False, 122880),
+    # an operand another kernel stores is loaded like an input
+    ("Func h, out; In X, W; Var m, n; RVar k;\nh[m, k] = X[m, k] * 2.0;\nout[m, n] = rdot(h[m, k], W[k, n], k);\n"
+     "out.block(m:128, n:256); out.tensorize(m:128, n:256, k:64); out.num_stages(5); h.compile(); out.compile();",
+     dict(m=4096, n=4096, k=4096), dict(m=128, n=256), dict(k=64), 5, False, 245760),
 ])
 def test_shared_memory_is_estimated_as_triton_allocates_it(path, sizes, blocks, tiles, stages, tma, compiled):
     """The space prunes what needs more shared memory than a GPU has: pipelined tiles of every
     input a product kernel reads in its innermost walk (a decode step's keys, not only its
     product's values), one buffer for what it reads outside it (attention's queries)."""
     from dt.tune.space import _shared_bytes, _staged_loads
-    prog = dt.load(ROOT / path)
-    root = next(r for r in prog.checked.kernel_roots if r not in prog.checked.partials)
+    prog = dt.loads(path) if "\n" in path else dt.load(ROOT / path)
+    root = prog.checked.kernel_roots[-1] if "\n" in path else \
+        next(r for r in prog.checked.kernel_roots if r not in prog.checked.partials)
     loads = _staged_loads(prog.checked, root)
     estimate = _shared_bytes([(d, "", "", size) for d, size in blocks.items()],
                              [(r, "", t) for r, t in tiles.items()],
                              [("stages", f"s{stages}", "")] + ([("launch", "persistent+tma", "")] if tma else []),
                              loads, sizes, 2)
-    assert compiled - 4096 <= estimate <= compiled * 1.1
+    assert compiled - 4096 <= estimate <= compiled * 1.3
 
 
 def test_fusion_slots_are_one_each_and_compute_with_is_tried_both_ways():

@@ -152,14 +152,16 @@ def _points(per_root: list[list], limit: int):
 
 
 def _shared_bytes(blocks, tiles, launch, loads, extents: dict, item: int) -> int:
-    """What a product kernel's loads take in shared memory: each input tile read in the innermost
-    walk of a reduction in tiles (_staged_loads) is pipelined, in as many buffers as stages where
+    """What a product kernel's loads take in shared memory: each tile it loads (_staged_loads) in the
+    innermost walk of a reduction in tiles is pipelined, in as many buffers as stages where
     it is a matrix-unit product's operand and one fewer otherwise; one read outside that walk
     (attention's query tile) takes one; with TMA the output tile its store stages takes one.
-    Triton 3.6 for sm_90: 128x256x64 bf16 in 4 stages took 262,176 bytes, this says 262,144;
-    attention's 256 x 128 query tile and 64 x 128 key and value tiles in 5 stages 229,376, this
-    says 229,376, in 64-deep tiles of k 204,800 (this: 212,992); a decode step's 256 x 128 key
-    tiles and 256 x 32 value tiles in 4 stages 247,808, this says 245,760."""
+    What Triton 3.9 allocates compiling for sm_90 (tests/test_tune_space.py; the decode step's as the
+    H100's Triton 3.6 refused it): a 128x256x64 bf16 matmul in
+    4 stages with TMA 262,176 bytes, this says 262,144; attention's 128 x 128 query tile and 64 x 128
+    key and value tiles in 3 stages 131,072 (131,072); a decode step's 256 x 128 key tiles and 256 x 32
+    value tiles in 4 stages 247,808 (246,016); 2mm's inner product walked inside the outer one's loop
+    122,880 (155,648: nested walks are over-counted, never under)."""
     reads, depth = loads
     size = {d: size or extents[d] for d, _, _, size in blocks}
     size.update({r: t or extents[r] for r, _, t in tiles})
@@ -177,18 +179,27 @@ def _shared_bytes(blocks, tiles, launch, loads, extents: dict, item: int) -> int
 
 
 def _staged_loads(checked, root: str) -> tuple[list[tuple], dict[str, int]]:
-    """The input tiles root's kernel reads inside its reductions, each (its dimensions, and where
-    it is an operand of a product: the dimensions of that product's two output sides, else None);
-    and how deep each reduction's walk is nested in the others (0: outermost)."""
-    found, depth = {}, {}
+    """The tiles root's kernel loads inside its reductions — of inputs, and of Funcs other kernels
+    store — each (its dimensions, and where it is an operand of a product: the dimensions of that
+    product's two output sides, else None); and how deep each reduction's walk is nested in the
+    others (0: outermost), through the Funcs fused into the kernel (2mm's inner product is walked
+    inside the outer one's loop)."""
+    own = set(_own_funcs(checked, root))
+    found, depth, entered = {}, {}, set()
+
+    def loaded(e):
+        return isinstance(e, A.Access) and (e.kind == "input" or e.kind == "func" and e.name not in own)
 
     def visit(e, level):
+        if isinstance(e, A.Access) and e.kind == "func" and e.name in own and (e.name, level) not in entered:
+            entered.add((e.name, level))
+            visit(checked.algorithm[e.name].expr, level)
         if isinstance(e, A.Reduce):
-            depth[e.dim] = max(depth.get(e.dim, 0), level)
+            depth[e.dim] = min(depth.get(e.dim, level), level)  # a sibling's walk read inside its own is one walk
             operands = e.args[:2] if e.op == "dot" else ()
             free = [A.free_dims(a) for a in operands]
             for i, arg in enumerate(e.args):
-                for access in (a for a in A.walk(arg) if isinstance(a, A.Access) and a.kind == "input"):
+                for access in filter(loaded, A.walk(arg)):
                     dims = frozenset(A.free_dims(access))
                     operand = i < len(operands) and _uncast(arg) is access
                     sides = (free[0] - free[1], free[1] - free[0]) if operand else None
@@ -197,8 +208,9 @@ def _staged_loads(checked, root: str) -> tuple[list[tuple], dict[str, int]]:
         for child in A.children(e):
             visit(child, level)
 
-    for f in _own_funcs(checked, root):
-        visit(checked.algorithm[f].expr, 0)
+    for f in [root] + sorted(own - {root}):  # the root first: fused Funcs at the depth it reads them
+        if f not in {name for name, _ in entered}:  # one nothing in the kernel reads (an output stored there)
+            visit(A.Access(f, "func", ()), 0)
     return [(dims, sides) for (_, dims), sides in found.items()], depth
 
 
