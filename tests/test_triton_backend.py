@@ -167,6 +167,22 @@ mm.inline(); e.inline(); num.fuse_at(attention, m); mx.fuse_at(attention, m); dv
 mx.compute_with(num, l); dvsr.compute_with(num, l); attention.tma();
 attention.compile_to_kernel();
 """, {"m": 40, "l": 56, "k": 16, "n": 24}),
+    # Heads and batch as blocks of 1 around a persistent, TMA-fed flash walk with 128-row query blocks:
+    # its query tile is loaded before the walk, and Triton's TMA lowering fails on such a block loop
+    # flattened (tl.range(..., flatten=True)), so dt does not flatten it
+    "heads_persistent_tma": ("""
+Func attention, scores, mx, e, dvsr, num; In Q, K, V; Var b, h, m, n; RVar k, l;
+scores[b, h, m, l] = rdot(Q[b, h, m, k], K[b, h, l, k], k) * (1.0 / sqrt(len(k)));
+mx[b, h, m] = rmax(scores[b, h, m, l], l);
+e[b, h, m, l] = exp(scores[b, h, m, l] - mx[b, h, m]);
+dvsr[b, h, m] = rsum(e[b, h, m, l], l);
+num[b, h, m, n] = rdot(e[b, h, m, l], V[b, h, l, n], l);
+attention[b, h, m, n] = num[b, h, m, n] / dvsr[b, h, m];
+attention.block(b:1, h:1, m:128, n:32); attention.tensorize(m:128, n:32, k:0, l:32);
+scores.inline(); e.inline(); num.fuse_at(attention, m); mx.fuse_at(attention, m); dvsr.fuse_at(attention, m);
+mx.compute_with(num, l); dvsr.compute_with(num, l); attention.num_warps(8); attention.num_stages(5);
+attention.persistent(); attention.tma(); attention.compile_to_kernel();
+""", {"b": 1, "h": 2, "m": 130, "l": 100, "k": 128, "n": 64}),
     "tma_unaligned": ("""
 Func out; In A; Var x, y;
 out[x, y] = A[x, y] * 2.0;
@@ -648,7 +664,7 @@ SM90_CASES = [(name, "f16") for name in EXAMPLES] + [
     ("names", "f32"), ("persistent_tma", "f16"), ("persistent_tma", "bf16"), ("tma_unaligned", "f32"), ("flash_tma", "f16"),
     ("staged_walk", "f32"), ("staged_small_dot", "f32"), ("argmax", "f32"), ("embedding", "f16"), ("causal_conv", "bf16"),
     ("grouped", "f16"), ("paged", "bf16"), ("integers", "f32"), ("shift_tma", "f16"),
-    ("constant_index", "bf16")]
+    ("constant_index", "bf16"), ("heads_persistent_tma", "bf16")]
 
 
 def compile_for_sm90(cases, inspect=None, index_dtype: str = "int64") -> dict:
@@ -695,6 +711,14 @@ def sm90_compiled(call: str) -> dict:
 
 
 @pytest.mark.slow
+def test_a_persistent_block_that_loads_before_its_walk_is_not_flattened():
+    """Triton's TMA lowering fails on a flattened walk over blocks whose block loads a tile before
+    its inner loop (heads_persistent_tma compiles for sm_90 in test_kernels_compile_for_sm90); a
+    persistent matmul keeps the flattened loop."""
+    assert "flatten=" not in program("heads_persistent_tma").source("triton", "bf16")
+    assert "program_count, flatten=USE_TMA):" in program("persistent_tma").source("triton", "f16")
+
+
 def test_kernels_compile_for_sm90():
     results = sm90_compiled("t.compile_for_sm90(t.SM90_CASES)")
     failed = {k: v for k, v in results.items() if v != "ok"}

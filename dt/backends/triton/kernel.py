@@ -177,7 +177,11 @@ class KernelRenderer(ExpressionRenderer):
                 w.line(f'tl.static_assert({self.names.ir(S.size_name(dim))} < 2**31, '
                        f'"an arg-reduction over {dim} indexes it in int32")')
             if self.program_count:
-                flatten = f", flatten={self.use_tma}" if self.use_tma else ""
+                # Triton flattens the walk over blocks into the block's inner loop (a persistent
+                # matmul's epilogue overlaps the next tile's loads), but its TMA lowering fails on a
+                # flattened loop whose block loads a tile before that loop (attention's queries:
+                # "PassManager::run failed", Triton 3.6 and 3.9)
+                flatten = f", flatten={self.use_tma}" if self.use_tma and not _loads_before_a_loop(body[lead:]) else ""
                 w.line(f"# persistent: program tl.program_id(0) computes blocks pid, pid + {self.program_count}, ...")
                 w.line(f"for {self.names.ir('pid')} in tl.range(tl.program_id(0).to(tl.int64), "
                        f"{self.index(self.kernel.program_count)}, {self.program_count}{flatten}):")
@@ -339,3 +343,13 @@ class KernelRenderer(ExpressionRenderer):
                                         f"{box_value})", f"tl.store({args})")
             else:
                 w.line(f"tl.store({args})")
+
+
+def _loads_before_a_loop(body) -> bool:
+    """Whether a statement before the first loop of `body` loads a tile."""
+    for s in body:
+        if isinstance(s, S.For):
+            return False
+        if any(isinstance(node, S.Load) for value in S.statement_values(s) for node in S.walk_texpr(value)):
+            return True
+    return False
