@@ -161,7 +161,7 @@ def _shared_bytes(blocks, tiles, launch, loads, extents: dict, item: int) -> int
     4 stages with TMA 262,176 bytes, this says 262,144; attention's 128 x 128 query tile and 64 x 128
     key and value tiles in 3 stages 131,072 (131,072); a decode step's 256 x 128 key tiles and 256 x 32
     value tiles in 4 stages 247,808 (246,016); 2mm's inner product walked inside the outer one's loop
-    122,880 (155,648: nested walks are over-counted, never under)."""
+    122,880 (155,648: nested walks are over-counted)."""
     reads, depth = loads
     size = {d: size or extents[d] for d, _, _, size in blocks}
     size.update({r: t or extents[r] for r, _, t in tiles})
@@ -194,6 +194,9 @@ def _staged_loads(checked, root: str) -> tuple[list[tuple], dict[str, int]]:
         if isinstance(e, A.Access) and e.kind == "func" and e.name in own and (e.name, level) not in entered:
             entered.add((e.name, level))
             visit(checked.algorithm[e.name].expr, level)
+        if level and loaded(e):  # read inside a walk, by a Func fused there (h[m, k] = X[m, k] * 2.0)
+            key = (e.name, frozenset(A.free_dims(e)))
+            found[key] = found.get(key)
         if isinstance(e, A.Reduce):
             depth[e.dim] = min(depth.get(e.dim, level), level)  # a sibling's walk read inside its own is one walk
             operands = e.args[:2] if e.op == "dot" else ()

@@ -178,10 +178,11 @@ class KernelRenderer(ExpressionRenderer):
                        f'"an arg-reduction over {dim} indexes it in int32")')
             if self.program_count:
                 # Triton flattens the walk over blocks into the block's inner loop (a persistent
-                # matmul's epilogue overlaps the next tile's loads), but its TMA lowering fails on a
-                # flattened loop whose block loads a tile before that loop (attention's queries:
-                # "PassManager::run failed", Triton 3.6 and 3.9)
-                flatten = f", flatten={self.use_tma}" if self.use_tma and not _loads_before_a_loop(body[lead:]) else ""
+                # matmul's epilogue overlaps the next tile's loads), but its TMA lowering fails where
+                # the flattened nest loads a tile outside its innermost loop (attention's queries,
+                # loaded before the walk: "PassManager::run failed", Triton 3.6 and 3.9)
+                flatten = (f", flatten={self.use_tma}" if self.use_tma and not _loads_outside_innermost_loops(body[lead:])
+                           else "")
                 w.line(f"# persistent: program tl.program_id(0) computes blocks pid, pid + {self.program_count}, ...")
                 w.line(f"for {self.names.ir('pid')} in tl.range(tl.program_id(0).to(tl.int64), "
                        f"{self.index(self.kernel.program_count)}, {self.program_count}{flatten}):")
@@ -345,11 +346,15 @@ class KernelRenderer(ExpressionRenderer):
                 w.line(f"tl.store({args})")
 
 
-def _loads_before_a_loop(body) -> bool:
-    """Whether a statement before the first loop of `body` loads a tile."""
+def _loads_outside_innermost_loops(body) -> bool:
+    """Whether `body` loads a tile anywhere but in a loop with no loop inside it: where Triton,
+    flattening the loop nest, puts the code between loops under a condition."""
+    innermost = not any(isinstance(s, S.For) for s in body)
     for s in body:
         if isinstance(s, S.For):
-            return False
-        if any(isinstance(node, S.Load) for value in S.statement_values(s) for node in S.walk_texpr(value)):
+            if _loads_outside_innermost_loops(s.body):
+                return True
+        elif not innermost and any(isinstance(node, S.Load) for value in S.statement_values(s)
+                                   for node in S.walk_texpr(value)):
             return True
     return False
