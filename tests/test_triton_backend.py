@@ -616,6 +616,30 @@ def test_out_of_resources_names_the_kernel_and_suggests_stages():
     assert e.value.hint.startswith("try mm.num_stages(2)") and "whole" not in e.value.hint
 
 
+class _CrashesTritonsCompiler:
+    """Stands in for a @triton.jit kernel whose compilation fails in one of Triton's MLIR passes."""
+
+    def __getitem__(self, grid):
+        def launch(*args, **kwargs):
+            raise RuntimeError("PassManager::run failed")
+        return launch
+
+
+def test_a_crash_of_tritons_compiler_names_the_kernel_and_the_ways_around_it():
+    prog = program("persistent_tma")
+    pipeline = prog.pipeline("f16")
+    run = backends.get("triton").compile(pipeline)
+    kernel = pipeline.kernels[0]
+    run.namespace[kernel.name] = _CrashesTritonsCompiler()
+    sizes = extents("persistent_tma")
+    tensors = {"A": torch.zeros(sizes["x"], sizes["k"], dtype=torch.float16),
+               "B": torch.zeros(sizes["k"], sizes["y"], dtype=torch.float16)}
+    with pytest.raises(DTBackendError, match=f"Triton's compiler failed on kernel '{kernel.name}'") as e:
+        run(tensors, {"alpha": 1.0}, {f"{d}_SIZE": n for d, n in sizes.items()})
+    assert e.value.loc == kernel.loc
+    assert e.value.hint.startswith("a Triton bug") and f"remove {kernel.func}.tma()" in e.value.hint
+
+
 def test_out_of_resources_with_whole_extent_tiles_says_stages_may_not_be_enough():
     """The talk's attention holds whole rows of scores: its tiles grow with l, whatever the stages."""
     prog = dt.load("examples/attention_talk.dt")  # num_stages(8), tensorize(l:0)

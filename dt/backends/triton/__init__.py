@@ -115,6 +115,7 @@ class TritonBackend:
                         result = launcher(*args, *scalar_args, *extent_args, **kwargs, outputs=outputs)
                 except Exception as e:
                     _raise_resource_error(e, module, filename)
+                    _raise_compiler_failure(e, module, filename)
                     raise
             return {single: result} if single is not None else result
 
@@ -141,12 +142,7 @@ def _raise_resource_error(e: Exception, module: Module, filename: str):
     from triton.runtime.errors import OutOfResources
     if not isinstance(e, OutOfResources):
         return
-    kernel = None
-    tb = e.__traceback__
-    while tb is not None:
-        if tb.tb_frame.f_code.co_filename == filename:
-            kernel = next((k for first, last, k in module.launch_lines if first <= tb.tb_lineno <= last), kernel)
-        tb = tb.tb_next
+    kernel = _launched(e, module, filename)
     what = f"kernel '{kernel.name}'" if kernel else "a kernel"
     advice = []
     if kernel is not None and (kernel.num_stages or 0) > 1 and e.name == "shared memory" and e.required > 0:
@@ -168,6 +164,33 @@ def _raise_resource_error(e: Exception, module: Module, filename: str):
     hint = "; or ".join(advice)
     raise DTBackendError(f"{what} needs more {e.name} than the GPU has ({e.required} > {e.limit})",
                          kernel.loc if kernel else None, hint) from e
+
+
+def _raise_compiler_failure(e: Exception, module: Module, filename: str):
+    """Report a crash of Triton's compiler on a generated kernel (an MLIR pass failing: Triton's
+    bug, not the schedule's) at the kernel's DT line, with the ways around it."""
+    if not (isinstance(e, RuntimeError) and "PassManager::run failed" in str(e)):
+        return
+    kernel = _launched(e, module, filename)
+    what = f"kernel '{kernel.name}'" if kernel else "a kernel"
+    func = kernel.func if kernel else "its Func"
+    around = ([f"remove {func}.tma()"] if kernel is not None and kernel.tma else []) + ["change its tiles or stages"]
+    raise DTBackendError(f"Triton's compiler failed on {what} (an MLIR pass: its message is above, on stderr)",
+                         kernel.loc if kernel else None,
+                         f"a Triton bug, not an error in the schedule: schedule {func} another way "
+                         f"({', or '.join(around)}); `dt compile --backend triton` writes the kernel's source, "
+                         f"to report it with") from e
+
+
+def _launched(e: Exception, module: Module, filename: str):
+    """The kernel whose launch in the generated launcher raised `e` (None if none of them)."""
+    kernel = None
+    tb = e.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename == filename:
+            kernel = next((k for first, last, k in module.launch_lines if first <= tb.tb_lineno <= last), kernel)
+        tb = tb.tb_next
+    return kernel
 
 
 NO_DEVICE = "no CUDA GPU is visible to torch, and TRITON_INTERPRET is not set"
