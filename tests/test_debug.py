@@ -12,7 +12,7 @@ import pytest
 
 import dt
 from dt import backends
-from dt.debug import (DTDebugError, DTNonFiniteError, DTOutOfBoundsError, DTRaceError, DTSanitizerError,
+from dt.debug import (DTDebugError, DTNonFiniteError, DTOutOfBoundsError, DTRaceError, DTSanitizerError, debugger,
                       DTUninitializedReadError)
 from dt.errors import DTBackendError, DTError
 from dt.ir import scheduled as S
@@ -295,6 +295,8 @@ def test_breakpoint_hook_is_called_from_a_frame_holding_the_dt_state(monkeypatch
         seen.append(dict(sys._getframe(1).f_locals))
 
     monkeypatch.setattr(sys, "breakpointhook", hook)
+    # the hint is printed at a process's first stop: another test in this worker may have had it
+    monkeypatch.setattr(debugger, "_hinted", False)
     dt.debug.break_at("softmax.dt:10", pid=0)
     prog = dt.load(SOFTMAX)
     prog(A=softmax_input())
