@@ -6,7 +6,7 @@ from __future__ import annotations
 from dt.errors import DTScheduleError
 from dt.ir import algorithm as A
 from dt.ir.check.program import CheckedProgram
-from dt.ir.check.uses import reachable, uses
+from dt.ir.check.uses import reachable
 
 
 def check_fuse(producer, consumer, dim, funcs, schedules, fused):
@@ -67,11 +67,10 @@ def check_fused_uses(cp: CheckedProgram):
     """Every use of a fused producer must lie inside the consumer loop it is computed in. A Func
     computed with a sibling sits inside the sibling's reduction loop."""
     placed = {**cp.fused, **{f: with_ for with_, fs in cp.computed_with.items() for f in fs}}
-    reads = {n: list(uses(f.expr)) for n, f in cp.funcs.items()}  # walked once, not once a producer
     for producer, (consumer, dim) in cp.fused.items():
         loc = cp.schedules[producer].locs.get("fuse_at")
         for f in cp.funcs.values():
-            for use in reads[f.name]:
+            for use in cp.reads[f.name]:
                 if use.name == producer and use.dims is None:
                     raise DTScheduleError(f"'{producer}' is fused, so it is computed only over the tiles of the loop it "
                                           f"is fused at, but '{f.name}' reads it at computed indices, {use.text}",
@@ -83,7 +82,7 @@ def check_fused_uses(cp: CheckedProgram):
                                           f"names, {producer}[{own}], but '{f.name}' indexes it {use.text}", use.loc,
                                           f"rename the dimensions in the definition of {producer}, or compute it at "
                                           f"root (remove its fuse_at)")
-        users = [n for n in cp.funcs if any(u.name == producer for u in reads[n])]
+        users = [n for n in cp.funcs if any(u.name == producer for u in cp.reads[n])]
         if not users and producer not in cp.outputs:  # an output is stored from there: nothing need read it
             raise DTScheduleError(f"'{producer}' is fused into '{consumer}' but nothing uses it", loc,
                                   f"compute {producer} at root (remove its fuse_at), or compile it: an output "

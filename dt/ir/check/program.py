@@ -171,14 +171,19 @@ class CheckedProgram:
         return result
 
     @cached_property
+    def reads(self) -> dict[str, tuple]:
+        """Each computed Func's uses (dt.ir.check.uses.uses of its expression), walked once."""
+        return {n: tuple(uses(f.expr)) for n, f in self.funcs.items()}
+
+    @cached_property
     def stored_fused(self) -> tuple[str, ...]:
         """The Funcs fused into a kernel and read by another (a split's partials, read by their
         combination; a gradient's row statistics, computed in one kernel and read by the next):
         the kernel computing them stores them, as it stores an output fused into it, and the
         others load them."""
         read_by = {}  # Func -> the kernels (roots) that read it
-        for f in self.funcs:
-            for u in uses(self.funcs[f].expr):
+        for f, reads in self.reads.items():
+            for u in reads:
                 read_by.setdefault(u.name, set()).add(self.root_of(f))
         # in the order of the Funcs: generated code is stable
         return tuple(p for p in self.funcs if p in self.fused and read_by.get(p, set()) - {self.root_of(p)})
