@@ -336,8 +336,17 @@ SCHEDULES: list[tuple[str, str | None, str | None, str]] = [
     ("causal_mha_grad", "b=4, h=16, m=2048, l=2048, k=128, n=128", None, _S + "causal_mha_grad_flash_d128.dt"),
     ("causal_mha_grad", "b=4, h=16, m=4096, l=4096, k=128, n=128", None, _S + "causal_mha_grad_flash_d128.dt"),
     ("causal_mha_grad", None, None, _S + "causal_mha_grad_flash.dt"),
-    # d=128 causal: 128-key tiles, 2 stages: 2-4.5% faster than the example's 64 at s >= 4096 (H100,
-    # side by side in three bench.py --tune runs; a tie at s = 1024)
+    # 1024 queries: blocks of 64 queries with 4 warps, twice the programs: 4-9% faster than the example's 128
+    # (H100, side by side); a tie at 4096 and d = 64, 3-9% slower at d = 128 from 4096 and at 16384
+    ("mha", "b=4, h=16, m=1024, l=1024, k=64, n=64", None, _S + "mha_m64.dt"),
+    ("mha", "b=4, h=16, m=1024, l=1024, k=128, n=128", None, _S + "mha_m64.dt"),
+    # causal, 1024 queries (and 4096 at d=64): blocks of 64 queries with 4 warps, twice the programs: 11-15%
+    # faster than the example's 128 at s = 1024, 3% at s = 4096, d = 64; 3-11% slower at d = 128, s >= 4096
+    ("causal_mha", "b=4, h=16, m=1024, l=1024, k=64, n=64", None, _S + "causal_mha_m64.dt"),
+    ("causal_mha", "b=4, h=16, m=1024, l=1024, k=128, n=128", None, _S + "causal_mha_m64.dt"),
+    ("causal_mha", "b=4, h=16, m=4096, l=4096, k=64, n=64", None, _S + "causal_mha_m64.dt"),
+    # d=128 causal: 128-key tiles in 3 stages: 2-7% faster than in 2 stages, which were 2-4.5% faster than
+    # the example's 64 at s >= 4096 (H100, side by side)
     ("causal_mha", "b=4, h=16, m=4096, l=4096, k=128, n=128", None, _S + "causal_mha_l128.dt"),
     ("causal_mha", "b=4, h=16, m=16384, l=16384, k=128, n=128", None, _S + "causal_mha_l128.dt"),
     # 32-128 heads are too few programs: the cache is split over programs (flash decoding)
