@@ -27,7 +27,9 @@ from example_sizes import EXAMPLES_DIR, SIZES, example_path
 if not backends.available("numba"):
     pytest.skip(f"the numba backend is not available: {backends.failures().get('numba')}", allow_module_level=True)
 
-from dt.backends.numba_cpu import helpers  # noqa: E402
+import numba  # noqa: E402
+
+from dt.backends.numba_cpu import helpers, module  # noqa: E402
 
 CPU_EXAMPLES = sorted(p.stem for p in (EXAMPLES_DIR / "cpu").glob("*.dt"))
 # sizes the CPU schedules' (larger) blocks and tiles divide, besides the examples' own
@@ -403,3 +405,67 @@ def test_a_reduction_over_the_lanes_just_computed_runs_in_their_loop():
     walk = kernel[kernel.index("e[y_i] = _exp_f32("):].splitlines()
     assert walk[1].strip() == "sum_y += e[y_i]"
     _check_every_size(EXAMPLES_DIR / "cpu" / "softmax_safe.dt", [dict(x=3, y=1), dict(x=2, y=1031)], "f32")
+
+
+def _dot_helpers():
+    """_dot and what it calls, compiled afresh (not from numba's cache) under the current config."""
+    source = "import numba\nimport numpy as np\nfrom llvmlite import ir\nfrom numba import njit\n" \
+             "from numba.core import cgutils\nfrom numba.core.codegen import get_host_cpu_features\n" \
+             "from numba.extending import intrinsic\n" \
+             f"u64 = np.uint64\n_HELPER = dict(error_model='numpy', fastmath={set(module.HELPER_FASTMATH)})\n"
+    source += "\n".join(helpers.HELPERS[n] for n in helpers.closure(["_dot"]))
+    namespace = {}
+    exec(compile(source, "<dot>", "exec"), namespace)
+    return namespace
+
+
+# the register block by CPU features: (rows, vector bytes), then (rows, cols) in f32 and f64
+DOT_SHAPES = {"+avx512f,+avx2,+fma": ((8, 64), (8, 32), (8, 16)), "+avx2,+fma": ((6, 32), (6, 16), (6, 8)),
+              "+sse4.2": ((4, 16), (4, 8), (4, 4))}
+
+
+@pytest.mark.parametrize("features", list(DOT_SHAPES))
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_dot_micro_kernel_on_tiles_its_blocks_divide_and_tiles_they_divide_nowhere(monkeypatch, features, dtype):
+    # every register-block shape (chosen from the CPU features numba compiles for), with operands
+    # at offsets in larger arrays; c outside [:ni, :nj] stays as it was
+    numba.njit(lambda: 0)()  # numba's CPU target set up under the real features first
+    monkeypatch.setattr(numba.config, "CPU_FEATURES", features)
+    h = _dot_helpers()
+    registers, f32_block, f64_block = DOT_SHAPES[features]
+    assert h["_dot_registers"]() == registers
+    block = f32_block if dtype == np.float32 else f64_block
+    rng = np.random.default_rng(7)
+    bits = np.dtype(dtype).itemsize * 8
+    for ni, nj, nk in [block + (16,), (2 * block[0], 3 * block[1], 40), (1, 1, 1), (13, 37, 19), (5, 70, 300),
+                       (block[0] + 1, block[1] - 1, 17), (4, 8, 0)]:
+        a = rng.standard_normal((ni + 5, nk + 7)).astype(dtype)
+        b = rng.standard_normal((nk + 3, nj + 9)).astype(dtype)
+        c = rng.standard_normal((ni + 2, nj + 4)).astype(dtype)
+        expected = c.astype(np.float64)
+        expected[:ni, :nj] += a[2:2 + ni, 3:3 + nk].astype(np.float64) @ b[1:1 + nk, 4:4 + nj]
+        h["_dot"](c, a, np.uint64(2), np.uint64(3), b, np.uint64(1), np.uint64(4), np.uint64(ni), np.uint64(nj),
+                  np.uint64(nk))
+        tolerance = (1e-5 if dtype == np.float32 else 1e-12) * (nk + 1)
+        np.testing.assert_allclose(c[:ni, :nj], expected[:ni, :nj], rtol=tolerance, atol=tolerance)
+        llvm = h["_dot"].inspect_llvm(h["_dot"].signatures[0])
+        assert f"@llvm.fmuladd.v{registers[1] * 8 // bits}f{bits}(" in llvm  # the shape compiled is the one named
+        untouched = np.ones(c.shape, bool)
+        untouched[:ni, :nj] = False
+        assert np.array_equal(c[untouched], expected[untouched].astype(dtype)), (ni, nj, nk)
+
+
+def test_dot_micro_kernel_keeps_its_block_in_vector_registers():
+    # _dot_block is one loop of vector fused multiply-adds over the block's accumulators, as many
+    # lanes wide as the CPU's vectors: no load or store of c inside the loop
+    h = _dot_helpers()
+    c = np.zeros((16, 64), np.float32)
+    h["_dot"](c, np.ones((16, 8), np.float32), np.uint64(0), np.uint64(0), np.ones((8, 64), np.float32),
+              np.uint64(0), np.uint64(0), np.uint64(16), np.uint64(64), np.uint64(8))
+    assert (c == 8).all()
+    rows, vector_bytes = h["_dot_registers"]()
+    llvm = h["_dot"].inspect_llvm(h["_dot"].signatures[0])
+    loop = llvm[llvm.index("dot_block.loop:"):]
+    loop = loop[:loop.index("br i1")]
+    assert loop.count(f"@llvm.fmuladd.v{vector_bytes // 4}f32(") == 2 * rows
+    assert loop.count("store ") == 0

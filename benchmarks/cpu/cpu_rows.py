@@ -250,7 +250,8 @@ KERNEL_ROWS: dict[str, CpuKernel] = {name: CpuKernel({**KERNELS, HEADS.name: HEA
      {"eager": "torch.ops.aten.native_layer_norm.out(..., out0=out, ...) (F.layer_norm has no out=; this op "
       "also writes each row's mean and 1/std)",
       "numpy": "mean, subtract, einsum (variance), multiply, multiply, add (out=out)"}),
-    ("matmul", ((1024, 1024, 1024), (2048, 2048, 2048), (16, 4096, 4096)), (16, 40, 24), (CPU / "matmul.dt",),
+    ("matmul", ((1024, 1024, 1024), (2048, 2048, 2048), (16, 4096, 4096)), (16, 40, 24),
+     (CPU / "matmul.dt", SCHEDULES / "matmul_256x512.dt"),
      _eager_matmul, _numpy_matmul, {"eager": "torch.mm(A, B, out=out)", "numpy": "np.matmul(A, B, out=out)"}),
     ("mmsigmoid", ((1024, 1024, 1024),), (16, 40, 24), (SCHEDULES / "mmsigmoid.dt",), _eager_mmsigmoid,
      _numpy_mmsigmoid, {"eager": "torch.mm(A, B, out=out); torch.sigmoid(out, out=out)",

@@ -1,7 +1,7 @@
 """Source text of the helper functions a generated module may carry: float32 transcendentals
 LLVM can vectorise, float16 / bfloat16 conversions on uint16 bits and 8-bit float ones on uint8
 bits, NaN-propagating maximum and minimum (for rmax / rmin as LLVM intrinsics, which vectorise),
-and the register-blocked micro-kernel behind every Dot. The code generator copies the ones a
+and the register-blocked micro-kernel behind every Dot (dot.py). The code generator copies the ones a
 pipeline uses into its module, so the module needs numpy and numba only.
 
 Helpers compile with their own fastmath flags (`_HELPER`: contraction into FMAs, no
@@ -10,6 +10,8 @@ one flat function, small enough for LLVM to inline into the kernels' lane loops,
 vectorise. (numba's own `inline='always'` would re-lower them under the kernels' flags.)
 """
 from __future__ import annotations
+
+from dt.backends.numba_cpu.dot import DOT_HELPERS, DOT_REQUIRES
 
 # exp(z) for float32 z, as lines that leave the result in `{out}`. z = n*ln2 + r with |r| <= ln2/2:
 # r is computed in two steps (ln2 split into a short head, exact in float32 times n, and a tail),
@@ -272,44 +274,8 @@ def _round_f8e5m2(x):
 
 REQUIRES = {f"_round_{d}": (f"_{d}_to_f32", f"_f32_to_{d}") for d in ("f16", "bf16", "f8e4m3", "f8e5m2")}
 
-# The Dot micro-kernel: c[i, j] += sum over k of a[ar + i, ac + k] * b[br + k, bc + j], so that
-# operands already in memory (a tensor, a stored tile) are read in place. DOT_ROWS rows of c at a
-# time and DOT_DEPTH reduction steps per pass over a row: each pass loads and stores the c rows
-# once for ROWS * DEPTH multiply-adds per lane and keeps the ROWS * DEPTH scalars of a in
-# registers; the j loop, over contiguous rows of b and c, is what LLVM vectorises. 4 x 4 measured
-# among the fastest on AVX2 (16 ymm registers). Indices are uint64, as in the kernels.
-DOT_ROWS = 4
-DOT_DEPTH = 4
-
-
-def _dot_source() -> str:
-    rows, depth = DOT_ROWS, DOT_DEPTH
-    lines = ["@njit(**_HELPER)",
-             "def _dot(c, a, ar, ac, b, br, bc, ni, nj, nk):",
-             '    """c[:ni, :nj] += a[ar:ar + ni, ac:ac + nk] @ b[br:br + nk, bc:bc + nj]."""',
-             f"    ni_blocked = ni - ni % u64({rows})",
-             f"    nk_blocked = nk - nk % u64({depth})",
-             f"    for i in range(u64(0), ni_blocked, u64({rows})):",
-             f"        for k in range(u64(0), nk_blocked, u64({depth})):"]
-    lines += [f"            a{r}{u} = a[ar + i + u64({r}), ac + k + u64({u})]" for r in range(rows) for u in range(depth)]
-    lines.append("            for j in range(nj):")
-    lines += [f"                b{u} = b[br + k + u64({u}), bc + j]" for u in range(depth)]
-    lines += [f"                c[i + u64({r}), j] += " + " + ".join(f"a{r}{u} * b{u}" for u in range(depth))
-              for r in range(rows)]
-    lines.append("        for k in range(nk_blocked, nk):")
-    lines += [f"            a{r}0 = a[ar + i + u64({r}), ac + k]" for r in range(rows)]
-    lines.append("            for j in range(nj):")
-    lines.append("                b0 = b[br + k, bc + j]")
-    lines += [f"                c[i + u64({r}), j] += a{r}0 * b0" for r in range(rows)]
-    lines += ["    for i in range(ni_blocked, ni):",
-              "        for k in range(nk):",
-              "            a00 = a[ar + i, ac + k]",
-              "            for j in range(nj):",
-              "                c[i, j] += a00 * b[br + k, bc + j]"]
-    return "\n".join(lines) + "\n"
-
-
-HELPERS["_dot"] = _dot_source()
+HELPERS.update(DOT_HELPERS)
+REQUIRES.update(DOT_REQUIRES)
 
 
 def closure(names) -> list[str]:

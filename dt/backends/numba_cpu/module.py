@@ -27,8 +27,10 @@ HELPER_FASTMATH = ("contract", "nsz")
 # and no input of it)
 ML_DTYPES = {"bf16": "bfloat16", "f8e4m3": "float8_e4m3fn", "f8e5m2": "float8_e5m2"}
 DTYPE_NAME = ML_DTYPES | {d: NUMPY[d].name for d in ("f32", "f64", "f16") + INTEGERS}
-INTRINSICS = {"_reduce_max", "_reduce_min"}  # helpers written with numba.extending.intrinsic and llvmlite
-MODULE_GLOBALS = ("math", "np", "numba", "njit", "intrinsic", "ir", "ThreadPoolExecutor", "count", "f32", "f64",
+# helpers written with numba.extending.intrinsic and llvmlite, or calling such helpers
+INTRINSICS = {"_reduce_max", "_reduce_min", "_dot"}
+MODULE_GLOBALS = ("math", "np", "numba", "njit", "intrinsic", "ir", "get_host_cpu_features", "cgutils",
+                  "ThreadPoolExecutor", "count", "f32", "f64",
                   "i32", "i64", "u16", "u32", "u64", "_KERNEL", "_HELPER", "_POOL", "_launch", "_operand", "_result",
                   *ML_DTYPES.values())
 
@@ -126,11 +128,14 @@ class _Module:
         w.line("import numpy as np")
         intrinsics = bool(self.helpers & INTRINSICS)
         if intrinsics:
-            w.line("from llvmlite import ir  # numba's own dependency: the LLVM types of _reduce_max / _reduce_min")
+            w.line("from llvmlite import ir  # numba's own dependency: the LLVM IR of the intrinsics below")
         if self.imports:
             names = ", ".join(self.imports)
             w.line(f"from ml_dtypes import {names}  # the dtype{'s' * (len(self.imports) > 1)} of {names} outputs")
         w.line("from numba import njit")
+        if "_dot" in self.helpers:
+            w.line("from numba.core import cgutils")
+            w.line("from numba.core.codegen import get_host_cpu_features  # the CPU _dot_block's shape suits")
         if intrinsics:
             w.line("from numba.extending import intrinsic")
         w.line("")

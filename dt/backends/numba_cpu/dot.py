@@ -1,0 +1,207 @@
+"""Source text of the Dot micro-kernel a generated module carries: `_dot`, behind every Dot.
+
+`_dot` computes c[:ni, :nj] += a-tile @ b-tile as BLAS libraries do (BLIS's "micro-kernel"
+design): it copies the a tile into rows padded so that rows read in step never share cache sets,
+and each panel of `cols` columns of the b tile into a contiguous strip, then runs `_dot_block`
+on every block of `rows` x `cols` of c: that block stays in vector registers for the whole
+reduction (one load and one store of c per call, not one per few reduction steps), each step
+loading one row of the strip and broadcasting one value of a per row into fused multiply-adds.
+Blocks at the tile's edges run on a zero-padded copy of theirs.
+
+`_dot_block` is written in LLVM IR (numba.extending.intrinsic, llvmlite), its shape chosen when
+numba compiles it, from the CPU features numba compiles for (NUMBA_CPU_FEATURES, else the
+host's): 8 rows of two 16-lane vectors (f32) with AVX-512's 32 registers, 6 rows of two 8-lane
+vectors with AVX2 and FMA's 16, 4 rows of two 4-lane vectors otherwise; f64 halves the lanes.
+The same module source thus runs the right shape on each CPU, and numba's cache keys its machine
+code by the CPU.
+"""
+from __future__ import annotations
+
+# (rows, vector bytes) of _dot_block's register block by CPU feature: rows x 2 vectors of
+# accumulators plus two vectors of b and one broadcast fit the vector registers.
+DOT_REGISTERS = '''\
+def _dot_registers():
+    """(rows, vector bytes) of the block of c _dot_block keeps in vector registers, for the CPU
+    numba compiles for: AVX-512 has 32 vector registers of 64 bytes, AVX2 16 of 32, SSE 16 of 16."""
+    features = numba.config.CPU_FEATURES
+    if features is None:
+        features = get_host_cpu_features()
+    features = set(features.split(","))
+    if "+avx512f" in features:
+        return 8, 64
+    if "+avx2" in features and "+fma" in features:
+        return 6, 32
+    return 4, 16
+'''
+
+DOT_BLOCK_SHAPE = '''\
+@intrinsic
+def _dot_block_shape(typingctx, c):
+    """(rows, cols) of the block of c (a float array) that _dot_block computes: constants."""
+    if not (isinstance(c, numba.types.Array) and isinstance(c.dtype, numba.types.Float)):
+        return None
+    shape = numba.types.UniTuple(numba.types.uint64, 2)
+
+    def codegen(context, builder, signature, args):
+        rows, vector_bytes = _dot_registers()
+        cols = 2 * vector_bytes // (c.dtype.bitwidth // 8)
+        return context.make_tuple(builder, shape, [context.get_constant(numba.types.uint64, n) for n in (rows, cols)])
+
+    return shape(c), codegen
+'''
+
+DOT_BLOCK = '''\
+@intrinsic
+def _dot_block(typingctx, c, c_start, ldc, a, a_start, lda, b, nk):
+    """c[r, j] += sum over k < nk of a[r, k] * b[k, j] for the block of _dot_block_shape(c): c's
+    element (r, j) at c_start + r * ldc + j of c's data, a's (r, k) at a_start + r * lda + k of
+    a's, b's (k, j) at k * cols + j of b's. c's block lives in vector registers across the loop."""
+    arrays, indices = (c, a, b), (c_start, ldc, a_start, lda, nk)
+    if not (all(isinstance(x, numba.types.Array) and x.layout == "C" and x.dtype == c.dtype for x in arrays)
+            and isinstance(c.dtype, numba.types.Float) and all(isinstance(i, numba.types.Integer) for i in indices)):
+        return None
+
+    def codegen(context, builder, signature, args):
+        c, c_start, ldc, a, a_start, lda, b, nk = args
+        rows, vector_bytes = _dot_registers()
+        element = context.get_value_type(signature.args[0].dtype)
+        lanes = vector_bytes // (signature.args[0].dtype.bitwidth // 8)
+        vector = ir.VectorType(element, lanes)
+        index = ir.IntType(64)
+        # fmuladd: a fused multiply-add where the CPU has one (FMA3, AVX-512), a multiply and an add
+        # where it has not (llvm.fma would call libm's fmaf for every lane there)
+        fma_name = f"llvm.fmuladd.v{lanes}f{signature.args[0].dtype.bitwidth}"
+        fma = builder.module.globals.get(fma_name) or ir.Function(
+            builder.module, ir.FunctionType(vector, [vector] * 3), fma_name)
+
+        def data(array, array_type):
+            return context.make_array(array_type)(context, builder, array).data
+
+        def at(pointer, offset):
+            return builder.bitcast(builder.gep(pointer, [offset]), vector.as_pointer())
+
+        def n(value):
+            return ir.Constant(index, value)
+
+        c_rows = [builder.gep(data(c, signature.args[0]), [builder.add(c_start, builder.mul(ldc, n(r)))])
+                  for r in range(rows)]
+        a_data = builder.gep(data(a, signature.args[3]), [a_start])
+        b_data = data(b, signature.args[6])
+        start = [builder.load(at(row, n(v * lanes)), align=1) for row in c_rows for v in range(2)]
+        entry = builder.block
+        loop = builder.append_basic_block("dot_block.loop")
+        done = builder.append_basic_block("dot_block.done")
+        builder.cbranch(builder.icmp_unsigned("!=", nk, n(0)), loop, done)
+        builder.position_at_end(loop)
+        k = builder.phi(index)
+        k.add_incoming(n(0), entry)
+        accumulators = []
+        for value in start:
+            accumulators.append(builder.phi(vector))
+            accumulators[-1].add_incoming(value, entry)
+        b_row = builder.mul(k, n(2 * lanes))
+        b_vectors = [builder.load(at(b_data, builder.add(b_row, n(v * lanes))), align=1) for v in range(2)]
+        splat = ir.Constant(ir.VectorType(ir.IntType(32), lanes), [0] * lanes)
+        updated = []
+        for r in range(rows):
+            a_value = builder.load(builder.gep(a_data, [builder.add(k, builder.mul(lda, n(r)))]))
+            a_lane = builder.insert_element(ir.Constant(vector, ir.Undefined), a_value, ir.Constant(ir.IntType(32), 0))
+            a_vector = builder.shuffle_vector(a_lane, ir.Constant(vector, ir.Undefined), splat)
+            for v in range(2):
+                updated.append(builder.call(fma, [a_vector, b_vectors[v], accumulators[2 * r + v]]))
+        k_next = builder.add(k, n(1))
+        k.add_incoming(k_next, loop)
+        for phi, value in zip(accumulators, updated):
+            phi.add_incoming(value, loop)
+        builder.cbranch(builder.icmp_unsigned("<", k_next, nk), loop, done)
+        builder.position_at_end(done)
+        results = []
+        for before, after in zip(start, updated):  # phi nodes first in their block
+            results.append(builder.phi(vector))
+            results[-1].add_incoming(before, entry)
+            results[-1].add_incoming(after, loop)
+        for i, result in enumerate(results):
+            builder.store(result, at(c_rows[i // 2], n(i % 2 * lanes)), align=1)
+        return context.get_dummy_value()
+
+    return numba.types.void(c, c_start, ldc, a, a_start, lda, b, nk), codegen
+'''
+
+DOT_STRIP = '''\
+@intrinsic
+def _dot_strip(typingctx, strip, b, b_start, ldb, nk):
+    """strip[k * cols + j] = b's element b_start + k * ldb + j for k < nk and j < cols (the
+    columns of _dot_block_shape(strip)): two vector loads and stores a row, whatever LLVM's
+    vectoriser would make of a short loop whose source and destination may alias."""
+    if not (all(isinstance(x, numba.types.Array) and x.layout == "C" and x.dtype == strip.dtype for x in (strip, b))
+            and isinstance(strip.dtype, numba.types.Float)
+            and all(isinstance(i, numba.types.Integer) for i in (b_start, ldb, nk))):
+        return None
+
+    def codegen(context, builder, signature, args):
+        strip, b, b_start, ldb, nk = args
+        lanes = _dot_registers()[1] // (signature.args[0].dtype.bitwidth // 8)
+        vector = ir.VectorType(context.get_value_type(signature.args[0].dtype), lanes)
+        index = ir.IntType(64)
+        strip_data = context.make_array(signature.args[0])(context, builder, strip).data
+        b_data = builder.gep(context.make_array(signature.args[1])(context, builder, b).data, [b_start])
+        with cgutils.for_range(builder, nk) as loop:
+            row = builder.gep(b_data, [builder.mul(loop.index, ldb)])
+            to = builder.gep(strip_data, [builder.mul(loop.index, ir.Constant(index, 2 * lanes))])
+            for v in range(2):
+                offset = ir.Constant(index, v * lanes)
+                value = builder.load(builder.bitcast(builder.gep(row, [offset]), vector.as_pointer()), align=1)
+                builder.store(value, builder.bitcast(builder.gep(to, [offset]), vector.as_pointer()), align=1)
+        return context.get_dummy_value()
+
+    return numba.types.void(strip, b, b_start, ldb, nk), codegen
+'''
+
+DOT = '''\
+@njit(**_HELPER)
+def _dot(c, a, ar, ac, b, br, bc, ni, nj, nk):
+    """c[:ni, :nj] += a[ar:ar + ni, ac:ac + nk] @ b[br:br + nk, bc:bc + nj] (c, a and b of one
+    float dtype), by blocks of c kept in vector registers (_dot_block) over copies of a and b."""
+    rows, cols = _dot_block_shape(c)
+    ldc = u64(c.shape[1])
+    # a's rows padded to whole blocks, and apart by an odd multiple of 16 elements, which keeps
+    # rows read in step out of each other's cache sets (a power-of-two row length would not)
+    lda = (nk + u64(15)) // u64(16) * u64(16) | u64(16)
+    padded_rows = (ni + rows - u64(1)) // rows * rows
+    a_copy = np.empty(padded_rows * lda, c.dtype)
+    b_strip = np.empty(nk * cols, c.dtype)
+    edge = np.empty((rows, cols), c.dtype)
+    for i in range(ni):
+        for k in range(nk):
+            a_copy[i * lda + k] = a[ar + i, ac + k]
+    for i in range(ni, padded_rows):
+        for k in range(nk):
+            a_copy[i * lda + k] = 0
+    for j0 in range(u64(0), nj, cols):
+        j_valid = min(cols, nj - j0)
+        if j_valid == cols:
+            _dot_strip(b_strip, b, br * u64(b.shape[1]) + bc + j0, u64(b.shape[1]), nk)
+        else:
+            for k in range(nk):
+                for j in range(j_valid):
+                    b_strip[k * cols + j] = b[br + k, bc + j0 + j]
+                for j in range(j_valid, cols):
+                    b_strip[k * cols + j] = 0
+        for i0 in range(u64(0), ni, rows):
+            i_valid = min(rows, ni - i0)
+            if i_valid == rows and j_valid == cols:
+                _dot_block(c, i0 * ldc + j0, ldc, a_copy, i0 * lda, lda, b_strip, nk)
+            else:  # an edge block: on a zero-padded copy of its valid part
+                for i in range(rows):
+                    for j in range(cols):
+                        edge[i, j] = c[i0 + i, j0 + j] if i < i_valid and j < j_valid else 0
+                _dot_block(edge, u64(0), cols, a_copy, i0 * lda, lda, b_strip, nk)
+                for i in range(i_valid):
+                    for j in range(j_valid):
+                        c[i0 + i, j0 + j] = edge[i, j]
+'''
+
+DOT_HELPERS = {"_dot_registers": DOT_REGISTERS, "_dot_block_shape": DOT_BLOCK_SHAPE, "_dot_block": DOT_BLOCK,
+               "_dot_strip": DOT_STRIP, "_dot": DOT}
+DOT_REQUIRES = {"_dot_block_shape": ("_dot_registers",), "_dot_block": ("_dot_registers",),
+                "_dot_strip": ("_dot_registers",), "_dot": ("_dot_block_shape", "_dot_block", "_dot_strip")}
