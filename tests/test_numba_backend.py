@@ -419,9 +419,8 @@ def _dot_helpers():
     return namespace
 
 
-# the register block by CPU features: (rows, vector bytes), then (rows, cols) in f32 and f64
-DOT_SHAPES = {"+avx512f,+avx2,+fma": ((8, 64), (8, 32), (8, 16)), "+avx2,+fma": ((6, 32), (6, 16), (6, 8)),
-              "+sse4.2": ((4, 16), (4, 8), (4, 4))}
+# the register block by CPU features: (rows, cols) in f32 and f64, two vectors a row
+DOT_SHAPES = {"+avx512f,+avx2,+fma": ((8, 32), (8, 16)), "+avx2,+fma": ((6, 16), (6, 8)), "+sse4.2": ((4, 8), (4, 4))}
 
 
 @pytest.mark.parametrize("features", list(DOT_SHAPES))
@@ -432,9 +431,9 @@ def test_dot_micro_kernel_on_tiles_its_blocks_divide_and_tiles_they_divide_nowhe
     numba.njit(lambda: 0)()  # numba's CPU target set up under the real features first
     monkeypatch.setattr(numba.config, "CPU_FEATURES", features)
     h = _dot_helpers()
-    registers, f32_block, f64_block = DOT_SHAPES[features]
-    assert h["_dot_registers"]() == registers
-    block = f32_block if dtype == np.float32 else f64_block
+    block = DOT_SHAPES[features][dtype == np.float64]
+    rows, lanes = h["_dot_registers"](numba.from_dtype(dtype))
+    assert (rows, 2 * lanes) == block
     rng = np.random.default_rng(7)
     bits = np.dtype(dtype).itemsize * 8
     for ni, nj, nk in [block + (16,), (2 * block[0], 3 * block[1], 40), (1, 1, 1), (13, 37, 19), (5, 70, 300),
@@ -449,7 +448,7 @@ def test_dot_micro_kernel_on_tiles_its_blocks_divide_and_tiles_they_divide_nowhe
         tolerance = (1e-5 if dtype == np.float32 else 1e-12) * (nk + 1)
         np.testing.assert_allclose(c[:ni, :nj], expected[:ni, :nj], rtol=tolerance, atol=tolerance)
         llvm = h["_dot"].inspect_llvm(h["_dot"].signatures[0])
-        assert f"@llvm.fmuladd.v{registers[1] * 8 // bits}f{bits}(" in llvm  # the shape compiled is the one named
+        assert f"@llvm.fmuladd.v{lanes}f{bits}(" in llvm  # the shape compiled is the one named
         untouched = np.ones(c.shape, bool)
         untouched[:ni, :nj] = False
         assert np.array_equal(c[untouched], expected[untouched].astype(dtype)), (ni, nj, nk)
@@ -457,15 +456,15 @@ def test_dot_micro_kernel_on_tiles_its_blocks_divide_and_tiles_they_divide_nowhe
 
 def test_dot_micro_kernel_keeps_its_block_in_vector_registers():
     # _dot_block is one loop of vector fused multiply-adds over the block's accumulators, as many
-    # lanes wide as the CPU's vectors: no load or store of c inside the loop
+    # lanes wide as the CPU's vectors; c is loaded before the loop and stored after it, never inside
     h = _dot_helpers()
     c = np.zeros((16, 64), np.float32)
     h["_dot"](c, np.ones((16, 8), np.float32), np.uint64(0), np.uint64(0), np.ones((8, 64), np.float32),
               np.uint64(0), np.uint64(0), np.uint64(16), np.uint64(64), np.uint64(8))
     assert (c == 8).all()
-    rows, vector_bytes = h["_dot_registers"]()
+    rows, lanes = h["_dot_registers"](numba.float32)
     llvm = h["_dot"].inspect_llvm(h["_dot"].signatures[0])
     loop = llvm[llvm.index("dot_block.loop:"):]
     loop = loop[:loop.index("br i1")]
-    assert loop.count(f"@llvm.fmuladd.v{vector_bytes // 4}f32(") == 2 * rows
+    assert loop.count(f"@llvm.fmuladd.v{lanes}f32(") == 2 * rows
     assert loop.count("store ") == 0

@@ -17,21 +17,27 @@ code by the CPU.
 """
 from __future__ import annotations
 
-# (rows, vector bytes) of _dot_block's register block by CPU feature: rows x 2 vectors of
-# accumulators plus two vectors of b and one broadcast fit the vector registers.
+# _dot_block's register block by CPU feature: rows x _DOT_VECTORS vectors of accumulators plus
+# _DOT_VECTORS vectors of b and one broadcast fit the vector registers.
 DOT_REGISTERS = '''\
-def _dot_registers():
-    """(rows, vector bytes) of the block of c _dot_block keeps in vector registers, for the CPU
-    numba compiles for: AVX-512 has 32 vector registers of 64 bytes, AVX2 16 of 32, SSE 16 of 16."""
+_DOT_VECTORS = 2  # vectors of c in each row of a block
+
+
+def _dot_registers(dtype):
+    """(rows, lanes) of the block of c _dot_block keeps in vector registers, rows of _DOT_VECTORS
+    vectors of `lanes` elements of dtype (a numba float type), for the CPU numba compiles for:
+    AVX-512 has 32 vector registers of 64 bytes, AVX2 16 of 32, SSE 16 of 16."""
     features = numba.config.CPU_FEATURES
     if features is None:
         features = get_host_cpu_features()
     features = set(features.split(","))
     if "+avx512f" in features:
-        return 8, 64
-    if "+avx2" in features and "+fma" in features:
-        return 6, 32
-    return 4, 16
+        rows, vector_bytes = 8, 64
+    elif "+avx2" in features and "+fma" in features:
+        rows, vector_bytes = 6, 32
+    else:
+        rows, vector_bytes = 4, 16
+    return rows, vector_bytes * 8 // dtype.bitwidth
 '''
 
 DOT_BLOCK_SHAPE = '''\
@@ -43,9 +49,8 @@ def _dot_block_shape(typingctx, c):
     shape = numba.types.UniTuple(numba.types.uint64, 2)
 
     def codegen(context, builder, signature, args):
-        rows, vector_bytes = _dot_registers()
-        cols = 2 * vector_bytes // (c.dtype.bitwidth // 8)
-        return context.make_tuple(builder, shape, [context.get_constant(numba.types.uint64, n) for n in (rows, cols)])
+        rows, lanes = _dot_registers(c.dtype)
+        return context.make_tuple(builder, shape, [context.get_constant(numba.types.uint64, n) for n in (rows, _DOT_VECTORS * lanes)])
 
     return shape(c), codegen
 '''
@@ -63,10 +68,8 @@ def _dot_block(typingctx, c, c_start, ldc, a, a_start, lda, b, nk):
 
     def codegen(context, builder, signature, args):
         c, c_start, ldc, a, a_start, lda, b, nk = args
-        rows, vector_bytes = _dot_registers()
-        element = context.get_value_type(signature.args[0].dtype)
-        lanes = vector_bytes // (signature.args[0].dtype.bitwidth // 8)
-        vector = ir.VectorType(element, lanes)
+        rows, lanes = _dot_registers(signature.args[0].dtype)
+        vector = ir.VectorType(context.get_value_type(signature.args[0].dtype), lanes)
         index = ir.IntType(64)
         # fmuladd: a fused multiply-add where the CPU has one (FMA3, AVX-512), a multiply and an add
         # where it has not (llvm.fma would call libm's fmaf for every lane there)
@@ -87,7 +90,7 @@ def _dot_block(typingctx, c, c_start, ldc, a, a_start, lda, b, nk):
                   for r in range(rows)]
         a_data = builder.gep(data(a, signature.args[3]), [a_start])
         b_data = data(b, signature.args[6])
-        start = [builder.load(at(row, n(v * lanes)), align=1) for row in c_rows for v in range(2)]
+        start = [builder.load(at(row, n(v * lanes)), align=1) for row in c_rows for v in range(_DOT_VECTORS)]
         entry = builder.block
         loop = builder.append_basic_block("dot_block.loop")
         done = builder.append_basic_block("dot_block.done")
@@ -99,16 +102,17 @@ def _dot_block(typingctx, c, c_start, ldc, a, a_start, lda, b, nk):
         for value in start:
             accumulators.append(builder.phi(vector))
             accumulators[-1].add_incoming(value, entry)
-        b_row = builder.mul(k, n(2 * lanes))
-        b_vectors = [builder.load(at(b_data, builder.add(b_row, n(v * lanes))), align=1) for v in range(2)]
+        b_row = builder.mul(k, n(_DOT_VECTORS * lanes))
+        b_vectors = [builder.load(at(b_data, builder.add(b_row, n(v * lanes))), align=1)
+                     for v in range(_DOT_VECTORS)]
         splat = ir.Constant(ir.VectorType(ir.IntType(32), lanes), [0] * lanes)
         updated = []
         for r in range(rows):
             a_value = builder.load(builder.gep(a_data, [builder.add(k, builder.mul(lda, n(r)))]))
             a_lane = builder.insert_element(ir.Constant(vector, ir.Undefined), a_value, ir.Constant(ir.IntType(32), 0))
             a_vector = builder.shuffle_vector(a_lane, ir.Constant(vector, ir.Undefined), splat)
-            for v in range(2):
-                updated.append(builder.call(fma, [a_vector, b_vectors[v], accumulators[2 * r + v]]))
+            for v in range(_DOT_VECTORS):
+                updated.append(builder.call(fma, [a_vector, b_vectors[v], accumulators[_DOT_VECTORS * r + v]]))
         k_next = builder.add(k, n(1))
         k.add_incoming(k_next, loop)
         for phi, value in zip(accumulators, updated):
@@ -121,7 +125,7 @@ def _dot_block(typingctx, c, c_start, ldc, a, a_start, lda, b, nk):
             results[-1].add_incoming(before, entry)
             results[-1].add_incoming(after, loop)
         for i, result in enumerate(results):
-            builder.store(result, at(c_rows[i // 2], n(i % 2 * lanes)), align=1)
+            builder.store(result, at(c_rows[i // _DOT_VECTORS], n(i % _DOT_VECTORS * lanes)), align=1)
         return context.get_dummy_value()
 
     return numba.types.void(c, c_start, ldc, a, a_start, lda, b, nk), codegen
@@ -140,15 +144,15 @@ def _dot_strip(typingctx, strip, b, b_start, ldb, nk):
 
     def codegen(context, builder, signature, args):
         strip, b, b_start, ldb, nk = args
-        lanes = _dot_registers()[1] // (signature.args[0].dtype.bitwidth // 8)
+        lanes = _dot_registers(signature.args[0].dtype)[1]
         vector = ir.VectorType(context.get_value_type(signature.args[0].dtype), lanes)
         index = ir.IntType(64)
         strip_data = context.make_array(signature.args[0])(context, builder, strip).data
         b_data = builder.gep(context.make_array(signature.args[1])(context, builder, b).data, [b_start])
         with cgutils.for_range(builder, nk) as loop:
             row = builder.gep(b_data, [builder.mul(loop.index, ldb)])
-            to = builder.gep(strip_data, [builder.mul(loop.index, ir.Constant(index, 2 * lanes))])
-            for v in range(2):
+            to = builder.gep(strip_data, [builder.mul(loop.index, ir.Constant(index, _DOT_VECTORS * lanes))])
+            for v in range(_DOT_VECTORS):
                 offset = ir.Constant(index, v * lanes)
                 value = builder.load(builder.bitcast(builder.gep(row, [offset]), vector.as_pointer()), align=1)
                 builder.store(value, builder.bitcast(builder.gep(to, [offset]), vector.as_pointer()), align=1)
