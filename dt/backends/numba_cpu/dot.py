@@ -2,8 +2,9 @@
 
 `_dot` computes c[:ni, :nj] += a-tile @ b-tile as BLAS libraries do (BLIS's "micro-kernel"
 design): it copies the a tile into rows padded so that rows read in step never share cache sets,
-and each panel of `cols` columns of the b tile into a contiguous strip, then runs `_dot_block`
-on every block of `rows` x `cols` of c: that block stays in vector registers for the whole
+and each panel of `cols` columns of the b tile into a contiguous strip (read in place instead
+where at most two blocks of rows use it), then runs `_dot_block` on every block of `rows` x
+`cols` of c: that block stays in vector registers for the whole
 reduction (one load and one store of c per call, not one per few reduction steps), each step
 loading one row of the strip and broadcasting one value of a per row into fused multiply-adds.
 Blocks at the tile's edges run on a zero-padded copy of theirs.
@@ -57,17 +58,18 @@ def _dot_block_shape(typingctx, c):
 
 DOT_BLOCK = '''\
 @intrinsic
-def _dot_block(typingctx, c, c_start, ldc, a, a_start, lda, b, nk):
+def _dot_block(typingctx, c, c_start, ldc, a, a_start, lda, b, b_start, ldb, nk):
     """c[r, j] += sum over k < nk of a[r, k] * b[k, j] for the block of _dot_block_shape(c): c's
     element (r, j) at c_start + r * ldc + j of c's data, a's (r, k) at a_start + r * lda + k of
-    a's, b's (k, j) at k * cols + j of b's. c's block lives in vector registers across the loop."""
-    arrays, indices = (c, a, b), (c_start, ldc, a_start, lda, nk)
+    a's, b's (k, j) at b_start + k * ldb + j of b's. c's block lives in vector registers across the
+    loop."""
+    arrays, indices = (c, a, b), (c_start, ldc, a_start, lda, b_start, ldb, nk)
     if not (all(isinstance(x, numba.types.Array) and x.layout == "C" and x.dtype == c.dtype for x in arrays)
             and isinstance(c.dtype, numba.types.Float) and all(isinstance(i, numba.types.Integer) for i in indices)):
         return None
 
     def codegen(context, builder, signature, args):
-        c, c_start, ldc, a, a_start, lda, b, nk = args
+        c, c_start, ldc, a, a_start, lda, b, b_start, ldb, nk = args
         rows, lanes = _dot_registers(signature.args[0].dtype)
         vector = ir.VectorType(context.get_value_type(signature.args[0].dtype), lanes)
         index = ir.IntType(64)
@@ -89,7 +91,7 @@ def _dot_block(typingctx, c, c_start, ldc, a, a_start, lda, b, nk):
         c_rows = [builder.gep(data(c, signature.args[0]), [builder.add(c_start, builder.mul(ldc, n(r)))])
                   for r in range(rows)]
         a_data = builder.gep(data(a, signature.args[3]), [a_start])
-        b_data = data(b, signature.args[6])
+        b_data = builder.gep(data(b, signature.args[6]), [b_start])
         start = [builder.load(at(row, n(v * lanes)), align=1) for row in c_rows for v in range(_DOT_VECTORS)]
         entry = builder.block
         loop = builder.append_basic_block("dot_block.loop")
@@ -102,7 +104,7 @@ def _dot_block(typingctx, c, c_start, ldc, a, a_start, lda, b, nk):
         for value in start:
             accumulators.append(builder.phi(vector))
             accumulators[-1].add_incoming(value, entry)
-        b_row = builder.mul(k, n(_DOT_VECTORS * lanes))
+        b_row = builder.mul(k, ldb)
         b_vectors = [builder.load(at(b_data, builder.add(b_row, n(v * lanes))), align=1)
                      for v in range(_DOT_VECTORS)]
         splat = ir.Constant(ir.VectorType(ir.IntType(32), lanes), [0] * lanes)
@@ -128,7 +130,7 @@ def _dot_block(typingctx, c, c_start, ldc, a, a_start, lda, b, nk):
             builder.store(result, at(c_rows[i // _DOT_VECTORS], n(i % _DOT_VECTORS * lanes)), align=1)
         return context.get_dummy_value()
 
-    return numba.types.void(c, c_start, ldc, a, a_start, lda, b, nk), codegen
+    return numba.types.void(c, c_start, ldc, a, a_start, lda, b, b_start, ldb, nk), codegen
 '''
 
 DOT_STRIP = '''\
@@ -181,11 +183,14 @@ def _dot(c, a, ar, ac, b, br, bc, ni, nj, nk):
     for i in range(ni, padded_rows):
         for k in range(nk):
             a_copy[i * lda + k] = 0
+    ldb = u64(b.shape[1])
     for j0 in range(u64(0), nj, cols):
         j_valid = min(cols, nj - j0)
-        if j_valid == cols:
-            _dot_strip(b_strip, b, br * u64(b.shape[1]) + bc + j0, u64(b.shape[1]), nk)
-        else:
+        # a full strip is read where it lies when few row blocks would use a copy of it
+        in_place = j_valid == cols and ni <= u64(2) * rows
+        if j_valid == cols and not in_place:
+            _dot_strip(b_strip, b, br * ldb + bc + j0, ldb, nk)
+        elif not in_place:
             for k in range(nk):
                 for j in range(j_valid):
                     b_strip[k * cols + j] = b[br + k, bc + j0 + j]
@@ -193,13 +198,20 @@ def _dot(c, a, ar, ac, b, br, bc, ni, nj, nk):
                     b_strip[k * cols + j] = 0
         for i0 in range(u64(0), ni, rows):
             i_valid = min(rows, ni - i0)
-            if i_valid == rows and j_valid == cols:
-                _dot_block(c, i0 * ldc + j0, ldc, a_copy, i0 * lda, lda, b_strip, nk)
-            else:  # an edge block: on a zero-padded copy of its valid part
+            whole = i_valid == rows and j_valid == cols
+            if not whole:  # an edge block: on a zero-padded copy of its valid part
                 for i in range(rows):
                     for j in range(cols):
                         edge[i, j] = c[i0 + i, j0 + j] if i < i_valid and j < j_valid else 0
-                _dot_block(edge, u64(0), cols, a_copy, i0 * lda, lda, b_strip, nk)
+            if whole and in_place:
+                _dot_block(c, i0 * ldc + j0, ldc, a_copy, i0 * lda, lda, b, br * ldb + bc + j0, ldb, nk)
+            elif whole:
+                _dot_block(c, i0 * ldc + j0, ldc, a_copy, i0 * lda, lda, b_strip, u64(0), cols, nk)
+            elif in_place:
+                _dot_block(edge, u64(0), cols, a_copy, i0 * lda, lda, b, br * ldb + bc + j0, ldb, nk)
+            else:
+                _dot_block(edge, u64(0), cols, a_copy, i0 * lda, lda, b_strip, u64(0), cols, nk)
+            if not whole:
                 for i in range(i_valid):
                     for j in range(j_valid):
                         c[i0 + i, j0 + j] = edge[i, j]
