@@ -4,9 +4,9 @@
 design): it copies the a tile into rows padded so that rows read in step never share cache sets,
 and each panel of `cols` columns of the b tile into a contiguous strip (read in place instead
 where at most two blocks of rows use it), then runs `_dot_block` on every block of `rows` x
-`cols` of c: that block stays in vector registers for the whole
-reduction (one load and one store of c per call, not one per few reduction steps), each step
-loading one row of the strip and broadcasting one value of a per row into fused multiply-adds.
+`cols` of c: that block stays in vector registers for the whole reduction (one load and one
+store of c per call, not one per few reduction steps), each step loading one row of the strip
+and broadcasting one value of a per row into fused multiply-adds.
 Blocks at the tile's edges run on a zero-padded copy of theirs.
 
 `_dot_block` is written in LLVM IR (numba.extending.intrinsic, llvmlite), its shape chosen when
@@ -51,7 +51,8 @@ def _dot_block_shape(typingctx, c):
 
     def codegen(context, builder, signature, args):
         rows, lanes = _dot_registers(c.dtype)
-        return context.make_tuple(builder, shape, [context.get_constant(numba.types.uint64, n) for n in (rows, _DOT_VECTORS * lanes)])
+        constants = [context.get_constant(numba.types.uint64, n) for n in (rows, _DOT_VECTORS * lanes)]
+        return context.make_tuple(builder, shape, constants)
 
     return shape(c), codegen
 '''
@@ -186,10 +187,11 @@ def _dot(c, a, ar, ac, b, br, bc, ni, nj, nk):
     ldb = u64(b.shape[1])
     for j0 in range(u64(0), nj, cols):
         j_valid = min(cols, nj - j0)
+        b_start = br * ldb + bc + j0
         # a full strip is read where it lies when few row blocks would use a copy of it
         in_place = j_valid == cols and ni <= u64(2) * rows
         if j_valid == cols and not in_place:
-            _dot_strip(b_strip, b, br * ldb + bc + j0, ldb, nk)
+            _dot_strip(b_strip, b, b_start, ldb, nk)
         elif not in_place:
             for k in range(nk):
                 for j in range(j_valid):
@@ -203,14 +205,11 @@ def _dot(c, a, ar, ac, b, br, bc, ni, nj, nk):
                 for i in range(rows):
                     for j in range(cols):
                         edge[i, j] = c[i0 + i, j0 + j] if i < i_valid and j < j_valid else 0
-            if whole and in_place:
-                _dot_block(c, i0 * ldc + j0, ldc, a_copy, i0 * lda, lda, b, br * ldb + bc + j0, ldb, nk)
-            elif whole:
-                _dot_block(c, i0 * ldc + j0, ldc, a_copy, i0 * lda, lda, b_strip, u64(0), cols, nk)
-            elif in_place:
-                _dot_block(edge, u64(0), cols, a_copy, i0 * lda, lda, b, br * ldb + bc + j0, ldb, nk)
+            block, block_start, ld_block = (c, i0 * ldc + j0, ldc) if whole else (edge, u64(0), cols)
+            if in_place:
+                _dot_block(block, block_start, ld_block, a_copy, i0 * lda, lda, b, b_start, ldb, nk)
             else:
-                _dot_block(edge, u64(0), cols, a_copy, i0 * lda, lda, b_strip, u64(0), cols, nk)
+                _dot_block(block, block_start, ld_block, a_copy, i0 * lda, lda, b_strip, u64(0), cols, nk)
             if not whole:
                 for i in range(i_valid):
                     for j in range(j_valid):
