@@ -436,8 +436,10 @@ def test_dot_micro_kernel_on_tiles_its_blocks_divide_and_tiles_they_divide_nowhe
     assert (rows, 2 * lanes) == block
     rng = np.random.default_rng(7)
     bits = np.dtype(dtype).itemsize * 8
+    # up to two blocks of rows read b's strips in place, more copy them (_dot_strip), edges or not
     for ni, nj, nk in [block + (16,), (2 * block[0], 3 * block[1], 40), (1, 1, 1), (13, 37, 19), (5, 70, 300),
-                       (block[0] + 1, block[1] - 1, 17), (4, 8, 0)]:
+                       (block[0] + 1, block[1] - 1, 17), (4, 8, 0), (3 * block[0], 2 * block[1], 33),
+                       (3 * block[0] + 2, 2 * block[1] + 5, 21)]:
         a = rng.standard_normal((ni + 5, nk + 7)).astype(dtype)
         b = rng.standard_normal((nk + 3, nj + 9)).astype(dtype)
         c = rng.standard_normal((ni + 2, nj + 4)).astype(dtype)
