@@ -194,8 +194,8 @@ class Program:
         if choice not in CHOICES:
             raise DTInputError(f"schedule={choice!r} is not a schedule choice", None,
                                'schedule="written" (the default) or schedule="tuned" (the tuning cache\'s)')
-        floats = {t for n, t in b.dtypes.items() if n in self.inputs and n not in self.checked.index_inputs}
-        chosen, origin = choose(self, b.extents, floats.pop() if len(floats) == 1 else floats, name)
+        data = {n: t for n, t in b.dtypes.items() if n in self.inputs and n not in self.checked.index_inputs}
+        chosen, origin = choose(self, b.extents, data, name)
         warnings.warn(ScheduleNote(f"{self.name}: {origin}"), stacklevel=4)
         return chosen._plan(name, sizes, args)
 
@@ -216,14 +216,17 @@ class Program:
                                  self._extents(inputs, sizes or {}, "sizes"))
 
     @user_facing
-    def space(self, sizes: dict, dtype: str = "f32", backend: str = "triton", limit: int = 4096):
-        """The schedules of this program at these extents that dt explores (dt.tune.space)."""
+    def space(self, sizes: dict, dtype: str | dict[str, str] = "f32", backend: str = "triton", limit: int = 4096):
+        """The schedules of this program at these extents that dt explores (dt.tune.space); `dtype`:
+        the inputs', one name or one per input ({"X": "bf16", "Wq": "i8", ...})."""
         from dt.tune import space
         return space(self, sizes, dtype, backend, limit)
 
     @user_facing
-    def tune(self, sizes: dict, dtype: str = "f32", backend: str = "triton", budget: float = 300, **options):
-        """The space searched on `backend` for `budget` seconds, fastest first (dt.tune.search)."""
+    def tune(self, sizes: dict, dtype: str | dict[str, str] = "f32", backend: str = "triton", budget: float = 300,
+             **options):
+        """The space searched on `backend` for `budget` seconds, fastest first (dt.tune.search);
+        `dtype`: the inputs', one name or one per input ({"X": "bf16", "Wq": "i8", ...})."""
         from dt.tune import tune
         return tune(self, sizes, dtype, backend, budget, **options)
 
@@ -247,14 +250,17 @@ class Program:
 
     @user_facing
     def pipeline(self, dtypes: dict[str, str] | str = "f32") -> Pipeline:
-        """The scheduled IR for these input dtypes (one dtype name applies to every input but
-        those that index others, which are i64, as are the scalars that index)."""
+        """The scheduled IR for these input dtypes: one dtype name applies to every input but
+        those that index others, which are i64 (also where a mapping of names to dtypes leaves
+        them out), as are the scalars that index."""
         for dtype in dtypes.values() if isinstance(dtypes, dict) else (dtypes,):
             if not (isinstance(dtype, str) and dtype in ALL):
                 raise DTInputError(f"dtype {dtype!r} is not one dt supports", None, f"use one of {', '.join(ALL)}")
         if not isinstance(dtypes, dict):  # one float dtype; the inputs and scalars that index are int64
             dtypes = {**{n: "i64" if n in self.checked.index_inputs else dtypes for n in self.inputs},
                       **{n: "i64" for n in self.checked.index_scalars}}
+        else:  # as named; the inputs that index and are not named are int64
+            dtypes = {**{n: "i64" for n in self.inputs if n in self.checked.index_inputs}, **dtypes}
         key = tuple(sorted(dtypes.items()))
         if key not in self._pipelines:
             self._pipelines[key] = lower(self.checked, dtypes)
@@ -272,7 +278,7 @@ class Program:
         return ir_text(self.pipeline(dtype))
 
     @user_facing
-    def check_extents(self, extents: dict, dtype: str = "f32"):
+    def check_extents(self, extents: dict, dtype: str | dict[str, str] = "f32"):
         """Check extents (dimension name -> extent) as a call would, before anything is made: the
         dimensions, each extent, every tile's limit, and the memory inputs of `dtype`, outputs
         and temporaries need. For code that makes inputs, such as dt.testing.random_inputs."""

@@ -25,12 +25,15 @@ def numpy_dtype(dtype: str) -> np.dtype:
     return NUMPY[dtype]
 
 
-def random_inputs(prog, extents: dict[str, int], dtype: str = "f32", seed: int = 0, schedule: bool = True) -> dict:
-    """Seeded standard-normal inputs of `dtype` for every input of `prog`, shaped by `extents`
-    (dimension name -> extent), and a value in [0.5, 1.5) for every scalar. An input that indexes
-    another (I in E[I[t], d]) holds int64 indices within the axis it indexes; a scalar that
-    indexes is 1. `schedule=False` checks the extents against the algorithm only, not against
-    the schedule as written (for dt tune, which tries others)."""
+def random_inputs(prog, extents: dict[str, int], dtype: str | dict[str, str] = "f32", seed: int = 0,
+                  schedule: bool = True) -> dict:
+    """Seeded inputs for every input of `prog`, shaped by `extents` (dimension name -> extent), and
+    a value in [0.5, 1.5) for every scalar. `dtype` is one dtype for every input, or one per input
+    ({"X": "bf16", "W": "i8"}): float inputs are standard normal, integer data spans the dtype's
+    range (at most -100..100; bool 0 or 1). An input that indexes another (I in E[I[t], d]) holds
+    indices within the axis it indexes (int64 unless named); a scalar that indexes is 1.
+    `schedule=False` checks the extents against the algorithm only, not against the schedule as
+    written (for dt tune, which tries others)."""
     if schedule:
         prog.check_extents(extents, dtype)  # a DTError for an extent missing, unknown, bad or too large
     else:
@@ -42,10 +45,18 @@ def random_inputs(prog, extents: dict[str, int], dtype: str = "f32", seed: int =
         if access.name in args:
             continue
         shape = [extents[d] for d in prog.checked.input_axes[access.name]]
+        named = dtype.get(access.name) if isinstance(dtype, dict) else None
         if access.name in indexed:
-            args[access.name] = rng.integers(0, max(extents[indexed[access.name]], 1), shape, dtype=np.int64)
+            values = rng.integers(0, max(extents[indexed[access.name]], 1), shape)
+            args[access.name] = values.astype(numpy_dtype(named or "i64"))
             continue
-        args[access.name] = rng.standard_normal(shape).astype(np.float32).astype(numpy_dtype(dtype))
+        kind = named or dtype
+        if kind in INTEGERS:
+            info = np.iinfo(numpy_dtype(kind)) if kind != "bool" else None
+            low, high = (0, 2) if info is None else (max(int(info.min), -100), min(int(info.max), 100) + 1)
+            args[access.name] = rng.integers(low, high, shape).astype(numpy_dtype(kind))
+            continue
+        args[access.name] = rng.standard_normal(shape).astype(np.float32).astype(numpy_dtype(kind))
     for s in prog.scalars:  # a scalar that indexes is an integer: 1
         args[s] = 1 if s in prog.checked.index_scalars else float(0.5 + rng.random())
     return args

@@ -397,6 +397,57 @@ def test_worker_processes_compile_the_candidates_ahead():
     assert not helped.failed and helped.untried == 0
 
 
+# ---------------------------------------------------------------- a dtype per input
+def test_a_search_takes_a_dtype_per_input_and_the_cache_keys_it(tuning_cache, capsys):
+    from dt.cli import main
+    path = ROOT / "examples" / "llm" / "int8_matmul.dt"
+    sizes, dtypes = dict(m=16, n=40, k=24), {"X": "f32", "Wq": "i8", "S": "f32"}
+    assert main(["tune", str(path), "--size", "m=16", "--size", "n=40", "--size", "k=24", "--dtype", "f32",
+                 "--dtype", "Wq=i8", "--backend", "interp", "--budget", "10", "-o",
+                 str(tuning_cache.parent / "tuned.dt")]) == 0
+    assert "(X=f32 Wq=i8 S=f32) on CPU" in (tuning_cache.parent / "tuned.dt").read_text().splitlines()[0]
+    capsys.readouterr()
+    prog = dt.load(path)
+    again = prog.tune(sizes, dtypes, backend="interp", budget=10)
+    assert again.cached and again.title == "int8_matmul m=16 n=40 k=24 X=f32 Wq=i8 S=f32 on interp"
+    args = random_inputs(prog, sizes, dtypes, seed=2)
+    assert args["Wq"].dtype == np.int8 and np.abs(args["Wq"]).max() > 1 and args["X"].dtype == np.float32
+    with pytest.warns(dt.ScheduleNote, match=f"the tuned schedule '{re.escape(again.best.name)}' of this shape"):
+        out = prog(backend="interp", schedule="tuned", **args)
+    assert_close(out, prog.reference(**args), "f32")
+    wider = {**args, "Wq": args["Wq"].astype(np.int16)}  # another dtype of one input: another key
+    with pytest.warns(dt.ScheduleNote, match="has no X=f32 Wq=i16 S=f32 schedule"):
+        prog(backend="interp", schedule="tuned", **wider)
+    assert not prog.tune(sizes, "f32", backend="interp", budget=0).cached
+
+
+def test_one_dtype_named_for_every_input_is_the_same_search_as_one_name(tuning_cache):
+    prog = dt.load(ROOT / "examples" / "add.dt")
+    prog.tune(dict(x=24, y=300), "f32", backend="interp", budget=30)
+    assert prog.tune(dict(x=24, y=300), {"A": "f32", "B": "f32"}, backend="interp", budget=0).cached
+
+
+def test_a_dtype_per_input_names_each_input_once_and_right():
+    from dt.tune.dtypes import resolved
+    matmul = dt.load(ROOT / "examples" / "llm" / "int8_matmul.dt")
+    with pytest.raises(dt.DTInputError, match="gives no dtype for 'S'"):
+        matmul.tune(dict(m=16, n=40, k=24), {"X": "f32", "Wq": "i8"}, backend="interp")
+    with pytest.raises(dt.DTInputError, match="names 'W', which int8_matmul does not read"):
+        matmul.space(dict(m=16, n=40, k=24), {"X": "f32", "W": "i8", "S": "f32"}, backend="interp")
+    with pytest.raises(dt.DTInputError, match=r"dtype 'int8' \(of 'Wq'\) is not one dt supports"):
+        resolved(matmul, {"X": "f32", "Wq": "int8", "S": "f32"})
+    entropy = dt.load(ROOT / "examples" / "llm" / "cross_entropy.dt")
+    with pytest.raises(dt.DTInputError, match="'T' indexes cross_entropy's inputs, so its dtype must be an integer"):
+        resolved(entropy, {"L": "bf16", "T": "f32"})
+    assert resolved(entropy, {"L": "bf16"}) == "bf16"  # targets int64 by default
+    assert resolved(entropy, {"L": "bf16", "T": "i32"}) == {"L": "bf16", "T": "i32"}
+    args = random_inputs(entropy, dict(r=3, v=50), {"L": "bf16", "T": "i32"})
+    assert args["T"].dtype == np.int32 and 0 <= args["T"].min() and args["T"].max() < 50
+    shifted = dt.loads("In K, W; SIn start; Var l; Func o;\no[l] = K[l + start] * W[l];\no.compile();", name="shifted")
+    assert resolved(shifted, {"K": "f32", "W": "bf16"}) == {"K": "f32", "W": "bf16", "start": "i64"}
+    assert len(shifted.space(dict(l=40), {"K": "f32", "W": "bf16"}, backend="interp")) > 0
+
+
 # ---------------------------------------------------------------- the strategy
 def _synthetic_space(slots=3, values=6):
     """Candidates whose time is known: each slot's value adds its own cost (in log time)."""

@@ -56,7 +56,7 @@ def versions() -> dict[str, str]:
     return found
 
 
-def key(source: str, extents: dict[str, int], dtype: str, backend: str, device: str,
+def key(source: str, extents: dict[str, int], dtype: str | dict[str, str], backend: str, device: str,
         made_with: dict[str, str] | None = None) -> str:
     """The entry's file name: a hash of the algorithm, the shape bucket, dtype, backend, device
     and the versions (this process's, or `made_with`). An entry's stored algorithm is hashed as
@@ -64,20 +64,20 @@ def key(source: str, extents: dict[str, int], dtype: str, backend: str, device: 
     return _key(algorithm(source), extents, dtype, backend, device, made_with or versions())
 
 
-def _key(algorithm_text: str, extents: dict[str, int], dtype: str, backend: str, device: str,
+def _key(algorithm_text: str, extents: dict[str, int], dtype: str | dict[str, str], backend: str, device: str,
          made_with: dict[str, str]) -> str:
     fields = {"algorithm": algorithm_text, "bucket": bucket(extents), "dtype": dtype, "backend": backend,
               "device": device, "versions": made_with}
     return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:32]
 
 
-def lookup(prog, extents: dict[str, int], dtype: str, backend: str, device: str) -> dict | None:
+def lookup(prog, extents: dict[str, int], dtype: str | dict[str, str], backend: str, device: str) -> dict | None:
     """The entry for this program's algorithm at this shape bucket, or None (none, or one
     that is not for this algorithm or does not check)."""
     return _valid(prog, directory() / f"{key(prog.ast.source, extents, dtype, backend, device)}.json", extents, dtype)
 
 
-def nearest(prog, extents: dict[str, int], dtype: str, backend: str, device: str) -> dict | None:
+def nearest(prog, extents: dict[str, int], dtype: str | dict[str, str], backend: str, device: str) -> dict | None:
     """The entry at this shape bucket, else the one for the same algorithm, dtype, backend,
     device and versions whose bucket is nearest (the fewest doublings and halvings of the
     extents apart; ties to the larger shape), else None."""
@@ -104,7 +104,7 @@ def nearest(prog, extents: dict[str, int], dtype: str, backend: str, device: str
     return None
 
 
-def _valid(prog, path: Path, extents: dict[str, int], dtype: str) -> dict | None:
+def _valid(prog, path: Path, extents: dict[str, int], dtype: str | dict[str, str]) -> dict | None:
     """The entry at `path`, where it is for this program's algorithm and its schedule checks at
     these extents (an entry tuned at another shape may tile past a limit here); else None."""
     from dt.runtime import loads
@@ -118,8 +118,8 @@ def _valid(prog, path: Path, extents: dict[str, int], dtype: str) -> dict | None
     return {**entry, "path": str(path)}
 
 
-def store(prog, extents: dict[str, int], dtype: str, backend: str, device: str, schedule: str, name: str,
-          ms: float) -> Path:
+def store(prog, extents: dict[str, int], dtype: str | dict[str, str], backend: str, device: str, schedule: str,
+          name: str, ms: float) -> Path:
     """Keep the fastest schedule of a search."""
     entry = {"algorithm": algorithm(prog.ast.source), "schedule": schedule, "name": name, "ms": ms,
              "extents": extents, "dtype": dtype, "backend": backend, "device": device, "versions": versions()}

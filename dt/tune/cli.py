@@ -5,7 +5,6 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from dt.dtypes import NAMES as DTYPE_CHOICES
 
 
 def add_parsers(sub, parse_sizes, count):
@@ -14,7 +13,8 @@ def add_parsers(sub, parse_sizes, count):
                                       "(docs/tuning.md)")
     tun.add_argument("file")
     tun.add_argument("--size", action="append", metavar="DIM=N", help="extent of a dimension (repeat)")
-    tun.add_argument("--dtype", choices=DTYPE_CHOICES, default="f32", help="dtype of the inputs")
+    tun.add_argument("--dtype", action="append", metavar="DTYPE|INPUT=DTYPE",
+                     help="dtype of the inputs (default f32), or of one input (Wq=i8); repeat")
     tun.add_argument("--backend", default="triton", help="where to time the schedules (default: triton)")
     tun.add_argument("--budget", type=float, default=300, help="seconds of search (default: 300)")
     tun.add_argument("--show", type=count, default=10, help="the fastest this many schedules printed")
@@ -40,14 +40,16 @@ def add_parsers(sub, parse_sizes, count):
 def cmd_tune(args) -> int:
     import dt
     from rich.progress import Progress
+    from dt.tune.dtypes import label, parse, with_default
     prog = dt.load(args.file)
     sizes = args.parse_sizes(args.size or [])
+    dtype = with_default(prog, *parse(args.dtype or []))
     with Progress(transient=True) as bar:
         task = bar.add_task(f"tuning {Path(args.file).name}", total=None)
 
         def progress(done: int, total: int, name: str):
             bar.update(task, completed=done, total=total, description=f"{name}")
-        result = prog.tune(sizes, args.dtype, args.backend, args.budget, progress=progress, cache=args.cache,
+        result = prog.tune(sizes, dtype, args.backend, args.budget, progress=progress, cache=args.cache,
                            lookup=not args.report, workers=args.workers, ray=args.ray)
     print(result.table(args.show))
     if args.report:
@@ -57,14 +59,15 @@ def cmd_tune(args) -> int:
     out = Path(args.output) if args.output else Path(args.file).with_name(Path(args.file).stem + "_tuned.dt")
     shape = ", ".join(f"{d}={n}" for d, n in sizes.items())
     best = result.best  # a DTError where nothing ran correctly
-    out.write_text(f"# Tuned by `dt tune` for {shape} ({args.dtype}) on {result.device}: {result.timed[0].ms:.4f} ms, "
-                   f"the fastest of {len(result.timed)} timed.\n" + best.text)
+    out.write_text(f"# Tuned by `dt tune` for {shape} ({label(dtype)}) on {result.device}: "
+                   f"{result.timed[0].ms:.4f} ms, the fastest of {len(result.timed)} timed.\n" + best.text)
     print(f"wrote {out}")
     return 0
 
 
 def cmd_cache(args) -> int:
     from dt.tune import cache
+    from dt.tune.dtypes import label
     if args.action != "list" and not args.file:
         print(f"dt cache {args.action} needs the FILE to {'write' if args.action == 'export' else 'read'}",
               file=sys.stderr)
@@ -81,6 +84,6 @@ def cmd_cache(args) -> int:
             table.add_column(column, justify="right" if column == "ms" else "left")
         for e in cache.entries():
             table.add_row(str(e.get("name")), ", ".join(f"{d}={n}" for d, n in e.get("extents", {}).items()),
-                          str(e.get("dtype")), str(e.get("backend")), str(e.get("device")), f"{e.get('ms', 0):.4f}")
+                          label(e.get("dtype", "")), str(e.get("backend")), str(e.get("device")), f"{e.get('ms', 0):.4f}")
         Console(width=max(Console().width, 130)).print(table)
     return 0

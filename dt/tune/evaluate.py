@@ -17,6 +17,7 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 
 from dt.errors import DTError, DTScheduleError, PerformanceWarning
+from dt.tune.dtypes import checked_in
 
 
 TIMEOUT = 300  # seconds a compile or a measurement may take before it counts as hung
@@ -62,7 +63,8 @@ class Inputs:
                 warnings.simplefilter("ignore", PerformanceWarning)  # the space was linted already
                 run = self.runner(candidate.text)
                 out = run()
-                wrong = "" if self._agrees_on_device(out) else disagreement(out, self.expected, self.dtype)
+                wrong = "" if self._agrees_on_device(out) else disagreement(out, self.expected,
+                                                                            checked_in(self.dtype))
             if wrong:
                 return Outcome(candidate, None, f"wrong output: {wrong}"), None, False
             return Outcome(candidate, self.clock(run)), run, False
@@ -80,7 +82,7 @@ class Inputs:
         if self.on_device is None:
             return False
         from dt.testing import tolerance
-        rtol, atol = tolerance(self.dtype)
+        rtol, atol = tolerance(checked_in(self.dtype))
         outs = out if isinstance(out, dict) else {"": out}
         for name, ref in self.on_device.items():
             got, want = outs[name].float(), ref.float()
@@ -324,9 +326,9 @@ def unbound_sizes(prog, sizes: dict) -> dict | None:
     return {d: sizes[d] for d in prog.unbound_dims if d in sizes} or None
 
 
-def zero_inputs(prog, sizes: dict, dtype: str) -> dict:
-    """Inputs of the right shapes and dtypes, all zeros: what a compile needs (no values; zeros
-    are valid indices), at once even for a vocabulary's logits."""
+def zero_inputs(prog, sizes: dict, dtype: str | dict[str, str]) -> dict:
+    """Inputs of the right shapes and dtypes (`dtype`: one name, or one per input), all zeros: what
+    a compile needs (no values; zeros are valid indices), at once even for a vocabulary's logits."""
     import numpy as np
     from dt.testing import numpy_dtype
     extents = prog._extents({}, sizes, "sizes")
@@ -334,7 +336,8 @@ def zero_inputs(prog, sizes: dict, dtype: str) -> dict:
     args = {}
     for access in prog._accesses:
         shape = [extents[d] for d in prog.checked.input_axes[access.name]]
-        args[access.name] = np.zeros(shape, np.int64 if access.name in indexed else numpy_dtype(dtype))
+        named = dtype.get(access.name) if isinstance(dtype, dict) else None
+        args[access.name] = np.zeros(shape, numpy_dtype(named or ("i64" if access.name in indexed else dtype)))
     return {**args, **{s: 1 if s in prog.checked.index_scalars else 1.0 for s in prog.scalars}}
 
 
@@ -357,7 +360,7 @@ def disagreement(out, expected, dtype: str) -> str:
     return ""
 
 
-def clock(backend: str, prog=None, sizes: dict | None = None, dtype: str = "f32"):
+def clock(backend: str, prog=None, sizes: dict | None = None, dtype: str | dict[str, str] = "f32"):
     """The median time of a call in milliseconds, as dt's benchmark times its rows (dt.tune.timing):
     on a GPU a memory-bound program on a cold L2 for every run, a compute-bound one (its matrix
     products doing 200 FLOPs a byte or more) with Triton's do_bench; elsewhere wall time over
@@ -368,7 +371,7 @@ def clock(backend: str, prog=None, sizes: dict | None = None, dtype: str = "f32"
         from dt.dtypes import ITEM_BYTES
         from dt.tune import timing
         if prog is not None and not timing.compute_bound(prog, prog._extents({}, sizes, "sizes"),
-                                                         ITEM_BYTES.get(dtype, 4)):
+                                                         ITEM_BYTES.get(checked_in(dtype), 4)):
             try:
                 timing.reset_persisting_l2()  # the driver call the cold timer needs
                 return lambda fn: timing.cold_bench(fn, warmup=25, rep=100)

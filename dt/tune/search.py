@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass, field
 
 from dt.errors import DTError
+from dt.tune.dtypes import label, resolved
 from dt.tune.evaluate import Local, device as _device
 from dt.tune.space import Candidate, space
 from dt.tune.strategy import Strategy
@@ -59,10 +60,11 @@ class Result:
         return "\n".join(lines)
 
 
-def tune(prog, sizes: dict[str, int], dtype: str = "f32", backend: str = "triton", budget: float = 300,
+def tune(prog, sizes: dict[str, int], dtype: str | dict[str, str] = "f32", backend: str = "triton", budget: float = 300,
          seed: int = 0, progress=None, cache: bool = True, workers: int | None = None,
          baselines: dict | None = None, ray: str | bool | None = None, lookup: bool = True) -> Result:
-    """Search the space of `prog` at these extents on `backend` for `budget` seconds; with
+    """Search the space of `prog` at these extents, for inputs of `dtype` (one name, or one per
+    input: dt.tune.dtypes), on `backend` for `budget` seconds; with
     `cache`, first look for this algorithm and shape bucket in the tuning cache, and keep the
     fastest there (`lookup=False`: search anyway, and keep the result). `workers` processes
     compile the candidates ahead of their timing (default: all cores but two, at most 16, on a
@@ -72,8 +74,9 @@ def tune(prog, sizes: dict[str, int], dtype: str = "f32", backend: str = "triton
     local one; a string: its address; dt.tune.cluster)."""
     from dt.tune import cache as tuning_cache
     extents = prog._extents({}, sizes, "sizes")
+    dtype = resolved(prog, dtype)
     shape = " ".join(f"{d}={n}" for d, n in extents.items())
-    title = f"{prog.name} {shape} {dtype} on {backend}"
+    title = f"{prog.name} {shape} {label(dtype)} on {backend}"
     evaluator = None
     if ray:  # the cluster's device, not this machine's, is the cache's key
         from dt.tune.cluster import Cluster

@@ -28,6 +28,7 @@ from dt.errors import DTError
 from dt.ir import algorithm as A
 from dt.ir.check.compute_with import top_reductions
 from dt.ir.check.split import reductions_to_split
+from dt.tune.dtypes import checked_in, resolved
 
 SHAPING = ("block", "tensorize", "map", "num_warps", "num_stages", "persistent", "tma", "stream")  # the primitives chosen
 FUSION = ("fuse_at", "inline", "compute_with")  # chosen where an alternative exists (_fusion)
@@ -83,9 +84,11 @@ class Space:
                 f"pruned by performance warnings or shared memory ({pruned})")
 
 
-def space(prog, sizes: dict[str, int], dtype: str = "f32", backend: str = "triton", limit: int = 4096) -> Space:
-    """The schedules of `prog` at these extents (a Space: the kept Candidates, and counts), at
-    most `limit` generated: where there are more points, a seeded random sample of them."""
+def space(prog, sizes: dict[str, int], dtype: str | dict[str, str] = "f32", backend: str = "triton",
+          limit: int = 4096) -> Space:
+    """The schedules of `prog` at these extents for inputs of `dtype` (one name, or one per input:
+    dt.tune.dtypes) (a Space: the kept Candidates, and counts), at most `limit` generated: where
+    there are more points, a seeded random sample of them."""
     from dt import backends
     from dt.frontend.parser import parse
     from dt.runtime import Program
@@ -94,7 +97,8 @@ def space(prog, sizes: dict[str, int], dtype: str = "f32", backend: str = "trito
     extents = {d: n for d, n in prog._extents({}, sizes, "sizes").items() if d not in prog.checked.chunk_dims}
     # the kernels the program's own Funcs root (a split's partials kernel takes its Func's schedule)
     roots = tuple(r for r in prog.checked.kernel_roots if r not in prog.checked.partials)
-    item = ITEM_BYTES.get(dtype, 4) if isinstance(dtype, str) else 4
+    dtype = resolved(prog, dtype)
+    item = ITEM_BYTES.get(checked_in(dtype), 4)
     walks = _walk_splits(prog.checked)
     shaped = [_choices(prog.checked, root, extents, gpu, item, walks.get(root)) for root in roots]
     per_root = [choices for choices, _ in shaped]
@@ -118,7 +122,7 @@ def space(prog, sizes: dict[str, int], dtype: str = "f32", backend: str = "trito
                       for slot, label, _ in choice if slot)
         try:
             candidate = Program(parse(text, f"<{name}>", prog.name, parsed=base))
-            candidate.check_extents(extents, dtype if isinstance(dtype, str) else "f32")
+            candidate.check_extents(extents, dtype)
             found = {(w.code, w.message) for w in candidate.lint(extents, dtype, backend) if w.code in PRUNED}
         except DTError:
             result.illegal += 1
