@@ -31,9 +31,12 @@ def random_inputs(prog, extents: dict[str, int], dtype: str | dict[str, str] = "
     a value in [0.5, 1.5) for every scalar. `dtype` is one dtype for every input, or one per input
     ({"X": "bf16", "W": "i8"}): float inputs are standard normal, integer data spans the dtype's
     range (at most -100..100; bool 0 or 1). An input that indexes another (I in E[I[t], d]) holds
-    indices within the axis it indexes (int64 unless named); a scalar that indexes is 1.
+    int64 indices within the axis it indexes; a scalar that indexes is 1.
     `schedule=False` checks the extents against the algorithm only, not against the schedule as
     written (for dt tune, which tries others)."""
+    if isinstance(dtype, dict):  # a DTInputError for an input left out or unknown; index scalars int64
+        from dt.tune.dtypes import resolved
+        dtype = resolved(prog, dtype)
     if schedule:
         prog.check_extents(extents, dtype)  # a DTError for an extent missing, unknown, bad or too large
     else:
@@ -45,12 +48,10 @@ def random_inputs(prog, extents: dict[str, int], dtype: str | dict[str, str] = "
         if access.name in args:
             continue
         shape = [extents[d] for d in prog.checked.input_axes[access.name]]
-        named = dtype.get(access.name) if isinstance(dtype, dict) else None
         if access.name in indexed:
-            values = rng.integers(0, max(extents[indexed[access.name]], 1), shape)
-            args[access.name] = values.astype(numpy_dtype(named or "i64"))
+            args[access.name] = rng.integers(0, max(extents[indexed[access.name]], 1), shape, dtype=np.int64)
             continue
-        kind = named or dtype
+        kind = dtype[access.name] if isinstance(dtype, dict) else dtype
         if kind in INTEGERS:
             info = np.iinfo(numpy_dtype(kind)) if kind != "bool" else None
             low, high = (0, 2) if info is None else (max(int(info.min), -100), min(int(info.max), 100) + 1)

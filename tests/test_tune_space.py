@@ -430,7 +430,7 @@ def test_one_dtype_named_for_every_input_is_the_same_search_as_one_name(tuning_c
 def test_a_dtype_per_input_names_each_input_once_and_right():
     from dt.tune.dtypes import resolved
     matmul = dt.load(ROOT / "examples" / "llm" / "int8_matmul.dt")
-    with pytest.raises(dt.DTInputError, match="gives no dtype for 'S'"):
+    with pytest.raises(dt.DTInputError, match="no dtype is given for 'S'"):
         matmul.tune(dict(m=16, n=40, k=24), {"X": "f32", "Wq": "i8"}, backend="interp")
     with pytest.raises(dt.DTInputError, match="names 'W', which int8_matmul does not read"):
         matmul.space(dict(m=16, n=40, k=24), {"X": "f32", "W": "i8", "S": "f32"}, backend="interp")
@@ -439,13 +439,34 @@ def test_a_dtype_per_input_names_each_input_once_and_right():
     entropy = dt.load(ROOT / "examples" / "llm" / "cross_entropy.dt")
     with pytest.raises(dt.DTInputError, match="'T' indexes cross_entropy's inputs, so its dtype must be an integer"):
         resolved(entropy, {"L": "bf16", "T": "f32"})
-    assert resolved(entropy, {"L": "bf16"}) == "bf16"  # targets int64 by default
-    assert resolved(entropy, {"L": "bf16", "T": "i32"}) == {"L": "bf16", "T": "i32"}
+    # indices are int64 in a search and not part of its key, whatever is named for them
+    assert resolved(entropy, {"L": "bf16"}) == resolved(entropy, {"L": "bf16", "T": "i32"}) == "bf16"
     args = random_inputs(entropy, dict(r=3, v=50), {"L": "bf16", "T": "i32"})
-    assert args["T"].dtype == np.int32 and 0 <= args["T"].min() and args["T"].max() < 50
+    assert args["T"].dtype == np.int64 and 0 <= args["T"].min() and args["T"].max() < 50
+    with pytest.raises(dt.DTInputError, match="no dtype is given for 'Wq'"):
+        random_inputs(matmul, dict(m=16, n=40, k=24), {"X": "bf16", "S": "bf16"})
+
+
+def test_a_program_with_an_index_scalar_is_searched_with_a_dtype_per_input(tuning_cache):
+    from dt.tune import tuned
+    from dt.tune.dtypes import resolved
+    from dt.tune.evaluate import zero_inputs
     shifted = dt.loads("In K, W; SIn start; Var l; Func o;\no[l] = K[l + start] * W[l];\no.compile();", name="shifted")
-    assert resolved(shifted, {"K": "f32", "W": "bf16"}) == {"K": "f32", "W": "bf16", "start": "i64"}
-    assert len(shifted.space(dict(l=40), {"K": "f32", "W": "bf16"}, backend="interp")) > 0
+    dtypes = {"K": "f32", "W": "f16"}
+    assert resolved(shifted, dtypes) == resolved(shifted, resolved(shifted, dtypes)) == \
+        {"K": "f32", "W": "f16", "start": "i64"}
+    zeros = zero_inputs(shifted, dict(l=40), resolved(shifted, dtypes))
+    assert zeros["K"].dtype == np.float32 and zeros["W"].dtype == np.float16 and zeros["start"] == 1
+    result = shifted.tune(dict(l=40), dtypes, backend="interp", budget=5)
+    assert result.timed and result.title.endswith("K=f32 W=f16 start=i64 on interp")
+    assert tuned(shifted, dict(l=40), dtypes, "interp").origin.startswith("the tuned schedule")
+
+
+def test_the_tolerance_of_a_search_is_its_least_precise_float():
+    from dt.tune.dtypes import checked_in
+    assert checked_in("bf16") == "bf16" and checked_in({"X": "bf16", "Wq": "i8"}) == "bf16"
+    assert checked_in("f8e4m3") == checked_in("i8") == checked_in({"X": "f8e4m3", "S": "f32"}) == "f32"
+    assert checked_in({"X": "f16", "S": "f64"}) == "f16"
 
 
 # ---------------------------------------------------------------- the strategy

@@ -1,7 +1,7 @@
 """The dtypes a search makes its inputs in: one name for every input (`dt tune --dtype bf16`), or
 one per input, for programs whose inputs differ (an int8 weight beside bf16 activations:
 `dt tune --dtype bf16 --dtype Wq=i8`, `prog.tune(sizes, {"X": "bf16", "Wq": "i8", "S": "bf16"})`).
-Inputs that index others are int64 unless named."""
+Inputs and scalars that index others are int64."""
 from __future__ import annotations
 
 from dt.dtypes import ALL, INTEGERS
@@ -12,29 +12,30 @@ LOOSEST_FIRST = ("bf16", "f16", "f32", "f64")  # TOLERANCES' float dtypes, least
 
 def resolved(prog, dtype: str | dict[str, str]) -> str | dict[str, str]:
     """`dtype` as a search and its cache key take it: one name where every input that indexes
-    nothing has it and no index input is named, else {input: name} for those inputs and the
-    index inputs named, in the program's order, and the scalars that index (int64)."""
+    nothing has it, else {input: name} for those inputs in the program's order and the scalars
+    that index (int64, as a call passing them Python ints makes them). Inputs and scalars that
+    index are made int64 whatever a mapping names for them (an integer): indices are not what a
+    schedule is tuned for, and a call's index dtypes do not pick an entry of the cache."""
     if isinstance(dtype, str):
         return _known(dtype, None)
     named = {n: _known(t, n) for n, t in dict(dtype).items()}
-    indexing = prog.checked.index_inputs
+    indexing = set(prog.checked.index_inputs) | set(prog.checked.index_scalars)
     data = [n for n in prog.inputs if n not in indexing]
-    unknown = [n for n in named if n not in prog.inputs]
+    unknown = [n for n in named if n not in prog.inputs and n not in indexing]
     if unknown:
         raise DTInputError(f"dtype names {', '.join(map(repr, unknown))}, which {prog.name} does not read", None,
                            f"its inputs are {', '.join(prog.inputs)}")
     missing = [n for n in data if n not in named]
     if missing:
-        raise DTInputError(f"dtype gives no dtype for {', '.join(map(repr, missing))}", None,
-                           "name every input, or give one dtype for all (--dtype bf16 --dtype W=i8 names the rest "
-                           "bf16)")
+        raise DTInputError(f"no dtype is given for {', '.join(map(repr, missing))}", None,
+                           "name every input ({'X': 'bf16', 'W': 'i8', ...}), or give one dtype for the rest "
+                           "(dt tune --dtype bf16 --dtype W=i8)")
     for n in (n for n in named if n in indexing and named[n] not in INTEGERS):
         raise DTInputError(f"{n!r} indexes {prog.name}'s inputs, so its dtype must be an integer, not {named[n]}",
                            None, f"use one of {', '.join(INTEGERS)}")
-    if not any(n in indexing for n in named) and len({named[n] for n in data}) == 1:
+    if len({named[n] for n in data}) == 1:
         return named[data[0]]
-    # the scalars that index are int64, as a call passing them Python ints makes them
-    return {**{n: named[n] for n in prog.inputs if n in named}, **dict.fromkeys(prog.checked.index_scalars, "i64")}
+    return {**{n: named[n] for n in data}, **dict.fromkeys(prog.checked.index_scalars, "i64")}
 
 
 def with_default(prog, default: str, named: dict[str, str]) -> str | dict[str, str]:
@@ -50,11 +51,10 @@ def label(dtype: str | dict[str, str]) -> str:
 
 
 def checked_in(dtype: str | dict[str, str]) -> str:
-    """The dtype whose tolerance outputs are checked with: the one name, or the least precise float
-    of several (f32 where none is a float: int8 weights alone are exact in f32)."""
-    if isinstance(dtype, str):
-        return dtype
-    return next((d for d in LOOSEST_FIRST if d in dtype.values()), "f32")
+    """The dtype whose tolerance outputs are checked with: the least precise float the inputs have
+    (f32 where none is f16, bf16 or f64: 8-bit floats and integers are computed in f32)."""
+    names = {dtype} if isinstance(dtype, str) else set(dtype.values())
+    return next((d for d in LOOSEST_FIRST if d in names), "f32")
 
 
 def parse(values: list[str]) -> tuple[str, dict[str, str]]:

@@ -336,8 +336,8 @@ def zero_inputs(prog, sizes: dict, dtype: str | dict[str, str]) -> dict:
     args = {}
     for access in prog._accesses:
         shape = [extents[d] for d in prog.checked.input_axes[access.name]]
-        named = dtype.get(access.name) if isinstance(dtype, dict) else None
-        args[access.name] = np.zeros(shape, numpy_dtype(named or ("i64" if access.name in indexed else dtype)))
+        kind = "i64" if access.name in indexed else dtype[access.name] if isinstance(dtype, dict) else dtype
+        args[access.name] = np.zeros(shape, numpy_dtype(kind))
     return {**args, **{s: 1 if s in prog.checked.index_scalars else 1.0 for s in prog.scalars}}
 
 
