@@ -21,6 +21,10 @@ try:
 except ImportError as e:  # an optional dependency: the registry reports it
     raise BackendUnavailable(f"numba is not installed ({e})", "pip install 'dt[numba]'") from None
 
+from dt.backends.numba_cpu.vector_width import prefer_wide_vectors  # noqa: E402
+
+prefer_wide_vectors()  # before anything here decorates a function: that sets up numba's CPU target
+
 from dt.backends.numba_cpu import cache  # noqa: E402
 from dt.backends.numba_cpu.cache import DTCacheWarning  # noqa: E402,F401  (re-exported)
 from dt.backends.numba_cpu.expr import SUPPORTED_OPS  # noqa: E402

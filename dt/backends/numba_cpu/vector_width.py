@@ -1,0 +1,47 @@
+"""512-bit vectors on AVX-512 CPUs.
+
+LLVM vectorises loops for 256-bit registers on every AVX-512 CPU it knows of unless told
+otherwise (its `prefer-256-bit` tuning: the first AVX-512 chips lowered their clock for 512-bit
+instructions). dt's kernels are long loops of arithmetic over rows, as PyTorch's AVX-512 kernels
+are, and run faster at the full width (docs/numba.md, "Vector width"). So when numba's CPU target
+is first set up in a process, dt asks for the host's features without that tuning — where the
+CPU has AVX-512F, nobody chose numba's target (NUMBA_CPU_NAME and NUMBA_CPU_FEATURES unset) and
+DT_NUMBA_VECTOR_WIDTH is not 256. Numba code compiled in the same process gets the same target;
+numba's disk cache keys machine code by these features. The Dot micro-kernel's explicit vectors
+(dot.py) are 512-bit either way.
+"""
+from __future__ import annotations
+
+import os
+
+import numba
+from numba.core import registry
+
+PREFER_256 = "-prefer-256-bit"
+
+
+def wide_features() -> str | None:
+    """The features numba should compile for (the host's without LLVM's 256-bit preference), or
+    None where dt leaves numba's target alone."""
+    if os.environ.get("DT_NUMBA_VECTOR_WIDTH", "512") == "256":
+        return None
+    if numba.config.CPU_NAME is not None or numba.config.CPU_FEATURES is not None:
+        return None
+    from llvmlite.binding import get_host_cpu_features
+    try:
+        features = get_host_cpu_features().flatten()
+    except RuntimeError:  # LLVM cannot read this host's features: numba's default then
+        return None
+    return f"{features},{PREFER_256}" if "+avx512f" in features.split(",") else None
+
+
+def prefer_wide_vectors() -> bool:
+    """Set numba's CPU features to `wide_features()` if numba has not set up its CPU target yet in
+    this process (afterwards its target machine is made: a change would not apply). True if set."""
+    if "_toplevel_target_context" in vars(registry.cpu_target):
+        return False
+    features = wide_features()
+    if features is None:
+        return False
+    numba.config.CPU_FEATURES = features
+    return True
