@@ -10,9 +10,9 @@ import pytest
 
 pytest.importorskip("numba")
 
-from llvmlite.binding import get_host_cpu_features  # noqa: E402
+from numba.core.codegen import get_host_cpu_features  # noqa: E402  ('' where LLVM cannot read them)
 
-AVX512 = "+avx512f" in get_host_cpu_features().flatten().split(",")
+AVX512 = "+avx512f" in get_host_cpu_features().split(",")
 
 PROBE = """
 import json, sys
@@ -24,9 +24,19 @@ import dt, numpy as np
 prog = dt.loads("In A; Var x; Func y;\\ny[x] = exp(A[x]) * 2.0;\\ny.block(x:4096); y.tensorize(x:4096); y.compile();")
 a = np.linspace(-3, 3, 5000, dtype=np.float32)
 out = prog(A=a, backend="numba")
-machine = registry.cpu_target.target_context.codegen()._tm_features
-print(json.dumps(dict(features=numba.config.CPU_FEATURES, machine=machine,
-                      right=bool(np.allclose(out, np.exp(a.astype(np.float64)) * 2, rtol=1e-6)))))
+machine = registry.cpu_target.target_context.codegen().magic_tuple()[2]
+
+@numba.njit(fastmath=True)
+def scale(x, y):
+    for i in range(x.size):
+        y[i] = x[i] * 3.0 + 1.0
+
+scaled = np.empty_like(a)
+scale(a, scaled)
+assembly = "".join(scale.inspect_asm().values())
+right = np.allclose(out, np.exp(a.astype(np.float64)) * 2, rtol=1e-6) and np.allclose(scaled, a * 3 + 1, atol=1e-6)
+print(json.dumps(dict(features=numba.config.CPU_FEATURES, machine=machine, zmm=assembly.count("zmm"),
+                      right=bool(right))))
 """
 
 
@@ -41,17 +51,22 @@ def probe(env: dict, before: str = "") -> dict:
 def test_an_avx512_host_compiles_for_512_bit_vectors_and_others_as_numba_would():
     got = probe({})
     assert got["right"]
-    if AVX512:
+    if AVX512:  # a plain loop of the user's in the same process is vectorised 512 bits wide too
         assert got["features"].endswith(",-prefer-256-bit") and got["machine"].endswith(",-prefer-256-bit")
+        assert got["zmm"] > 0
     else:
-        assert got["features"] is None and "-prefer-256-bit" not in got["machine"]
+        assert got["features"] is None and "-prefer-256-bit" not in got["machine"] and got["zmm"] == 0
 
 
 @pytest.mark.parametrize("env, before", [({"DT_NUMBA_VECTOR_WIDTH": "256"}, ""),
                                          ({"NUMBA_CPU_FEATURES": "+sse2"}, ""),
+                                         ({"NUMBA_ENABLE_AVX": "0"}, ""),
                                          ({}, "import numba\n@numba.njit\ndef first(x): return x")],
-                         ids=["DT_NUMBA_VECTOR_WIDTH=256", "NUMBA_CPU_FEATURES set", "numba set up first"])
+                         ids=["DT_NUMBA_VECTOR_WIDTH=256", "NUMBA_CPU_FEATURES set", "NUMBA_ENABLE_AVX=0",
+                              "numba set up first"])
 def test_dt_leaves_numba_s_target_alone_where_asked_or_too_late(env, before):
     got = probe(env, before)
     assert got["right"] and "-prefer-256-bit" not in got["machine"]
     assert got["features"] == env.get("NUMBA_CPU_FEATURES")
+    if env.get("NUMBA_ENABLE_AVX") == "0":  # numba's AVX switch holds: no AVX-512 turned back on
+        assert "+avx512f" not in got["machine"] and got["zmm"] == 0

@@ -5,9 +5,10 @@ otherwise (its `prefer-256-bit` tuning: the first AVX-512 chips lowered their cl
 instructions). dt's kernels are long loops of arithmetic over rows, as PyTorch's AVX-512 kernels
 are, and run faster at the full width (docs/numba.md, "Vector width"). So when numba's CPU target
 is first set up in a process, dt asks for the host's features without that tuning — where the
-CPU has AVX-512F, nobody chose numba's target (NUMBA_CPU_NAME and NUMBA_CPU_FEATURES unset) and
-DT_NUMBA_VECTOR_WIDTH is not 256. Numba code compiled in the same process gets the same target;
-numba's disk cache keys machine code by these features. The Dot micro-kernel's explicit vectors
+CPU has AVX-512F (and numba has not turned AVX off: NUMBA_ENABLE_AVX), nobody chose numba's
+target (NUMBA_CPU_NAME and NUMBA_CPU_FEATURES unset) and DT_NUMBA_VECTOR_WIDTH is not 256.
+Numba code compiled in the same process gets the same target; numba's disk cache keys machine
+code by these features. The Dot micro-kernel's explicit vectors
 (dot.py) are 512-bit either way.
 """
 from __future__ import annotations
@@ -16,6 +17,7 @@ import os
 
 import numba
 from numba.core import registry
+from numba.core.codegen import get_host_cpu_features
 
 PREFER_256 = "-prefer-256-bit"
 
@@ -27,11 +29,9 @@ def wide_features() -> str | None:
         return None
     if numba.config.CPU_NAME is not None or numba.config.CPU_FEATURES is not None:
         return None
-    from llvmlite.binding import get_host_cpu_features
-    try:
-        features = get_host_cpu_features().flatten()
-    except RuntimeError:  # LLVM cannot read this host's features: numba's default then
-        return None
+    # numba's reading of the host: AVX off where NUMBA_ENABLE_AVX=0 or numba turns it off itself
+    # (virtual machines that report AVX wrongly), '' where LLVM cannot read the features
+    features = get_host_cpu_features()
     return f"{features},{PREFER_256}" if "+avx512f" in features.split(",") else None
 
 
