@@ -217,16 +217,13 @@ class Program:
 
     @user_facing
     def space(self, sizes: dict, dtype: str | dict[str, str] = "f32", backend: str = "triton", limit: int = 4096):
-        """The schedules of this program at these extents that dt explores (dt.tune.space); `dtype`:
-        the inputs', one name or one per input ({"X": "bf16", "Wq": "i8", ...})."""
+        """The schedules dt explores at these extents for inputs of `dtype` (dt.tune.space)."""
         from dt.tune import space
         return space(self, sizes, dtype, backend, limit)
 
     @user_facing
-    def tune(self, sizes: dict, dtype: str | dict[str, str] = "f32", backend: str = "triton", budget: float = 300,
-             **options):
-        """The space searched on `backend` for `budget` seconds, fastest first (dt.tune.search);
-        `dtype`: the inputs', one name or one per input ({"X": "bf16", "Wq": "i8", ...})."""
+    def tune(self, sizes: dict, dtype: str | dict = "f32", backend: str = "triton", budget: float = 300, **options):
+        """The space searched on `backend` for `budget` seconds, fastest first (dt.tune.search)."""
         from dt.tune import tune
         return tune(self, sizes, dtype, backend, budget, **options)
 
@@ -250,17 +247,15 @@ class Program:
 
     @user_facing
     def pipeline(self, dtypes: dict[str, str] | str = "f32") -> Pipeline:
-        """The scheduled IR for these input dtypes: one dtype name applies to every input but
-        those that index others, which are i64 (also where a mapping of names to dtypes leaves
-        them out), as are the scalars that index."""
+        """The scheduled IR for these input dtypes (one name: every input's but those that index,
+        i64 as are the scalars that index; a mapping: each input's, those that index i64 unless named)."""
         for dtype in dtypes.values() if isinstance(dtypes, dict) else (dtypes,):
             if not (isinstance(dtype, str) and dtype in ALL):
                 raise DTInputError(f"dtype {dtype!r} is not one dt supports", None, f"use one of {', '.join(ALL)}")
-        if not isinstance(dtypes, dict):  # one float dtype; the inputs and scalars that index are int64
-            dtypes = {**{n: "i64" if n in self.checked.index_inputs else dtypes for n in self.inputs},
+        if not isinstance(dtypes, dict):
+            dtypes = {**{n: dtypes for n in self.inputs if n not in self.checked.index_inputs},
                       **{n: "i64" for n in self.checked.index_scalars}}
-        else:  # as named; the inputs that index and are not named are int64
-            dtypes = {**{n: "i64" for n in self.inputs if n in self.checked.index_inputs}, **dtypes}
+        dtypes = {**{n: "i64" for n in self.inputs if n in self.checked.index_inputs}, **dtypes}
         key = tuple(sorted(dtypes.items()))
         if key not in self._pipelines:
             self._pipelines[key] = lower(self.checked, dtypes)
@@ -273,8 +268,7 @@ class Program:
 
     @user_facing
     def ir(self, dtype: str = "f32") -> str:
-        """The scheduled IR the lowering makes of this program (inputs of `dtype`), as text: what
-        every backend renders."""
+        """The scheduled IR of this program (inputs of `dtype`) as text: what every backend renders."""
         return ir_text(self.pipeline(dtype))
 
     @user_facing
