@@ -70,3 +70,14 @@ def test_dt_leaves_numba_s_target_alone_where_asked_or_too_late(env, before):
     assert got["features"] == env.get("NUMBA_CPU_FEATURES")
     if env.get("NUMBA_ENABLE_AVX") == "0":  # numba's AVX switch holds: no AVX-512 turned back on
         assert "+avx512f" not in got["machine"] and got["zmm"] == 0
+
+
+def test_an_unknown_vector_width_is_an_input_error_naming_the_variable(monkeypatch):
+    from dt.backends.numba_cpu.vector_width import wide_features
+    from dt.errors import DTInputError
+    monkeypatch.setenv("DT_NUMBA_VECTOR_WIDTH", "128")
+    with pytest.raises(DTInputError, match="DT_NUMBA_VECTOR_WIDTH='128' is not a vector width dt knows") as info:
+        wide_features()
+    assert "256" in info.value.hint and "512" in info.value.hint
+    monkeypatch.setenv("DT_NUMBA_VECTOR_WIDTH", "256")
+    assert wide_features() is None

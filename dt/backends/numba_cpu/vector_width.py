@@ -13,19 +13,25 @@ code by these features. The Dot micro-kernel's explicit vectors
 """
 from __future__ import annotations
 
-import os
-
 import numba
 from numba.core import registry
 from numba.core.codegen import get_host_cpu_features
 
+from dt import env
+from dt.errors import DTInputError
+
+ENV = "DT_NUMBA_VECTOR_WIDTH"
 PREFER_256 = "-prefer-256-bit"
 
 
 def wide_features() -> str | None:
     """The features numba should compile for (the host's without LLVM's 256-bit preference), or
     None where dt leaves numba's target alone."""
-    if os.environ.get("DT_NUMBA_VECTOR_WIDTH", "512") == "256":
+    width = env.read(ENV) or "512"
+    if width not in ("256", "512"):
+        raise DTInputError(f"{ENV}={width!r} is not a vector width dt knows", None,
+                           f"set {ENV} to 256 (LLVM's choice on AVX-512 CPUs) or 512 (dt's default), or unset it")
+    if width == "256":
         return None
     if numba.config.CPU_NAME is not None or numba.config.CPU_FEATURES is not None:
         return None
