@@ -34,8 +34,8 @@ def random_inputs(prog, extents: dict[str, int], dtype: str | dict[str, str] = "
     int64 indices within the axis it indexes; a scalar that indexes is 1.
     `schedule=False` checks the extents against the algorithm only, not against the schedule as
     written (for dt tune, which tries others)."""
+    from dt.tune.dtypes import of_input, resolved
     if isinstance(dtype, dict):  # a DTInputError for an input left out or unknown; index scalars int64
-        from dt.tune.dtypes import resolved
         dtype = resolved(prog, dtype)
     if schedule:
         prog.check_extents(extents, dtype)  # a DTError for an extent missing, unknown, bad or too large
@@ -51,7 +51,7 @@ def random_inputs(prog, extents: dict[str, int], dtype: str | dict[str, str] = "
         if access.name in indexed:
             args[access.name] = rng.integers(0, max(extents[indexed[access.name]], 1), shape, dtype=np.int64)
             continue
-        kind = dtype[access.name] if isinstance(dtype, dict) else dtype
+        kind = of_input(dtype, access.name)
         if kind in INTEGERS:
             info = np.iinfo(numpy_dtype(kind)) if kind != "bool" else None
             low, high = (0, 2) if info is None else (max(int(info.min), -100), min(int(info.max), 100) + 1)

@@ -6,7 +6,6 @@ import sys
 from pathlib import Path
 
 
-
 def add_parsers(sub, parse_sizes, count):
     """The two subcommands, on dt's parser (`parse_sizes`, `count`: its argument types)."""
     tun = sub.add_parser("tune", help="search the space of a DT file's schedules at a shape and write the fastest "
@@ -84,6 +83,7 @@ def cmd_cache(args) -> int:
             table.add_column(column, justify="right" if column == "ms" else "left")
         for e in cache.entries():
             table.add_row(str(e.get("name")), ", ".join(f"{d}={n}" for d, n in e.get("extents", {}).items()),
-                          label(e.get("dtype", "")), str(e.get("backend")), str(e.get("device")), f"{e.get('ms', 0):.4f}")
+                          label(e.get("dtype", "")), str(e.get("backend")), str(e.get("device")),
+                          f"{e.get('ms', 0):.4f}")
         Console(width=max(Console().width, 130)).print(table)
     return 0

@@ -4,7 +4,7 @@ one per input, for programs whose inputs differ (an int8 weight beside bf16 acti
 Inputs and scalars that index others are int64."""
 from __future__ import annotations
 
-from dt.dtypes import ALL, INTEGERS
+from dt.dtypes import ALL, INTEGERS, ITEM_BYTES
 from dt.errors import DTInputError
 
 LOOSEST_FIRST = ("bf16", "f16", "f32", "f64")  # TOLERANCES' float dtypes, least precise first
@@ -20,7 +20,7 @@ def resolved(prog, dtype: str | dict[str, str]) -> str | dict[str, str]:
         return _known(dtype, None)
     named = {n: _known(t, n) for n, t in dict(dtype).items()}
     indexing = set(prog.checked.index_inputs) | set(prog.checked.index_scalars)
-    data = [n for n in prog.inputs if n not in indexing]
+    data = _data_inputs(prog)
     unknown = [n for n in named if n not in prog.inputs and n not in indexing]
     if unknown:
         raise DTInputError(f"dtype names {', '.join(map(repr, unknown))}, which {prog.name} does not read", None,
@@ -41,8 +41,12 @@ def resolved(prog, dtype: str | dict[str, str]) -> str | dict[str, str]:
 def with_default(prog, default: str, named: dict[str, str]) -> str | dict[str, str]:
     """`default` for every input that indexes nothing and `named` does not name (the command line's
     `--dtype bf16 --dtype W=i8`), resolved."""
-    data = [n for n in prog.inputs if n not in prog.checked.index_inputs]
-    return resolved(prog, {**dict.fromkeys(data, default), **named})
+    return resolved(prog, {**dict.fromkeys(_data_inputs(prog), default), **named})
+
+
+def of_input(dtype: str | dict[str, str], name: str) -> str:
+    """The dtype of the input `name` (one that indexes nothing) under a resolved `dtype`."""
+    return dtype[name] if isinstance(dtype, dict) else dtype
 
 
 def label(dtype: str | dict[str, str]) -> str:
@@ -57,6 +61,11 @@ def checked_in(dtype: str | dict[str, str]) -> str:
     return next((d for d in LOOSEST_FIRST if d in names), "f32")
 
 
+def item_bytes(dtype: str | dict[str, str]) -> int:
+    """The bytes of an element of the inputs a search's cost estimates count: its checked dtype's."""
+    return ITEM_BYTES.get(checked_in(dtype), 4)
+
+
 def parse(values: list[str]) -> tuple[str, dict[str, str]]:
     """(The default, {input: dtype}) of the command line's --dtype values: 'bf16' or 'W=i8'."""
     default, named = "f32", {}
@@ -67,6 +76,11 @@ def parse(values: list[str]) -> tuple[str, dict[str, str]]:
         else:
             default = _known(dtype, None)
     return default, named
+
+
+def _data_inputs(prog) -> list[str]:
+    """The inputs that index nothing, in the program's order: those a dtype names."""
+    return [n for n in prog.inputs if n not in prog.checked.index_inputs]
 
 
 def _known(dtype: str, name: str | None) -> str:

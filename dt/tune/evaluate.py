@@ -17,7 +17,7 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 
 from dt.errors import DTError, DTScheduleError, PerformanceWarning
-from dt.tune.dtypes import checked_in
+from dt.tune.dtypes import checked_in, item_bytes, of_input
 
 
 TIMEOUT = 300  # seconds a compile or a measurement may take before it counts as hung
@@ -336,7 +336,7 @@ def zero_inputs(prog, sizes: dict, dtype: str | dict[str, str]) -> dict:
     args = {}
     for access in prog._accesses:
         shape = [extents[d] for d in prog.checked.input_axes[access.name]]
-        kind = "i64" if access.name in indexed else dtype[access.name] if isinstance(dtype, dict) else dtype
+        kind = "i64" if access.name in indexed else of_input(dtype, access.name)
         args[access.name] = np.zeros(shape, numpy_dtype(kind))
     return {**args, **{s: 1 if s in prog.checked.index_scalars else 1.0 for s in prog.scalars}}
 
@@ -368,10 +368,9 @@ def clock(backend: str, prog=None, sizes: dict | None = None, dtype: str | dict[
     if on_gpu(backend):
         from triton.testing import do_bench
 
-        from dt.dtypes import ITEM_BYTES
         from dt.tune import timing
         if prog is not None and not timing.compute_bound(prog, prog._extents({}, sizes, "sizes"),
-                                                         ITEM_BYTES.get(checked_in(dtype), 4)):
+                                                         item_bytes(dtype)):
             try:
                 timing.reset_persisting_l2()  # the driver call the cold timer needs
                 return lambda fn: timing.cold_bench(fn, warmup=25, rep=100)

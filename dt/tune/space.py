@@ -23,12 +23,11 @@ import math
 import random
 from dataclasses import dataclass, field
 
-from dt.dtypes import ITEM_BYTES
 from dt.errors import DTError
 from dt.ir import algorithm as A
 from dt.ir.check.compute_with import top_reductions
 from dt.ir.check.split import reductions_to_split
-from dt.tune.dtypes import checked_in, resolved
+from dt.tune.dtypes import item_bytes, resolved
 
 SHAPING = ("block", "tensorize", "map", "num_warps", "num_stages", "persistent", "tma", "stream")  # the primitives chosen
 FUSION = ("fuse_at", "inline", "compute_with")  # chosen where an alternative exists (_fusion)
@@ -98,7 +97,7 @@ def space(prog, sizes: dict[str, int], dtype: str | dict[str, str] = "f32", back
     # the kernels the program's own Funcs root (a split's partials kernel takes its Func's schedule)
     roots = tuple(r for r in prog.checked.kernel_roots if r not in prog.checked.partials)
     dtype = resolved(prog, dtype)
-    item = ITEM_BYTES.get(checked_in(dtype), 4)
+    item = item_bytes(dtype)
     walks = _walk_splits(prog.checked)
     shaped = [_choices(prog.checked, root, extents, gpu, item, walks.get(root)) for root in roots]
     per_root = [choices for choices, _ in shaped]
