@@ -586,6 +586,34 @@ def test_the_timer_follows_the_benchmarks_split_between_compute_and_memory_bound
     assert compute_bound(dt.load(ROOT / "examples" / "attention_safe_onepass.dt"), dict(m=512, l=512, k=64, n=64), 2)
 
 
+def _hold_and_record(key: str, log: str, times: int):
+    import time
+
+    from dt.tune.timing import gpu_held
+    for _ in range(times):
+        with gpu_held(key):
+            begin = time.monotonic()
+            time.sleep(0.05)
+            with open(log, "a") as f:
+                f.write(f"{begin} {time.monotonic()}\n")
+
+
+def test_searches_sharing_a_gpu_time_one_at_a_time(tmp_path):
+    import multiprocessing
+    import os
+    context = multiprocessing.get_context("spawn")
+    log, key = str(tmp_path / "held"), f"test-{os.getpid()}-{tmp_path.name}"
+    workers = [context.Process(target=_hold_and_record, args=(key, log, 5)) for _ in range(3)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join(60)
+        assert w.exitcode == 0
+    held = sorted(tuple(map(float, line.split())) for line in open(log))
+    assert len(held) == 15
+    assert all(end <= next_begin for (_, end), (next_begin, _) in zip(held, held[1:]))
+
+
 def test_the_cache_exports_to_one_file_and_imports_it_elsewhere(tuning_cache, tmp_path, monkeypatch, capsys):
     from dt.cli import main
     from dt.tune import cache

@@ -14,11 +14,12 @@ search's report (dt.tune.report: its schedules' times plotted) in DIR/reports/.
     python benchmarks/gpu/tune_goals.py --summarize DIR|FILE.json ...   (the markdown table)
 
 On a machine of several GPUs, one process per GPU (CUDA_VISIBLE_DEVICES=i, --shard i/n) takes
-every n-th row. Without CUDA it runs a dry run on the interpreter at tiny shapes.
+every n-th row; processes sharing a GPU time one at a time (dt.tune.timing.gpu_held). Without CUDA it runs a dry run on the interpreter at tiny shapes.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 import time
@@ -86,7 +87,7 @@ def main(argv=None) -> int:
         print(summarize(args.summarize))
         return 0
     import dt
-    from dt.tune import report
+    from dt.tune import report, timing
     from dt.tune.space import without_shaping
     dry = not torch.cuda.is_available()
     device = torch.device("cpu" if dry else "cuda")
@@ -127,8 +128,9 @@ def main(argv=None) -> int:
                 providers += [p for p in bench.providers_for(case, list(BASELINES), False) if not dry or
                               p.name != "compile"]
             timer = bench.row_timer("auto", dry, case.flops, case.bytes)
-            bench.run_case(case, providers, ctx, timer, None, args.repeats, dict(run=args.tag, timer=timer.mode),
-                           log, records)
+            with contextlib.nullcontext() if dry else timing.gpu_held():  # searches sharing this GPU wait
+                bench.run_case(case, providers, ctx, timer, None, args.repeats, dict(run=args.tag, timer=timer.mode),
+                               log, records)
             measure.empty_cache(device)
             path.write_text(json.dumps(dict(run=run, searches=searches, records=records), indent=1, default=str))
     print(f"wrote {path}")

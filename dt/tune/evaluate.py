@@ -5,6 +5,7 @@ the search (dt.tune.search) talks to either through `submit`, `next`, `retime` a
 """
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import statistics
@@ -17,6 +18,7 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 
 from dt.errors import DTError, DTScheduleError, PerformanceWarning
+from dt.tune import timing
 from dt.tune.dtypes import checked_in, item_bytes, of_input
 
 
@@ -49,6 +51,7 @@ class Inputs:
         expected = self.expected if isinstance(self.expected, dict) else {"": self.expected}
         self.on_device = on_device(expected, backend) if on_gpu(backend) else None
         self.clock = clock(backend, prog, sizes, dtype)
+        self.held = timing.gpu_held if on_gpu(backend) else contextlib.nullcontext  # runs on a GPU: one search at a time
 
     def runner(self, text: str):
         """A function running the program `text` on the inputs (the first call compiles it)."""
@@ -59,15 +62,15 @@ class Inputs:
     def measure(self, candidate) -> tuple[Outcome, object, bool]:
         """(Its outcome, its runner for timing again, whether it broke the GPU context)."""
         try:
-            with warnings.catch_warnings():
+            with warnings.catch_warnings(), self.held():
                 warnings.simplefilter("ignore", PerformanceWarning)  # the space was linted already
                 run = self.runner(candidate.text)
                 out = run()
                 wrong = "" if self._agrees_on_device(out) else disagreement(out, self.expected,
                                                                             checked_in(self.dtype))
-            if wrong:
-                return Outcome(candidate, None, f"wrong output: {wrong}"), None, False
-            return Outcome(candidate, self.clock(run)), run, False
+                if wrong:
+                    return Outcome(candidate, None, f"wrong output: {wrong}"), None, False
+                return Outcome(candidate, self.clock(run)), run, False
         except (DTError, PerformanceWarning) as e:  # a backend's refusal (a tile too large here), DT_WARNINGS=error
             return Outcome(candidate, None, e.message), None, False
         except Exception as e:  # a crash of the generated code: a dt bug, said as such
@@ -198,12 +201,14 @@ class InProcess:
     def retime(self, candidate) -> float:
         if candidate.name not in self.runs:
             self.measure(candidate)
-        return self.inputs.clock(self.runs[candidate.name])
+        with self.inputs.held():
+            return self.inputs.clock(self.runs[candidate.name])
 
     def time(self, name: str, fn) -> float:
         """A baseline: `fn(**inputs)` on the same inputs, kept for retiming under its name."""
         self.runs[name] = lambda: fn(**self.inputs.args)
-        return self.inputs.clock(self.runs[name])
+        with self.inputs.held():
+            return self.inputs.clock(self.runs[name])
 
     def close(self):
         pass
@@ -367,8 +372,6 @@ def clock(backend: str, prog=None, sizes: dict | None = None, dtype: str | dict[
     repeated calls."""
     if on_gpu(backend):
         from triton.testing import do_bench
-
-        from dt.tune import timing
         if prog is not None and not timing.compute_bound(prog, prog._extents({}, sizes, "sizes"),
                                                          item_bytes(dtype)):
             try:

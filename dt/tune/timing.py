@@ -5,9 +5,12 @@ benchmark harness and `dt tune` share these.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import statistics
+import tempfile
 import time
+from pathlib import Path
 
 RIDGE_FLOP_PER_BYTE = 200  # about the H100's ridge point: cuBLAS's 650-760 TFLOP/s over ~3,000 GB/s
 
@@ -32,6 +35,38 @@ def _elements(dims, extents: dict[str, int]) -> int:
     for d in dims:
         n *= extents.get(d, 1)
     return n
+
+
+@contextlib.contextmanager
+def gpu_held(key: str | None = None):
+    """This process alone running timed work on its GPU among dt's processes on this machine:
+    an exclusive lock on a file named after the GPU (`key`, default the current CUDA device's
+    UUID) in the temporary directory, held until the block ends. Several `dt tune` searches on
+    one GPU then time one at a time while their compiles overlap. Without fcntl (not POSIX) it
+    holds nothing."""
+    try:
+        import fcntl
+    except ImportError:
+        yield
+        return
+    path = Path(tempfile.gettempdir()) / f"dt-gpu-{key or _gpu_key()}.lock"
+    try:
+        lock = open(path, "a")
+    except PermissionError:  # another user's file: a shared lock on it is taken read-only all the same
+        lock = open(path)
+    with lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _gpu_key() -> str:
+    import torch
+    properties = torch.cuda.get_device_properties(torch.cuda.current_device())
+    uuid = getattr(properties, "uuid", None)
+    return str(uuid) if uuid is not None else f"{properties.name}-{torch.cuda.current_device()}".replace(" ", "_")
 
 
 @functools.cache
