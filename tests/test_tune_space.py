@@ -685,6 +685,11 @@ def test_a_schedule_parsed_after_its_algorithm_is_the_program_parsed_whole(monke
     # the inner product walked in the outer one's loop (mm.fuse_at(_2mm, l)): its tiles are the pipelined ones
     ("examples/2mm_inner.dt", dict(m=4096, n=4096, k=4096, l=4096), dict(m=128, n=256), dict(k=64, l=64), 5,
      False, 122880),
+    # no walk (2mm's reductions whole): persistent with TMA, every tile is pipelined along the loop over tiles
+    ("examples/2mm_inner.dt", dict(m=1024, n=1024, k=64, l=64), dict(m=128, n=128), dict(k=0, l=0), 5, True,
+     237656),
+    ("examples/2mm_inner.dt", dict(m=1024, n=1024, k=64, l=64), dict(m=256, n=128), dict(k=0, l=0), 4, True,
+     294976),
     # an operand another kernel stores is loaded like an input
     ("Func h, out; In X, W; Var m, n; RVar k;\nh[m, k] = X[m, k] * 2.0;\nout[m, n] = rdot(h[m, k], W[k, n], k);\n"
      "out.block(m:128, n:256); out.tensorize(m:128, n:256, k:64); out.num_stages(5); h.compile(); out.compile();",

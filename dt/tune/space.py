@@ -164,7 +164,8 @@ def _shared_bytes(blocks, tiles, launch, loads, extents: dict, item: int) -> int
     4 stages with TMA 262,176 bytes, this says 262,144; attention's 128 x 128 query tile and 64 x 128
     key and value tiles in 3 stages 131,072 (131,072); a decode step's 256 x 128 key tiles and 256 x 32
     value tiles in 4 stages 247,808 (246,016); 2mm's inner product walked inside the outer one's loop
-    122,880 (155,648: nested walks are over-counted)."""
+    122,880 (155,648: nested walks are over-counted); 2mm's whole reductions in 128 x 128 blocks, persistent
+    with TMA in 5 stages, 237,656 (237,568: every tile pipelined along the persistent loop)."""
     reads, depth = loads
     size = {d: size or extents[d] for d, _, _, size in blocks}
     size.update({r: t or extents[r] for r, _, t in tiles})
@@ -172,10 +173,12 @@ def _shared_bytes(blocks, tiles, launch, loads, extents: dict, item: int) -> int
     innermost = {r for r in walked if depth[r] == max(depth[w] for w in walked)}
     stages = next((int(label[1:]) for slot, label, _ in launch if slot == "stages"), 1)
     tma = any(label == "persistent+tma" for _, label, _ in launch)
+    tile_loop = tma and not walked  # nothing walked: Triton pipelines the persistent loop over tiles instead
     staged = 0
     for dims, sides in reads:
         on_matrix_units = sides is not None and all(math.prod(size.get(d, 1) for d in side) >= 16 for side in sides)
-        buffers = 1 if not dims & innermost else stages if on_matrix_units else max(stages - 1, 1)
+        pipelined = tile_loop or dims & innermost
+        buffers = 1 if not pipelined else stages if on_matrix_units else max(stages - 1, 1)
         staged += buffers * math.prod(size.get(d, 1) for d in dims)
     x, y = ([size[d] for d, _, _, _ in blocks[-2:]] + [1, 1])[:2]  # a vector's product (one output dimension): by 1
     return (staged + (x * y if tma else 0)) * item
