@@ -122,6 +122,21 @@ def test_a_product_with_one_output_dimension_has_a_space():
         assert_close(dt.loads(c.text)(backend="interp", **args), prog.reference(**args), "f32")
 
 
+def test_attention_keys_get_the_deep_tiles_a_many_row_products_reduction_does_not():
+    """128-key tiles, as 11 of the 20 attention schedules committed for the H100 have, though the
+    queries are many: the keys are the scores' columns as well as the second product's reduction."""
+    from dt.tune.space import _choices, _key_dims
+    attention = dt.load(ROOT / "examples" / "attention_safe_onepass.dt")
+    root = attention.checked.kernel_roots[-1]
+    assert _key_dims(attention.checked, root) == {"l"}
+    ways, _ = _choices(attention.checked, root, dict(m=4096, l=4096, k=64, n=64), True)
+    assert {label for way in ways for slot, label, _ in way if slot == "l"} == {"l32", "l64", "l128"}
+    matmul = dt.load(ROOT / "examples" / "matmul.dt")
+    assert _key_dims(matmul.checked, "mm") == set()
+    ways, _ = _choices(matmul.checked, "mm", dict(x=4096, y=4096, k=4096), True)
+    assert {label for way in ways for slot, label, _ in way if slot == "k"} == {"k32", "k64"}
+
+
 def test_a_space_larger_than_the_limit_is_sampled_whole():
     prog = dt.load(ROOT / "examples" / "matmul.dt")
     sizes = dict(x=4096, y=4096, k=4096)

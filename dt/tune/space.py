@@ -37,6 +37,7 @@ ROWS = (1, 2, 4, 8, 16, 32, 64, 128)  # blocks of a dimension that is not the co
 COLUMNS = (64, 128, 256, 1024, 4096)  # blocks of the contiguous (last) dimension
 PRODUCT_BLOCKS = (16, 32, 64, 128, 256)  # blocks of a matrix product's output dimensions
 PRODUCT_TILES = (32, 64, 128, 256)  # tiles of a matrix product's reduced dimension (the deep ones: few rows)
+KEY_TILE = 128  # the deepest for a reduction that is another product's columns (attention's keys), many rows or not
 SHARED_MEMORY = 227 * 1024  # what a program may take on Hopper; more is refused at launch
 # tiles of another reduction's dimension (long rows: the widest)
 WALKS = (256, 512, 1024, 2048, 4096, 8192, 16384, 32768)
@@ -238,6 +239,7 @@ def _choices(checked, root: str, extents: dict[str, int], gpu: bool, item: int =
     product = any(reductions.values())
     loads = _staged_loads(checked, root) if product and gpu else []
     batch = _batch_dims(checked, root) if product else set()
+    keys = _key_dims(checked, root) if product else set()
     axes = []
     for i, d in enumerate(dims):
         extent = extents[d]
@@ -265,7 +267,8 @@ def _choices(checked, root: str, extents: dict[str, int], gpu: bool, item: int =
         if in_product:  # a whole reduced extent in a product stages all of it in shared memory: only a short one
             tiles = [t for t in PRODUCT_TILES if t < extent] + ([0] if extent <= max(PRODUCT_TILES) else [])
             rows = extents[dims[-2]] if len(dims) >= 2 else 1  # deep tiles for a few rows only (a skinny product)
-            tiles = [t for t in tiles if t == 0 or t <= PRODUCT_TILES[1] or rows <= 64]
+            deepest = max(PRODUCT_TILES) if rows <= 64 else KEY_TILE if r in keys else PRODUCT_TILES[1]
+            tiles = [t for t in tiles if t <= deepest]
         else:
             tiles = [t for t in WALKS if t < extent] + [0]
         walks.append([(r, f"{r}{t or '*'}", t) for t in tiles])
@@ -387,6 +390,14 @@ def _batch_dims(checked, root: str) -> set[str]:
     products = [e for f in funcs for e in A.walk(checked.algorithm[f].expr) if isinstance(e, A.Reduce) and e.op == "dot"]
     shared = [A.free_dims(e.args[0]) & A.free_dims(e.args[1]) for e in products]
     return set(checked.funcs[root].dims).intersection(*shared) if shared else set()
+
+
+def _key_dims(checked, root: str) -> set[str]:
+    """The reductions of root's kernel that are also an output dimension of another product in it:
+    attention's keys `l`, the columns of its scores (`rdot(Q, K, k)`) and the reduction of `rdot(e, V, l)`."""
+    products = [e for f in _own_funcs(checked, root) for e in A.walk(checked.algorithm[f].expr)
+                if isinstance(e, A.Reduce) and e.op == "dot"]
+    return {p.dim for p in products} & {d for q in products for d in A.free_dims(q.args[0]) ^ A.free_dims(q.args[1])}
 
 
 def _own_funcs(checked, root: str) -> list[str]:
