@@ -51,7 +51,14 @@ SAMPLE = [("add", (4096, 8192), "bf16"), ("relu", (4096, 1000), "f32"), ("swish"
 OUTSIDE = [("softmax_safe", (4096, 128256), "bf16"), ("rmsnorm", (8192, 5120), "bf16"),
            ("layernorm", (16384, 1536), "bf16"), ("swish", (8192, 11008), "bf16"),
            ("matmul", (4096, 4096, 14336), "bf16"), ("matmul", (3000, 5000, 2000), "f16"),
-           ("add_rmsnorm", (8192, 5120), "bf16"), ("cumsum", (2048, 3000), "f32")]
+           ("add_rmsnorm", (8192, 5120), "bf16"), ("cumsum", (2048, 3000), "f32"),
+           # the LLM kernels at shapes of other models: Qwen's 151,936 vocabulary, 3000-token
+           # sequences, a 1000-token SwiGLU, a decode step over 4000 cached tokens
+           ("causal_mha", (2, 32, 3000, 3000, 128, 128), "bf16"),
+           ("gqa_attention", (4, 32, 8, 2048, 2048, 128, 128), "bf16"), ("swiglu", (1000, 14336), "bf16"),
+           ("rope", (2, 3000, 32, 8, 128), "bf16"), ("cross_entropy", (2048, 151936), "bf16"),
+           ("argmax", (512, 151936), "bf16"), ("layernorm_stats", (8192, 2048), "bf16"),
+           ("decode", (16, 32, 4000, 128, 128), "bf16")]
 BASELINES = ("eager", "compile", "liger", "sdpa")
 
 
