@@ -629,6 +629,38 @@ def test_searches_sharing_a_gpu_time_one_at_a_time(tmp_path):
     assert all(end <= next_begin for (_, end), (next_begin, _) in zip(held, held[1:]))
 
 
+def test_a_search_holds_the_gpu_to_time_not_to_compile_or_check():
+    """A candidate's first call compiles it (a wide tile: a minute or more) and is checked: other
+    searches sharing the GPU time meanwhile; only its timing holds the GPU (a lock a waiting
+    search's measuring process would otherwise wait on, its 300 s limit running)."""
+    import contextlib
+    from types import SimpleNamespace
+
+    from dt.tune.evaluate import Inputs
+    prog = dt.load(ROOT / "examples" / "add.dt")
+    inputs = Inputs(prog, dict(x=8, y=64), "f32", "interp", 0)
+    events, holding = [], []
+
+    @contextlib.contextmanager
+    def held():
+        holding.append(True)
+        try:
+            yield
+        finally:
+            holding.pop()
+    runner, clock = inputs.runner, inputs.clock
+
+    def recorded(text):
+        run = runner(text)
+        return lambda: events.append(("run", bool(holding))) or run()
+    inputs.held, inputs.runner = held, recorded
+    inputs.clock = lambda fn: events.append(("clock", bool(holding))) or clock(fn)
+    outcome, run, _ = inputs.measure(SimpleNamespace(name="c", text=prog.ast.source))
+    assert outcome.ms is not None and run is not None
+    assert events[0] == ("run", False)  # the first call: the compile and the check
+    assert ("clock", True) in events and all(held for what, held in events[1:] if what == "clock")
+
+
 def test_the_cache_exports_to_one_file_and_imports_it_elsewhere(tuning_cache, tmp_path, monkeypatch, capsys):
     from dt.cli import main
     from dt.tune import cache

@@ -62,15 +62,16 @@ class Inputs:
     def measure(self, candidate) -> tuple[Outcome, object, bool]:
         """(Its outcome, its runner for timing again, whether it broke the GPU context)."""
         try:
-            with warnings.catch_warnings(), self.held():
+            with warnings.catch_warnings():
                 warnings.simplefilter("ignore", PerformanceWarning)  # the space was linted already
                 run = self.runner(candidate.text)
-                out = run()
+                out = run()  # compiles (where no worker did): searches sharing the GPU time meanwhile
                 wrong = "" if self._agrees_on_device(out) else disagreement(out, self.expected,
                                                                             checked_in(self.dtype))
                 if wrong:
                     return Outcome(candidate, None, f"wrong output: {wrong}"), None, False
-                return Outcome(candidate, self.clock(run)), run, False
+                with self.held():  # the timing alone: one search at a time on this GPU
+                    return Outcome(candidate, self.clock(run)), run, False
         except (DTError, PerformanceWarning) as e:  # a backend's refusal (a tile too large here), DT_WARNINGS=error
             return Outcome(candidate, None, e.message), None, False
         except Exception as e:  # a crash of the generated code: a dt bug, said as such
