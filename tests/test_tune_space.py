@@ -629,6 +629,23 @@ def test_searches_sharing_a_gpu_time_one_at_a_time(tmp_path):
     assert all(end <= next_begin for (_, end), (next_begin, _) in zip(held, held[1:]))
 
 
+def test_the_gpu_lock_file_is_open_to_every_users_searches(tmp_path, monkeypatch):
+    """Another user's search on the same GPU opens the lock file (read-only at least) even where
+    the first one's umask would keep it private."""
+    import os
+    import tempfile
+
+    from dt.tune.timing import gpu_held
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    private = os.umask(0o077)
+    try:
+        with gpu_held("umask"):
+            pass
+    finally:
+        os.umask(private)
+    assert (tmp_path / "dt-gpu-umask.lock").stat().st_mode & 0o666 == 0o666
+
+
 def test_a_search_holds_the_gpu_to_time_not_to_compile_or_check():
     """A candidate's first call compiles it (a wide tile: a minute or more) and is checked: other
     searches sharing the GPU time meanwhile; only its timing holds the GPU (a lock a waiting

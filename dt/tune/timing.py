@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
 import statistics
 import tempfile
 import time
@@ -52,7 +53,9 @@ def gpu_held(key: str | None = None):
     path = Path(tempfile.gettempdir()) / f"dt-gpu-{key or _gpu_key()}.lock"
     try:
         lock = open(path, "a")
-    except PermissionError:  # another user's file: a shared lock on it is taken read-only all the same
+        with contextlib.suppress(PermissionError):  # every user's searches share it, whatever the umask
+            os.fchmod(lock.fileno(), 0o666)
+    except PermissionError:  # another user's file: a lock on it is taken read-only all the same
         lock = open(path)
     with lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
