@@ -19,6 +19,7 @@ are in docs/performance.md.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import sys
 import time
@@ -177,10 +178,11 @@ def providers_for(case: Case, names: list[str], tune: bool, contenders=()) -> li
 
 # ----------------------------------------------------------------------- one row
 def run_case(case: Case, providers: list[Provider], ctx: Context, timer: measure.Timer, copy_gbps: float,
-             repeats: int, base: dict, log, records: list[dict]):
+             repeats: int, base: dict, log, records: list[dict], timing_held=contextlib.nullcontext):
     """Check, then time, each provider on one row, appending a record per provider. The rounds
     also time the row's ceiling: a memory-bound row's a copy of its bytes, a matmul-like row's
-    its products in cuBLAS."""
+    its products in cuBLAS. `timing_held()` is entered around the rounds alone (dt.tune.timing.gpu_held:
+    searches sharing the GPU wait for the timing, not for compiles and checks)."""
     device, dtype = ctx.device, DTYPES[case.dtype]
     seed = zlib.crc32(case.title.encode())
     check_inputs = measure.case_inputs(case, device, seed)
@@ -244,8 +246,9 @@ def run_case(case: Case, providers: list[Provider], ctx: Context, timer: measure
             else:
                 _failed(timed[i][0], e, case, timed[i][0]["provider"], device, log)
 
-        for i, ms in measure.round_robin(timer, checked, repeats, on_error=failed):
-            (ceiling_runs if i == ceiling else timed[i][0]["ms_runs"]).append(ms)
+        with timing_held():
+            for i, ms in measure.round_robin(timer, checked, repeats, on_error=failed):
+                (ceiling_runs if i == ceiling else timed[i][0]["ms_runs"]).append(ms)
     finally:  # also when the CUDA context is lost: no record is left checked but untimed
         error_field = "copy_same_error" if ceiling == measure.SAME_SIZE_COPY else "cublas_error"
         if ceiling_error:

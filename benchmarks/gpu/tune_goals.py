@@ -135,9 +135,8 @@ def main(argv=None) -> int:
                 providers += [p for p in bench.providers_for(case, list(BASELINES), False) if not dry or
                               p.name != "compile"]
             timer = bench.row_timer("auto", dry, case.flops, case.bytes)
-            with contextlib.nullcontext() if dry else timing.gpu_held():  # searches sharing this GPU wait
-                bench.run_case(case, providers, ctx, timer, None, args.repeats, dict(run=args.tag, timer=timer.mode),
-                               log, records)
+            bench.run_case(case, providers, ctx, timer, None, args.repeats, dict(run=args.tag, timer=timer.mode),
+                           log, records, timing_held=contextlib.nullcontext if dry else timing.gpu_held)
             measure.empty_cache(device)
             path.write_text(json.dumps(dict(run=run, searches=searches, records=records), indent=1, default=str))
     print(f"wrote {path}")

@@ -37,7 +37,7 @@ ROWS = (1, 2, 4, 8, 16, 32, 64, 128)  # blocks of a dimension that is not the co
 COLUMNS = (64, 128, 256, 1024, 4096)  # blocks of the contiguous (last) dimension
 PRODUCT_BLOCKS = (16, 32, 64, 128, 256)  # blocks of a matrix product's output dimensions
 PRODUCT_TILES = (32, 64, 128, 256)  # tiles of a matrix product's reduced dimension (the deep ones: few rows)
-KEY_TILE = 128  # the deepest for a reduction that is another product's columns (attention's keys), many rows or not
+KEY_TILE = 128  # the deepest for a reduction that is another product's output dimension (attention's keys), many rows or not
 SHARED_MEMORY = 227 * 1024  # what a program may take on Hopper; more is refused at launch
 # tiles of another reduction's dimension (long rows: the widest)
 WALKS = (256, 512, 1024, 2048, 4096, 8192, 16384, 32768)
