@@ -69,7 +69,12 @@ def _gpu_key() -> str:
     import torch
     properties = torch.cuda.get_device_properties(torch.cuda.current_device())
     uuid = getattr(properties, "uuid", None)
-    return str(uuid) if uuid is not None else f"{properties.name}-{torch.cuda.current_device()}".replace(" ", "_")
+    if uuid is not None:
+        return str(uuid)
+    bus = [getattr(properties, f"pci_{part}_id", None) for part in ("domain", "bus", "device")]
+    if None not in bus:  # the physical card, whatever CUDA_VISIBLE_DEVICES numbers it
+        return "pci-" + "-".join(map(str, bus))
+    return f"{properties.name}-{torch.cuda.current_device()}".replace(" ", "_")
 
 
 @functools.cache
