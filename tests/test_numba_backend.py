@@ -427,7 +427,8 @@ DOT_SHAPES = {"+avx512f,+avx2,+fma": ((8, 32), (8, 16)), "+avx2,+fma": ((6, 16),
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_dot_micro_kernel_on_tiles_its_blocks_divide_and_tiles_they_divide_nowhere(monkeypatch, features, dtype):
     # every register-block shape (chosen from the CPU features numba compiles for), with operands
-    # at offsets in larger arrays; c outside [:ni, :nj] stays as it was
+    # at offsets in larger arrays, added to c's tile or written over it; c outside the tile stays
+    # as it was
     numba.njit(lambda: 0)()  # numba's CPU target set up under the real features first
     monkeypatch.setattr(numba.config, "CPU_FEATURES", features)
     h = _dot_helpers()
@@ -439,21 +440,26 @@ def test_dot_micro_kernel_on_tiles_its_blocks_divide_and_tiles_they_divide_nowhe
     # up to two blocks of rows read b's strips in place, more copy them (_dot_strip), edges or not
     for ni, nj, nk in [block + (16,), (2 * block[0], 3 * block[1], 40), (1, 1, 1), (13, 37, 19), (5, 70, 300),
                        (block[0] + 1, block[1] - 1, 17), (4, 8, 0), (3 * block[0], 2 * block[1], 33),
-                       (3 * block[0] + 2, 2 * block[1] + 5, 21)]:
+                       (3 * block[0] + 2, 2 * block[1] + 5, 21), (1, 3 * block[1], 70), (2 * block[0], block[1], 3)]:
         a = rng.standard_normal((ni + 5, nk + 7)).astype(dtype)
         b = rng.standard_normal((nk + 3, nj + 9)).astype(dtype)
-        c = rng.standard_normal((ni + 2, nj + 4)).astype(dtype)
-        expected = c.astype(np.float64)
-        expected[:ni, :nj] += a[2:2 + ni, 3:3 + nk].astype(np.float64) @ b[1:1 + nk, 4:4 + nj]
-        h["_dot"](c, a, np.uint64(2), np.uint64(3), b, np.uint64(1), np.uint64(4), np.uint64(ni), np.uint64(nj),
-                  np.uint64(nk))
-        tolerance = (1e-5 if dtype == np.float32 else 1e-12) * (nk + 1)
-        np.testing.assert_allclose(c[:ni, :nj], expected[:ni, :nj], rtol=tolerance, atol=tolerance)
+        for accumulate in (True, False):
+            c = rng.standard_normal((ni + 3, nj + 6)).astype(dtype)
+            if not accumulate:
+                c[1:1 + ni, 2:2 + nj] = np.nan  # never read
+            expected = c.astype(np.float64)
+            product = a[2:2 + ni, 3:3 + nk].astype(np.float64) @ b[1:1 + nk, 4:4 + nj]
+            expected[1:1 + ni, 2:2 + nj] = product + (expected[1:1 + ni, 2:2 + nj] if accumulate else 0)
+            h["_dot"](c, np.uint64(1), np.uint64(2), a, np.uint64(2), np.uint64(3), b, np.uint64(1), np.uint64(4),
+                      np.uint64(ni), np.uint64(nj), np.uint64(nk), accumulate)
+            tolerance = (1e-5 if dtype == np.float32 else 1e-12) * (nk + 1)
+            np.testing.assert_allclose(c[1:1 + ni, 2:2 + nj], expected[1:1 + ni, 2:2 + nj], rtol=tolerance,
+                                       atol=tolerance)
+            untouched = np.ones(c.shape, bool)
+            untouched[1:1 + ni, 2:2 + nj] = False
+            assert np.array_equal(c[untouched], expected[untouched].astype(dtype)), (ni, nj, nk)
         llvm = h["_dot"].inspect_llvm(h["_dot"].signatures[0])
         assert f"@llvm.fmuladd.v{lanes}f{bits}(" in llvm  # the shape compiled is the one named
-        untouched = np.ones(c.shape, bool)
-        untouched[:ni, :nj] = False
-        assert np.array_equal(c[untouched], expected[untouched].astype(dtype)), (ni, nj, nk)
 
 
 def test_dot_micro_kernel_keeps_its_block_in_vector_registers():
@@ -461,8 +467,8 @@ def test_dot_micro_kernel_keeps_its_block_in_vector_registers():
     # lanes wide as the CPU's vectors; c is loaded before the loop and stored after it, never inside
     h = _dot_helpers()
     c = np.zeros((16, 64), np.float32)
-    h["_dot"](c, np.ones((16, 8), np.float32), np.uint64(0), np.uint64(0), np.ones((8, 64), np.float32),
-              np.uint64(0), np.uint64(0), np.uint64(16), np.uint64(64), np.uint64(8))
+    h["_dot"](c, np.uint64(0), np.uint64(0), np.ones((16, 8), np.float32), np.uint64(0), np.uint64(0),
+              np.ones((8, 64), np.float32), np.uint64(0), np.uint64(0), np.uint64(16), np.uint64(64), np.uint64(8), True)
     assert (c == 8).all()
     rows, lanes = h["_dot_registers"](numba.float32)
     llvm = h["_dot"].inspect_llvm(h["_dot"].signatures[0])
@@ -470,3 +476,52 @@ def test_dot_micro_kernel_keeps_its_block_in_vector_registers():
     loop = loop[:loop.index("br i1")]
     assert loop.count(f"@llvm.fmuladd.v{lanes}f32(") == 2 * rows
     assert loop.count("store ") == 0
+
+
+BENCH_SCHEDULES = EXAMPLES_DIR.parent / "benchmarks" / "cpu" / "schedules"
+MATMUL_DT = """
+Func mm;
+In A, B;
+Var x, y;
+RVar k;
+mm[x, y] = rdot(A[x, k], B[k, y], k);
+mm.block(x:16, y:64);
+mm.tensorize(x:16, y:64, k:{k});
+mm.compile();
+"""
+
+
+def test_a_product_stored_as_it_is_is_computed_in_the_output():
+    # the Dot, over the whole reduction in one tile, writes the output's tile without a zero fill
+    # (no scratch tile copied out). Sizes that divide nothing, one row, k smaller than a step of
+    # the micro-kernel
+    prog = dt.loads(MATMUL_DT.format(k=0))
+    source = prog.source("numba")
+    kernel = source[source.index("def mm_kernel"):]
+    assert "np.empty" not in kernel and "= f32(0.0)" not in kernel
+    assert "_dot(mm_global, x_start, y_start, A_global, x_start, k_start, B_global, k_start, y_start, x_valid, " \
+           "y_valid, k_valid, False)" in kernel
+    for x, y, k in [(37, 101, 23), (1, 70, 5), (16, 64, 8), (3, 5, 1), (20, 9, 2)]:
+        args = random_inputs(prog, dict(x=x, y=y, k=k), "f32", seed=x)
+        out = np.full((x, y), np.nan, np.float32)  # whatever the output held is not read
+        got = prog(backend="numba", out=out, **args)
+        assert np.shares_memory(got, out)
+        assert_close(out, prog.reference(**args), "f32")
+
+
+def test_a_product_used_beyond_its_store_keeps_its_scratch_tile():
+    # an epilogue (sigmoid), another product reading it (2mm's first), an output of another dtype
+    # (bf16), a sum over k's tiles (after a zero fill it adds to): the product is computed in a
+    # scratch tile, as before
+    for text, dtype, sizes, kept in [
+            (MATMUL_DT.format(k=8), "f32", dict(x=37, y=101, k=23), "k_accumulator"),
+            ((BENCH_SCHEDULES / "mmsigmoid.dt").read_text(), "f32", dict(x=37, y=101, k=23), "k_accumulator"),
+            ((EXAMPLES_DIR / "cpu" / "2mm_outer.dt").read_text(), "f32", dict(m=37, n=515, k=3, l=33),
+             "k_accumulator"),
+            (MATMUL_DT.format(k=8), "bf16", dict(x=37, y=101, k=23), "k_accumulator")]:
+        prog = dt.loads(text)
+        source = prog.source("numba", dtype)
+        kernel = source[source.index("@njit(**_KERNEL)"):]
+        assert f"{kept} = np.empty(" in kernel and f"_dot({kept}, u64(0), u64(0), " in kernel, text
+        args = random_inputs(prog, sizes, dtype, seed=1)
+        assert_close(prog(backend="numba", **args), prog.reference(**args), dtype)

@@ -6,8 +6,11 @@ and each panel of `cols` columns of the b tile into a contiguous strip (read in 
 where at most two blocks of rows use it), then runs `_dot_block` on every block of `rows` x
 `cols` of c: that block stays in vector registers for the whole reduction (one load and one
 store of c per call, not one per few reduction steps), each step loading one row of the strip
-and broadcasting one value of a per row into fused multiply-adds.
-Blocks at the tile's edges run on a zero-padded copy of theirs.
+and broadcasting one value of a per row into fused multiply-adds, and prefetching b's row 32
+steps ahead (the hardware prefetchers do not follow a strip read in place down long rows).
+c's tile may lie anywhere in c (an output tensor's tile), and `accumulate` false writes the
+product over it unread (no zero fill first). Blocks at the tile's edges run on a zero-padded
+copy of theirs.
 
 `_dot_block` is written in LLVM IR (numba.extending.intrinsic, llvmlite), its shape chosen when
 numba compiles it, from the CPU features numba compiles for (NUMBA_CPU_FEATURES, else the
@@ -22,6 +25,7 @@ from __future__ import annotations
 # _DOT_VECTORS vectors of b and one broadcast fit the vector registers.
 DOT_REGISTERS = '''\
 _DOT_VECTORS = 2  # vectors of c in each row of a block
+_DOT_PREFETCH_ROWS = 32  # how far ahead _dot_block prefetches b's rows
 
 
 def _dot_registers(dtype):
@@ -59,18 +63,19 @@ def _dot_block_shape(typingctx, c):
 
 DOT_BLOCK = '''\
 @intrinsic
-def _dot_block(typingctx, c, c_start, ldc, a, a_start, lda, b, b_start, ldb, nk):
-    """c[r, j] += sum over k < nk of a[r, k] * b[k, j] for the block of _dot_block_shape(c): c's
-    element (r, j) at c_start + r * ldc + j of c's data, a's (r, k) at a_start + r * lda + k of
-    a's, b's (k, j) at b_start + k * ldb + j of b's. c's block lives in vector registers across the
-    loop."""
+def _dot_block(typingctx, c, c_start, ldc, a, a_start, lda, b, b_start, ldb, nk, accumulate):
+    """c[r, j] += sum over k < nk of a[r, k] * b[k, j] for the block of _dot_block_shape(c) (=,
+    c's values unread, where `accumulate` is false): c's element (r, j) at c_start + r * ldc + j of
+    c's data, a's (r, k) at a_start + r * lda + k of a's, b's (k, j) at b_start + k * ldb + j of
+    b's. c's block lives in vector registers across the loop."""
     arrays, indices = (c, a, b), (c_start, ldc, a_start, lda, b_start, ldb, nk)
     if not (all(isinstance(x, numba.types.Array) and x.layout == "C" and x.dtype == c.dtype for x in arrays)
-            and isinstance(c.dtype, numba.types.Float) and all(isinstance(i, numba.types.Integer) for i in indices)):
+            and isinstance(c.dtype, numba.types.Float) and all(isinstance(i, numba.types.Integer) for i in indices)
+            and isinstance(accumulate, numba.types.Boolean)):
         return None
 
     def codegen(context, builder, signature, args):
-        c, c_start, ldc, a, a_start, lda, b, b_start, ldb, nk = args
+        c, c_start, ldc, a, a_start, lda, b, b_start, ldb, nk, accumulate = args
         rows, lanes = _dot_registers(signature.args[0].dtype)
         vector = ir.VectorType(context.get_value_type(signature.args[0].dtype), lanes)
         index = ir.IntType(64)
@@ -79,6 +84,10 @@ def _dot_block(typingctx, c, c_start, ldc, a, a_start, lda, b, b_start, ldb, nk)
         fma_name = f"llvm.fmuladd.v{lanes}f{signature.args[0].dtype.bitwidth}"
         fma = builder.module.globals.get(fma_name) or ir.Function(
             builder.module, ir.FunctionType(vector, [vector] * 3), fma_name)
+        byte = ir.IntType(8)
+        prefetch = builder.module.globals.get("llvm.prefetch.p0") or ir.Function(
+            builder.module, ir.FunctionType(ir.VoidType(), [byte.as_pointer()] + [ir.IntType(32)] * 3),
+            "llvm.prefetch.p0")
 
         def data(array, array_type):
             return context.make_array(array_type)(context, builder, array).data
@@ -89,11 +98,16 @@ def _dot_block(typingctx, c, c_start, ldc, a, a_start, lda, b, b_start, ldb, nk)
         def n(value):
             return ir.Constant(index, value)
 
+        def i32(value):
+            return ir.Constant(ir.IntType(32), value)
+
         c_rows = [builder.gep(data(c, signature.args[0]), [builder.add(c_start, builder.mul(ldc, n(r)))])
                   for r in range(rows)]
         a_data = builder.gep(data(a, signature.args[3]), [a_start])
         b_data = builder.gep(data(b, signature.args[6]), [b_start])
-        start = [builder.load(at(row, n(v * lanes)), align=1) for row in c_rows for v in range(_DOT_VECTORS)]
+        zero = ir.Constant(vector, None)
+        start = [builder.select(accumulate, builder.load(at(row, n(v * lanes)), align=1), zero)
+                 for row in c_rows for v in range(_DOT_VECTORS)]
         entry = builder.block
         loop = builder.append_basic_block("dot_block.loop")
         done = builder.append_basic_block("dot_block.done")
@@ -106,6 +120,12 @@ def _dot_block(typingctx, c, c_start, ldc, a, a_start, lda, b, b_start, ldb, nk)
             accumulators.append(builder.phi(vector))
             accumulators[-1].add_incoming(value, entry)
         b_row = builder.mul(k, ldb)
+        # b's row _DOT_PREFETCH_ROWS steps ahead into L2: b read in place (a few rows of a) is a
+        # column of short pieces of long rows, which the hardware prefetchers do not follow
+        ahead = builder.add(b_row, builder.mul(ldb, n(_DOT_PREFETCH_ROWS)))
+        for v in range(_DOT_VECTORS):
+            line = builder.bitcast(builder.gep(b_data, [builder.add(ahead, n(v * lanes))]), byte.as_pointer())
+            builder.call(prefetch, [line, i32(0), i32(2), i32(1)])  # a read, to L2, of data
         b_vectors = [builder.load(at(b_data, builder.add(b_row, n(v * lanes))), align=1)
                      for v in range(_DOT_VECTORS)]
         splat = ir.Constant(ir.VectorType(ir.IntType(32), lanes), [0] * lanes)
@@ -131,7 +151,7 @@ def _dot_block(typingctx, c, c_start, ldc, a, a_start, lda, b, b_start, ldb, nk)
             builder.store(result, at(c_rows[i // _DOT_VECTORS], n(i % _DOT_VECTORS * lanes)), align=1)
         return context.get_dummy_value()
 
-    return numba.types.void(c, c_start, ldc, a, a_start, lda, b, b_start, ldb, nk), codegen
+    return numba.types.void(c, c_start, ldc, a, a_start, lda, b, b_start, ldb, nk, accumulate), codegen
 '''
 
 DOT_STRIP = '''\
@@ -166,9 +186,10 @@ def _dot_strip(typingctx, strip, b, b_start, ldb, nk):
 
 DOT = '''\
 @njit(**_HELPER)
-def _dot(c, a, ar, ac, b, br, bc, ni, nj, nk):
-    """c[:ni, :nj] += a[ar:ar + ni, ac:ac + nk] @ b[br:br + nk, bc:bc + nj] (c, a and b of one
-    float dtype), by blocks of c kept in vector registers (_dot_block) over copies of a and b."""
+def _dot(c, cr, cc, a, ar, ac, b, br, bc, ni, nj, nk, accumulate):
+    """c[cr:cr + ni, cc:cc + nj] += a[ar:ar + ni, ac:ac + nk] @ b[br:br + nk, bc:bc + nj] (=, c's
+    values unread, where `accumulate` is false; c, a and b of one float dtype), by blocks of c kept
+    in vector registers (_dot_block) over copies of a and b."""
     rows, cols = _dot_block_shape(c)
     ldc = u64(c.shape[1])
     # a's rows padded to whole blocks, and apart by an odd multiple of 16 elements, which keeps
@@ -204,16 +225,17 @@ def _dot(c, a, ar, ac, b, br, bc, ni, nj, nk):
             if not whole:  # an edge block: on a zero-padded copy of its valid part
                 for i in range(rows):
                     for j in range(cols):
-                        edge[i, j] = c[i0 + i, j0 + j] if i < i_valid and j < j_valid else 0
-            block, block_start, ld_block = (c, i0 * ldc + j0, ldc) if whole else (edge, u64(0), cols)
+                        inside = i < i_valid and j < j_valid
+                        edge[i, j] = c[cr + i0 + i, cc + j0 + j] if inside and accumulate else 0
+            block, block_start, ld_block = (c, (cr + i0) * ldc + cc + j0, ldc) if whole else (edge, u64(0), cols)
             if in_place:
-                _dot_block(block, block_start, ld_block, a_copy, i0 * lda, lda, b, b_start, ldb, nk)
+                _dot_block(block, block_start, ld_block, a_copy, i0 * lda, lda, b, b_start, ldb, nk, accumulate)
             else:
-                _dot_block(block, block_start, ld_block, a_copy, i0 * lda, lda, b_strip, u64(0), cols, nk)
+                _dot_block(block, block_start, ld_block, a_copy, i0 * lda, lda, b_strip, u64(0), cols, nk, accumulate)
             if not whole:
                 for i in range(i_valid):
                     for j in range(j_valid):
-                        c[i0 + i, j0 + j] = edge[i, j]
+                        c[cr + i0 + i, cc + j0 + j] = edge[i, j]
 '''
 
 DOT_HELPERS = {"_dot_registers": DOT_REGISTERS, "_dot_block_shape": DOT_BLOCK_SHAPE, "_dot_block": DOT_BLOCK,

@@ -126,6 +126,8 @@ class ExprRenderer(Renderer):
         """The element of a stored tile at the lanes in env."""
         if not store.dims:
             return store.name
+        if store.in_tensor:
+            return f"{store.name}[{self.subscript(store.dims, env)}]"
         return f"{store.name}[{', '.join(env.get(d, '0') for d in store.dims)}]"
 
     def subscript(self, axes, env) -> str:

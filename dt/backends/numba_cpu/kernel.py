@@ -105,7 +105,7 @@ class KernelRenderer(ExprRenderer):
             w.line(f"{plan.count[a.name]} = u64({valid})  # valid lanes of {a.dim}")
 
     def Assign(self, s: S.Assign, w: Writer):
-        if s.name in self.plan.inlined:
+        if s.name in self.plan.inlined or id(s) in self.plan.unfilled:
             return
         store = self.plan.storage[s.name]
         if isinstance(s.value, S.Dot):
@@ -117,6 +117,8 @@ class KernelRenderer(ExprRenderer):
         self.nest(w, store.dims, lambda env: f"{self.at(store, env)} = ", s.value, writes=s.name)
 
     def Store(self, s: S.Store, w: Writer):
+        if id(s) in self.plan.stored_in_place:  # the Dot computed the tile where it is stored
+            return
         spec = self.plan.p.tensor(s.tensor)
         tensor = self.plan.tensor[s.tensor]
         convert = f"_f32_to_{spec.dtype}" if spec.dtype in AS_BITS else None
@@ -266,14 +268,16 @@ class KernelRenderer(ExprRenderer):
                 self.nest(w, dims, lambda env, pack=pack: f"{self.at(pack, env)} = ", operand)
                 found = pack.name, "u64(0)", "u64(0)"
             operands.append(", ".join(found))
-        if d.acc is None:
-            self.nest(w, (i, j), lambda env: f"{self.at(store, env)} = ", S.Literal(0.0, d.acc_dtype))
-        elif not (isinstance(d.acc, S.Ref) and d.acc.name == s.name):
+        # without an accumulator (or right after its zero fill) _dot writes the product, unread
+        accumulate = d.acc is not None and id(s) not in plan.overwriting
+        if accumulate and not (isinstance(d.acc, S.Ref) and d.acc.name == s.name):
             self.nest(w, (i, j), lambda env: f"{self.at(store, env)} = ", d.acc)
         self.helpers.add("_dot")
         self.flush(w)
-        w.line(f"_dot({store.name}, {operands[0]}, {operands[1]}, {self.counted(i)}, {self.counted(j)}, "
-               f"{self.counted(k)})")
+        target = ", ".join((store.name, self.absolute(i, {}), self.absolute(j, {}))) if store.in_tensor \
+            else f"{store.name}, u64(0), u64(0)"
+        w.line(f"_dot({target}, {operands[0]}, {operands[1]}, {self.counted(i)}, {self.counted(j)}, "
+               f"{self.counted(k)}, {accumulate})")
 
     def scan(self, w: Writer, e: S.Scan, store: Storage):
         """A running value along the scan's axis, walked innermost and in order, for each lane of
