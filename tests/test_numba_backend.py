@@ -509,9 +509,25 @@ def test_a_product_stored_as_it_is_is_computed_in_the_output():
         assert_close(out, prog.reference(**args), "f32")
 
 
+def test_a_product_over_whole_rows_of_the_output_is_summed_there():
+    # 2mm_inner's second product: summed over l's tiles, over all of n (whole rows of the
+    # output, contiguous as a scratch tile), so it accumulates in the output after a zero fill
+    prog = dt.load(EXAMPLES_DIR / "cpu" / "2mm_inner.dt")
+    source = prog.source("numba")
+    kernel = source[source.index("@njit(**_KERNEL)"):]
+    assert "_2mm_global[m_start + m_i, n_start + n_i] = f32(0.0)" in kernel and "l_accumulator" not in kernel
+    assert "_dot(_2mm_global, m_start, n_start, k_accumulator, u64(0), u64(0), C_global, l_start, n_start, " \
+           "m_valid, n_valid, l_valid, True)" in kernel
+    for sizes in [dict(m=33, n=7, k=3, l=130), dict(m=1, n=65, k=1, l=64)]:
+        args = random_inputs(prog, sizes, "f32", seed=2)
+        out = np.full((sizes["m"], sizes["n"]), np.nan, np.float32)
+        prog(backend="numba", out=out, **args)
+        assert_close(out, prog.reference(**args), "f32")
+
+
 def test_a_product_used_beyond_its_store_keeps_its_scratch_tile():
     # an epilogue (sigmoid), another product reading it (2mm's first), an output of another dtype
-    # (bf16), a sum over k's tiles (after a zero fill it adds to): the product is computed in a
+    # (bf16), a sum over k's tiles of part of the output's rows: the product is computed in a
     # scratch tile, as before
     for text, dtype, sizes, kept in [
             (MATMUL_DT.format(k=8), "f32", dict(x=37, y=101, k=23), "k_accumulator"),
