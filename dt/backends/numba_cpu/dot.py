@@ -65,7 +65,7 @@ DOT_BLOCK = '''\
 @intrinsic
 def _dot_block(typingctx, c, c_start, ldc, a, a_start, lda, b, b_start, ldb, nk, accumulate):
     """c[r, j] += sum over k < nk of a[r, k] * b[k, j] for the block of _dot_block_shape(c) (=,
-    c's values unread, where `accumulate` is false): c's element (r, j) at c_start + r * ldc + j of
+    c's values loaded but discarded, where `accumulate` is false): c's element (r, j) at c_start + r * ldc + j of
     c's data, a's (r, k) at a_start + r * lda + k of a's, b's (k, j) at b_start + k * ldb + j of
     b's. c's block lives in vector registers across the loop."""
     arrays, indices = (c, a, b), (c_start, ldc, a_start, lda, b_start, ldb, nk)
@@ -121,7 +121,9 @@ def _dot_block(typingctx, c, c_start, ldc, a, a_start, lda, b, b_start, ldb, nk,
             accumulators[-1].add_incoming(value, entry)
         b_row = builder.mul(k, ldb)
         # b's row _DOT_PREFETCH_ROWS steps ahead into L2: b read in place (a few rows of a) is a
-        # column of short pieces of long rows, which the hardware prefetchers do not follow
+        # column of short pieces of long rows, which the hardware prefetchers do not follow. In the
+        # last steps the address lies past b's end: a prefetch never faults (LLVM: it does not
+        # change the program's behaviour), and the address is computed without `inbounds`
         ahead = builder.add(b_row, builder.mul(ldb, n(_DOT_PREFETCH_ROWS)))
         for v in range(_DOT_VECTORS):
             line = builder.bitcast(builder.gep(b_data, [builder.add(ahead, n(v * lanes))]), byte.as_pointer())
