@@ -85,9 +85,10 @@ def _dot_block(typingctx, c, c_start, ldc, a, a_start, lda, b, b_start, ldb, nk,
         fma = builder.module.globals.get(fma_name) or ir.Function(
             builder.module, ir.FunctionType(vector, [vector] * 3), fma_name)
         byte = ir.IntType(8)
-        prefetch = builder.module.globals.get("llvm.prefetch.p0") or ir.Function(
-            builder.module, ir.FunctionType(ir.VoidType(), [byte.as_pointer()] + [ir.IntType(32)] * 3),
-            "llvm.prefetch.p0")
+        # named by llvmlite (p0i8, which LLVM 15 and later read as p0): numba 0.60's LLVM 14 needs p0i8
+        prefetch = builder.module.declare_intrinsic(
+            "llvm.prefetch", [byte.as_pointer()],
+            ir.FunctionType(ir.VoidType(), [byte.as_pointer()] + [ir.IntType(32)] * 3))
 
         def data(array, array_type):
             return context.make_array(array_type)(context, builder, array).data
