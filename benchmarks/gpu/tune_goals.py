@@ -14,7 +14,8 @@ search's report (dt.tune.report: its schedules' times plotted) in DIR/reports/.
     python benchmarks/gpu/tune_goals.py --summarize DIR|FILE.json ...   (the markdown table)
 
 On a machine of several GPUs, one process per GPU (CUDA_VISIBLE_DEVICES=i, --shard i/n) takes
-every n-th row; processes sharing a GPU time one at a time (dt.tune.timing.gpu_held). Without CUDA it runs a dry run on the interpreter at tiny shapes.
+every n-th row; processes sharing a GPU time one at a time (dt.tune.timing.gpu_held). Without
+CUDA it runs a dry run on the interpreter at tiny shapes.
 """
 from __future__ import annotations
 

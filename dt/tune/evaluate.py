@@ -51,7 +51,7 @@ class Inputs:
         expected = self.expected if isinstance(self.expected, dict) else {"": self.expected}
         self.on_device = on_device(expected, backend) if on_gpu(backend) else None
         self.clock = clock(backend, prog, sizes, dtype)
-        self.held = timing.gpu_held if on_gpu(backend) else contextlib.nullcontext  # runs on a GPU: one search at a time
+        self.held = timing.gpu_held if on_gpu(backend) else contextlib.nullcontext  # a GPU's: one search at a time
 
     def runner(self, text: str):
         """A function running the program `text` on the inputs (the first call compiles it)."""
@@ -70,8 +70,7 @@ class Inputs:
                                                                             checked_in(self.dtype))
                 if wrong:
                     return Outcome(candidate, None, f"wrong output: {wrong}"), None, False
-                with self.held():  # the timing alone: one search at a time on this GPU
-                    return Outcome(candidate, self.clock(run)), run, False
+                return Outcome(candidate, self.timed(run)), run, False
         except (DTError, PerformanceWarning) as e:  # a backend's refusal (a tile too large here), DT_WARNINGS=error
             return Outcome(candidate, None, e.message), None, False
         except Exception as e:  # a crash of the generated code: a dt bug, said as such
@@ -79,6 +78,11 @@ class Inputs:
             what = "broke the GPU context" if broken else "raised"
             return Outcome(candidate, None, f"{what} ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); "
                                             "a dt bug: please report it with this schedule"), None, broken
+
+    def timed(self, run) -> float:
+        """run's time by the clock, holding the GPU for the timing alone: one search at a time on it."""
+        with self.held():
+            return self.clock(run)
 
     def _agrees_on_device(self, out) -> bool:
         """The outputs within the dtype's tolerance of the reference, checked where they are (a
@@ -202,14 +206,12 @@ class InProcess:
     def retime(self, candidate) -> float:
         if candidate.name not in self.runs:
             self.measure(candidate)
-        with self.inputs.held():
-            return self.inputs.clock(self.runs[candidate.name])
+        return self.inputs.timed(self.runs[candidate.name])
 
     def time(self, name: str, fn) -> float:
         """A baseline: `fn(**inputs)` on the same inputs, kept for retiming under its name."""
         self.runs[name] = lambda: fn(**self.inputs.args)
-        with self.inputs.held():
-            return self.inputs.clock(self.runs[name])
+        return self.inputs.timed(self.runs[name])
 
     def close(self):
         pass

@@ -37,7 +37,7 @@ ROWS = (1, 2, 4, 8, 16, 32, 64, 128)  # blocks of a dimension that is not the co
 COLUMNS = (64, 128, 256, 1024, 4096)  # blocks of the contiguous (last) dimension
 PRODUCT_BLOCKS = (16, 32, 64, 128, 256)  # blocks of a matrix product's output dimensions
 PRODUCT_TILES = (32, 64, 128, 256)  # tiles of a matrix product's reduced dimension (the deep ones: few rows)
-KEY_TILE = 128  # the deepest for a reduction that is another product's output dimension (attention's keys), many rows or not
+KEY_TILE = 128  # the deepest for a reduction that is another product's output dimension (attention's keys)
 SHARED_MEMORY = 227 * 1024  # what a program may take on Hopper; more is refused at launch
 # tiles of another reduction's dimension (long rows: the widest)
 WALKS = (256, 512, 1024, 2048, 4096, 8192, 16384, 32768)
@@ -386,18 +386,21 @@ def _reductions(checked, root: str) -> dict[str, bool]:
 def _batch_dims(checked, root: str) -> set[str]:
     """The root's dimensions that both operands of every product its kernel computes span: a
     batch of products (attention's b and h; decode's h, whose product is a row against a matrix)."""
-    funcs = _own_funcs(checked, root)
-    products = [e for f in funcs for e in A.walk(checked.algorithm[f].expr) if isinstance(e, A.Reduce) and e.op == "dot"]
-    shared = [A.free_dims(e.args[0]) & A.free_dims(e.args[1]) for e in products]
+    shared = [A.free_dims(e.args[0]) & A.free_dims(e.args[1]) for e in _products(checked, root)]
     return set(checked.funcs[root].dims).intersection(*shared) if shared else set()
 
 
 def _key_dims(checked, root: str) -> set[str]:
     """The reductions of root's kernel that are also an output dimension of another product in it:
     attention's keys `l`, the columns of its scores (`rdot(Q, K, k)`) and the reduction of `rdot(e, V, l)`."""
-    products = [e for f in _own_funcs(checked, root) for e in A.walk(checked.algorithm[f].expr)
-                if isinstance(e, A.Reduce) and e.op == "dot"]
+    products = _products(checked, root)
     return {p.dim for p in products} & {d for q in products for d in A.free_dims(q.args[0]) ^ A.free_dims(q.args[1])}
+
+
+def _products(checked, root: str) -> list[A.Reduce]:
+    """The matrix products (rdot) root's kernel computes."""
+    return [e for f in _own_funcs(checked, root) for e in A.walk(checked.algorithm[f].expr)
+            if isinstance(e, A.Reduce) and e.op == "dot"]
 
 
 def _own_funcs(checked, root: str) -> list[str]:

@@ -57,12 +57,9 @@ def gpu_held(key: str | None = None):
             os.fchmod(lock.fileno(), 0o666)
     except PermissionError:  # another user's file: a lock on it is taken read-only all the same
         lock = open(path)
-    with lock:
+    with lock:  # closing the file releases the lock
         fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+        yield
 
 
 def _gpu_key() -> str:
