@@ -418,7 +418,7 @@ def build_parser() -> argparse.ArgumentParser:
     grd.add_argument("-o", "--output", help="file to write (default: standard output)")
     grd.set_defaults(fn=cmd_grad)
 
-    tune_cli.add_parsers(sub, _sizes, _count)
+    tune_cli.add_parsers(sub, _sizes, _scalars, _count)
     conf = sub.add_parser("conformance", help="certify a backend: run the conformance suite on it")
     conf.add_argument("--backend", help="the backend to certify (default: $DT_BACKEND, else interp)")
     conf.add_argument("--ops", action="append", metavar="PATTERN",

@@ -8,6 +8,7 @@ import numpy as np
 
 from dt import arrays
 from dt.dtypes import INTEGERS, NUMPY, NUMPY_NAMES, TORCH_NAMES
+from dt.errors import DTInputError
 
 # (rtol, atol relative to the largest |reference| value) per output dtype. f16/bf16 round
 # every input, every dot operand and the output; f32 rounds only arithmetic.
@@ -25,10 +26,19 @@ def numpy_dtype(dtype: str) -> np.dtype:
     return NUMPY[dtype]
 
 
+def given_scalars(prog, scalars: dict | None) -> dict:
+    """`scalars`, values for some of the program's scalars by name, checked to name only those."""
+    unknown = [n for n in scalars or {} if n not in prog.scalars]
+    if unknown:
+        raise DTInputError(f"scalars names {unknown[0]!r}, which is not a scalar of {prog.name}", None,
+                           f"its scalars: {', '.join(prog.scalars)}" if prog.scalars else "it has none")
+    return dict(scalars or {})
+
+
 def random_inputs(prog, extents: dict[str, int], dtype: str | dict[str, str] = "f32", seed: int = 0,
-                  schedule: bool = True) -> dict:
+                  schedule: bool = True, scalars: dict | None = None) -> dict:
     """Seeded inputs for every input of `prog`, shaped by `extents` (dimension name -> extent), and
-    a value in [0.5, 1.5) for every scalar. `dtype` is one dtype for every input, or one per input
+    the value `scalars` gives, else one in [0.5, 1.5), for every scalar. `dtype` is one dtype for every input, or one per input
     ({"X": "bf16", "W": "i8"}): float inputs are standard normal, integer data spans the dtype's
     range (at most -100..100; bool 0 or 1). An input that indexes another (I in E[I[t], d]) holds
     int64 indices within the axis it indexes; a scalar that indexes is 1.
@@ -58,8 +68,10 @@ def random_inputs(prog, extents: dict[str, int], dtype: str | dict[str, str] = "
             args[access.name] = rng.integers(low, high, shape).astype(numpy_dtype(kind))
             continue
         args[access.name] = rng.standard_normal(shape).astype(np.float32).astype(numpy_dtype(kind))
+    given = given_scalars(prog, scalars)
     for s in prog.scalars:  # a scalar that indexes is an integer: 1
-        args[s] = 1 if s in prog.checked.index_scalars else float(0.5 + rng.random())
+        drawn = 1 if s in prog.checked.index_scalars else float(0.5 + rng.random())
+        args[s] = given.get(s, drawn)
     return args
 
 

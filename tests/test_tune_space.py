@@ -477,6 +477,41 @@ def test_a_program_with_an_index_scalar_is_searched_with_a_dtype_per_input(tunin
     assert tuned(shifted, dict(l=40), dtypes, "interp").origin.startswith("the tuned schedule")
 
 
+def test_a_search_measures_with_the_scalars_given(tmp_path):
+    from dt.cli import main
+    # query head h reads key head h // group (grouped-query attention's gather): the group is the user's
+    source = "In K; SIn group; Var h, k; Func o;\no[h, k] = K[h // group, k] * 2.0;\no.compile();"
+    prog, sizes, seen = dt.loads(source, name="grouped"), dict(h=4, k=40, K_axis0=2), []
+    result = prog.tune(sizes, "f32", backend="interp", budget=5, scalars={"group": 2},
+                       baselines={"records its group": lambda K, group: seen.append(group) or K})
+    assert result.timed and not result.failed and seen and set(seen) == {2}
+    assert result.title == "grouped h=4 k=40 K_axis0=2 group=2 f32 on interp"
+    args = random_inputs(prog, sizes, "f32", scalars={"group": 2})
+    assert args["group"] == 2
+    best = dt.loads(result.best.text)(backend="interp", sizes=dict(h=4), **args)
+    assert_close(best, prog.reference(sizes=dict(h=4), **args), "f32")
+    with pytest.raises(dt.DTInputError, match="scalars names 'grp', which is not a scalar of grouped"):
+        prog.tune(sizes, "f32", backend="interp", budget=5, scalars={"grp": 2})
+    path, out = tmp_path / "grouped.dt", tmp_path / "grouped_tuned.dt"
+    path.write_text(source)
+    assert main(["tune", str(path), "--size", "h=4", "--size", "k=40", "--size", "K_axis0=2", "--scalar", "group=2",
+                 "--backend", "interp", "--budget", "3", "--no-cache", "-o", str(out)]) == 0
+    assert out.read_text().startswith("# Tuned by `dt tune` for h=4, k=40, K_axis0=2, group=2 (f32) on CPU")
+
+
+def test_the_goal_rows_are_tuned_at_extents_named_as_their_programs_name_them(monkeypatch):
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks" / "gpu"))
+    tune_goals = pytest.importorskip("tune_goals", reason="the benchmark's rows need torch (benchmarks/gpu)")
+    for which in ("sample", "outside"):
+        for case in tune_goals.rows(which, "0/1", None):
+            prog = dt.load(case.kernel.program)
+            sizes = tune_goals.program_sizes(prog, case)
+            # a DTExtentError names a dimension the program does not have (gqa's kh: its K_axis1) or one missing
+            assert prog._extents({}, sizes, "sizes").items() >= sizes.items(), case.title
+    gqa = next(c for c in tune_goals.rows("outside", "0/1", ["gqa"]))
+    assert tune_goals.program_sizes(dt.load(gqa.kernel.program), gqa)["K_axis1"] == 8
+
+
 def test_the_tolerance_of_a_search_is_its_least_precise_float():
     from dt.tune.dtypes import checked_in
     assert checked_in("bf16") == "bf16" and checked_in({"X": "bf16", "Wq": "i8"}) == "bf16"
@@ -574,10 +609,10 @@ def _has(module: str) -> bool:
 
 @pytest.mark.slow
 def test_a_measuring_child_that_dies_fails_its_candidate_and_is_started_again():
-    from dt.tune.evaluate import Child
+    from dt.tune.evaluate import Child, Setup
     prog = dt.load(ROOT / "examples" / "add.dt")
     space = list(prog.space(dict(x=24, y=300), "f32", backend="interp"))
-    child = Child((prog.ast.source, prog.name, dict(x=24, y=300), "f32", "interp", 0))
+    child = Child(Setup(prog.ast.source, prog.name, dict(x=24, y=300), "f32", "interp", 0, {}))
     try:
         assert child.measure(space[0]).ms > 0
         child.process.kill()
@@ -587,7 +622,7 @@ def test_a_measuring_child_that_dies_fails_its_candidate_and_is_started_again():
     finally:
         child.close()
     with pytest.raises(dt.DTError, match="the measuring process could not start: .*"):
-        Child((prog.ast.source, prog.name, dict(x=24), "f32", "interp", 0))  # y's extent missing
+        Child(Setup(prog.ast.source, prog.name, dict(x=24), "f32", "interp", 0, {}))  # y's extent missing
 
 
 def test_the_timer_follows_the_benchmarks_split_between_compute_and_memory_bound():
@@ -655,7 +690,7 @@ def test_a_search_holds_the_gpu_to_time_not_to_compile_or_check():
 
     from dt.tune.evaluate import Inputs
     prog = dt.load(ROOT / "examples" / "add.dt")
-    inputs = Inputs(prog, dict(x=8, y=64), "f32", "interp", 0)
+    inputs = Inputs(prog, dict(x=8, y=64), "f32", "interp", 0, {})
     events, holding = [], []
 
     @contextlib.contextmanager
@@ -796,11 +831,24 @@ def test_an_exported_entry_is_found_under_the_key_lookup_computes(tuning_cache, 
     assert cache.lookup(prog, dict(x=24, y=300), "f32", "interp", "here")["name"] == "two"
 
 
-def test_candidates_fail_alone_when_no_measuring_process_can_start_again(monkeypatch):
-    from dt.tune.evaluate import Child
+def test_a_measuring_child_the_search_gave_up_on_ends_quietly(capfd):
+    """At the end of a budget the search closes the pipe of a child still measuring: the child's
+    reply has no reader, which ends it without a traceback in the user's terminal."""
+    from dt.tune.evaluate import Child, Setup
     prog = dt.load(ROOT / "examples" / "add.dt")
     space = list(prog.space(dict(x=24, y=300), "f32", backend="interp"))
-    child = Child((prog.ast.source, prog.name, dict(x=24, y=300), "f32", "interp", 0))
+    child = Child(Setup(prog.ast.source, prog.name, dict(x=24, y=300), "f32", "interp", 0, {}))
+    child.connection.send(("measure", space[0]))
+    child.connection.close()
+    child.process.join(60)
+    assert child.process.exitcode == 0 and "Traceback" not in capfd.readouterr().err
+
+
+def test_candidates_fail_alone_when_no_measuring_process_can_start_again(monkeypatch):
+    from dt.tune.evaluate import Child, Setup
+    prog = dt.load(ROOT / "examples" / "add.dt")
+    space = list(prog.space(dict(x=24, y=300), "f32", backend="interp"))
+    child = Child(Setup(prog.ast.source, prog.name, dict(x=24, y=300), "f32", "interp", 0, {}))
     try:
         child.process.kill()
 

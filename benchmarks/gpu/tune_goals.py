@@ -78,6 +78,16 @@ def parse_args(argv):
     return p.parse_args(argv)
 
 
+def program_sizes(prog, case: Case) -> dict[str, int]:
+    """The row's extents by the program's names: an input's axis that the row names and no
+    dimension of the program spans (gqa_attention's kh) is the program's K_axis1 (and V_axis1)."""
+    sizes = {d: n for d, n in case.extents.items() if d in prog.checked.dim_kinds}
+    for name, axes in case.kernel.inputs.items():
+        for row_dim, dim in zip(axes, prog.checked.input_axes.get(name, ())):
+            sizes.setdefault(dim, case.extents[row_dim])
+    return sizes
+
+
 def rows(which: str, shard: str, patterns) -> list[Case]:
     i, n = (int(x) for x in shard.split("/"))
     chosen = []
@@ -117,7 +127,8 @@ def main(argv=None) -> int:
                 prog = dt.loads(without_shaping(committed.ast, committed.checked.kernel_roots), name=committed.name)
             else:  # a new shape: the kernel's example as a user would start
                 prog = dt.load(case.kernel.program)
-            result = prog.tune(case.extents, case.dtype, backend, args.budget, cache=False, workers=args.workers)
+            result = prog.tune(program_sizes(prog, case), case.dtype, backend, args.budget, cache=False,
+                               workers=args.workers, scalars=case.kernel.scalars)
             tuned = out / "schedules" / tuned_name(case.kernel.name, case.shape_text, case.dtype)
             searched = sum(t.candidate.name != "as written" for t in result.timed)
             report.write(result, out / "reports" / tuned.stem)

@@ -6,14 +6,16 @@ import sys
 from pathlib import Path
 
 
-def add_parsers(sub, parse_sizes, count):
-    """The two subcommands, on dt's parser (`parse_sizes`, `count`: its argument types)."""
+def add_parsers(sub, parse_sizes, parse_scalars, count):
+    """The two subcommands, on dt's parser (`parse_sizes`, `parse_scalars`, `count`: its argument types)."""
     tun = sub.add_parser("tune", help="search the space of a DT file's schedules at a shape and write the fastest "
                                       "(docs/tuning.md)")
     tun.add_argument("file")
     tun.add_argument("--size", action="append", metavar="DIM=N", help="extent of a dimension (repeat)")
     tun.add_argument("--dtype", action="append", metavar="DTYPE|INPUT=DTYPE",
                      help="dtype of the inputs (default f32), or of one input (Wq=i8); repeat")
+    tun.add_argument("--scalar", action="append", metavar="NAME=VALUE",
+                     help="value of a scalar input to measure with (repeat; default: an index scalar 1, others random)")
     tun.add_argument("--backend", default="triton", help="where to time the schedules (default: triton)")
     tun.add_argument("--budget", type=float, default=300, help="seconds of search (default: 300)")
     tun.add_argument("--show", type=count, default=10, help="the fastest this many schedules printed")
@@ -28,7 +30,7 @@ def add_parsers(sub, parse_sizes, count):
     tun.add_argument("--ray", nargs="?", const=True, metavar="ADDRESS",
                      help="measure on a Ray cluster: one measuring process per GPU "
                           "(no ADDRESS: start a local one; needs pip install 'dt[ray]')")
-    tun.set_defaults(fn=cmd_tune, parse_sizes=parse_sizes)
+    tun.set_defaults(fn=cmd_tune, parse_sizes=parse_sizes, parse_scalars=parse_scalars)
 
     cac = sub.add_parser("cache", help="list dt tune's cache, or export it to one file a team commits and import one")
     cac.add_argument("action", choices=("list", "export", "import"))
@@ -49,14 +51,15 @@ def cmd_tune(args) -> int:
         def progress(done: int, total: int, name: str):
             bar.update(task, completed=done, total=total, description=f"{name}")
         result = prog.tune(sizes, dtype, args.backend, args.budget, progress=progress, cache=args.cache,
-                           lookup=not args.report, workers=args.workers, ray=args.ray)
+                           lookup=not args.report, workers=args.workers, ray=args.ray,
+                           scalars=args.parse_scalars(args.scalar))
     print(result.table(args.show))
     if args.report:
         from dt.tune import report
         for path in report.write(result, args.report):
             print(f"wrote {path}")
     out = Path(args.output) if args.output else Path(args.file).with_name(Path(args.file).stem + "_tuned.dt")
-    shape = ", ".join(f"{d}={n}" for d, n in sizes.items())
+    shape = ", ".join([f"{d}={n}" for d, n in sizes.items()] + (args.scalar or []))
     best = result.best  # a DTError where nothing ran correctly
     out.write_text(f"# Tuned by `dt tune` for {shape} ({label(dtype)}) on {result.device}: "
                    f"{result.timed[0].ms:.4f} ms, the fastest of {len(result.timed)} timed.\n" + best.text)

@@ -28,36 +28,34 @@ def _ray():
 
 
 class Cluster:
-    def __init__(self, prog, sizes: dict, dtype: str, backend: str, seed: int, address: str | None):
+    def __init__(self, prog, sizes: dict, dtype: str, backend: str, seed: int, address: str | None, scalars: dict):
         ray = self.ray = _ray()
         self.started = not ray.is_initialized()
         if self.started:
             ray.init(address=address, include_dashboard=False, log_to_driver=False)
         self.actors = []
         try:
-            self._start_actors(prog, sizes, dtype, backend, seed)
+            self._start_actors(evaluate.Setup(prog.ast.source, prog.name, sizes, dtype, backend, seed, scalars))
         except BaseException:
             self.close()
             raise
 
-    def _start_actors(self, prog, sizes: dict, dtype: str, backend: str, seed: int):
+    def _start_actors(self, setup: evaluate.Setup):
         ray = self.ray
-        self.gpu = backend == "triton" and ray.cluster_resources().get("GPU", 0) >= 1
+        self.gpu = setup.backend == "triton" and ray.cluster_resources().get("GPU", 0) >= 1
         measurer = ray.remote(max_restarts=-1)(Measurer)
-        arguments = (prog.ast.source, prog.name, sizes, dtype, backend, seed)
         if self.gpu:
-            self.actors = [measurer.options(num_gpus=1, num_cpus=0).remote(*arguments)
+            self.actors = [measurer.options(num_gpus=1, num_cpus=0).remote(setup)
                            for _ in range(int(ray.cluster_resources()["GPU"]))]
         else:
             nodes = [n for n in ray.nodes() if n["Alive"] and n["Resources"].get("CPU", 0) >= 1]
             self.actors = [measurer.options(num_cpus=n["Resources"]["CPU"], scheduling_strategy=self._on(n["NodeID"]))
-                           .remote(*arguments) for n in nodes]
+                           .remote(setup) for n in nodes]
         self.nodes = ray.get([a.node.remote() for a in self.actors])
         self.device_name = ray.get(self.actors[0].device.remote())  # the cache's key: one device's name
         self.device = f"{self.device_name} x{len(self.actors)} (Ray)"
         # one call in flight an actor: a restart fails the calls queued behind the culprit too
         self.depth = len(self.actors)
-        self.arguments = arguments
         self.pending: dict = {}  # result reference -> (actor index, candidate, when submitted)
         self.load = [0] * len(self.actors)
 
@@ -130,9 +128,9 @@ class Cluster:
 class Measurer(evaluate.InProcess):
     """A Ray actor: the search's inputs on its device, measuring what it is given."""
 
-    def __init__(self, source: str, name: str, sizes: dict, dtype: str, backend: str, seed: int):
-        super().__init__((source, name, sizes, dtype, backend, seed))
-        self.backend = backend
+    def __init__(self, setup: evaluate.Setup):
+        super().__init__(setup)
+        self.backend = setup.backend
 
     def node(self) -> str:
         import ray

@@ -26,6 +26,20 @@ TIMEOUT = 300  # seconds a compile or a measurement may take before it counts as
 WORKERS = 16  # compile workers at most
 
 
+@dataclass(frozen=True)
+class Setup:
+    """What a measuring process (a child, a compile worker, a Ray actor) needs to make the
+    search's inputs; picklable. `scalars`: the values the user gave for the program's scalars
+    (the group of grouped-query attention), the others as `random_inputs` makes them."""
+    source: str
+    name: str
+    sizes: dict
+    dtype: str | dict
+    backend: str
+    seed: int
+    scalars: dict
+
+
 @dataclass
 class Outcome:
     candidate: object  # dt.tune.space.Candidate
@@ -38,13 +52,13 @@ class Inputs:
     """The search's inputs (seeded, on the backend's device), the reference's outputs, and
     how to check and time a program on them; what every measuring process holds."""
 
-    def __init__(self, prog, sizes: dict, dtype: str, backend: str, seed: int):
+    def __init__(self, prog, sizes: dict, dtype: str, backend: str, seed: int, scalars: dict):
         from dt.testing import random_inputs
         self.name, self.backend, self.dtype = prog.name, backend, dtype
         try:
-            args = random_inputs(prog, sizes, dtype, seed=seed)
+            args = random_inputs(prog, sizes, dtype, seed=seed, scalars=scalars)
         except DTScheduleError:  # the schedule as written fails at these extents (and so as a candidate); the space may not
-            args = random_inputs(prog, sizes, dtype, seed=seed, schedule=False)
+            args = random_inputs(prog, sizes, dtype, seed=seed, schedule=False, scalars=scalars)
         self.sizes = unbound_sizes(prog, sizes)
         self.expected = prog.reference(**args, sizes=self.sizes)
         self.args = on_device(args, backend)
@@ -108,14 +122,15 @@ class Local:
     candidates run in a child process (`Child`), so that one that breaks the CUDA context
     (a misaligned address, an illegal access: a dt bug) fails alone and the search goes on."""
 
-    def __init__(self, prog, sizes: dict, dtype: str, backend: str, seed: int, workers: int | None):
+    def __init__(self, prog, sizes: dict, dtype: str, backend: str, seed: int, workers: int | None,
+                 scalars: dict):
         gpu = on_gpu(backend)
         if workers is None:  # each runs its compiles on the GPU (a context each): a few suffice
             workers = min(max((os.cpu_count() or 2) - 2, 1), WORKERS) if gpu else 0
         caller = getattr(sys.modules.get("__main__"), "__file__", None)
         spawnable = caller is None or os.path.exists(caller)  # a spawned process imports the caller's script again
         workers = workers if spawnable else 0  # none to import (python - < script)
-        setup = (prog.ast.source, prog.name, sizes, dtype, backend, seed)
+        setup = Setup(prog.ast.source, prog.name, sizes, dtype, backend, seed, scalars)
         self.measurer = (Child.started(setup) if gpu and spawnable else None) or InProcess(setup)
         self.setup = setup
         self.baselines = None  # an InProcess timing the baselines, made for the first
@@ -126,9 +141,8 @@ class Local:
     def submit(self, candidate):
         future = None
         if self.pool is not None:
-            _, name, sizes, dtype, backend, _ = self.setup
             try:
-                future = self.pool.submit(compile_once, candidate.text, name, backend, sizes, dtype)
+                future = self.pool.submit(compile_once, candidate.text, self.setup)
             except BrokenProcessPool:  # workers that could not start: this process compiles the rest
                 self.pool = None
         self.pending.append((candidate, future))
@@ -187,10 +201,10 @@ def _stop(pool: ProcessPoolExecutor):
 class InProcess:
     """Measures in this process."""
 
-    def __init__(self, setup: tuple):
+    def __init__(self, setup: Setup):
         from dt.runtime import loads
-        source, name, sizes, dtype, backend, seed = setup
-        self.inputs = Inputs(loads(source, name=name), sizes, dtype, backend, seed)
+        self.inputs = Inputs(loads(setup.source, name=setup.name), setup.sizes, setup.dtype, setup.backend, setup.seed,
+                             setup.scalars)
         self.runs: dict[str, object] = {}
 
     def attempt(self, candidate) -> tuple[Outcome, bool]:
@@ -221,13 +235,13 @@ class Child:
     """Measures in a child process, started again after a candidate broke its GPU context or
     ran past TIMEOUT."""
 
-    def __init__(self, setup: tuple):
+    def __init__(self, setup: Setup):
         self.setup = setup
         self.lost = ""  # why no measuring process could be started again, if none could
         self._start()
 
     @classmethod
-    def started(cls, setup: tuple):
+    def started(cls, setup: Setup):
         """A Child, or None where none can start (a script without `if __name__ == "__main__":`
         runs itself again in a spawned process and fails there); its own set-up error is raised."""
         try:
@@ -292,7 +306,7 @@ class Child:
             self.process.join(5)
 
 
-def _serve(connection, setup: tuple):
+def _serve(connection, setup: Setup):
     """The child: say it is ready (or why not), then measure what the parent sends until it
     closes the pipe or a candidate breaks the GPU context (the reply says so, and it ends)."""
     try:
@@ -304,26 +318,28 @@ def _serve(connection, setup: tuple):
     while True:
         try:
             op, candidate = connection.recv()
-        except EOFError:
+            if op == "measure":
+                outcome, broken = measurer.attempt(candidate)
+                connection.send((outcome, broken))
+                if broken:
+                    return
+            else:
+                connection.send((measurer.retime(candidate), False))
+        except (EOFError, BrokenPipeError):  # the search closed the pipe: it ended, or gave up on this measurement
             return
-        if op == "measure":
-            outcome, broken = measurer.attempt(candidate)
-            connection.send((outcome, broken))
-            if broken:
-                return
-        else:
-            connection.send((measurer.retime(candidate), False))
 
 
-def compile_once(text: str, name: str, backend: str, sizes: dict, dtype: str):
-    """Worker: run the candidate once on random inputs, so that its compiled kernels are on disk
-    (the backend's cache, under the same program name, where the timing process finds them)."""
+def compile_once(text: str, setup: Setup):
+    """Worker: run the candidate once on zeros (and the scalars given, which a compiler may
+    specialise on), so that its compiled kernels are on disk (the backend's cache, under the same
+    program name, where the timing process finds them)."""
     from dt.runtime import loads
     try:
-        prog = loads(text, name=name)
+        prog = loads(text, name=setup.name)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", PerformanceWarning)  # the space was linted already
-            prog(backend=backend, schedule="written", sizes=unbound_sizes(prog, sizes), **zero_inputs(prog, sizes, dtype))
+            prog(backend=setup.backend, schedule="written", sizes=unbound_sizes(prog, setup.sizes),
+                 **zero_inputs(prog, setup.sizes, setup.dtype, setup.scalars))
     except (DTError, PerformanceWarning):
         pass  # the timing process reports it
 
@@ -334,9 +350,10 @@ def unbound_sizes(prog, sizes: dict) -> dict | None:
     return {d: sizes[d] for d in prog.unbound_dims if d in sizes} or None
 
 
-def zero_inputs(prog, sizes: dict, dtype: str | dict[str, str]) -> dict:
+def zero_inputs(prog, sizes: dict, dtype: str | dict[str, str], scalars: dict | None = None) -> dict:
     """Inputs of the right shapes and dtypes (`dtype`: one name, or one per input), all zeros: what
-    a compile needs (no values; zeros are valid indices), at once even for a vocabulary's logits."""
+    a compile needs (no values; zeros are valid indices), at once even for a vocabulary's logits;
+    the `scalars` given, the others 1."""
     import numpy as np
     from dt.testing import numpy_dtype
     extents = prog._extents({}, sizes, "sizes")
@@ -346,7 +363,7 @@ def zero_inputs(prog, sizes: dict, dtype: str | dict[str, str]) -> dict:
         shape = [extents[d] for d in prog.checked.input_axes[access.name]]
         kind = "i64" if access.name in indexed else of_input(dtype, access.name)
         args[access.name] = np.zeros(shape, numpy_dtype(kind))
-    return {**args, **{s: 1 if s in prog.checked.index_scalars else 1.0 for s in prog.scalars}}
+    return {**args, **{s: 1 if s in prog.checked.index_scalars else 1.0 for s in prog.scalars}, **(scalars or {})}
 
 
 def on_device(args: dict, backend: str) -> dict:

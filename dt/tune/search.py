@@ -62,7 +62,8 @@ class Result:
 
 def tune(prog, sizes: dict[str, int], dtype: str | dict[str, str] = "f32", backend: str = "triton", budget: float = 300,
          seed: int = 0, progress=None, cache: bool = True, workers: int | None = None,
-         baselines: dict | None = None, ray: str | bool | None = None, lookup: bool = True) -> Result:
+         baselines: dict | None = None, ray: str | bool | None = None, lookup: bool = True,
+         scalars: dict | None = None) -> Result:
     """Search the space of `prog` at these extents, for inputs of `dtype` (one name, or one per
     input: dt.tune.dtypes), on `backend` for `budget` seconds; with
     `cache`, first look for this algorithm and shape bucket in the tuning cache, and keep the
@@ -71,16 +72,21 @@ def tune(prog, sizes: dict[str, int], dtype: str | dict[str, str] = "f32", backe
     GPU; none on a CPU, whose timing they would disturb). `baselines`:
     name -> function of the inputs by name (on the backend's device), timed beside the
     finalists, as is the schedule as written. `ray`: measure on a Ray cluster (True: start a
-    local one; a string: its address; dt.tune.cluster)."""
+    local one; a string: its address; dt.tune.cluster). `scalars`: values of the program's
+    scalars to measure with (the group of grouped-query attention: an index scalar left out is
+    1, a float one random); not part of the cache's key, as a schedule is right for any value."""
+    from dt.testing import given_scalars
     from dt.tune import cache as tuning_cache
+    scalars = given_scalars(prog, scalars)
     extents = prog._extents({}, sizes, "sizes")
     dtype = resolved(prog, dtype)
     shape = " ".join(f"{d}={n}" for d, n in extents.items())
-    title = f"{prog.name} {shape} {label(dtype)} on {backend}"
+    given = "".join(f" {n}={v:g}" for n, v in scalars.items())
+    title = f"{prog.name} {shape}{given} {label(dtype)} on {backend}"
     evaluator = None
     if ray:  # the cluster's device, not this machine's, is the cache's key
         from dt.tune.cluster import Cluster
-        evaluator = Cluster(prog, sizes, dtype, backend, seed, None if ray is True else ray)
+        evaluator = Cluster(prog, sizes, dtype, backend, seed, None if ray is True else ray, scalars)
     try:  # a cluster or processes started for this search are not left running, whatever happens
         device, shown = (evaluator.device_name, evaluator.device) if evaluator else (_device(backend),) * 2
         entry = tuning_cache.lookup(prog, extents, dtype, backend, device) if cache and lookup else None
@@ -89,7 +95,7 @@ def tune(prog, sizes: dict[str, int], dtype: str | dict[str, str] = "f32", backe
                           f"from the tuning cache ({entry['path']}, tuned at {entry['extents']})", device,
                           cached=True, title=title)
         found = space(prog, sizes, dtype, backend)
-        evaluator = evaluator or Local(prog, sizes, dtype, backend, seed, workers)
+        evaluator = evaluator or Local(prog, sizes, dtype, backend, seed, workers, scalars)
         timed, failed, tried = _search(Strategy(found.candidates, seed), evaluator, budget, progress,
                                        len(found))
         finalists = timed[:FINALISTS]
