@@ -28,10 +28,13 @@ def numpy_dtype(dtype: str) -> np.dtype:
 
 def given_scalars(prog, scalars: dict | None) -> dict:
     """`scalars`, values for some of the program's scalars by name, checked to name only those."""
-    unknown = [n for n in scalars or {} if n not in prog.scalars]
-    if unknown:
-        raise DTInputError(f"scalars names {unknown[0]!r}, which is not a scalar of {prog.name}", None,
-                           f"its scalars: {', '.join(prog.scalars)}" if prog.scalars else "it has none")
+    for name, value in (scalars or {}).items():
+        if name not in prog.scalars:
+            raise DTInputError(f"scalars names {name!r}, which is not a scalar of {prog.name}", None,
+                               f"its scalars: {', '.join(prog.scalars)}" if prog.scalars else "it has none")
+        if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+            raise DTInputError(f"scalars gives {name!r} = {value!r}, which is not a number", None,
+                               f"e.g. scalars={{{name!r}: 4}}")
     return dict(scalars or {})
 
 

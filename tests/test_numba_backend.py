@@ -292,11 +292,17 @@ def test_second_process_loads_the_compiled_code_from_disk(tmp_path):
     assert list((tmp_path / "numba" / "__pycache__").glob("*.nbc"))
 
 
-def _helpers(*names):
-    source = "import math\nimport numpy as np\nfrom numba import njit\n" \
+def _helpers(*names, scalef: bool | None = None):
+    """The helpers `names` and what they call, compiled afresh; `scalef`: _pow2_scale's lowering
+    forced (vscalefps, or the exponent bits) rather than chosen for this CPU."""
+    source = "import math\nimport numba\nimport numpy as np\nfrom llvmlite import ir\n" \
+             "from llvmlite.binding import llvm_version_info\nfrom numba import njit\n" \
+             "from numba.core.codegen import get_host_cpu_features\nfrom numba.extending import intrinsic\n" \
              "f32, i32, u16, u32 = np.float32, np.int32, np.uint16, np.uint32\n" \
              "_HELPER = dict(error_model='numpy', fastmath={'contract', 'nsz'})\n"
     source += "\n".join(helpers.HELPERS[n] for n in helpers.closure(names))
+    if scalef is not None:
+        source += f"\n_has_scalef = lambda: {scalef}\n"
     source += textwrap.dedent("""
         @njit
         def apply(f, x, out):
@@ -374,9 +380,11 @@ def test_float8_conversions_match_ml_dtypes_bit_for_bit(dtype):
     np.testing.assert_array_equal(got, y.astype(dtype).view(np.uint8))
 
 
+@pytest.mark.parametrize("scalef", [pytest.param(True, marks=pytest.mark.skipif(
+    not _helpers("_has_scalef")["_has_scalef"](), reason="vscalefps needs an AVX-512 CPU and LLVM 17")), False])
 @pytest.mark.parametrize("name,ulps", [("_exp_f32", 1.0), ("_tanh_f32", 1.5), ("_sigmoid_f32", 2.5)])
-def test_float32_transcendentals(name, ulps):
-    f = _helpers(name)
+def test_float32_transcendentals(name, ulps, scalef):
+    f = _helpers(name, scalef=scalef)
     x = np.arange(0, 0xFF800001, 4093, dtype=np.uint64).astype(np.uint32).view(np.float32)  # every sign, exponent
     x = x[np.isfinite(x)]
     got = np.empty(x.shape, np.float32)
@@ -397,14 +405,76 @@ def test_float32_transcendentals(name, ulps):
 
 def test_a_reduction_over_the_lanes_just_computed_runs_in_their_loop():
     """examples/cpu/softmax_safe.dt: e = exp(A - max) and the sum over e share one walk over
-    the row (three walks: max, e and its sum, output), with results unchanged."""
+    the row (three walks: max, e and its sum, output), with results unchanged. e lives in the
+    output's row, divided there by the sum: no scratch row."""
     prog = dt.load(EXAMPLES_DIR / "cpu" / "softmax_safe.dt")
     source = prog.source("numba")
     kernel = source[source.index("def _softmax_kernel"):source.index("def softmax_safe")]
-    assert kernel.count("for y_i in range(y_valid):") == 3
-    walk = kernel[kernel.index("e[y_i] = _exp_f32("):].splitlines()
-    assert walk[1].strip() == "sum_y += e[y_i]"
+    assert kernel.count("for y_i in range(y_valid):") == 3 and "np.empty" not in kernel
+    e = "_softmax_global[x_start, y_start + y_i]"
+    walk = kernel[kernel.index(f"{e} = _exp_f32("):].splitlines()
+    assert walk[1].strip() == f"sum_y += {e}"
+    assert kernel.rstrip().endswith(f"{e} = ({e} / y_sum_accumulator)")
     _check_every_size(EXAMPLES_DIR / "cpu" / "softmax_safe.dt", [dict(x=3, y=1), dict(x=2, y=1031)], "f32")
+
+
+def _kernel_source(text: str, dtype: str = "f32") -> str:
+    source = dt.loads(text, name="k").source("numba", dtype)
+    return source[source.index("@njit(**_KERNEL)"):]
+
+
+TWO_OUTPUTS = """Func e, total, twice, plus; In A; Var x; RVar y;
+e[x, y] = exp(A[x, y]);
+twice[x, y] = e[x, y] * 2.0;
+total[x] = rsum(e[x, y], y);
+plus[x, y] = e[x, y] / total[x];
+plus.block(x:1); plus.tensorize(y:0);
+e.fuse_at(plus, x); total.fuse_at(plus, x); twice.fuse_at(plus, x); twice.compile(); plus.compile_to_kernel();"""
+
+
+def test_a_tile_is_kept_in_the_output_read_last_and_only_in_one_of_the_compute_dtype():
+    """A tile read by two outputs' stores lives in the one stored last (the other store reads it
+    there before that output is written); with bf16 outputs, which round, it stays a scratch tile."""
+    kernel = _kernel_source(TWO_OUTPUTS)
+    assert "np.empty" not in kernel and "plus_global[x_start, y_start + y_i] = np.exp(" in kernel.replace(
+        "_exp_f32", "np.exp")
+    assert "twice_global[x_start, y_start + y_i] = (plus_global[x_start, y_start + y_i] * f32(2.0))" in kernel
+    assert "e = np.empty((y_SIZE,), np.float32)" in _kernel_source(TWO_OUTPUTS, "bf16")
+    prog = dt.loads(TWO_OUTPUTS, name="k")
+    for dtype in ("f32", "bf16"):
+        for extents in (dict(x=3, y=1), dict(x=2, y=1031)):
+            args = random_inputs(prog, extents, dtype, seed=3)
+            got, want = prog(backend="numba", **args), prog.reference(**args)
+            for name in ("twice", "plus"):
+                assert_close(got[name], want[name], dtype)
+
+
+# e is read after o2's store: by a reduction through t, a tile inlined into it
+READ_AFTER_THE_STORE = """Func e, t, o2, s2, o1; In A; Var x; RVar y;
+e[x, y] = exp(A[x, y]); t[x, y] = e[x, y] * 3.0; o2[x, y] = e[x, y] * 2.0;
+s2[x] = rsum(t[x, y], y); o1[x] = s2[x] + 1.0;
+o1.block(x:1); o1.tensorize(y:0);
+e.fuse_at(o1, x); t.fuse_at(o1, x); o2.fuse_at(o1, x); s2.fuse_at(o1, x); o2.compile(); o1.compile_to_kernel();"""
+# e has one lane: o2's store has no loop, and the renderer moves such a statement before the
+# loop over y (to run the sum in it), which reads e
+ONE_LANE = """Func e, t, o2, s, o1; In A, B; Var x; RVar y;
+e[x] = exp(B[x]); t[x, y] = e[x] * A[x, y]; o2[x] = e[x] * 2.0;
+s[x] = rsum(t[x, y], y); o1[x, y] = t[x, y] + s[x];
+o1.block(x:1); o1.tensorize(y:0);
+e.fuse_at(o1, x); t.fuse_at(o1, x); o2.fuse_at(o1, x); s.fuse_at(o1, x); o2.compile(); o1.compile_to_kernel();"""
+
+
+@pytest.mark.parametrize("text", [READ_AFTER_THE_STORE, ONE_LANE])
+def test_a_tile_read_after_the_store_or_of_one_lane_stays_out_of_the_output(text):
+    """A tile inlined into a statement after the store reads the tile it was computed from; a
+    store of a tile of one lane may move before a loop reading that tile: either way the tile
+    kept in the output would be read after the output overwrote it."""
+    assert "o2_global[x_start] = (o2_global[x_start] * f32(2.0))" not in _kernel_source(text)
+    prog = dt.loads(text, name="k")
+    args = random_inputs(prog, dict(x=3, y=1031), "f32", seed=3)
+    got, want = prog(backend="numba", **args), prog.reference(**args)
+    for name in ("o1", "o2"):
+        assert_close(got[name], want[name], "f32")
 
 
 def _dot_helpers():

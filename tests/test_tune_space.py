@@ -492,6 +492,8 @@ def test_a_search_measures_with_the_scalars_given(tmp_path):
     assert_close(best, prog.reference(sizes=dict(h=4), **args), "f32")
     with pytest.raises(dt.DTInputError, match="scalars names 'grp', which is not a scalar of grouped"):
         prog.tune(sizes, "f32", backend="interp", budget=5, scalars={"grp": 2})
+    with pytest.raises(dt.DTInputError, match="scalars gives 'group' = '2', which is not a number"):
+        prog.tune(sizes, "f32", backend="interp", budget=5, scalars={"group": "2"})
     path, out = tmp_path / "grouped.dt", tmp_path / "grouped_tuned.dt"
     path.write_text(source)
     assert main(["tune", str(path), "--size", "h=4", "--size", "k=40", "--size", "K_axis0=2", "--scalar", "group=2",

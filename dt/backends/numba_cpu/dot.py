@@ -32,10 +32,7 @@ def _dot_registers(dtype):
     """(rows, lanes) of the block of c _dot_block keeps in vector registers, rows of _DOT_VECTORS
     vectors of `lanes` elements of dtype (a numba float type), for the CPU numba compiles for:
     AVX-512 has 32 vector registers of 64 bytes, AVX2 16 of 32, SSE 16 of 16."""
-    features = numba.config.CPU_FEATURES
-    if features is None:
-        features = get_host_cpu_features()
-    features = set(features.split(","))
+    features = _cpu_features()
     if "+avx512f" in features:
         rows, vector_bytes = 8, 64
     elif "+avx2" in features and "+fma" in features:
@@ -243,5 +240,5 @@ def _dot(c, cr, cc, a, ar, ac, b, br, bc, ni, nj, nk, accumulate):
 
 DOT_HELPERS = {"_dot_registers": DOT_REGISTERS, "_dot_block_shape": DOT_BLOCK_SHAPE, "_dot_block": DOT_BLOCK,
                "_dot_strip": DOT_STRIP, "_dot": DOT}
-DOT_REQUIRES = {"_dot_block_shape": ("_dot_registers",), "_dot_block": ("_dot_registers",),
-                "_dot_strip": ("_dot_registers",), "_dot": ("_dot_block_shape", "_dot_block", "_dot_strip")}
+DOT_REQUIRES = {"_dot_registers": ("_cpu_features",), "_dot_block_shape": ("_dot_registers",),
+                "_dot_block": ("_dot_registers",), "_dot_strip": ("_dot_registers",), "_dot": ("_dot_block_shape", "_dot_block", "_dot_strip")}

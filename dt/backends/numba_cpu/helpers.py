@@ -15,9 +15,9 @@ from dt.backends.numba_cpu.dot import DOT_HELPERS, DOT_REQUIRES
 
 # exp(z) for float32 z, as lines that leave the result in `{out}`. z = n*ln2 + r with |r| <= ln2/2:
 # r is computed in two steps (ln2 split into a short head, exact in float32 times n, and a tail),
-# exp(r) by its Taylor series to r**7 (truncation below 2**-27), and 2**n applied as two exact
-# power-of-two factors so that results down to the subnormal range round once. Max error
-# 1 ulp; z is first clamped to [-104, 88.8], beyond which exp is 0 or inf in float32.
+# exp(r) by its Taylor series to r**7 (truncation below 2**-27), and 2**n applied by _pow2_scale so
+# that results down to the subnormal range round once. Max error 1 ulp; z is first clamped to
+# [-104, 88.8], beyond which exp is 0 or inf in float32.
 _EXP_F32_LINES = """\
 {z}c = min(max({z}, f32(-104.0)), f32(88.8))
 {z}n = np.floor({z}c * f32(1.4426950408889634) + f32(0.5))
@@ -31,9 +31,7 @@ _EXP_F32_LINES = """\
 {z}p = {z}p * {z}r + f32(0.5)
 {z}p = {z}p * {z}r + f32(1.0)
 {z}p = {z}p * {z}r + f32(1.0)
-{z}k = i32({z}n)
-{z}h = i32({z}k >> 1)
-{out} = ({z}p * i32(({z}h + 127) << 23).view(f32)) * i32(({z}k - {z}h + 127) << 23).view(f32)
+{out} = _pow2_scale({z}p, {z}n)
 """
 
 
@@ -42,6 +40,45 @@ def _exp_lines(z: str, out: str, indent: str = "    ") -> str:
 
 
 HELPERS: dict[str, str] = {}
+
+HELPERS["_cpu_features"] = '''\
+def _cpu_features():
+    """The features numba compiles for: its configured ones (dt's 512-bit vectors set them), else the host's."""
+    features = numba.config.CPU_FEATURES
+    return set((get_host_cpu_features() if features is None else features).split(","))
+'''
+
+# p * 2**n for float32 p and integral n, rounded once (down to the subnormals): one vscalefps a
+# vector where numba compiles for AVX-512 and its LLVM has llvm.ldexp (17 on); else two exact
+# power-of-two factors made in the exponent bits (n in [-252, 254]): ten instructions a vector,
+# about a quarter of the whole exp.
+HELPERS["_has_scalef"] = '''\
+def _has_scalef():
+    """Whether _pow2_scale compiles to AVX-512's vscalefps (llvm.ldexp, LLVM 17 on)."""
+    return llvm_version_info >= (17,) and "+avx512f" in _cpu_features()
+'''
+
+HELPERS["_pow2_scale"] = '''\
+@intrinsic
+def _pow2_scale(typingctx, p, n):
+    """p * 2**n in float32 for an integral float32 n, rounded once."""
+    if p != numba.float32 or n != numba.float32:
+        return None
+
+    def codegen(context, builder, signature, args):
+        f32, i32 = ir.FloatType(), ir.IntType(32)
+        k = builder.fptosi(args[1], i32)
+        if _has_scalef():
+            ldexp = builder.module.declare_intrinsic("llvm.ldexp", [f32, i32], ir.FunctionType(f32, [f32, i32]))
+            return builder.call(ldexp, [args[0], k])
+        half = builder.ashr(k, ir.Constant(i32, 1))
+
+        def power(e):  # 2**e, built in the exponent bits
+            return builder.bitcast(builder.shl(builder.add(e, ir.Constant(i32, 127)), ir.Constant(i32, 23)), f32)
+        return builder.fmul(builder.fmul(args[0], power(half)), power(builder.sub(k, half)))
+
+    return numba.float32(p, n), codegen
+'''
 
 HELPERS["_exp_f32"] = f'''\
 @njit(**_HELPER)
@@ -273,6 +310,8 @@ def _round_f8e5m2(x):
 '''
 
 REQUIRES = {f"_round_{d}": (f"_{d}_to_f32", f"_f32_to_{d}") for d in ("f16", "bf16", "f8e4m3", "f8e5m2")}
+REQUIRES |= {name: ("_pow2_scale",) for name in ("_exp_f32", "_sigmoid_f32", "_tanh_f32")}
+REQUIRES |= {"_pow2_scale": ("_has_scalef",), "_has_scalef": ("_cpu_features",)}
 
 HELPERS.update(DOT_HELPERS)
 REQUIRES.update(DOT_REQUIRES)

@@ -192,7 +192,11 @@ class KernelRenderer(ExprRenderer):
     def queue(self, w: Writer, nest: Level, reads: set[str], gathered: set[str], writes: set[str]):
         """Hold back `nest` (reading and writing those tiles and tensors, reading `gathered` at
         computed indices) until the next statement: to run it in the pending nest's loop, or
-        to move it before that nest, where that is sound."""
+        to move it before that nest, where that is sound. A tile kept in an output's tile is
+        that tensor too: a store into it must not move before a nest reading the tile."""
+        kept = self.plan.kept_in
+        reads = reads | {kept[n] for n in reads if n in kept}
+        writes = writes | {kept[n] for n in writes if n in kept}
         if self.pending:
             (first, first_reads, first_writes), between = self.pending[0], self.pending[1:]
             if not _has_loops(nest) and not (reads & first_writes) and not (writes & (first_reads | first_writes)):

@@ -28,8 +28,9 @@ HELPER_FASTMATH = ("contract", "nsz")
 ML_DTYPES = {"bf16": "bfloat16", "f8e4m3": "float8_e4m3fn", "f8e5m2": "float8_e5m2"}
 DTYPE_NAME = ML_DTYPES | {d: NUMPY[d].name for d in ("f32", "f64", "f16") + INTEGERS}
 # helpers written with numba.extending.intrinsic and llvmlite, or calling such helpers
-INTRINSICS = {"_reduce_max", "_reduce_min", "_dot"}
-MODULE_GLOBALS = ("math", "np", "numba", "njit", "intrinsic", "ir", "get_host_cpu_features", "cgutils",
+INTRINSICS = {"_reduce_max", "_reduce_min", "_dot", "_pow2_scale"}
+MODULE_GLOBALS = ("math", "np", "numba", "njit", "intrinsic", "ir", "get_host_cpu_features", "llvm_version_info",
+                  "cgutils",
                   "ThreadPoolExecutor", "count", "f32", "f64",
                   "i32", "i64", "u16", "u32", "u64", "_KERNEL", "_HELPER", "_POOL", "_launch", "_operand", "_result",
                   *ML_DTYPES.values())
@@ -126,16 +127,20 @@ class _Module:
         w.line("")
         w.line("import numba")
         w.line("import numpy as np")
-        intrinsics = bool(self.helpers & INTRINSICS)
+        used = set(helpers.closure(self.helpers))
+        intrinsics = bool(used & INTRINSICS)
         if intrinsics:
             w.line("from llvmlite import ir  # numba's own dependency: the LLVM IR of the intrinsics below")
+        if "_has_scalef" in used:
+            w.line("from llvmlite.binding import llvm_version_info  # llvm.ldexp: LLVM 17 on")
         if self.imports:
             names = ", ".join(self.imports)
             w.line(f"from ml_dtypes import {names}  # the dtype{'s' * (len(self.imports) > 1)} of {names} outputs")
         w.line("from numba import njit")
-        if "_dot" in self.helpers:
+        if "_dot" in used:
             w.line("from numba.core import cgutils")
-            w.line("from numba.core.codegen import get_host_cpu_features  # the CPU _dot_block's shape suits")
+        if "_cpu_features" in used:
+            w.line("from numba.core.codegen import get_host_cpu_features  # the CPU the helpers below suit")
         if intrinsics:
             w.line("from numba.extending import intrinsic")
         w.line("")
