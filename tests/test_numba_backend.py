@@ -293,13 +293,14 @@ def test_second_process_loads_the_compiled_code_from_disk(tmp_path):
 
 
 def _helpers(*names, scalef: bool | None = None):
-    """The helpers `names` and what they call, compiled afresh; `scalef`: _pow2_scale's lowering
-    forced (vscalefps, or the exponent bits) rather than chosen for this CPU."""
+    """The helpers `names` and what they call, compiled afresh (not from numba's cache) under the
+    current config; `scalef`: _pow2_scale's lowering forced (vscalefps, or the exponent bits)
+    rather than chosen for this CPU."""
     source = "import math\nimport numba\nimport numpy as np\nfrom llvmlite import ir\n" \
-             "from llvmlite.binding import llvm_version_info\nfrom numba import njit\n" \
+             "from llvmlite.binding import llvm_version_info\nfrom numba import njit\nfrom numba.core import cgutils\n" \
              "from numba.core.codegen import get_host_cpu_features\nfrom numba.extending import intrinsic\n" \
-             "f32, i32, u16, u32 = np.float32, np.int32, np.uint16, np.uint32\n" \
-             "_HELPER = dict(error_model='numpy', fastmath={'contract', 'nsz'})\n"
+             "f32, i32, u16, u32, u64 = np.float32, np.int32, np.uint16, np.uint32, np.uint64\n" \
+             f"_HELPER = dict(error_model='numpy', fastmath={set(module.HELPER_FASTMATH)})\n"
     source += "\n".join(helpers.HELPERS[n] for n in helpers.closure(names))
     if scalef is not None:
         source += f"\n_has_scalef = lambda: {scalef}\n"
@@ -477,18 +478,6 @@ def test_a_tile_read_after_the_store_or_of_one_lane_stays_out_of_the_output(text
         assert_close(got[name], want[name], "f32")
 
 
-def _dot_helpers():
-    """_dot and what it calls, compiled afresh (not from numba's cache) under the current config."""
-    source = "import numba\nimport numpy as np\nfrom llvmlite import ir\nfrom numba import njit\n" \
-             "from numba.core import cgutils\nfrom numba.core.codegen import get_host_cpu_features\n" \
-             "from numba.extending import intrinsic\n" \
-             f"u64 = np.uint64\n_HELPER = dict(error_model='numpy', fastmath={set(module.HELPER_FASTMATH)})\n"
-    source += "\n".join(helpers.HELPERS[n] for n in helpers.closure(["_dot"]))
-    namespace = {}
-    exec(compile(source, "<dot>", "exec"), namespace)
-    return namespace
-
-
 # the register block by CPU features: (rows, cols) in f32 and f64, two vectors a row
 DOT_SHAPES = {"+avx512f,+avx2,+fma": ((8, 32), (8, 16)), "+avx2,+fma": ((6, 16), (6, 8)), "+sse4.2": ((4, 8), (4, 4))}
 
@@ -501,7 +490,7 @@ def test_dot_micro_kernel_on_tiles_its_blocks_divide_and_tiles_they_divide_nowhe
     # as it was
     numba.njit(lambda: 0)()  # numba's CPU target set up under the real features first
     monkeypatch.setattr(numba.config, "CPU_FEATURES", features)
-    h = _dot_helpers()
+    h = _helpers("_dot")
     block = DOT_SHAPES[features][dtype == np.float64]
     rows, lanes = h["_dot_registers"](numba.from_dtype(dtype))
     assert (rows, 2 * lanes) == block
@@ -535,7 +524,7 @@ def test_dot_micro_kernel_on_tiles_its_blocks_divide_and_tiles_they_divide_nowhe
 def test_dot_micro_kernel_keeps_its_block_in_vector_registers():
     # _dot_block is one loop of vector fused multiply-adds over the block's accumulators, as many
     # lanes wide as the CPU's vectors; c is loaded before the loop and stored after it, never inside
-    h = _dot_helpers()
+    h = _helpers("_dot")
     c = np.zeros((16, 64), np.float32)
     h["_dot"](c, np.uint64(0), np.uint64(0), np.ones((16, 8), np.float32), np.uint64(0), np.uint64(0),
               np.ones((8, 64), np.float32), np.uint64(0), np.uint64(0), np.uint64(16), np.uint64(64), np.uint64(8), True)

@@ -123,14 +123,17 @@ class KernelPlan:
                 for node in S.walk_texpr(value):
                     if isinstance(node, (S.Load, S.Gather)):
                         touched[node.tensor] = touched.get(node.tensor, 0) + 1
-        in_place = self.dots_into_outputs(order, uses, touched)
-        in_place |= self.tiles_into_outputs(order, touched, {tensor for tensor, _ in in_place.values()})
+        loops_of = {id(s): loops for s, loops in order}
+        in_place = self.dots_into_outputs(order, uses, touched, loops_of)
+        in_place |= self.tiles_into_outputs(order, touched, loops_of, {tensor for tensor, _ in in_place.values()})
+        self.kept_in = {name: tensor for name, (tensor, _) in in_place.items()}
         self.zero_fills(self.k.body)
         for name, ss in self.assigns.items():
             if name in self.inlined:
                 continue
             if name in in_place:
-                self.storage[name] = Storage(*in_place[name], in_tensor=True)
+                tensor, axes = in_place[name]
+                self.storage[name] = Storage(self.tensor[tensor], axes, in_tensor=True)
                 continue
             value = ss[0].value
             if name in self.dot_targets:
@@ -142,16 +145,15 @@ class KernelPlan:
                 shape = tuple(self.idx(self.axes[d].size) for d in dims)
                 self.scratch.append((self.names.ir(name), shape, value.dtype))
 
-    def dots_into_outputs(self, order, uses, touched) -> dict[str, tuple[str, tuple[str, ...]]]:
-        """{Dot target: (tensor parameter, the store's axes)} for the Dot results kept in an output tensor's tile: those
-        whose one use (besides their Dots' own accumulators) is an unguarded store of exactly their
+    def dots_into_outputs(self, order, uses, touched, loops_of) -> dict[str, tuple[str, tuple[str, ...]]]:
+        """{Dot target: (tensor, the store's axes)} for the Dot results kept in an output tensor's
+        tile: those whose one use (besides their Dots' own accumulators) is an unguarded store of exactly their
         tile into a tensor of the compute dtype that the kernel reads nowhere and writes nowhere
         else, so that nothing sees the tile before it is complete; and computed in the loops of
         that store, or one whole block of the output's rows (contiguous, as a scratch tile is):
         a 256 x 512 tile summed over k's tiles in the rows of a 2048 x 2048 output, 8 KB apart,
         falls into a quarter of the L2's sets and ran 5-8% slower than in a scratch tile."""
         found = {}
-        loops_of = {id(s): loops for s, loops in order}
         for s, loops in order:
             if not isinstance(s, S.Store) or s.guard or touched[s.tensor] != 1 \
                     or self.p.tensor(s.tensor).dtype != self.compute:
@@ -168,13 +170,12 @@ class KernelPlan:
             if ss[0].value.dims == s.indices and len(onto_itself) + len(fresh) == len(ss) \
                     and len(uses.get(name, ())) == len(onto_itself) + 1 \
                     and (all(loops_of[id(a)] == loops for a in ss) or self.whole_rows(s)):
-                found[name] = self.tensor[s.tensor], s.indices
-                self.kept_in[name] = s.tensor
+                found[name] = s.tensor, s.indices
                 self.stored_in_place.add(id(s))
         return found
 
-    def tiles_into_outputs(self, order, touched, taken: set[str]) -> dict[str, tuple[str, tuple[str, ...]]]:
-        """{tile: (tensor parameter, the store's axes)} for the element-wise tiles kept in an output
+    def tiles_into_outputs(self, order, touched, loops_of, taken: set[str]) -> dict[str, tuple[str, tuple[str, ...]]]:
+        """{tile: (tensor, the store's axes)} for the element-wise tiles kept in an output
         tensor's tile: a tile of the compute dtype assigned once, over the lanes of an unguarded
         store into a tensor of that dtype that the kernel reads nowhere and writes nowhere else, in
         the store's loops, and read last by that store, itself or through the tiles inlined into
@@ -182,7 +183,6 @@ class KernelPlan:
         statement after the store would read the output's values instead). Writing softmax's
         exp(A - max) into the output and dividing it there ran 1.3x faster than through a row of
         scratch on an AVX-512 Xeon."""
-        loops_of = {id(s): loops for s, loops in order}
         # tiles a product or a scan reads: their renderers take a scratch tile's address
         operands = {n for s, _ in order for value in S.statement_values(s) for node in S.walk_texpr(value)
                     if isinstance(node, (S.Dot, S.Scan)) for n in self.stored_refs(node)}
@@ -197,7 +197,7 @@ class KernelPlan:
         found = {}
         for i, (s, loops) in enumerate(order):
             if not isinstance(s, S.Store) or s.guard or touched[s.tensor] != 1 or id(s) in self.stored_in_place \
-                    or self.p.tensor(s.tensor).dtype != self.compute or self.tensor[s.tensor] in taken:
+                    or self.p.tensor(s.tensor).dtype != self.compute or s.tensor in taken:
                 continue
             lanes = tuple(a for a in s.indices if not self.single(a))
             if not lanes:  # a tile of one lane is a scalar, in a register
@@ -209,8 +209,7 @@ class KernelPlan:
                         or loops_of[id(ss[0])] != loops or last_read.get(name, i) > i \
                         or name in operands:
                     continue
-                found[name] = self.tensor[s.tensor], s.indices
-                self.kept_in[name] = s.tensor
+                found[name] = s.tensor, s.indices
                 break
         return found
 
@@ -242,7 +241,7 @@ class KernelPlan:
                 if isinstance(after, S.Assign) and after.name == s.name:
                     d = after.value
                     if isinstance(d, S.Dot) and isinstance(d.acc, S.Ref) and d.acc.name == s.name \
-                            and not self.reads_tile(d.a, s.name) and not self.reads_tile(d.b, s.name):
+                            and s.name not in self.stored_refs(d.a) + self.stored_refs(d.b):
                         self.unfilled.add(id(s))
                         self.overwriting.add(id(after))
                     break
@@ -250,14 +249,6 @@ class KernelPlan:
                     and not (isinstance(after, S.Assign) and after.name in self.inlined)
                 if rendered:
                     break
-
-    def reads_tile(self, e: S.TExpr, name: str) -> bool:
-        """e reads the tile `name`, itself or through the tiles inlined into it."""
-        for node in S.walk_texpr(e):
-            if isinstance(node, S.Ref) and (node.name == name or node.name in self.inlined
-                                            and self.reads_tile(self.inlined[node.name], name)):
-                return True
-        return False
 
     def inlinable(self, s: S.Assign, i, loops, writes, uses, reads, order) -> bool:
         if len(writes[s.name]) > 1 or any(isinstance(n, (S.Reduce, S.Dot, S.Scan)) for n in S.walk_texpr(s.value)):
