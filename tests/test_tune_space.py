@@ -488,6 +488,8 @@ def test_a_search_measures_with_the_scalars_given(tmp_path):
     assert result.title == "grouped h=4 k=40 K_axis0=2 group=2 f32 on interp"
     args = random_inputs(prog, sizes, "f32", scalars={"group": 2})
     assert args["group"] == 2
+    from dt.tune.evaluate import zero_inputs  # what compile workers run a candidate on: the group too
+    assert zero_inputs(prog, sizes, "f32", {"group": 2})["group"] == 2 and zero_inputs(prog, sizes, "f32")["group"] == 1
     best = dt.loads(result.best.text)(backend="interp", sizes=dict(h=4), **args)
     assert_close(best, prog.reference(sizes=dict(h=4), **args), "f32")
     with pytest.raises(dt.DTInputError, match="scalars names 'grp', which is not a scalar of grouped"):
