@@ -150,6 +150,8 @@ def cmd_run(args) -> int:
     import dt
     from dt.runtime import resolve_backend
     from dt.testing import compare, dtype_name, random_inputs
+    from dt.tune.dtypes import checked_in, label, with_default
+    from dt.tune.dtypes import parse as parse_dtypes
 
     prog = dt.load(args.file)
     given, origin = _file_inputs(prog, args.input, args.inputs)
@@ -165,7 +167,9 @@ def cmd_run(args) -> int:
         return 2
     files_dtype = next((d for d in map(dtype_name, (a for a in given.values() if isinstance(a, np.ndarray))) if d),
                        None)
-    dtype = args.dtype or files_dtype or "f32"
+    default, named = parse_dtypes(args.dtype or [])
+    default = default if any("=" not in d for d in args.dtype or []) else files_dtype or "f32"
+    dtype = with_default(prog, default, named) if named else default
     inputs = random_inputs(prog, sizes, dtype, args.seed)
     inputs.update(given)
     inputs.update(scalars)
@@ -192,7 +196,7 @@ def cmd_run(args) -> int:
     outs = out if isinstance(out, dict) else {prog.outputs[0]: out}
     refs = ref if isinstance(ref, dict) else {prog.outputs[0]: ref}
     shape = " ".join(f"{d}={n}" for d, n in sizes.items())
-    print(f"{Path(args.file).name}: backend {backend}, dtype {dtype}, {shape}")
+    print(f"{Path(args.file).name}: backend {backend}, dtype {label(dtype)}, {shape}")
     print(_describe_inputs(prog, origin, scalars, args.seed, inputs))
     timing = f"first call {first:.2f} ms (compile + run)"
     if times:
@@ -200,7 +204,7 @@ def cmd_run(args) -> int:
     print(timing)
     ok = True
     for name in prog.outputs:
-        out_dtype = dtype_name(outs[name]) or dtype  # the tolerance of what the output holds
+        out_dtype = dtype_name(outs[name]) or checked_in(dtype)  # the tolerance of what the output holds
         c = compare(outs[name], refs[name], out_dtype, args.rtol, args.atol)
         ok &= c.ok
         print(_verdict(name, c, outs[name], refs[name]))
@@ -362,8 +366,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("file")
     run.add_argument("--size", action="append", metavar="DIM=N",
                      help="extent of a dimension (repeat); dimensions of inputs read from files need none")
-    run.add_argument("--dtype", choices=DTYPE_CHOICES + FLOAT8,
-                     help="dtype of the random inputs (default: that of the inputs read from files, else f32)")
+    run.add_argument("--dtype", action="append", metavar="DTYPE|INPUT=DTYPE",
+                     help="dtype of the random inputs (default: that of the inputs read from files, else f32), "
+                          "or of one input (Wq=i8); repeat")
     run.add_argument("--backend", help="interp, numba, triton, ... (default: $DT_BACKEND, else the default); "
                                        "triton without a GPU runs under Triton's interpreter")
     run.add_argument("--input", action="append", metavar="NAME=FILE.npy",

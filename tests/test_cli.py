@@ -310,3 +310,15 @@ def test_run_takes_integer_scalars_and_fp8_inputs():
         result = _dt("run", *args)
         assert result.returncode == 0, result.stderr
         assert "-> ok" in result.stdout
+
+
+def test_run_takes_one_inputs_dtype(capsys):
+    """--dtype Xq=i8 makes one input int8 beside the default's others (an exact i32 product), and
+    the bf16 result is judged with bf16's tolerance; an input the program lacks is refused."""
+    args = ["run", "examples/llm/w8a8_matmul.dt", "--size", "m=9", "--size", "n=5", "--size", "k=70", "--dtype", "f32",
+            "--dtype", "Xq=i8", "--dtype", "Wq=i8", "--backend", "interp"]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "dtype Xq=i8 Wq=i8 Sx=f32 Sw=f32" in out and "the bf16 defaults" in out
+    assert main(args[:-2] + ["--dtype", "Q=i8", "--backend", "interp"]) != 0
+    assert "which w8a8_matmul does not read" in capsys.readouterr().err

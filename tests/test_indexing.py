@@ -347,3 +347,62 @@ def test_a_scalar_dividing_a_subscript_must_be_positive():
             prog(backend="interp", K=np.ones(3, np.float32), p=bad)
         assert f"scalar 'p' divides a subscript (// or %) but is {bad}" in info.value.message
         assert info.value.loc.line == 2 and info.value.hint == "pass p as a positive integer"
+
+
+I8_PRODUCT = "In X, W; Var m, n; RVar k; Func o;\no[m, n] = rdot(X[m, k], W[n, k], k);\n"
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("schedule", (
+    pytest.param("", marks=pytest.mark.slow),  # Triton's interpreter: 3 x 5 programs, 2051 steps each
+    "o.block(m:16, n:16); o.tensorize(m:16, n:16, k:32);",  # matrix units (Triton: int8 tl.dot)
+    "o.block(m:16, n:16); o.tensorize(m:16, n:16, k:16);",  # a reduction tile int8 tl.dot does not take
+    "o.block(m:1, n:16); o.tensorize(n:16, k:64);",  # a row at a time: multiply and sum
+))
+def test_a_product_of_two_i8_operands_is_exact_in_i32(backend, schedule):
+    """Odd sums of i8 products past 2**24 (where float32 accumulation rounds) come out exact, stored
+    as i64 (an integer Func); the inputs divide no tile."""
+    m, n, k = 5, 3, 2051
+    x = np.where(rng.random((m, k)) < 0.9, 127, rng.integers(-128, 128, (m, k))).astype(np.int8)
+    w = np.where(rng.random((n, k)) < 0.9, 126, rng.integers(-128, 128, (n, k))).astype(np.int8)
+    want = x.astype(np.int64) @ w.T.astype(np.int64)
+    assert want.min() > 2 ** 24 and (want % 2).any()  # float32 would round these
+    out = check(dt.loads(I8_PRODUCT + schedule + "\no.compile();"), backend, X=x, W=w)
+    assert out.dtype == np.int64
+    np.testing.assert_array_equal(out, want)
+
+
+@pytest.mark.slow  # Triton's interpreter: 4 s
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_i8_products_scaled_to_floats_and_mixed_operands(backend):
+    """W8A8: the exact i32 product times float scales is a float; an i8 operand beside a float one
+    still converts to floats (weight-only quantization)."""
+    prog = dt.loads("In X, W, Sx, Sw, F; Var m, n; RVar k; Func o, w;\n"
+                    "o[m, n] = rdot(X[m, k], W[n, k], k) * Sx[m] * Sw[n];\nw[m, n] = rdot(F[m, k], W[n, k], k);\n"
+                    "o.block(m:16, n:16); o.tensorize(m:16, n:16, k:32); o.compile(); w.compile();")
+    x, w = rng.integers(-128, 128, (20, 70)).astype(np.int8), rng.integers(-128, 128, (18, 70)).astype(np.int8)
+    sx, sw, f = rng.uniform(0.5, 2, 20).astype(np.float32), rng.uniform(0.5, 2, 18).astype(np.float32), \
+        rng.standard_normal((20, 70)).astype(np.float32)
+    out = run(prog, backend, X=x, W=w, Sx=sx, Sw=sw, F=f)
+    assert out["o"].dtype == np.float32 and out["w"].dtype == np.float32
+    exact = x.astype(np.int64) @ w.T.astype(np.int64)
+    assert_close(out["o"], exact * sx[:, None].astype(np.float64) * sw[None, :], "f32")
+    assert_close(out["w"], f.astype(np.float64) @ w.T.astype(np.float64), "f32")
+
+
+def test_an_i8_product_is_an_i32_dot_in_the_scheduled_ir_and_in_triton():
+    prog = dt.loads(I8_PRODUCT + "o.block(m:16, n:16); o.tensorize(m:16, n:16, k:32);\no.compile();")
+    ir = prog.ir({"X": "i8", "W": "i8"})
+    assert "dot(X, W, k, acc=k_accumulator, i32)" in ir and "outputs o: i64[m, n]" in ir
+    text = backends.get("triton").source(prog.pipeline({"X": "i8", "W": "i8"}))
+    assert "tl.zeros((16, 16), tl.int32)" in text and "tl.dot(X, W, k_accumulator, out_dtype=tl.int32)" in text
+
+
+def test_a_split_i8_product_is_refused_at_its_split():
+    prog = dt.loads(I8_PRODUCT + "o.split(k:512);\no.compile();")
+    x = np.ones((3, 1000), np.int8)
+    with pytest.raises(DTScheduleError, match="adds? the chunks in floats|add the chunks in floats") as e:
+        prog(X=x, W=x, backend="interp")
+    assert "o.split" in str(e.value)
+    np.testing.assert_array_equal(prog(X=x.astype(np.float32), W=x.astype(np.float32), backend="interp"),
+                                  np.full((3, 3), 1000.0))  # float operands split as before

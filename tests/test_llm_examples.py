@@ -193,6 +193,16 @@ def test_weight_only_int8_matmul(backend):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+def test_w8a8_int8_matmul(backend):
+    m, n, k = 37, 21, 300
+    x, w = rng.integers(-128, 128, (m, k)).astype(np.int8), rng.integers(-128, 128, (n, k)).astype(np.int8)
+    sx, sw = (rng.uniform(0.5, 2.0, m) / 127).astype(np.float32), (rng.uniform(0.5, 2.0, n) / 127).astype(np.float32)
+    exact = x.astype(np.int64) @ w.T.astype(np.int64)
+    out = run("w8a8_matmul", backend, Xq=x, Wq=w, Sx=sx, Sw=sw)
+    assert_close(out, exact * sx[:, None].astype(np.float64) * sw[None, :], "bf16")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_paged_decode_attends_through_the_block_table(backend):
     batch, heads, kv_heads, d, page = 3, 4, 2, 8, 16
     lengths = np.array([37, 1, 64], np.int64)

@@ -281,9 +281,21 @@ def test_a_wrong_output_is_caught_before_timing():
     import numpy as np
     from dt.tune.evaluate import disagreement
     ref = np.ones((3, 4))
-    assert disagreement(ref.copy(), ref, "f32") == ""
-    assert disagreement(ref * 2, ref, "f32") != ""
-    assert disagreement({"a": ref, "b": ref * 2}, {"a": ref, "b": ref}, "f32").startswith("b ")
+    assert disagreement(ref.copy(), ref, {"": "f32"}) == ""
+    assert disagreement(ref * 2, ref, {"": "f32"}) != ""
+    assert disagreement({"a": ref, "b": ref * 2}, {"a": ref, "b": ref}, {"a": "f32", "b": "f32"}).startswith("b ")
+    # an output rounded to bf16 is checked with bf16's tolerance, not its float32 inputs'
+    assert disagreement(ref * 1.004, ref, {"": "bf16"}) == "" and disagreement(ref * 1.004, ref, {"": "f32"}) != ""
+
+
+def test_a_search_checks_a_bf16_result_of_float32_and_int8_inputs_as_bf16():
+    """w8a8_matmul's f32 scales and i8 data give a bf16 result (a cast): dt tune checks it with
+    bf16's tolerance (with float32's, every candidate was 'wrong' at 4096 x 4096 x 4096)."""
+    from dt.tune.evaluate import Inputs
+    prog = dt.load(ROOT / "examples" / "llm" / "w8a8_matmul.dt")
+    inputs = Inputs(prog, {"m": 20, "n": 16, "k": 64}, {"Xq": "i8", "Wq": "i8", "Sx": "f32", "Sw": "f32"},
+                    "interp", 0, {})
+    assert inputs.checked == {"": "bf16"}
 
 
 def test_dt_tune_writes_the_fastest_schedule(tmp_path, capsys):

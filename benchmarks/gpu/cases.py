@@ -363,6 +363,10 @@ SCHEDULES: list[tuple[str, str | None, str | None, str]] = [
     # side by side), still 0.83x / 0.88x torch.compile (cuBLAS after a dequantizing kernel)
     ("int8_matmul", "m=4096, n=4096, k=4096", None, _S + "int8_matmul_256x128_tma.dt"),
     ("int8_matmul", "m=4096, n=14336, k=4096", None, _S + "int8_matmul_256x128_tma.dt"),
+    # a decode step: all 16 tokens in one tile, 32 channels a program (dt tune, H100): 3.8x the example's
+    ("int8_matmul", "m=16, n=4096, k=4096", None, _S + "int8_matmul_m16.dt"),
+    # 32 tokens: all in one tile, 16 channels a program (dt tune, H100): 1.9x the example's 128x128 blocks
+    ("w8a8_matmul", "m=32, n=4096, k=4096", None, _S + "w8a8_matmul_m32.dt"),
 ]
 
 

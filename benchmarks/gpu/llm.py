@@ -43,6 +43,17 @@ def _int8_weights(e, g, device, dtype):
     return torch.randint(-127, 128, (e["n"], e["k"]), generator=g, device=device, dtype=torch.int32).to(torch.int8)
 
 
+def _int8(*dims):
+    """int8 data over the whole range but -128 (symmetric quantization's)."""
+    return lambda e, g, device, dtype: torch.randint(-127, 128, [e[d] for d in dims], generator=g, device=device,
+                                                     dtype=torch.int32).to(torch.int8)
+
+
+def _scales(dim):
+    """float32 quantization scales, about 1/127 (a row's absolute max maps to 127)."""
+    return lambda e, g, device, dtype: torch.rand(e[dim], generator=g, device=device) / 127 + 0.5 / 127
+
+
 def _fp8(*dims):
     """Standard-normal data stored as float8_e4m3fn (fp8 inputs ride the integer-data hook: their
     dtype is not the row's)."""
@@ -152,6 +163,14 @@ def _layernorm_backward(DY, A, W, Mean, Rstd):
 
 def _int8_matmul(X, Wq, S):
     return (X @ Wq.to(X.dtype).t()) * S  # dequantize, then the product
+
+
+def _w8a8_matmul(Xq, Wq, Sx, Sw):
+    if Xq.is_cuda and Sx.dtype != torch.float64:  # what a PyTorch user calls: cuBLASLt's int8 product, i32 out
+        return (torch._int_mm(Xq, Wq.t()) * Sx[:, None] * Sw[None, :]).to(torch.bfloat16)
+    # the float64 reference (its scales are float64; the int8 data is not widened for it), a CPU dry run
+    out = (Xq.to(Sx.dtype) @ Wq.to(Sx.dtype).t()) * Sx[:, None] * Sw[None, :]
+    return out if Sx.dtype == torch.float64 else out.to(torch.bfloat16)
 
 
 def _fp8_matmul(X, W, scale):
@@ -403,6 +422,14 @@ LLM_KERNELS: dict[str, Kernel] = {k.name: k for k in [
            ((4096, 4096, 4096),), ((37, 21, 70),), ("bf16",), _int8_matmul, gemms=lambda e: [(e["m"], e["n"], e["k"])],
            made_inputs={"Wq": _int8_weights},
            notes="weight-only int8 with a scale per output channel; baselines dequantize then multiply."),
+    Kernel("w8a8_matmul", MATMUL, LLM / "w8a8_matmul.dt", {"Xq": ("m", "k"), "Wq": ("n", "k"), "Sx": ("m",),
+                                                          "Sw": ("n",)},
+           ("m", "n"), {}, ("m", "n", "k"), ((4096, 4096, 4096), (32, 4096, 4096), (4096, 14336, 4096)),
+           ((4096, 4096, 4096),), ((37, 21, 70),), ("bf16",), _w8a8_matmul, gemms=lambda e: [(e["m"], e["n"], e["k"])],
+           made_inputs={"Xq": _int8("m", "k"), "Wq": _int8("n", "k"), "Sx": _scales("m"), "Sw": _scales("n")},
+           notes="int8 activations (a scale per token) times int8 weights (a scale per output channel), "
+                 "accumulated in i32, a bf16 result; eager is torch._int_mm (cuBLASLt, m > 16) and the scaling. "
+                 "The cuBLAS column is a bf16 product of the same shape."),
     Kernel("fp8_matmul", MATMUL, LLM / "fp8_matmul.dt", {"X": ("m", "k"), "W": ("n", "k")}, ("m", "n"),
            {"scale": 0.25}, ("m", "n", "k"), ((4096, 4096, 4096), (8192, 8192, 8192), (4096, 14336, 4096)),
            ((4096, 4096, 4096),), ((32, 32, 64),), ("bf16",), _fp8_matmul, gemms=lambda e: [(e["m"], e["n"], e["k"])],

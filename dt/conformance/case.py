@@ -33,6 +33,8 @@ DOMAINS: Mapping[str, Callable[[np.random.Generator, tuple], np.ndarray]] = {
     "nonzero": lambda rng, shape: rng.choice([-1.0, 1.0], shape) * rng.uniform(0.5, 2.0, shape),  # divisors
     "ints": lambda rng, shape: rng.integers(-3, 4, shape).astype(np.float64),  # ties for comparisons, zeros
     "integers": lambda rng, shape: rng.integers(-50, 51, shape).astype(np.float64),  # exact in every float dtype
+    # int8's whole range, mostly near its ends: i8 products whose sums pass float32's 2**24
+    "int8": lambda rng, shape: rng.choice([-128, -127, 127, 126, 3, -5, 0], shape).astype(np.float64),
     "divisors": lambda rng, shape: rng.choice([-7, -4, -3, -2, -1, 1, 2, 3, 4, 7], shape).astype(np.float64),
     # gather indices into a 10-row axis: repeats, and out of range on both ends
     "ids": lambda rng, shape: rng.integers(-2, 12, shape).astype(np.float64),

@@ -1,7 +1,8 @@
 """The catalogue's cases for index expressions, gathers, integer and 8-bit data and casts (issue
 27): shifts off both ends, a reduction over shifted reads, floor division and remainder in
 subscripts, gathers with repeated and out-of-range indices in every integer dtype, integer
-outputs, fp8 inputs (a product fed to the matrix units in fp8, element-wise reads) and casts.
+outputs, a product of two i8 operands (exact, accumulated in i32), fp8 inputs (a product fed to the
+matrix units in fp8, element-wise reads) and casts.
 
 Each reference is NumPy written for the case: reads outside a tensor are 0 (`_padded`)."""
 from __future__ import annotations
@@ -101,6 +102,14 @@ CASES: tuple[Case, ...] = (
          lambda X, W: X @ W.T * 0.5, ({"m": 1, "n": 1, "k": 1}, {"m": 37, "n": 21, "k": 70}),
          ({"m": 1, "n": 1, "k": 1}, {"m": 1031, "n": 1024, "k": 1000}), input_dtypes={"X": "f8e4m3", "W": "f8e4m3"},
          op="float8"),
+    Case("integer.matmul_i8",
+         "Func out;\nIn X, W;\nVar m, n;\nRVar k;\nout[m, n] = rdot(X[m, k], W[n, k], k) * 2 + 1;",
+         {"tiles": "out.block(m:16, n:16);\nout.tensorize(m:16, n:16, k:32);\nout.compile();",
+          "short_k": "out.block(m:16, n:16);\nout.tensorize(m:16, n:16, k:16);\nout.compile();",
+          "rows": "out.block(m:1, n:16);\nout.tensorize(n:16, k:64);\nout.compile();"},
+         lambda X, W: X @ W.T * 2 + 1, ({"m": 1, "n": 1, "k": 1}, {"m": 37, "n": 21, "k": 1030}),
+         ({"m": 1, "n": 1, "k": 1}, {"m": 257, "n": 130, "k": 4099}), domains={"X": "int8", "W": "int8"},
+         input_dtypes={"X": "i8", "W": "i8"}, op="integer"),
     Case("float8.elementwise", "Func out;\nIn A, B;\nVar x, y;\nout[x, y] = A[x, y] * 2.0 + B[x, y];", SHIFT2,
          lambda A, B: A * 2 + B, S2, F2, input_dtypes={"A": "f8e5m2"}, op="float8"),
     Case("cast.float", "Func out;\nIn A;\nVar x, y;\nout[x, y] = cast(A[x, y] * 2.5, i32) + cast(A[x, y], bf16) * 0.5;",

@@ -61,6 +61,12 @@ def checked_in(dtype: str | dict[str, str]) -> str:
     return next((d for d in LOOSEST_FIRST if d in names), "f32")
 
 
+def checked_for(dtype: str | dict[str, str], stored: str) -> str:
+    """The dtype whose tolerance an output stored in `stored` is checked with: the looser of the
+    inputs' (checked_in) and its own (float32 inputs cast to a bf16 result round as bf16)."""
+    return next(d for d in LOOSEST_FIRST if d in (checked_in(dtype), stored))
+
+
 def item_bytes(dtype: str | dict[str, str]) -> int:
     """The bytes of an element of the inputs a search's cost estimates count: its checked dtype's."""
     return ITEM_BYTES.get(checked_in(dtype), 4)

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from dt.errors import DTError, DTScheduleError, PerformanceWarning
 from dt.tune import timing
-from dt.tune.dtypes import checked_in, item_bytes, of_input
+from dt.tune.dtypes import checked_for, item_bytes, of_input
 
 
 TIMEOUT = 300  # seconds a compile or a measurement may take before it counts as hung
@@ -63,6 +63,12 @@ class Inputs:
         self.expected = prog.reference(**args, sizes=self.sizes)
         self.args = on_device(args, backend)
         expected = self.expected if isinstance(self.expected, dict) else {"": self.expected}
+        try:
+            stored = {t.name: t.dtype for t in prog.pipeline(dtype).outputs}
+        except DTError:  # the schedule as written does not lower (above): the inputs' tolerance
+            stored = {}
+        # each output's tolerance: its own dtype's where that is looser than the inputs'
+        self.checked = {name: checked_for(dtype, stored.get(name or prog.outputs[0], "f32")) for name in expected}
         self.on_device = on_device(expected, backend) if on_gpu(backend) else None
         self.clock = clock(backend, prog, sizes, dtype)
         self.held = timing.gpu_held if on_gpu(backend) else contextlib.nullcontext  # a GPU's: one search at a time
@@ -80,8 +86,7 @@ class Inputs:
                 warnings.simplefilter("ignore", PerformanceWarning)  # the space was linted already
                 run = self.runner(candidate.text)
                 out = run()  # compiles (where no worker did): searches sharing the GPU time meanwhile
-                wrong = "" if self._agrees_on_device(out) else disagreement(out, self.expected,
-                                                                            checked_in(self.dtype))
+                wrong = "" if self._agrees_on_device(out) else disagreement(out, self.expected, self.checked)
                 if wrong:
                     return Outcome(candidate, None, f"wrong output: {wrong}"), None, False
                 return Outcome(candidate, self.timed(run)), run, False
@@ -104,9 +109,9 @@ class Inputs:
         if self.on_device is None:
             return False
         from dt.testing import tolerance
-        rtol, atol = tolerance(checked_in(self.dtype))
         outs = out if isinstance(out, dict) else {"": out}
         for name, ref in self.on_device.items():
+            rtol, atol = tolerance(self.checked[name])
             got, want = outs[name].float(), ref.float()
             finite = want[want.isfinite()]
             scale = max(float(finite.abs().max()), 1e-30) if finite.numel() else 1.0
@@ -374,12 +379,13 @@ def on_device(args: dict, backend: str) -> dict:
     return {n: to_torch(a).cuda() if hasattr(a, "shape") else a for n, a in args.items()}
 
 
-def disagreement(out, expected, dtype: str) -> str:
-    """'' where every output agrees with the reference, else how one does not."""
+def disagreement(out, expected, checked: dict[str, str]) -> str:
+    """'' where every output agrees with the reference within the tolerance of its dtype in
+    `checked` (by name; '' for a single output), else how one does not."""
     from dt.testing import compare
     outs, refs = (out, expected) if isinstance(out, dict) else ({"": out}, {"": expected})
     for name, ref in refs.items():
-        check = compare(outs[name].cpu() if hasattr(outs[name], "cpu") else outs[name], ref, dtype)
+        check = compare(outs[name].cpu() if hasattr(outs[name], "cpu") else outs[name], ref, checked[name])
         if not check.ok:
             return f"{name} {check}".strip()
     return ""

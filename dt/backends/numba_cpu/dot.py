@@ -1,4 +1,5 @@
-"""Source text of the Dot micro-kernel a generated module carries: `_dot`, behind every Dot.
+"""Source text of the Dot micro-kernel a generated module carries: `_dot`, behind every float Dot
+(`_dot_int` behind a product of two i8 operands).
 
 `_dot` computes c[:ni, :nj] += a-tile @ b-tile as BLAS libraries do (BLIS's "micro-kernel"
 design): it copies the a tile into rows padded so that rows read in step never share cache sets,
@@ -238,7 +239,24 @@ def _dot(c, cr, cc, a, ar, ac, b, br, bc, ni, nj, nk, accumulate):
                         c[cr + i0 + i, cc + j0 + j] = edge[i, j]
 '''
 
+DOT_INT = '''\
+@njit(**_HELPER)
+def _dot_int(c, cr, cc, a, ar, ac, b, br, bc, ni, nj, nk, accumulate):
+    """_dot's integer product (two i8 operands): c's i32 tile += a-tile @ b-tile, each row of c
+    accumulated in i32 across its columns (loops LLVM vectorises along j)."""
+    row = np.empty(nj, np.int32)
+    for i in range(ni):
+        for j in range(nj):
+            row[j] = c[cr + i, cc + j] if accumulate else 0
+        for k in range(nk):
+            x = np.int32(a[ar + i, ac + k])
+            for j in range(nj):
+                row[j] += x * np.int32(b[br + k, bc + j])
+        for j in range(nj):
+            c[cr + i, cc + j] = row[j]
+'''
+
 DOT_HELPERS = {"_dot_registers": DOT_REGISTERS, "_dot_block_shape": DOT_BLOCK_SHAPE, "_dot_block": DOT_BLOCK,
-               "_dot_strip": DOT_STRIP, "_dot": DOT}
+               "_dot_strip": DOT_STRIP, "_dot": DOT, "_dot_int": DOT_INT}
 DOT_REQUIRES = {"_dot_registers": ("_cpu_features",), "_dot_block_shape": ("_dot_registers",),
                 "_dot_block": ("_dot_registers",), "_dot_strip": ("_dot_registers",), "_dot": ("_dot_block_shape", "_dot_block", "_dot_strip")}

@@ -262,13 +262,15 @@ class KernelRenderer(ExprRenderer):
         d: S.Dot = s.value
         i, j, k = d.a.dims[0], d.b.dims[1], d.axis
         assert store.dims == (i, j), (store.dims, i, j)
+        integer = is_integer(d.acc_dtype)  # two i8 operands, an i32 product
         operands = []
         for operand, dims, side in ((d.a, (i, k), "lhs"), (d.b, (k, j), "rhs")):
             found = self.in_memory(operand, dims)
             if found is None:
                 base = _operand_name(operand) or f"{s.name}_{side}"
                 pack = Storage(plan.names.fresh(f"{base}_tile"), dims)
-                self.scratch.append((pack.name, tuple(plan.idx(plan.axes[x].size) for x in dims), plan.compute))
+                self.scratch.append((pack.name, tuple(plan.idx(plan.axes[x].size) for x in dims),
+                                     operand.dtype if integer else plan.compute))
                 self.nest(w, dims, lambda env, pack=pack: f"{self.at(pack, env)} = ", operand)
                 found = pack.name, "u64(0)", "u64(0)"
             operands.append(", ".join(found))
@@ -276,11 +278,12 @@ class KernelRenderer(ExprRenderer):
         accumulate = d.acc is not None and id(s) not in plan.overwriting
         if accumulate and not (isinstance(d.acc, S.Ref) and d.acc.name == s.name):
             self.nest(w, (i, j), lambda env: f"{self.at(store, env)} = ", d.acc)
-        self.helpers.add("_dot")
+        helper = "_dot_int" if integer else "_dot"
+        self.helpers.add(helper)
         self.flush(w)
         target = ", ".join((store.name, self.absolute(i, {}), self.absolute(j, {}))) if store.in_tensor \
             else f"{store.name}, u64(0), u64(0)"
-        w.line(f"_dot({target}, {operands[0]}, {operands[1]}, {self.counted(i)}, {self.counted(j)}, "
+        w.line(f"{helper}({target}, {operands[0]}, {operands[1]}, {self.counted(i)}, {self.counted(j)}, "
                f"{self.counted(k)}, {accumulate})")
 
     def scan(self, w: Writer, e: S.Scan, store: Storage):
@@ -320,7 +323,7 @@ class KernelRenderer(ExprRenderer):
         if isinstance(e, S.Ref) and plan.storage[e.name].dims == tuple(dims):
             return plan.storage[e.name].name, "u64(0)", "u64(0)"
         if isinstance(e, S.Load) and e.indices == tuple(dims) \
-                and plan.p.tensor(e.tensor).dtype == e.dtype == plan.compute:
+                and plan.p.tensor(e.tensor).dtype == e.dtype in (plan.compute, "i8"):
             return (plan.tensor[e.tensor],) + tuple(self.absolute(a, {}) for a in dims)
         return None
 

@@ -374,16 +374,18 @@ class ExpressionRenderer(Renderer):
             args = [a, b] + ([acc] if acc is not None else [])
             if e.a.dtype == "f32":
                 args.append(f'input_precision="{self.f32_dot}"')
+            if is_integer(e.acc_dtype):  # Triton 3.6 makes f32 unless told, whatever the accumulator
+                args.append(f"out_dtype={TL_DTYPE[e.acc_dtype]}")
             return f"tl.dot({', '.join(args)})"
         # Tiles under MIN_DOT: multiply-and-sum over a 3-D (i, j, k) tile in float32. The reduction
         # runs along the last axis: Triton rewrites sum(a[:, :, None] * b[None, :, :], axis=1) into a
         # tl.dot of default (TF32) precision on GPUs, which would round f32 operands.
         self.limits.check_tile((i, k, j), frozenset(), loc, "the product of a small dot")
-        f32 = []
+        wide = []  # float32, or i32 for two i8 operands
         for x, text in ((e.a, a), (e.b, b)):
             text = atom(text, self.prec(x))
-            f32.append(text if x.dtype == "f32" else f"{text}.to(tl.float32)")
-        product = f"tl.sum({f32[0]}[:, None, :] * tl.trans({f32[1]})[None, :, :], axis=2)"
+            wide.append(text if x.dtype == e.acc_dtype else f"{text}.to({TL_DTYPE[e.acc_dtype]})")
+        product = f"tl.sum({wide[0]}[:, None, :] * tl.trans({wide[1]})[None, :, :], axis=2)"
         return product if acc is None else f"{atom(acc, self.prec(e.acc), SUM)} + {product}"
 
 

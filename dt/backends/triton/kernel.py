@@ -16,9 +16,12 @@ from dt.backends.triton.lane_accumulators import int32_index_dims, with_lane_acc
 from dt.backends.triton.layout import MIN_DOT, AxisLayout, KernelLayout
 from dt.backends.triton.limits import TileLimits
 from dt.backends.triton.tma import TmaPlan
+from dt.dtypes import FLOAT8
 from dt.ir import scheduled as S
 from dt.ir import uses
 from dt.ir.index_expr import index_source as index, renamed
+
+EIGHT_BIT = frozenset(FLOAT8) | {"i8"}
 
 
 class KernelRenderer(ExpressionRenderer):
@@ -119,7 +122,9 @@ class KernelRenderer(ExpressionRenderer):
 
     def _tensor_core(self, dot: S.Dot) -> bool:
         tiles = [self.layout.axes[a].tile for a in (dot.a.dims[0], dot.axis, dot.b.dims[1])]
-        return all(isinstance(t, str) or t >= MIN_DOT for t in tiles)
+        # 8-bit operands (i8, fp8) take a reduction tile of at least 32 on the matrix units
+        minimum = (MIN_DOT, 2 * MIN_DOT if dot.a.dtype in EIGHT_BIT else MIN_DOT, MIN_DOT)
+        return all(isinstance(t, str) or t >= least for t, least in zip(tiles, minimum))
 
     def tile_text(self, axis: str) -> str:
         tile = self.layout.axes[axis].tile

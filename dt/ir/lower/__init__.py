@@ -21,6 +21,7 @@ IR's invariants (dt.ir.verify).
 from __future__ import annotations
 
 from dt.dtypes import is_integer
+from dt.errors import DTScheduleError
 from dt.ir import algorithm as A
 from dt.ir import naming
 from dt.ir import scheduled as S
@@ -58,6 +59,7 @@ def lower(cp: CheckedProgram, dtypes: dict[str, str]) -> S.Pipeline:
                   {n: d for n, d in dtypes.items() if n in cp.scalars},
                   {n: stored_dtype(f.dims, floats) for n, f in written.items()}, in_compute, compute)
     types.check_indices(cp.written)
+    _check_integer_splits(cp, types)
     input_dims = cp.input_axes
     inputs = tuple(S.TensorSpec(n, input_dims[n], input_dtypes.get(n, storage), "input")
                    for n in cp.inputs if n in input_dims)
@@ -88,3 +90,22 @@ def lower(cp: CheckedProgram, dtypes: dict[str, str]) -> S.Pipeline:
 
 def _all_scalars(cp: CheckedProgram) -> set[str]:
     return {e.name for f in cp.funcs.values() for e in A.walk(f.expr) if isinstance(e, A.ScalarRef)}
+
+
+def _check_integer_splits(cp: CheckedProgram, types: Types):
+    """A split of a product of two i8 operands is refused: its chunks would add in floats."""
+    for name, f in cp.written.items():
+        if name not in cp.funcs:  # inlined
+            continue
+        # the split dimensions of name's reductions, now reductions over their chunks
+        split = {cp.chunk_dims[e.dim][0] for e in A.walk(cp.funcs[name].expr)
+                 if isinstance(e, A.Reduce) and e.dim in cp.chunk_dims}
+        dim = next((e.dim for e in A.walk(f.expr) if isinstance(e, A.Reduce) and e.dim in split
+                    and types.integer_dot(e)), None)
+        if dim is not None:
+            raise DTScheduleError(f"'{name}' multiplies two i8 operands as integers (an exact i32 product), but its "
+                                  f"split over '{dim}' would add the chunks in floats (inexact past 2**24)",
+                                  cp.schedules[name].locs.get("split"),
+                                  f"remove {name}.split(...), or make one operand a float (cast(X[m, k], f32)) for a "
+                                  "float product")
+

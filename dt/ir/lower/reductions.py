@@ -15,7 +15,7 @@ from dt.ir.check.statistics import loop_statistic, mean_reduction
 from dt.ir.check.uses import read_through
 from dt.ir.index_expr import IBin, IConst, IVar, iadd, ifloordiv, imin, imul, isub
 from dt.ir.lower import skipping
-from dt.ir.lower.dtypes import float8_dot_dtype
+from dt.ir.lower.dtypes import INTEGER_DOT, float8_dot_dtype
 from dt.ir.lower.expressions import INDEX
 from dt.ir.lower.online_statistics import positive_scale
 from dt.ir.naming import size_name
@@ -281,7 +281,8 @@ class ReductionLowering:
             self.arg_values[id(e)] = self.assign(name.replace("accumulator", e.op.removeprefix("arg")),
                                                  S.Full(reduction.identity, axes, self.compute), f"r{e.op}", e.loc)
             return self.assign(name, S.Full(0, axes, INDEX), f"r{e.op}", e.loc)
-        return self.assign(name, S.Full(reduction.identity, axes, self.compute), f"r{e.op}", e.loc)
+        dtype = INTEGER_DOT if self.types.integer_dot(e) else self.compute
+        return self.assign(name, S.Full(reduction.identity, axes, dtype), f"r{e.op}", e.loc)
 
     def update(self, e: A.Reduce, func: str, env, ax: str, acc: S.TExpr, given=None) -> S.TExpr:
         """The accumulator after one step of reduction e over the current tile `ax`; `given`:
@@ -294,17 +295,19 @@ class ReductionLowering:
         given = given or {}
         update = self.dot_update(e, func, env, ax, acc, given) if op == "dot" else None
         if update is None:
+            integer = self.types.integer_dot(e)
             if op == "dot":
-                a, b = self.align(*(given[k] if k in given else self.real(x, func, env)
-                                    for k, x in enumerate(e.args)))
-                value = S.Binary("*", a, b)
+                # two i8 operands multiply and sum as integers (in INDEX: exact), added in i32
+                operands = [self.number(x, func, env) if integer else given[k] if k in given else self.real(x, func, env)
+                            for k, x in enumerate(e.args)]
+                value = S.Binary("*", *self.align(*self._operands("*", operands) if integer else operands))
             else:
                 value = self.real(e.args[0], func, env)
             full = self.canonical(acc.dims + (ax,))
             value = self.fit(value, full)
             value = self.masked(value, ax, identity)
-            reduced = S.Reduce("sum" if op == "dot" else op, value, ax)
-            update = S.Binary(REDUCTIONS[op].combine, acc, self.fit(reduced, acc.dims))
+            reduced = self.fit(S.Reduce("sum" if op == "dot" else op, value, ax), acc.dims)
+            update = S.Binary(REDUCTIONS[op].combine, acc, S.Cast(reduced, INTEGER_DOT) if integer else reduced)
         return update
 
     def arg_update(self, e: A.Reduce, func: str, env, ax: str, acc: S.Ref) -> S.TExpr:
@@ -382,7 +385,7 @@ class ReductionLowering:
             return None
         if others:
             a = self.fit(a, acc.dims[:-1] + (ax,))
-        return S.Dot(a, b, ax, acc, self.compute)
+        return S.Dot(a, b, ax, acc, INTEGER_DOT if self.types.integer_dot(e) else self.compute)
 
     def without_known(self, x: A.Expr) -> A.Expr:
         """x without the wheres around it whose conditions hold on every lane of the walk."""
@@ -391,8 +394,10 @@ class ReductionLowering:
         return x
 
     def operand_dtype(self, e: A.Reduce, given) -> str:
-        """The dtype product e's operands feed the matrix units in: an 8-bit float when both are
-        stored in it (dt.ir.lower.dtypes.float8_dot_dtype), else the pipeline's dot dtype."""
+        """The dtype product e's operands feed the matrix units in: i8 for two i8 operands, an 8-bit
+        float when both are stored in it (dt.ir.lower.dtypes), else the pipeline's dot dtype."""
+        if self.types.integer_dot(e):
+            return "i8"
         stored = [self._stored_dtype(x) for k, x in enumerate(e.args) if k not in given]
         return float8_dot_dtype(stored) if len(stored) == 2 and float8_dot_dtype(stored) else self.dot_dtype
 
@@ -417,7 +422,7 @@ class ReductionLowering:
                 dim, axes = self.axes[ax].dim, self.cp.input_axes[e.name]
                 inside = any(isinstance(s, A.DimRef) and s.dim == dim == axes[i] for i, s in enumerate(e.subscripts))
                 return x if inside else self.masked(x, ax, 0.0)
-        x = self.real(e, func, env)
+        x = self.number(e, func, env) if is_integer(dtype) else self.real(e, func, env)
         if x.unit:
             return None
         if x.dims != layout:

@@ -6,12 +6,15 @@ defined as a `cast` is stored in that dtype, one whose definition is an integer 
 other in the dtype it is given (dt.ir.lower.dtypes.stored_dtype: its inputs').
 
 Reductions compute in the compute dtype, integers included (their sum is a float); an
-arg-reduction (rargmax, rargmin) is an integer, an index; scans compute in the compute dtype too."""
+arg-reduction (rargmax, rargmin) is an integer, an index; a product of two operands stored as
+`i8` is an integer (it accumulates in i32: dt.ir.lower.dtypes.integer_dot); scans compute in the
+compute dtype too."""
 from __future__ import annotations
 
 from dt.dtypes import INTEGERS, is_integer
 from dt.errors import DTTypeError
 from dt.ir import algorithm as A
+from dt.ir.lower.dtypes import integer_dot
 from dt.ir.ops import OPS, REDUCTIONS
 
 
@@ -54,7 +57,7 @@ class Types:
         elif isinstance(e, A.Reduce):
             for a in e.args:
                 yield a
-            kind = "int" if REDUCTIONS[e.op].index else "float"
+            kind = "int" if REDUCTIONS[e.op].index or self.integer_dot(e) else "float"
         elif isinstance(e, A.Scan):
             yield e.x
             kind = "float"
@@ -77,6 +80,16 @@ class Types:
                     kind = "float"
         self._kinds[id(e)] = kind
         return kind
+
+    def stored_dtype(self, e: A.Expr) -> str | None:
+        """The dtype e is read in when it is a tensor read (an input's, or a Func's as stored)."""
+        if not isinstance(e, A.Access):
+            return None
+        return self.input_dtypes.get(e.name) if e.kind == "input" else self.func_dtypes.get(e.name)
+
+    def integer_dot(self, e: A.Reduce) -> bool:
+        """Whether e is a product of two tensor reads stored as i8: multiplied as integers."""
+        return e.op == "dot" and integer_dot([self.stored_dtype(x) for x in e.args])
 
     def check_indices(self, funcs: dict[str, A.FuncDef]):
         """Every subscript an integer now that the inputs' and scalars' dtypes are known."""
