@@ -21,7 +21,7 @@ EXAMPLES = sorted(Path(p) for p in glob.glob(str(ROOT / "examples" / "*.dt")) + 
 # What the gradient cannot go through yet, and why (each refused with this message)
 REFUSED = {"argmax": "reaches no float output"}
 # Casts to narrow floats round: the float64 reference is a staircase at finite differences' scale
-ROUNDING = {"fp8_matmul", "layernorm_stats"}
+ROUNDING = {"fp8_matmul", "layernorm_stats", "w8a8_matmul"}
 has_torch = importlib.util.find_spec("torch") is not None
 
 

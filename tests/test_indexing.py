@@ -406,3 +406,39 @@ def test_a_split_i8_product_is_refused_at_its_split():
     assert "o.split" in str(e.value)
     np.testing.assert_array_equal(prog(X=x.astype(np.float32), W=x.astype(np.float32), backend="interp"),
                                   np.full((3, 3), 1000.0))  # float operands split as before
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("schedule", ("q.inline();", "q.fuse_at(o, k);", ""))
+def test_an_i8_product_of_a_func_cast_to_i8_is_exact(backend, schedule):
+    """q = cast(X * 10, i8) is int8 data wherever it is computed: inlined (its cast), fused or stored."""
+    m, n, k = 5, 3, 2051
+    x = np.where(rng.random((m, k)) < 0.9, 12.7, rng.uniform(-12.8, 12.7, (m, k))).astype(np.float32)
+    w = np.where(rng.random((n, k)) < 0.9, 126, rng.integers(-128, 128, (n, k))).astype(np.int8)
+    prog = dt.loads("In X, W; Var m, n; RVar k; Func q, o;\nq[m, k] = cast(X[m, k] * 10.0, i8);\n"
+                    "o[m, n] = rdot(q[m, k], W[n, k], k);\no.block(m:16, n:16); o.tensorize(m:16, n:16, k:32);\n"
+                    + schedule + "\no.compile();")
+    want = np.trunc(x * np.float32(10.0)).astype(np.int64) @ w.T.astype(np.int64)
+    assert want.min() > 2 ** 24 and (want % 2).any()
+    np.testing.assert_array_equal(run(prog, backend, X=x, W=w), want)
+
+
+def test_a_float_factor_of_an_i8_operand_keeps_the_product_in_floats():
+    """rdot(X * S, W) is a float product as written (an i8 times a float): taking S out of it, as
+    scales are, must not make it an i32 product, which would wrap past 2**31."""
+    prog = dt.loads("In X, W, S; Var m, n; RVar k; Func o;\no[m, n] = rdot(X[m, k] * S[m], W[n, k], k);\n"
+                    "o.block(m:16, n:16); o.tensorize(m:16, n:16, k:32);\no.compile();")
+    ir = prog.ir({"X": "i8", "W": "i8", "S": "f32"})
+    assert "i32" not in ir and "outputs o: f32" in ir
+    x = np.full((2, 140000), 127, np.int8)
+    out = prog(X=x, W=x, S=np.ones(2, np.float32), backend="interp")
+    np.testing.assert_allclose(out, np.full((2, 2), 127.0 * 127 * 140000), rtol=1e-3)  # i32 would be 2**32 off
+
+
+def test_a_split_reaching_an_i8_product_through_an_inlined_func_is_refused():
+    prog = dt.loads("In X, W; Var m, n; RVar k; Func p, o;\np[m, n] = rdot(X[m, k], W[n, k], k);\n"
+                    "o[m, n] = p[m, n] + 1;\np.inline();\no.split(k:512);\no.compile();")
+    x = np.ones((3, 1000), np.int8)
+    with pytest.raises(DTScheduleError, match="'o' multiplies two i8 operands") as e:
+        prog(X=x, W=x, backend="interp")
+    assert "o.split(k:512)" in str(e.value)

@@ -202,6 +202,18 @@ by_tma.block(x:1); by_tma.tensorize(y:64); by_tma.persistent(2); by_tma.tma(); b
 staged.compile(); plain.compile(); by_tma.compile();
 """, {"x": 5, "y": 300}),
     # A product of tiles under 16 is a multiply and a sum, not tl.dot: its loop takes the stages.
+    # products of two i8 operands (int8 tl.dot, an i32 accumulator): K tiled by 32, K whole (16
+    # here: padded to int8's least K of 32 at launch) and K tiled by 16 (under it: multiply and sum)
+    "i8_products": ("""
+Func tiled, whole, short; In X, W; Var m, n; RVar k;
+tiled[m, n] = rdot(X[m, k], W[n, k], k);
+whole[m, n] = cast(rdot(X[m, k], W[n, k], k), i32);
+short[m, n] = rdot(X[m, k], W[n, k], k) * 0.5;
+tiled.block(m:64, n:64); tiled.tensorize(m:64, n:64, k:32);
+whole.block(m:64, n:32); whole.tensorize(m:64, n:32, k:0);
+short.block(m:16, n:16); short.tensorize(m:16, n:16, k:16);
+tiled.compile(); whole.compile(); short.compile();
+""", {"m": 70, "n": 40, "k": 16}),
     "staged_small_dot": ("""
 Func mm; In A, B; Var x, y; RVar k;
 mm[x, y] = rdot(A[x, k], B[k, y], k);
@@ -688,7 +700,7 @@ SM90_CASES = [(name, "f16") for name in EXAMPLES] + [
     ("names", "f32"), ("persistent_tma", "f16"), ("persistent_tma", "bf16"), ("tma_unaligned", "f32"), ("flash_tma", "f16"),
     ("staged_walk", "f32"), ("staged_small_dot", "f32"), ("argmax", "f32"), ("embedding", "f16"), ("causal_conv", "bf16"),
     ("grouped", "f16"), ("paged", "bf16"), ("integers", "f32"), ("shift_tma", "f16"),
-    ("constant_index", "bf16"), ("heads_persistent_tma", "bf16")]
+    ("constant_index", "bf16"), ("heads_persistent_tma", "bf16"), ("i8_products", "i8")]
 
 
 def compile_for_sm90(cases, inspect=None, index_dtype: str = "int64") -> dict:
@@ -776,3 +788,13 @@ def test_an_index_value_that_reads_the_program_id_gets_it_defined():
     kernel = S.Kernel("k_kernel", "k", S.IConst(4), (S.Assign("first", S.Index(S.IVar("pid"), "f32")),))
     layout = KernelLayout(kernel)
     assert layout.uses_pid and layout.is_int64(S.IVar("pid"))
+
+
+def test_int8_products_take_a_reduction_tile_of_32_on_the_matrix_units():
+    """int8's tl.dot needs K >= 32: a whole extent is padded to 32 at launch (16 for a 16-bit
+    product), a fixed tile of 16 multiplies and sums in i32; i8_products compiles for sm_90 in
+    test_kernels_compile_for_sm90."""
+    src = program("i8_products").source("triton", "i8")
+    assert src.count("out_dtype=tl.int32") == 2 and "max(32, triton.next_power_of_2(k_SIZE))" in src
+    assert ".to(tl.int32)[:, None, :] * tl.trans(" in src
+    assert "max(16, triton.next_power_of_2(k_SIZE))" in program("i8_products").source("triton", "f16")

@@ -960,3 +960,14 @@ def test_a_product_batched_over_heads_takes_a_head_a_program():
     prog = dt.load(ROOT / "examples" / "llm" / "decode_split.dt")
     space = prog.space(dict(b=1, h=32, l=32768, k=128, d=128), "bf16", limit=100)
     assert len(space) > 0 and all("out.block(b:1, h:1" in c.text or "out.block(h:1" in c.text for c in space)
+
+
+def test_int8_operands_take_one_byte_and_deeper_reduction_tiles():
+    """w8a8_matmul's int8 operands count one byte each in shared memory (its float32 scales, which
+    the checked dtype follows, would make it four) and may take 128-deep reduction tiles: the
+    example's 128 x 128 x 128 blocks in 3 stages (96 KiB) are in the space."""
+    prog = dt.load(ROOT / "examples" / "llm" / "w8a8_matmul.dt")
+    names = {c.name for c in prog.space(dict(m=4096, n=4096, k=4096),
+                                        {"Xq": "i8", "Wq": "i8", "Sx": "f32", "Sw": "f32"}, "triton")}
+    assert any("m128 n128 k128" in n and " s3" in n for n in names)
+    assert any("m128 n256 k128" in n and " s4" in n for n in names)  # 192 KiB in int8

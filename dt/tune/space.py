@@ -23,6 +23,7 @@ import math
 import random
 from dataclasses import dataclass, field
 
+from dt.dtypes import ITEM_BYTES
 from dt.errors import DTError
 from dt.ir import algorithm as A
 from dt.ir.check.compute_with import top_reductions
@@ -99,8 +100,10 @@ def space(prog, sizes: dict[str, int], dtype: str | dict[str, str] = "f32", back
     roots = tuple(r for r in prog.checked.kernel_roots if r not in prog.checked.partials)
     dtype = resolved(prog, dtype)
     item = item_bytes(dtype)
+    # an input's own bytes where one dtype is given each (int8 data beside float32 scales)
+    input_bytes = {n: ITEM_BYTES[d] for n, d in dtype.items() if d in ITEM_BYTES} if isinstance(dtype, dict) else {}
     walks = _walk_splits(prog.checked)
-    shaped = [_choices(prog.checked, root, extents, gpu, item, walks.get(root)) for root in roots]
+    shaped = [_choices(prog.checked, root, extents, gpu, item, walks.get(root), input_bytes) for root in roots]
     per_root = [choices for choices, _ in shaped]
     over = sum(n for _, n in shaped)  # ways whose product tiles take more shared memory than a GPU has
     fusion = _fusion(prog)
@@ -155,7 +158,7 @@ def _points(per_root: list[list], limit: int):
         yield tuple(choices[i] for choices, i in zip(per_root, point))
 
 
-def _shared_bytes(blocks, tiles, launch, loads, extents: dict, item: int) -> int:
+def _shared_bytes(blocks, tiles, launch, loads, extents: dict, item: int, input_bytes: dict | None = None) -> int:
     """What a product kernel's loads take in shared memory: each tile it loads (_staged_loads) in the
     innermost walk of a reduction in tiles is pipelined, in as many buffers as stages where
     it is a matrix-unit product's operand and one fewer otherwise; one read outside that walk
@@ -166,7 +169,8 @@ def _shared_bytes(blocks, tiles, launch, loads, extents: dict, item: int) -> int
     key and value tiles in 3 stages 131,072 (131,072); a decode step's 256 x 128 key tiles and 256 x 32
     value tiles in 4 stages 247,808 (246,016); 2mm's inner product walked inside the outer one's loop
     122,880 (155,648: nested walks are over-counted); 2mm's whole reductions in 128 x 128 blocks, persistent
-    with TMA in 5 stages, 237,656 (237,568: every tile pipelined along the persistent loop)."""
+    with TMA in 5 stages, 237,656 (237,568: every tile pipelined along the persistent loop). A tile
+    takes `item` bytes an element, or its input's in `input_bytes` (int8 data: one)."""
     reads, depth = loads
     size = {d: size or extents[d] for d, _, _, size in blocks}
     size.update({r: t or extents[r] for r, _, t in tiles})
@@ -176,13 +180,13 @@ def _shared_bytes(blocks, tiles, launch, loads, extents: dict, item: int) -> int
     tma = any(label == "persistent+tma" for _, label, _ in launch)
     tile_loop = tma and not walked  # nothing walked: Triton pipelines the persistent loop over tiles instead
     staged = 0
-    for dims, sides in reads:
+    for name, dims, sides in reads:
         on_matrix_units = sides is not None and all(math.prod(size.get(d, 1) for d in side) >= 16 for side in sides)
         pipelined = tile_loop or dims & innermost
         buffers = 1 if not pipelined else stages if on_matrix_units else max(stages - 1, 1)
-        staged += buffers * math.prod(size.get(d, 1) for d in dims)
+        staged += buffers * math.prod(size.get(d, 1) for d in dims) * (input_bytes or {}).get(name, item)
     x, y = ([size[d] for d, _, _, _ in blocks[-2:]] + [1, 1])[:2]  # a vector's product (one output dimension): by 1
-    return (staged + (x * y if tma else 0)) * item
+    return staged + (x * y * item if tma else 0)
 
 
 def _staged_loads(checked, root: str) -> tuple[list[tuple], dict[str, int]]:
@@ -221,7 +225,7 @@ def _staged_loads(checked, root: str) -> tuple[list[tuple], dict[str, int]]:
     for f in [root] + sorted(own - {root}):  # the root first: fused Funcs at the depth it reads them
         if f not in {name for name, _ in entered}:  # one nothing in the kernel reads (an output stored there)
             visit(A.Access(f, "func", ()), 0)
-    return [(dims, sides) for (_, dims), sides in found.items()], depth
+    return [(name, dims, sides) for (name, dims), sides in found.items()], depth
 
 
 def _uncast(e):
@@ -229,7 +233,7 @@ def _uncast(e):
 
 
 def _choices(checked, root: str, extents: dict[str, int], gpu: bool, item: int = 2,
-             walk: tuple[str, tuple[str, ...]] | None = None) -> tuple[list[tuple], int]:
+             walk: tuple[str, tuple[str, ...]] | None = None, input_bytes: dict | None = None) -> tuple[list[tuple], int]:
     """(Each way to shape one root Func's kernel, how many more its shared memory ruled out).
     A way is a tuple of (slot, value, DT statement) triples, a slot being one choice ('x' for
     x's block, 'map', 'warps', ...) and its value a label. `walk`: the dimension whose walk sums
@@ -267,7 +271,9 @@ def _choices(checked, root: str, extents: dict[str, int], gpu: bool, item: int =
         if in_product:  # a whole reduced extent in a product stages all of it in shared memory: only a short one
             tiles = [t for t in PRODUCT_TILES if t < extent] + ([0] if extent <= max(PRODUCT_TILES) else [])
             rows = extents[dims[-2]] if len(dims) >= 2 else 1  # deep tiles for a few rows only (a skinny product)
-            deepest = max(PRODUCT_TILES) if rows <= 64 else KEY_TILE if r in keys else PRODUCT_TILES[1]
+            # as deep in bytes for 8-bit operands (int8, fp8) as 64 elements of 16-bit ones
+            eight_bit = loads and all((input_bytes or {}).get(name) == 1 for name, _, sides in loads[0] if sides)
+            deepest = max(PRODUCT_TILES) if rows <= 64 else KEY_TILE if r in keys or eight_bit else PRODUCT_TILES[1]
             tiles = [t for t in tiles if t <= deepest]
         else:
             tiles = [t for t in WALKS if t < extent] + [0]
@@ -284,7 +290,7 @@ def _choices(checked, root: str, extents: dict[str, int], gpu: bool, item: int =
     choices, over = [], 0
     for blocks, tiles, *launch in itertools.product(itertools.product(*axes), itertools.product(*walks),
                                                     *gpu_options):
-        if product and gpu and _shared_bytes(blocks, tiles, launch, loads, extents, item) > SHARED_MEMORY:
+        if product and gpu and _shared_bytes(blocks, tiles, launch, loads, extents, item, input_bytes) > SHARED_MEMORY:
             over += 1
             continue
         tensorize = [f"{d}:{size}" for d, _, _, size in blocks if size != 1] + [f"{r}:{t}" for r, _, t in tiles]

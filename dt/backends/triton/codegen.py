@@ -41,7 +41,7 @@ class Module:
     scalars: tuple[str, ...]
     call_extents: tuple[str, ...]  # dims the launcher takes as arguments (no input binds them)
     tile_checks: tuple[TileCheck, ...]
-    dot_dims: frozenset[str]  # `{dim}_SIZE` whose padded tile is at least MIN_DOT
+    dot_dims: dict[str, int]  # `{dim}_SIZE` in a tl.dot -> the lanes its padded tile has at least
     launch_lines: tuple[tuple[int, int, S.Kernel], ...]  # (first, last line, kernel) of each launch
     kernels: tuple[str, ...]  # the @triton.jit kernels' names in the module
 
@@ -73,7 +73,10 @@ def render(pipeline: S.Pipeline, f32_dot: str = "ieee", width: int | None = LINE
                for k in pipeline.kernels]
     bodies = [kr.render() for kr in kernels]
     used_helpers = set().union(*(kr.helpers_used for kr in kernels))
-    dot_dims = frozenset().union(*(kr.dot_dims for kr in kernels))
+    dot_dims = {}
+    for kr in kernels:
+        for size, least in kr.dot_dims.items():
+            dot_dims[size] = max(dot_dims.get(size, 0), least)
     launcher = Launcher(pipeline, kernels, function, in_launcher, helper_names, dot_dims)
     launch_helpers = ["_check"]
     if any(kr.program_count for kr in kernels):

@@ -24,6 +24,11 @@ from dt.ir.index_expr import index_source as index, renamed
 EIGHT_BIT = frozenset(FLOAT8) | {"i8"}
 
 
+def _dot_minimum(dot: S.Dot) -> tuple[int, int, int]:
+    """The least (M, K, N) tile a tl.dot takes: 8-bit operands (i8, fp8) a K of 32 (their wgmma's)."""
+    return MIN_DOT, 2 * MIN_DOT if dot.a.dtype in EIGHT_BIT else MIN_DOT, MIN_DOT
+
+
 class KernelRenderer(ExpressionRenderer):
     """Names, plans and renders one kernel; `helpers_used`, `dot_dims`, `limits.deferred` and
     `tma` tell the module and its launcher what the kernel needs."""
@@ -46,7 +51,7 @@ class KernelRenderer(ExpressionRenderer):
         self.integer_scalars = integer_scalars(pipeline)
         self.names = Names(reserved)
         self.helpers_used: set[str] = set()
-        self.dot_dims: set[str] = set()
+        self.dot_dims: dict[str, int] = {}  # a whole-extent tile in a tl.dot -> the lanes it takes at least
         # The kernel's IR names first (as they are), then the names it derives (`x_offsets`, `A_ptr`).
         self.names.ir("pid")
         self.scalars = {s: self.names.ir(pipeline.global_names.scalars[s]) for s in self.params.scalars}
@@ -112,19 +117,18 @@ class KernelRenderer(ExpressionRenderer):
                 for node in S.walk_texpr(s.value) if isinstance(node, S.Dot) and self._tensor_core(node)]
 
     def _plan_dots(self):
-        """Dots go to tl.dot when every tile dim is at least MIN_DOT; a whole-extent tile in
-        such a dot is then padded to at least MIN_DOT lanes, so that holds at every size."""
+        """Dots go to tl.dot when every tile dim is at least MIN_DOT (the reduced one of 8-bit
+        operands, 2 * MIN_DOT); a whole-extent tile in such a dot is then padded to at least that
+        many lanes, so that holds at every size."""
         for node in self._tl_dots(self.kernel.body):
-            for axis in (node.a.dims[0], node.axis, node.b.dims[1]):
+            for axis, least in zip((node.a.dims[0], node.axis, node.b.dims[1]), _dot_minimum(node)):
                 tile = self.layout.axes[axis].tile
                 if isinstance(tile, str):
-                    self.dot_dims.add(tile)
+                    self.dot_dims[tile] = max(self.dot_dims.get(tile, 0), least)
 
     def _tensor_core(self, dot: S.Dot) -> bool:
         tiles = [self.layout.axes[a].tile for a in (dot.a.dims[0], dot.axis, dot.b.dims[1])]
-        # 8-bit operands (i8, fp8) take a reduction tile of at least 32 on the matrix units
-        minimum = (MIN_DOT, 2 * MIN_DOT if dot.a.dtype in EIGHT_BIT else MIN_DOT, MIN_DOT)
-        return all(isinstance(t, str) or t >= least for t, least in zip(tiles, minimum))
+        return all(isinstance(t, str) or t >= least for t, least in zip(tiles, _dot_minimum(dot)))
 
     def tile_text(self, axis: str) -> str:
         tile = self.layout.axes[axis].tile

@@ -7,7 +7,6 @@ from dt.backends.pysource import Names, Writer
 from dt.backends.triton.integers import integer_scalars
 from dt.backends.triton.kernel import KernelRenderer
 from dt.ir.index_expr import index_source as index, renamed
-from dt.backends.triton.layout import MIN_DOT
 from dt.dtypes import TORCH_BY_NAME
 from dt.ir import scheduled as S
 
@@ -119,7 +118,7 @@ class Launcher:
         tiles = {}
         for size in kr.tiles:
             tile = f"triton.next_power_of_2({self.sizes[size[:-len('_SIZE')]]})"
-            tiles[size] = f"max({MIN_DOT}, {tile})" if size in self.dot_dims else tile
+            tiles[size] = f"max({self.dot_dims[size]}, {tile})" if size in self.dot_dims else tile
             if kr.use_tma:  # named: the TMA boxes use it too
                 name = self.names.fresh(kr.tiles[size])
                 w.line(f"{name} = {tiles[size]}")

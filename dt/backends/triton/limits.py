@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from dt.backends.triton.layout import MIN_DOT, KernelLayout, next_power_of_2
+from dt.backends.triton.layout import KernelLayout, next_power_of_2
 from dt.errors import DTScheduleError, Loc
 from dt.ir import scheduled as S
 from dt.ir.tiles import MAX_TILE
@@ -22,9 +22,9 @@ class TileCheck:
     hint: str
 
 
-def tile_padding(size: int, dot: bool) -> int:
-    """The lanes the launcher gives a whole extent of `size` (`{dim}_TILE`)."""
-    return max(MIN_DOT if dot else 1, next_power_of_2(size))
+def tile_padding(size: int, least: int = 1) -> int:
+    """The lanes the launcher gives a whole extent of `size` (`{dim}_TILE`); `least` in a tl.dot."""
+    return max(least, next_power_of_2(size))
 
 
 class TileLimits:
@@ -63,10 +63,10 @@ class TileLimits:
                 self.check_tile(node.dims, node.unit, loc, f"a tile computing '{dt_name}'")
 
 
-def check_at_launch(checks: tuple[TileCheck, ...], dot_dims: frozenset[str], sizes: dict):
+def check_at_launch(checks: tuple[TileCheck, ...], dot_dims: dict[str, int], sizes: dict):
     """Refuse a whole-extent tile that the call's extents (`sizes`, by `{dim}_SIZE`) make too large."""
     for check in checks:
-        factors = [f if isinstance(f, int) else tile_padding(sizes[f], f in dot_dims) for f in check.factors]
+        factors = [f if isinstance(f, int) else tile_padding(sizes[f], dot_dims.get(f, 1)) for f in check.factors]
         numel = math.prod(factors)
         if numel > MAX_TILE:
             extents = ", ".join(f"{f[:-len('_SIZE')]}={sizes[f]}" for f in check.factors if isinstance(f, str))

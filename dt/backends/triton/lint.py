@@ -36,7 +36,7 @@ def _dot_tiles(facts: KernelFacts):
         axes = (node.a.dims[0], node.b.dims[1], node.axis)
         tiles = [layout.axes[a].tile if a in layout.axes else None for a in axes]
         used = [_used(facts, a) for a in axes]
-        padded = [t if isinstance(t, int) else None if u is None else tile_padding(u, dot=True)
+        padded = [t if isinstance(t, int) else None if u is None else tile_padding(u, MIN_DOT)
                   for t, u in zip(tiles, used)]
         yield node, s, axes, tiles, used, padded
 

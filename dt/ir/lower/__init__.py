@@ -39,7 +39,6 @@ from dt.ir.verify import verify
 
 def lower(cp: CheckedProgram, dtypes: dict[str, str]) -> S.Pipeline:
     """The pipeline for inputs of `dtypes` (by input name; an integer scalar's name maps to 'i64')."""
-    cp = factor_product_scales(cp)
     input_dtypes = {n: d for n, d in dtypes.items() if n not in cp.scalars}
     floats = {n: (d, cp.input_axes.get(n, ())) for n, d in input_dtypes.items() if n in cp.inputs and not is_integer(d)}
     rank = max((len(axes) for _, axes in floats.values()), default=0)
@@ -60,6 +59,7 @@ def lower(cp: CheckedProgram, dtypes: dict[str, str]) -> S.Pipeline:
                   {n: stored_dtype(f.dims, floats) for n, f in written.items()}, in_compute, compute)
     types.check_indices(cp.written)
     _check_integer_splits(cp, types)
+    cp = factor_product_scales(cp, types.integer_dot)
     input_dims = cp.input_axes
     inputs = tuple(S.TensorSpec(n, input_dims[n], input_dtypes.get(n, storage), "input")
                    for n in cp.inputs if n in input_dims)
@@ -94,18 +94,25 @@ def _all_scalars(cp: CheckedProgram) -> set[str]:
 
 def _check_integer_splits(cp: CheckedProgram, types: Types):
     """A split of a product of two i8 operands is refused: its chunks would add in floats."""
-    for name, f in cp.written.items():
-        if name not in cp.funcs:  # inlined
-            continue
-        # the split dimensions of name's reductions, now reductions over their chunks
-        split = {cp.chunk_dims[e.dim][0] for e in A.walk(cp.funcs[name].expr)
-                 if isinstance(e, A.Reduce) and e.dim in cp.chunk_dims}
-        dim = next((e.dim for e in A.walk(f.expr) if isinstance(e, A.Reduce) and e.dim in split
-                    and types.integer_dot(e)), None)
-        if dim is not None:
-            raise DTScheduleError(f"'{name}' multiplies two i8 operands as integers (an exact i32 product), but its "
-                                  f"split over '{dim}' would add the chunks in floats (inexact past 2**24)",
-                                  cp.schedules[name].locs.get("split"),
-                                  f"remove {name}.split(...), or make one operand a float (cast(X[m, k], f32)) for a "
-                                  "float product")
+    for partial in cp.partials:
+        for e in A.walk(cp.funcs[partial].expr):
+            if not (isinstance(e, A.Reduce) and e.op == "dot"):
+                continue
+            args = tuple(_within_chunk(x, set(cp.chunk_dims)) for x in e.args)
+            if types.integer_dot(A.Reduce(e.op, args, e.dim)):
+                # the Func the split rewrote: the one reading the partial
+                owner = next((f for f, d in cp.funcs.items() if f not in cp.partials and any(
+                    isinstance(n, A.Access) and n.name == partial for n in A.walk(d.expr))), partial)
+                loc = next((cp.schedules[f].locs["split"] for f in (owner, *cp.schedules)
+                            if f in cp.schedules and cp.schedules[f].locs.get("split")), None)
+                raise DTScheduleError(f"'{owner}' multiplies two i8 operands as integers (an exact i32 product) over "
+                                      f"'{e.dim}', but its split would add the chunks in floats (inexact past 2**24)",
+                                      loc, f"remove the split, or make one operand a float (cast(X[m, k], f32)) for "
+                                      "a float product")
 
+
+def _within_chunk(x: A.Expr, chunk_dims) -> A.Expr:
+    """x without the wheres a split puts around it to keep its chunk."""
+    while isinstance(x, A.Where) and A.free_dims(x.cond) & chunk_dims:
+        x = x.a
+    return x

@@ -43,13 +43,7 @@ def float8_dot_dtype(operand_dtypes) -> str | None:
     return kinds.pop() if len(kinds) == 1 and kinds <= set(FLOAT8) else None
 
 
-INTEGER_DOT = "i32"  # what a product of two i8 operands accumulates in (the matrix units' integer mode)
-
-
-def integer_dot(operand_dtypes) -> bool:
-    """Whether a product of operands stored in these dtypes multiplies them as integers: both
-    `i8`, accumulating in INTEGER_DOT (the matrix units' int8 mode; torch._int_mm's result)."""
-    return len(operand_dtypes) == 2 and set(operand_dtypes) == {"i8"}
+INTEGER_DOT = "i32"  # what a product of two i8 operands accumulates in (the matrix units' int8 mode)
 
 
 def dot_dtype_of(storage: str, compute: str) -> str:

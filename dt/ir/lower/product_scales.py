@@ -10,7 +10,9 @@ does vary along the reduced dimension moves from a tensor read to the other oper
 one is computed anyway (`_onto_computed`). A factor computed inside the product's own loop (a
 Func fused there) stays, and an exponential shifted by a max accumulated in the same loop
 (compute_with) takes no factor: the online rescaling needs it as written. Applied to the lowering's
-copy of the algorithm only: the reference computes what the program says.
+copy of the algorithm only: the reference computes what the program says. A product whose
+operands are int8 data only once a factor is out (`rdot(Xq[m, k] * S[m], Wq[n, k], k)`) keeps it:
+without it, it would become an integer product (dt.ir.lower.types), exact but wrapping in i32.
 """
 from __future__ import annotations
 
@@ -21,17 +23,19 @@ from dt.ir.check.statistics import shifted_exponential
 from dt.ir.check.program import CheckedProgram
 
 
-def factor_product_scales(cp: CheckedProgram) -> CheckedProgram:
+def factor_product_scales(cp: CheckedProgram, integer_dot=lambda e: False) -> CheckedProgram:
+    """cp with its products' scales taken out; `integer_dot`: whether a product multiplies as integers."""
     fused = {name: dim for name, (_, dim) in cp.fused.items()}  # a Func fused at a loop over dim
     # maxima accumulated online (compute_with): an exponential they shift keeps its form
     online: dict[str, frozenset[str]] = {}  # the reduced dim -> the Funcs sharing a loop over it
     for (owner, dim), members in cp.computed_with.items():
         online[dim] = online.get(dim, frozenset()) | {owner, *members}
-    funcs = {n: dataclasses.replace(f, expr=_factored(f.expr, fused, online)) for n, f in cp.funcs.items()}
+    funcs = {n: dataclasses.replace(f, expr=_factored(f.expr, fused, online, integer_dot))
+             for n, f in cp.funcs.items()}
     return dataclasses.replace(cp, funcs=funcs)
 
 
-def _factored(e: A.Expr, fused: dict[str, str], online: dict[str, frozenset[str]]) -> A.Expr:
+def _factored(e: A.Expr, fused: dict[str, str], online: dict[str, frozenset[str]], integer_dot) -> A.Expr:
     """e with each product's scales outside it; subtrees with none are kept, shared as they were."""
     def step(e):
         kids = () if isinstance(e, A.Access) else A.children(e)
@@ -40,7 +44,10 @@ def _factored(e: A.Expr, fused: dict[str, str], online: dict[str, frozenset[str]
             new.append((yield k))
         if any(n is not k for n, k in zip(new, kids)):
             e = A.rebuild(e, tuple(new))
-        return _factor(e, fused, online) if isinstance(e, A.Reduce) and e.op == "dot" else e
+        if isinstance(e, A.Reduce) and e.op == "dot":
+            factored = _factor(e, fused, online)
+            return e if integer_dot(_core(factored)) and not integer_dot(e) else factored
+        return e
     return A.recurse(step, e)
 
 
@@ -60,6 +67,13 @@ def _factor(e: A.Reduce, fused: dict[str, str], online: dict[str, frozenset[str]
     for op, s in scales:
         out = A.Binary(op, out, s)
     return out
+
+
+def _core(e: A.Expr) -> A.Reduce:
+    """The product inside its scales (_factor's result)."""
+    while not isinstance(e, A.Reduce):
+        e = e.a
+    return e
 
 
 def _onto_computed(operands: list[A.Expr], online: frozenset[str]) -> list[A.Expr]:

@@ -281,7 +281,7 @@ class ReductionLowering:
             self.arg_values[id(e)] = self.assign(name.replace("accumulator", e.op.removeprefix("arg")),
                                                  S.Full(reduction.identity, axes, self.compute), f"r{e.op}", e.loc)
             return self.assign(name, S.Full(0, axes, INDEX), f"r{e.op}", e.loc)
-        dtype = INTEGER_DOT if self.types.integer_dot(e) else self.compute
+        dtype = INTEGER_DOT if self.integer_dot(e) else self.compute
         return self.assign(name, S.Full(reduction.identity, axes, dtype), f"r{e.op}", e.loc)
 
     def update(self, e: A.Reduce, func: str, env, ax: str, acc: S.TExpr, given=None) -> S.TExpr:
@@ -295,7 +295,7 @@ class ReductionLowering:
         given = given or {}
         update = self.dot_update(e, func, env, ax, acc, given) if op == "dot" else None
         if update is None:
-            integer = self.types.integer_dot(e)
+            integer = self.integer_dot(e)
             if op == "dot":
                 # two i8 operands multiply and sum as integers (in INDEX: exact), added in i32
                 operands = [self.number(x, func, env) if integer else given[k] if k in given else self.real(x, func, env)
@@ -385,7 +385,12 @@ class ReductionLowering:
             return None
         if others:
             a = self.fit(a, acc.dims[:-1] + (ax,))
-        return S.Dot(a, b, ax, acc, INTEGER_DOT if self.types.integer_dot(e) else self.compute)
+        return S.Dot(a, b, ax, acc, INTEGER_DOT if self.integer_dot(e) else self.compute)
+
+    def integer_dot(self, e: A.Reduce) -> bool:
+        """Whether product e multiplies i8 operands as integers (dt.ir.lower.types), its operands
+        taken as dot_update takes them: without the wheres its walk makes true."""
+        return self.types.integer_dot(A.Reduce(e.op, tuple(map(self.without_known, e.args)), e.dim))
 
     def without_known(self, x: A.Expr) -> A.Expr:
         """x without the wheres around it whose conditions hold on every lane of the walk."""
@@ -396,7 +401,7 @@ class ReductionLowering:
     def operand_dtype(self, e: A.Reduce, given) -> str:
         """The dtype product e's operands feed the matrix units in: i8 for two i8 operands, an 8-bit
         float when both are stored in it (dt.ir.lower.dtypes), else the pipeline's dot dtype."""
-        if self.types.integer_dot(e):
+        if self.integer_dot(e):
             return "i8"
         stored = [self._stored_dtype(x) for k, x in enumerate(e.args) if k not in given]
         return float8_dot_dtype(stored) if len(stored) == 2 and float8_dot_dtype(stored) else self.dot_dtype

@@ -6,15 +6,13 @@ defined as a `cast` is stored in that dtype, one whose definition is an integer 
 other in the dtype it is given (dt.ir.lower.dtypes.stored_dtype: its inputs').
 
 Reductions compute in the compute dtype, integers included (their sum is a float); an
-arg-reduction (rargmax, rargmin) is an integer, an index; a product of two operands stored as
-`i8` is an integer (it accumulates in i32: dt.ir.lower.dtypes.integer_dot); scans compute in the
-compute dtype too."""
+arg-reduction (rargmax, rargmin) is an integer, an index; a product of two i8 operands is an
+integer (it accumulates in i32: Types.integer_dot); scans compute in the compute dtype too."""
 from __future__ import annotations
 
 from dt.dtypes import INTEGERS, is_integer
 from dt.errors import DTTypeError
 from dt.ir import algorithm as A
-from dt.ir.lower.dtypes import integer_dot
 from dt.ir.ops import OPS, REDUCTIONS
 
 
@@ -25,6 +23,7 @@ class Types:
         Funcs stored in the `compute` dtype instead (dt.ir.lower)."""
         self.input_dtypes = input_dtypes
         self.scalar_dtypes = scalar_dtypes  # an integer scalar's dtype ('i64'); absent: a float
+        self.funcs = funcs
         self.func_dtypes: dict[str, str] = {}
         self._kinds: dict[int, str] = {}
         for name, f in funcs.items():  # producers first
@@ -88,8 +87,14 @@ class Types:
         return self.input_dtypes.get(e.name) if e.kind == "input" else self.func_dtypes.get(e.name)
 
     def integer_dot(self, e: A.Reduce) -> bool:
-        """Whether e is a product of two tensor reads stored as i8: multiplied as integers."""
-        return e.op == "dot" and integer_dot([self.stored_dtype(x) for x in e.args])
+        """Whether e is a product of two i8 operands, multiplied as integers: each a read of a
+        tensor stored as i8 or a cast to i8 (a Func stored as i8 is one: inlined, its cast)."""
+        return e.op == "dot" and len(e.args) == 2 and all(map(self._int8, e.args))
+
+    def _int8(self, e: A.Expr) -> bool:
+        while isinstance(e, A.Stored):
+            e = e.x
+        return e.dtype == "i8" if isinstance(e, A.Cast) else self.stored_dtype(e) == "i8"
 
     def check_indices(self, funcs: dict[str, A.FuncDef]):
         """Every subscript an integer now that the inputs' and scalars' dtypes are known."""
