@@ -442,3 +442,15 @@ def test_a_split_reaching_an_i8_product_through_an_inlined_func_is_refused():
     with pytest.raises(DTScheduleError, match="'o' multiplies two i8 operands") as e:
         prog(X=x, W=x, backend="interp")
     assert "o.split(k:512)" in str(e.value)
+
+
+def test_an_inlined_copy_of_i8_data_is_an_i8_operand_as_the_product_reads_it():
+    """q[m, k] = X[m, k] (an integer Func, stored i64 when stored) inlined is X itself in the product:
+    an i32 product, as its type says (a type of f32 over an i32 product would wrap past 2**31)."""
+    prog = dt.loads("In X, W; Var m, n; RVar k; Func q, o;\nq[m, k] = X[m, k];\no[m, n] = rdot(q[m, k], W[n, k], k);\n"
+                    "q.inline(); o.block(m:16, n:16); o.tensorize(m:16, n:16, k:32);\no.compile();")
+    ir = prog.ir({"X": "i8", "W": "i8"})
+    assert "outputs o: i64" in ir and "k_accumulator: i32" in ir
+    stored = dt.loads("In X, W; Var m, n; RVar k; Func q, o;\nq[m, k] = X[m, k];\no[m, n] = rdot(q[m, k], W[n, k], k);\n"
+                      "o.block(m:16, n:16); o.tensorize(m:16, n:16, k:32); q.compile();\no.compile();")
+    assert "outputs q: i64[m, k], o: f32" in stored.ir({"X": "i8", "W": "i8"})  # q read as stored: i64 data

@@ -56,7 +56,8 @@ def lower(cp: CheckedProgram, dtypes: dict[str, str]) -> S.Pipeline:
     written = {**cp.written, **{n: cp.funcs[n] for n in cp.partials}}
     types = Types(written, {n: input_dtypes.get(n, storage) for n in cp.inputs},
                   {n: d for n, d in dtypes.items() if n in cp.scalars},
-                  {n: stored_dtype(f.dims, floats) for n, f in written.items()}, in_compute, compute)
+                  {n: stored_dtype(f.dims, floats) for n, f in written.items()}, in_compute, compute,
+                  frozenset(n for n in cp.written if n not in cp.funcs))
     types.check_indices(cp.written)
     _check_integer_splits(cp, types)
     cp = factor_product_scales(cp, types.integer_dot)

@@ -18,12 +18,13 @@ from dt.ir.ops import OPS, REDUCTIONS
 
 class Types:
     def __init__(self, funcs: dict[str, A.FuncDef], input_dtypes: dict[str, str], scalar_dtypes: dict[str, str],
-                 storage: dict[str, str], in_compute=(), compute: str | None = None):
+                 storage: dict[str, str], in_compute=(), compute: str | None = None, inlined=frozenset()):
         """`storage`: each Func's stored dtype (dt.ir.lower.dtypes.stored_dtype); `in_compute`: the
-        Funcs stored in the `compute` dtype instead (dt.ir.lower)."""
+        Funcs stored in the `compute` dtype instead (dt.ir.lower); `inlined`: the Funcs computed
+        where they are read (a product sees their definitions as its operands)."""
         self.input_dtypes = input_dtypes
         self.scalar_dtypes = scalar_dtypes  # an integer scalar's dtype ('i64'); absent: a float
-        self.funcs = funcs
+        self.funcs, self.inlined = funcs, inlined
         self.func_dtypes: dict[str, str] = {}
         self._kinds: dict[int, str] = {}
         for name, f in funcs.items():  # producers first
@@ -92,8 +93,8 @@ class Types:
         return e.op == "dot" and len(e.args) == 2 and all(map(self._int8, e.args))
 
     def _int8(self, e: A.Expr) -> bool:
-        while isinstance(e, A.Stored):
-            e = e.x
+        while isinstance(e, A.Stored) or isinstance(e, A.Access) and e.kind == "func" and e.name in self.inlined:
+            e = e.x if isinstance(e, A.Stored) else self.funcs[e.name].expr
         return e.dtype == "i8" if isinstance(e, A.Cast) else self.stored_dtype(e) == "i8"
 
     def check_indices(self, funcs: dict[str, A.FuncDef]):
