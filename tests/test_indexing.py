@@ -454,3 +454,29 @@ def test_an_inlined_copy_of_i8_data_is_an_i8_operand_as_the_product_reads_it():
     stored = dt.loads("In X, W; Var m, n; RVar k; Func q, o;\nq[m, k] = X[m, k];\no[m, n] = rdot(q[m, k], W[n, k], k);\n"
                       "o.block(m:16, n:16); o.tensorize(m:16, n:16, k:32); q.compile();\no.compile();")
     assert "outputs q: i64[m, k], o: f32" in stored.ir({"X": "i8", "W": "i8"})  # q read as stored: i64 data
+
+
+def test_a_factored_scale_of_i8_data_leaves_a_float_product_of_unrounded_data():
+    """rdot(X * S, W) with i8 X, W and a bf16 scale: S applies after the sum (X * S is not rounded
+    to bf16 element by element), and the product is a float one; a shifted read of an inlined
+    i8 Func is int8 data as its unshifted read is."""
+    rng2 = np.random.default_rng(5)
+    x, w = rng2.integers(-128, 128, (20, 300)).astype(np.int8), rng2.integers(-128, 128, (18, 300)).astype(np.int8)
+    s = rng2.uniform(0.5, 2, 20).astype(np.float32)
+    prog = dt.loads("In X, W, S; Var m, n; RVar k; Func o;\no[m, n] = cast(rdot(X[m, k] * S[m], W[n, k], k), f32);\n"
+                    "o.block(m:16, n:16); o.tensorize(m:16, n:16, k:32);\no.compile();")
+    ir = prog.ir({"X": "i8", "W": "i8", "S": "bf16"})
+    assert "i32" not in ir and "(k_accumulator * expand(S, [m, n]))" in ir  # S after the sum, not in the tiles
+    want = (x.astype(np.float64) @ w.T.astype(np.float64)) * s.astype(np.float64)[:, None]
+    got = prog(X=x, W=w, S=s, backend="interp")  # S as f32 here: the factor's rounding is the point
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-3)
+    shifted = dt.loads("In X, W; Var m, n; RVar k; Func q, o;\nq[m, k] = cast(X[m, k] * 10.0, i8);\n"
+                       "o[m, n] = rdot(q[m, k + 1], W[n, k], k);\nq.inline(); o.block(m:16, n:16); "
+                       "o.tensorize(m:16, n:16, k:32);\no.compile();")
+    ir = shifted.ir({"X": "f32", "W": "i8"})
+    assert "outputs o: i64" in ir and "k_accumulator: i32" in ir
+
+
+def test_an_eight_bit_rule_of_the_space_leaves_16_bit_products_alone():
+    prog = dt.loads("In A, B; Var m, n; RVar k; Func o;\no[m, n] = rdot(A[m, k] * 2.0, B[n, k] * 3.0, k);\no.compile();")
+    assert not any("k128" in c.name for c in prog.space(dict(m=4096, n=4096, k=4096), "bf16", "triton"))

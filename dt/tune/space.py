@@ -100,8 +100,9 @@ def space(prog, sizes: dict[str, int], dtype: str | dict[str, str] = "f32", back
     roots = tuple(r for r in prog.checked.kernel_roots if r not in prog.checked.partials)
     dtype = resolved(prog, dtype)
     item = item_bytes(dtype)
-    # an input's own bytes where one dtype is given each (int8 data beside float32 scales)
-    input_bytes = {n: ITEM_BYTES[d] for n, d in dtype.items() if d in ITEM_BYTES} if isinstance(dtype, dict) else {}
+    # each input's own bytes (int8 data beside float32 scales; every input int8 or fp8)
+    input_bytes = {n: ITEM_BYTES.get(d, item) for n, d in dtype.items()} if isinstance(dtype, dict) else \
+        {n: ITEM_BYTES.get(dtype, item) for n in prog.inputs}
     walks = _walk_splits(prog.checked)
     shaped = [_choices(prog.checked, root, extents, gpu, item, walks.get(root), input_bytes) for root in roots]
     per_root = [choices for choices, _ in shaped]
@@ -272,7 +273,8 @@ def _choices(checked, root: str, extents: dict[str, int], gpu: bool, item: int =
             tiles = [t for t in PRODUCT_TILES if t < extent] + ([0] if extent <= max(PRODUCT_TILES) else [])
             rows = extents[dims[-2]] if len(dims) >= 2 else 1  # deep tiles for a few rows only (a skinny product)
             # as deep in bytes for 8-bit operands (int8, fp8) as 64 elements of 16-bit ones
-            eight_bit = loads and all((input_bytes or {}).get(name) == 1 for name, _, sides in loads[0] if sides)
+            eight_bit = all(isinstance(_uncast(x), A.Access) and (input_bytes or {}).get(_uncast(x).name) == 1
+                            for p in _products(checked, root) for x in p.args)
             deepest = max(PRODUCT_TILES) if rows <= 64 else KEY_TILE if r in keys or eight_bit else PRODUCT_TILES[1]
             tiles = [t for t in tiles if t <= deepest]
         else:

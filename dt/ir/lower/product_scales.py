@@ -11,8 +11,8 @@ one is computed anyway (`_onto_computed`). A factor computed inside the product'
 Func fused there) stays, and an exponential shifted by a max accumulated in the same loop
 (compute_with) takes no factor: the online rescaling needs it as written. Applied to the lowering's
 copy of the algorithm only: the reference computes what the program says. A product whose
-operands are int8 data only once a factor is out (`rdot(Xq[m, k] * S[m], Wq[n, k], k)`) keeps it:
-without it, it would become an integer product (dt.ir.lower.types), exact but wrapping in i32.
+operands are int8 data only once a factor is out (`rdot(Xq[m, k] * S[m], Wq[n, k], k)`) stays a
+float product, its first operand converted to f32 (exact): an integer one would wrap in i32.
 """
 from __future__ import annotations
 
@@ -46,12 +46,14 @@ def _factored(e: A.Expr, fused: dict[str, str], online: dict[str, frozenset[str]
             e = A.rebuild(e, tuple(new))
         if isinstance(e, A.Reduce) and e.op == "dot":
             factored = _factor(e, fused, online)
-            return e if integer_dot(_core(factored)) and not integer_dot(e) else factored
+            if integer_dot(_core(factored)) and not integer_dot(e):
+                factored = _factor(e, fused, online, as_floats=True)
+            return factored
         return e
     return A.recurse(step, e)
 
 
-def _factor(e: A.Reduce, fused: dict[str, str], online: dict[str, frozenset[str]]) -> A.Expr:
+def _factor(e: A.Reduce, fused: dict[str, str], online: dict[str, frozenset[str]], as_floats=False) -> A.Expr:
     cores, scales = [], []
     for x in e.args:
         core, found = A.constant_factors(x, e.dim)
@@ -63,6 +65,8 @@ def _factor(e: A.Reduce, fused: dict[str, str], online: dict[str, frozenset[str]
     cores = _onto_computed(cores, online.get(e.dim, frozenset()))
     if not scales and all(c is x for c, x in zip(cores, e.args)):
         return e
+    if as_floats:  # int8 data whose factor made it a float product as written stays one
+        cores[0] = A.Cast(cores[0], "f32")
     out: A.Expr = A.Reduce(e.op, tuple(cores), e.dim, e.loc, e.dim_loc, e.dim_decl, e.slot)
     for op, s in scales:
         out = A.Binary(op, out, s)

@@ -93,8 +93,15 @@ class Types:
         return e.op == "dot" and len(e.args) == 2 and all(map(self._int8, e.args))
 
     def _int8(self, e: A.Expr) -> bool:
-        while isinstance(e, A.Stored) or isinstance(e, A.Access) and e.kind == "func" and e.name in self.inlined:
-            e = e.x if isinstance(e, A.Stored) else self.funcs[e.name].expr
+        """Whether operand e is int8 data: through inlined Funcs (their definitions) and the wheres
+        that zero what they read past their extents (an inlined q[m, k + 1])."""
+        while isinstance(e, (A.Stored, A.Where)) or isinstance(e, A.Access) and e.kind == "func" and e.name in self.inlined:
+            if isinstance(e, A.Where):
+                if not (isinstance(e.b, A.Num) and e.b.value == 0):
+                    return False
+                e = e.a
+            else:
+                e = e.x if isinstance(e, A.Stored) else self.funcs[e.name].expr
         return e.dtype == "i8" if isinstance(e, A.Cast) else self.stored_dtype(e) == "i8"
 
     def check_indices(self, funcs: dict[str, A.FuncDef]):
