@@ -23,7 +23,7 @@ from dt.ir.check.statistics import shifted_exponential
 from dt.ir.check.program import CheckedProgram
 
 
-def factor_product_scales(cp: CheckedProgram, integer_dot=lambda e: False) -> CheckedProgram:
+def factor_product_scales(cp: CheckedProgram, integer_dot) -> CheckedProgram:
     """cp with its products' scales taken out; `integer_dot`: whether a product multiplies as integers."""
     fused = {name: dim for name, (_, dim) in cp.fused.items()}  # a Func fused at a loop over dim
     # maxima accumulated online (compute_with): an exponential they shift keeps its form
@@ -44,16 +44,11 @@ def _factored(e: A.Expr, fused: dict[str, str], online: dict[str, frozenset[str]
             new.append((yield k))
         if any(n is not k for n, k in zip(new, kids)):
             e = A.rebuild(e, tuple(new))
-        if isinstance(e, A.Reduce) and e.op == "dot":
-            factored = _factor(e, fused, online)
-            if integer_dot(_core(factored)) and not integer_dot(e):
-                factored = _factor(e, fused, online, as_floats=True)
-            return factored
-        return e
+        return _factor(e, fused, online, integer_dot) if isinstance(e, A.Reduce) and e.op == "dot" else e
     return A.recurse(step, e)
 
 
-def _factor(e: A.Reduce, fused: dict[str, str], online: dict[str, frozenset[str]], as_floats=False) -> A.Expr:
+def _factor(e: A.Reduce, fused: dict[str, str], online: dict[str, frozenset[str]], integer_dot) -> A.Expr:
     cores, scales = [], []
     for x in e.args:
         core, found = A.constant_factors(x, e.dim)
@@ -65,19 +60,12 @@ def _factor(e: A.Reduce, fused: dict[str, str], online: dict[str, frozenset[str]
     cores = _onto_computed(cores, online.get(e.dim, frozenset()))
     if not scales and all(c is x for c, x in zip(cores, e.args)):
         return e
-    if as_floats:  # int8 data whose factor made it a float product as written stays one
-        cores[0] = A.Cast(cores[0], "f32")
+    if integer_dot(A.Reduce(e.op, tuple(cores), e.dim)) and not integer_dot(e):
+        cores[0] = A.Cast(cores[0], "f32")  # int8 data a factor made a float product stays one
     out: A.Expr = A.Reduce(e.op, tuple(cores), e.dim, e.loc, e.dim_loc, e.dim_decl, e.slot)
     for op, s in scales:
         out = A.Binary(op, out, s)
     return out
-
-
-def _core(e: A.Expr) -> A.Reduce:
-    """The product inside its scales (_factor's result)."""
-    while not isinstance(e, A.Reduce):
-        e = e.a
-    return e
 
 
 def _onto_computed(operands: list[A.Expr], online: frozenset[str]) -> list[A.Expr]:
