@@ -94,6 +94,27 @@ def test_a_product_tile_padded_to_powers_of_two():
     assert whole.lint(dict(x=64, y=64, k=64), "bf16") == []
 
 
+def test_an_8bit_product_takes_a_reduction_tile_of_32_on_the_matrix_units():
+    """tl.dot reduces 8-bit operands (i8, fp8) 32 lanes at a time: a K tile of 16 is multiplied and
+    summed on the CUDA cores (int32 for i8), as the renderer decides, and a whole K is padded to 32."""
+    def mm(k: int):
+        return dt.loads("Func mm;\nIn X, W;\nVar m, n;\nRVar k;\nmm[m, n] = rdot(X[m, k], W[n, k], k);\n"
+                        f"mm.block(m:64, n:64);\nmm.tensorize(m:64, n:64, k:{k});\nmm.compile();")
+    sizes, i8, fp8 = dict(m=512, n=512, k=512), {"X": "i8", "W": "i8"}, {"X": "f8e4m3", "W": "f8e4m3"}
+    w = only(mm(16).lint(sizes, i8), "not-on-matrix-units")
+    assert "the 64x64x16 product over k in kernel 'mm_kernel' has a tile under 32 lanes along k: the matrix " \
+           "units take 16 or more along each (32 along the reduction of 8-bit operands)" in w.message
+    assert w.cost.startswith("a multiply-and-sum in int32 on the CUDA cores")
+    assert w.hint == "tensorize k with 32 lanes or more (mm.tensorize(k:32, ...))"
+    assert "tl.dot(" not in mm(16).source("triton", "i8") and "tl.dot(" in mm(32).source("triton", "i8")
+    assert "float32 on the CUDA cores" in only(mm(16).lint(sizes, fp8), "not-on-matrix-units").cost
+    assert mm(32).lint(sizes, i8) == [] and mm(32).lint(sizes, fp8) == []
+    assert mm(16).lint(sizes, "f16") == []  # 16 lanes of K suffice for 16-bit operands
+    # a whole K of 12 runs as 32 lanes in an 8-bit product (37.5% useful), as 16 in a 16-bit one (75%)
+    w = only(mm(0).lint(dict(m=512, n=512, k=12), i8), "padded-tile")
+    assert "is a 64x64x12 tile, which Triton pads to 64x64x32" in w.message
+    assert mm(0).lint(dict(m=512, n=512, k=12), "f16") == []
+
 def test_a_whole_row_tile_too_large_for_its_warps():
     slow, fixed, p = pair("wide_row.dt")
     w = only(slow.lint(p.sizes, p.dtype), "registers")

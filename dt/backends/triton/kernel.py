@@ -13,20 +13,12 @@ from dt.backends.triton.cache_hints import eviction_policies
 from dt.backends.triton.expressions import ATOM, TL_DTYPE, ExpressionRenderer, atom, scores
 from dt.backends.triton.integers import Signs, integer_scalars
 from dt.backends.triton.lane_accumulators import int32_index_dims, with_lane_accumulators
-from dt.backends.triton.layout import MIN_DOT, AxisLayout, KernelLayout
+from dt.backends.triton.layout import AxisLayout, KernelLayout, dot_minimum
 from dt.backends.triton.limits import TileLimits
 from dt.backends.triton.tma import TmaPlan
-from dt.dtypes import FLOAT8
 from dt.ir import scheduled as S
 from dt.ir import uses
 from dt.ir.index_expr import index_source as index, renamed
-
-EIGHT_BIT = frozenset(FLOAT8) | {"i8"}
-
-
-def _dot_minimum(dot: S.Dot) -> tuple[int, int, int]:
-    """The least (M, K, N) tile a tl.dot takes: 8-bit operands (i8, fp8) a K of 32 (their wgmma's)."""
-    return MIN_DOT, 2 * MIN_DOT if dot.a.dtype in EIGHT_BIT else MIN_DOT, MIN_DOT
 
 
 class KernelRenderer(ExpressionRenderer):
@@ -121,14 +113,14 @@ class KernelRenderer(ExpressionRenderer):
         operands, 2 * MIN_DOT); a whole-extent tile in such a dot is then padded to at least that
         many lanes, so that holds at every size."""
         for node in self._tl_dots(self.kernel.body):
-            for axis, least in zip((node.a.dims[0], node.axis, node.b.dims[1]), _dot_minimum(node)):
+            for axis, least in zip((node.a.dims[0], node.axis, node.b.dims[1]), dot_minimum(node)):
                 tile = self.layout.axes[axis].tile
                 if isinstance(tile, str):
                     self.dot_dims[tile] = max(self.dot_dims.get(tile, 0), least)
 
     def _tensor_core(self, dot: S.Dot) -> bool:
         tiles = [self.layout.axes[a].tile for a in (dot.a.dims[0], dot.axis, dot.b.dims[1])]
-        return all(isinstance(t, str) or t >= least for t, least in zip(tiles, _dot_minimum(dot)))
+        return all(isinstance(t, str) or t >= least for t, least in zip(tiles, dot_minimum(dot)))
 
     def tile_text(self, axis: str) -> str:
         tile = self.layout.axes[axis].tile

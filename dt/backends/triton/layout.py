@@ -10,11 +10,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 from itertools import product
 
+from dt.dtypes import FLOAT8
 from dt.errors import DTBackendError
 from dt.ir import scheduled as S
 from dt.ir.lint.facts import next_power_of_2
 
 MIN_DOT = 16  # smallest M, N and K a tl.dot takes on every target
+EIGHT_BIT = frozenset(FLOAT8) | {"i8"}  # operands whose tl.dot takes a K of 2 * MIN_DOT at least
+
+
+def dot_minimum(dot: S.Dot) -> tuple[int, int, int]:
+    """The least (M, K, N) tile a tl.dot takes: 8-bit operands (i8, fp8) a K of 32 (their wgmma's).
+    One rule for the renderer (tl.dot or not, whole extents padded at launch) and the lint."""
+    return MIN_DOT, 2 * MIN_DOT if dot.a.dtype in EIGHT_BIT else MIN_DOT, MIN_DOT
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,6 @@
 """The triton backend's performance warnings (dt.ir.lint rules), from how it renders the
-scheduled IR: products with a tile under tl.dot's 16 lanes or in float32 IEEE precision,
+scheduled IR: products with a tile under tl.dot's least (16 lanes, 32 along the reduction of 8-bit
+operands) or in float32 IEEE precision,
 product tiles padded to powers of two, accesses Triton cannot prove aligned, `tma()` tiles
 that move through pointers, and `stream()` on a kernel that reads nothing once."""
 from __future__ import annotations
@@ -9,11 +10,11 @@ import math
 from dt.backends.pysource import Names
 from dt.backends.triton.cache_hints import streamed
 from dt.backends.triton.lane_accumulators import with_lane_accumulators
-from dt.backends.triton.layout import MIN_DOT, KernelLayout
+from dt.backends.triton.layout import MIN_DOT, KernelLayout, dot_minimum
 from dt.backends.triton.limits import tile_padding
 from dt.backends.triton.precision import F32_DOT_ENV, f32_dot_precision
 from dt.backends.triton.tma import TMA_MAX_BOX, TMA_MIN_ROW_BYTES, TmaPlan
-from dt.dtypes import ITEM_BYTES
+from dt.dtypes import ITEM_BYTES, is_integer
 from dt.errors import PerformanceWarning
 from dt.ir import scheduled as S
 from dt.ir.lint import Rule
@@ -26,39 +27,47 @@ VECTOR_BYTES = 16  # the widest access of one thread
 
 
 def _dot_tiles(facts: KernelFacts):
-    """(product, statement, the lanes its M, N and K tiles have and are padded to) of each
-    product, as the renderer lays them out (KernelLayout: a whole extent is padded at launch,
-    to MIN_DOT at least in a product)."""
+    """(product, statement, its M, N and K axes, the lanes their tiles have, take at least in a
+    tl.dot (dot_minimum), hold values and are padded to) of each product, as the renderer lays
+    them out (KernelLayout: a whole extent is padded at launch, to that least in a product)."""
     dots = [(node, s) for s, value in statements_with_values(facts.kernel.body)
             for node in S.walk_texpr(value) if isinstance(node, S.Dot)]
     layout = KernelLayout(with_lane_accumulators(facts.kernel)) if dots else None  # laying out costs
     for node, s in dots:
         axes = (node.a.dims[0], node.b.dims[1], node.axis)
+        rows, depth, cols = dot_minimum(node)
+        least = (rows, cols, depth)
         tiles = [layout.axes[a].tile if a in layout.axes else None for a in axes]
         used = [_used(facts, a) for a in axes]
-        padded = [t if isinstance(t, int) else None if u is None else tile_padding(u, MIN_DOT)
-                  for t, u in zip(tiles, used)]
-        yield node, s, axes, tiles, used, padded
+        padded = [t if isinstance(t, int) else None if u is None else tile_padding(u, fewest)
+                  for t, u, fewest in zip(tiles, used, least)]
+        yield node, s, axes, tiles, least, used, padded
 
 
 def small_products(facts: KernelFacts):
-    """Products with a fixed tile under tl.dot's MIN_DOT lanes: Triton multiplies and sums
-    them in float32 (a whole extent in a product is padded to MIN_DOT: it goes to tl.dot)."""
+    """Products with a fixed tile under tl.dot's least (dot_minimum): Triton multiplies and sums
+    them on the CUDA cores (a whole extent in a product is padded to it: it goes to tl.dot)."""
     kernel, context = facts.kernel, facts.context
-    for node, s, axes, tiles, used, padded in _dot_tiles(facts):
-        small = [a for a, t in zip(axes, tiles) if isinstance(t, int) and t < MIN_DOT]
+    for node, s, axes, tiles, least, used, padded in _dot_tiles(facts):
+        small = {}  # the lanes tl.dot takes -> the dimensions tiled with fewer
+        for a, t, fewest in zip(axes, tiles, least):
+            if isinstance(t, int) and t < fewest:
+                small.setdefault(fewest, []).append(facts.dim_of(a))
         if not small:
             continue
+        under = " and under ".join(f"{n} lanes along {', '.join(dims)}" for n, dims in small.items())
+        wanted = " and ".join(f"{', '.join(dims)} with {n}" for n, dims in small.items())
+        sizes = ", ".join(f"{d}:{n}" for n, dims in small.items() for d in dims)
+        eight_bit = f" ({least[2]} along the reduction of 8-bit operands)" if least[2] != MIN_DOT else ""
         func = kernel.schedule_func
-        dims = ", ".join(facts.dim_of(a) for a in small)
         loc = context.schedule_loc(func, "tensorize") or s.loc
         shape = "x".join(str(t) if isinstance(t, int) else facts.dim_of(a) for a, t in zip(axes, tiles))
         yield PerformanceWarning(
             "not-on-matrix-units", f"the {shape} product over {facts.dim_of(node.axis)} in kernel '{kernel.name}' has "
-            f"a tile under {MIN_DOT} lanes along {dims}: the matrix units take {MIN_DOT} or more along each", loc,
-            cost=f"a multiply-and-sum in float32 on the CUDA cores, {MATRIX_SPEEDUP}",
-            hint=f"tensorize {dims} with {MIN_DOT} lanes or more "
-                 f"({func}.tensorize({', '.join(f'{facts.dim_of(a)}:{MIN_DOT}' for a in small)}, ...))",
+            f"a tile under {under}: the matrix units take {MIN_DOT} or more along each{eight_bit}", loc,
+            cost=f"a multiply-and-sum in {'int32' if is_integer(node.acc_dtype) else 'float32'} on the CUDA cores, "
+                 f"{MATRIX_SPEEDUP}",
+            hint=f"tensorize {wanted} lanes or more ({func}.tensorize({sizes}, ...))",
             func=func, notes=(("the product is here", s.loc),) if loc is not s.loc else ())
 
 
@@ -67,7 +76,7 @@ def padding(facts: KernelFacts):
     tile's padding lanes are masked: they move no bytes, and were not measured to cost time.)"""
     kernel, context = facts.kernel, facts.context
     reported = set()
-    for node, s, axes, tiles, used, padded in _dot_tiles(facts):
+    for node, s, axes, tiles, least, used, padded in _dot_tiles(facts):
         if None in used or None in padded or (tuple(used), tuple(padded)) in reported:
             continue
         share = math.prod(used) / math.prod(padded)
@@ -127,8 +136,9 @@ def f32_products(facts: KernelFacts):
     kernel = facts.kernel
     if f32_dot_precision() != "ieee":
         return
-    for node, s, axes, tiles, used, padded in _dot_tiles(facts):
-        if "f32" in (node.a.dtype, node.b.dtype) and not any(isinstance(t, int) and t < MIN_DOT for t in tiles):
+    for node, s, axes, tiles, least, used, padded in _dot_tiles(facts):
+        small = any(isinstance(t, int) and t < n for t, n in zip(tiles, least))  # small_products' to report
+        if "f32" in (node.a.dtype, node.b.dtype) and not small:
             yield PerformanceWarning(
                 "not-on-matrix-units", f"the float32 product over {facts.dim_of(node.axis)} in kernel '{kernel.name}' "
                 f"runs in IEEE precision ({F32_DOT_ENV}=ieee, the default), which the matrix units do not have",
