@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -143,6 +144,52 @@ def test_operands_over_different_axes_are_refused():
     with pytest.raises(IRVerificationError, match="operands of Binary over different axes"):
         verify(_edit(pipeline, lambda body: _in_loops(body, fn)))
 
+
+W8A8 = ROOT / "examples" / "llm" / "w8a8_matmul.dt"
+INT8 = {"Xq": "i8", "Wq": "i8", "Sx": "f32", "Sw": "f32"}
+
+
+def _in_values(body, fn):
+    """body with fn applied to every node of each Assign's value, operands first, inside loops too."""
+    def rewrite(e):
+        return fn(S.with_children(e, tuple(map(rewrite, S.texpr_children(e)))))
+    return _in_loops(body, lambda s: dataclasses.replace(s, value=rewrite(s.value)) if isinstance(s, S.Assign) else s)
+
+
+def _retyped(fn):
+    """An edit of a body: fn applied to its Dots, and to the Full that starts their accumulator."""
+    return lambda body: _in_values(body, lambda e: fn(e) if isinstance(e, (S.Dot, S.Full)) else e)
+
+
+@pytest.mark.parametrize("path, dtype, edit, message", [
+    # an i8 x i8 product accumulating in f32, as a float product would
+    (W8A8, INT8, _retyped(lambda e: dataclasses.replace(e, acc_dtype="f32") if isinstance(e, S.Dot) else e),
+     "a product of i8 and i8 accumulates in f32: two i8 operands accumulate in i32, any others in f32 or f64"),
+    # a float product accumulating in i32
+    (MATMUL, "bf16", _retyped(lambda e: dataclasses.replace(e, acc_dtype="i32") if isinstance(e, S.Dot) else e),
+     "a product of bf16 and bf16 accumulates in i32"),
+    # an i32 product added to an f32 accumulator (declared f32 and read as f32)
+    (W8A8, INT8, _retyped(lambda e: dataclasses.replace(e, acc=dataclasses.replace(e.acc, dtype="f32"))
+                          if isinstance(e, S.Dot) else dataclasses.replace(e, dtype="f32")),
+     "a product in i32 adds to an accumulator of f32"),
+    # the accumulator declared f32, the product reading it as the i32 it makes
+    (W8A8, INT8, _retyped(lambda e: dataclasses.replace(e, dtype="f32") if isinstance(e, S.Full) else e),
+     "reads 'k_accumulator' as i32, assigned in f32"),
+], ids=["i8-product-in-f32", "bf16-product-in-i32", "accumulator-f32", "accumulator-declared-f32"])
+def test_the_verifier_refuses_a_product_whose_dtype_disagrees_with_its_accumulator(path, dtype, edit, message):
+    pipeline = dt.load(path).pipeline(dtype)
+    assert verify(pipeline) is pipeline
+    with pytest.raises(IRVerificationError, match=re.escape(message)):
+        verify(_edit(pipeline, edit))
+
+
+def test_the_verifier_refuses_a_tile_reassigned_in_another_dtype():
+    def fn(s):  # the product's update cast to f32: k_accumulator starts as i32
+        if isinstance(s, S.Assign) and isinstance(s.value, S.Dot):
+            return dataclasses.replace(s, value=S.Cast(s.value, "f32"))
+        return s
+    with pytest.raises(IRVerificationError, match="reassigned in f32, first assigned in i32"):
+        verify(_edit(dt.load(W8A8).pipeline(INT8), lambda body: _in_loops(body, fn)))
 
 def test_every_tile_expression_carries_the_dtype_the_lowering_chose():
     pipeline = _pipeline(MATMUL, "bf16")

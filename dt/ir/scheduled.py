@@ -27,6 +27,8 @@ Backends interpret or render these nodes and nothing else. The rules they rely o
   `Gather` masks every lane whose computed index falls outside its tensor (value 0).
 - `Reduce` and `Dot` operands are already masked for the reduced axis, and full-size; a `Scan` is
   an Assign's whole value, its operand full-size (lanes past the limit only reach lanes past it).
+- A `Dot` of two i8 operands accumulates in INTEGER_DOT (i32), any other in f32 or f64; its `acc`
+  holds that dtype. A `Ref` has its tile's dtype, and a tile assigned again keeps its dtype.
 - `Store` writes exactly the valid lanes; its value spans the store's tile axes, in order, full-size.
 - An `Axis` with `size` a non-constant (`IVar`) spans a whole extent; backends that need
   power-of-two shapes pad it and mask the padding.
@@ -311,11 +313,15 @@ class Scan(_Composite, TExpr):
         return self.x.dims, self.x.unit
 
 
+INTEGER_DOT = "i32"  # what a product of two i8 operands accumulates in (the matrix units' int8 mode)
+
+
 @dataclass(frozen=True)
 class Dot(_Composite, TExpr):
     """Matrix product over `axis`: a has dims (i, axis), b has dims (axis, j); result (i, j)
-    accumulated in `acc_dtype`, added to `acc` when given (in the lowering, a and b may lead with
-    scalar axes: dt.ir.lower.scalar_axes removes them)."""
+    accumulated in `acc_dtype` (INTEGER_DOT for two i8 operands, else the compute dtype, f32 or
+    f64), added to `acc` when given, which holds that dtype (in the lowering, a and b may lead
+    with scalar axes: dt.ir.lower.scalar_axes removes them)."""
     a: TExpr
     b: TExpr
     axis: str

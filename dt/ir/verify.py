@@ -87,6 +87,8 @@ class _KernelVerifier:
                 if s.name in tiles:
                     if tiles[s.name].dims != s.value.dims:
                         self.fail(f"reassigned over {s.value.dims}, first assigned over {tiles[s.name].dims}", s)
+                    if tiles[s.name].dtype != s.value.dtype:
+                        self.fail(f"reassigned in {s.value.dtype}, first assigned in {tiles[s.name].dtype}", s)
                 else:
                     self.bind(s.name, s)
                 tiles[s.name] = s.value
@@ -154,6 +156,8 @@ class _KernelVerifier:
                 self.fail(f"reads tile '{e.name}' before any assignment to it", stmt)
             if tiles[e.name].dims != e.dims:
                 self.fail(f"reads '{e.name}' over {e.dims}, assigned over {tiles[e.name].dims}", stmt)
+            if tiles[e.name].dtype != e.dtype:
+                self.fail(f"reads '{e.name}' as {e.dtype}, assigned in {tiles[e.name].dtype}", stmt)
         elif isinstance(e, S.Load):
             if e.tensor not in self.tensors:
                 self.fail(f"loads unknown tensor '{e.tensor}'", stmt)
@@ -204,6 +208,12 @@ class _KernelVerifier:
                           f"(i, {e.axis}) and ({e.axis}, j)", stmt)
             if e.acc is not None and e.acc.dims != e.dims:
                 self.fail(f"accumulator over {e.acc.dims}, product over {e.dims}", stmt)
+            wanted = (S.INTEGER_DOT,) if e.a.dtype == e.b.dtype == "i8" else ("f32", "f64")  # the compute dtypes
+            if e.acc_dtype not in wanted:
+                self.fail(f"a product of {e.a.dtype} and {e.b.dtype} accumulates in {e.acc_dtype}: two i8 operands "
+                          f"accumulate in {S.INTEGER_DOT}, any others in f32 or f64", stmt)
+            if e.acc is not None and e.acc.dtype != e.acc_dtype:
+                self.fail(f"a product in {e.acc_dtype} adds to an accumulator of {e.acc.dtype}", stmt)
 
     def same_dims(self, operands, e, stmt):
         ranked = {x.dims for x in operands if x.dims}

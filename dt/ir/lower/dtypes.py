@@ -43,9 +43,6 @@ def float8_dot_dtype(operand_dtypes) -> str | None:
     return kinds.pop() if len(kinds) == 1 and kinds <= set(FLOAT8) else None
 
 
-INTEGER_DOT = "i32"  # what a product of two i8 operands accumulates in (the matrix units' int8 mode)
-
-
 def dot_dtype_of(storage: str, compute: str) -> str:
     """The dtype of a dot product's operands: half-precision storage feeds the matrix units as it
     is (the product accumulates in `compute`), any other in the compute dtype."""

@@ -15,7 +15,7 @@ from dt.ir.check.statistics import loop_statistic, mean_reduction
 from dt.ir.check.uses import read_through
 from dt.ir.index_expr import IBin, IConst, IVar, iadd, ifloordiv, imin, imul, isub
 from dt.ir.lower import skipping
-from dt.ir.lower.dtypes import INTEGER_DOT, float8_dot_dtype
+from dt.ir.lower.dtypes import float8_dot_dtype
 from dt.ir.lower.expressions import INDEX
 from dt.ir.lower.online_statistics import positive_scale
 from dt.ir.naming import size_name
@@ -281,7 +281,7 @@ class ReductionLowering:
             self.arg_values[id(e)] = self.assign(name.replace("accumulator", e.op.removeprefix("arg")),
                                                  S.Full(reduction.identity, axes, self.compute), f"r{e.op}", e.loc)
             return self.assign(name, S.Full(0, axes, INDEX), f"r{e.op}", e.loc)
-        dtype = INTEGER_DOT if self.integer_dot(e) else self.compute
+        dtype = S.INTEGER_DOT if self.integer_dot(e) else self.compute
         return self.assign(name, S.Full(reduction.identity, axes, dtype), f"r{e.op}", e.loc)
 
     def update(self, e: A.Reduce, func: str, env, ax: str, acc: S.TExpr, given=None) -> S.TExpr:
@@ -307,7 +307,7 @@ class ReductionLowering:
             value = self.fit(value, full)
             value = self.masked(value, ax, identity)
             reduced = self.fit(S.Reduce("sum" if op == "dot" else op, value, ax), acc.dims)
-            update = S.Binary(REDUCTIONS[op].combine, acc, S.Cast(reduced, INTEGER_DOT) if integer else reduced)
+            update = S.Binary(REDUCTIONS[op].combine, acc, S.Cast(reduced, S.INTEGER_DOT) if integer else reduced)
         return update
 
     def arg_update(self, e: A.Reduce, func: str, env, ax: str, acc: S.Ref) -> S.TExpr:
@@ -385,7 +385,7 @@ class ReductionLowering:
             return None
         if others:
             a = self.fit(a, acc.dims[:-1] + (ax,))
-        return S.Dot(a, b, ax, acc, INTEGER_DOT if self.integer_dot(e) else self.compute)
+        return S.Dot(a, b, ax, acc, S.INTEGER_DOT if self.integer_dot(e) else self.compute)
 
     def integer_dot(self, e: A.Reduce) -> bool:
         """Whether product e multiplies i8 operands as integers (dt.ir.lower.types), its operands
