@@ -74,6 +74,13 @@ def test_page_escapes_names_and_lists_failures(tmp_path):
     assert "**6 of 30 schedules within 5% of the best**" in text  # 1.00 .. 1.05
 
 
+def test_the_page_of_a_search_cut_short_says_so(tmp_path):
+    pytest.importorskip("matplotlib")
+    text = report.write(result(stopped=True, baselines={}), tmp_path)[1].read_text(encoding="utf-8")
+    assert "- **cut short by an interrupt**: 7 timed, 0 failed, 4 left untried; the times are the search's own " \
+           "(no final rounds)" in text
+    assert "(budget)" not in text
+
 def test_a_cached_result_is_refused(tmp_path):
     res = Result(timed(0.5), {}, 0, "from the tuning cache (x.json)", "cpu", cached=True)
     with pytest.raises(DTError) as caught:

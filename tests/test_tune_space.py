@@ -4,7 +4,9 @@ performance warnings prune it. The search over it (dt.tune.search, `dt tune`): e
 schedule timed within the budget, wrong ones caught, the fastest written as DT text."""
 import functools
 import glob
+import os
 import re
+import signal
 import warnings
 from pathlib import Path
 
@@ -311,6 +313,104 @@ def test_dt_tune_writes_the_fastest_schedule(tmp_path, capsys):
     args = random_inputs(prog, dict(x=24, y=300), "f32")
     assert_close(prog(backend="numba", **args), prog.reference(**args), "f32")
 
+
+PROGRESS = re.compile(r"^(\d+)/(\d+) (\d+\.\d{4} ms|failed) add_out: .* \((best (\d+\.\d{4}) ms: add_out: .*|none correct "
+                      r"yet)\)$", re.MULTILINE)
+
+
+def test_dt_tune_reports_each_candidate_on_stderr_as_it_goes(tmp_path, capsys):
+    from dt.cli import main
+    argv = ["tune", str(ROOT / "examples" / "add.dt"), "--size", "x=24", "--size", "y=300", "--backend", "interp",
+            "--budget", "5", "-o", str(tmp_path / "tuned.dt")]
+    assert main(argv) == 0
+    run = capsys.readouterr()
+    lines = PROGRESS.findall(run.err)  # not a terminal: a line a candidate
+    timed, failed = map(int, re.search(r"(\d+) timed, (\d+) failed", run.out).groups())
+    total = len(dt.load(ROOT / "examples" / "add.dt").space(dict(x=24, y=300), "f32", "interp"))
+    assert [(int(n), int(of)) for n, of, *_ in lines] == [(n, total) for n in range(1, timed + failed + 1)]
+    times = [float(ms.removesuffix(" ms")) for _, _, ms, *_ in lines if ms != "failed"]
+    assert float(lines[-1][4]) == min(times)  # the best so far, on every line
+    assert not PROGRESS.search(run.out)
+
+
+def _interrupted_after(monkeypatch, measured: int, interrupt):
+    """Local.next measures `measured` candidates, then calls `interrupt` (which raises, or signals)."""
+    from dt.tune.evaluate import Local
+    calls, measure = [], Local.next
+
+    def next_outcome(self):
+        calls.append(1)
+        if len(calls) > measured:
+            interrupt()
+        return measure(self)
+    monkeypatch.setattr(Local, "next", next_outcome)
+
+
+def _keyboard_interrupt():
+    raise KeyboardInterrupt
+
+
+@pytest.mark.parametrize("interrupt, code", [(_keyboard_interrupt, 130),
+                                             (lambda: os.kill(os.getpid(), signal.SIGTERM), 143)],
+                         ids=["ctrl-c", "sigterm"])
+def test_an_interrupted_dt_tune_writes_the_fastest_so_far(tmp_path, capsys, monkeypatch, tuning_cache, interrupt, code):
+    """A search cut short (Ctrl-C; SIGTERM, as from an outer `timeout`) keeps what it timed: the
+    fastest written, marked as such, nothing cached, the exit code 128 + the signal's number."""
+    from dt.cli import main
+    _interrupted_after(monkeypatch, 5, interrupt)
+    out = tmp_path / "tuned.dt"
+    handler = signal.getsignal(signal.SIGTERM)
+    argv = ["tune", str(ROOT / "examples" / "add.dt"), "--size", "x=24", "--size", "y=300", "--backend", "interp",
+            "--budget", "600", "-o", str(out)]
+    assert main(argv) == code
+    assert signal.getsignal(signal.SIGTERM) == handler
+    run = capsys.readouterr()
+    name = signal.Signals(code - 128).name
+    assert len(PROGRESS.findall(run.err)) == 5
+    assert f"dt tune: stopped by {name} after 5 schedules were timed: {out} holds the fastest so far" in run.err
+    assert "cut short by an interrupt: 5 timed, 0 failed, 40 left untried" in run.out
+    header, text = out.read_text().split("\n", 1)
+    assert header.endswith(f"the fastest of 5 timed before {name} cut the search short (no final rounds).")
+    best = min(PROGRESS.findall(run.err), key=lambda line: float(line[2].removesuffix(" ms")))
+    assert f"{float(best[2].removesuffix(' ms')):.4f} ms, the fastest of 5" in header
+    prog = dt.loads(text)
+    args = random_inputs(prog, dict(x=24, y=300), "f32")
+    assert_close(prog(backend="interp", **args), prog.reference(**args), "f32")
+    assert not list(tuning_cache.glob("*.json"))  # a search cut short is no cache entry
+
+
+def test_dt_tune_interrupted_before_any_schedule_ran_writes_nothing(tmp_path, capsys, monkeypatch):
+    from dt.cli import main
+    _interrupted_after(monkeypatch, 0, _keyboard_interrupt)
+    out = tmp_path / "tuned.dt"
+    assert main(["tune", str(ROOT / "examples" / "add.dt"), "--size", "x=24", "--size", "y=300", "--backend",
+                 "interp", "-o", str(out)]) == 130
+    assert "dt tune: stopped by SIGINT before any schedule ran correctly: nothing written" in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_an_interrupted_search_raises_with_what_it_timed(monkeypatch, tuning_cache):
+    from dt.tune.search import Interrupted
+    prog = dt.load(ROOT / "examples" / "add.dt")
+    _interrupted_after(monkeypatch, 3, _keyboard_interrupt)
+    with pytest.raises(Interrupted) as stopped:  # a KeyboardInterrupt, with the result so far
+        prog.tune(dict(x=24, y=300), "f32", backend="interp", budget=600)
+    result = stopped.value.result
+    assert isinstance(stopped.value, KeyboardInterrupt) and result.stopped and len(result.timed) == 3
+    assert result.untried == len(prog.space(dict(x=24, y=300), "f32", "interp")) - 3
+    assert "cut short by an interrupt: 3 timed" in result.table()
+    assert not list(tuning_cache.glob("*.json"))
+
+
+def test_a_search_interrupted_in_its_final_rounds_keeps_its_own_times(monkeypatch, tuning_cache):
+    from dt.tune.evaluate import Local
+    from dt.tune.search import Interrupted
+    monkeypatch.setattr(Local, "retime", lambda self, candidate: _keyboard_interrupt())
+    with pytest.raises(Interrupted) as stopped:
+        dt.load(ROOT / "examples" / "add.dt").tune(dict(x=24, y=300), "f32", backend="interp", budget=0)
+    result = stopped.value.result
+    assert result.stopped and [len(t.rounds) for t in result.timed] == [0] and not result.baselines
+    assert not list(tuning_cache.glob("*.json"))
 
 # ---------------------------------------------------------------- the cache
 def test_a_second_tune_of_the_same_algorithm_and_shape_bucket_is_a_cache_hit(tuning_cache):

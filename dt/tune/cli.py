@@ -2,6 +2,8 @@
 a program's schedules and manage what the searches found."""
 from __future__ import annotations
 
+import contextlib
+import signal
 import sys
 from pathlib import Path
 
@@ -39,20 +41,29 @@ def add_parsers(sub, parse_sizes, parse_scalars, count):
 
 
 def cmd_tune(args) -> int:
+    """Search, then print the fastest schedules and write the fastest; on an interrupt (Ctrl-C, or
+    SIGTERM: an outer `timeout`) write the fastest timed so far, marked as such, and exit with
+    128 + the signal's number."""
     import dt
-    from rich.progress import Progress
     from dt.tune.dtypes import label, parse, with_default
+    from dt.tune.search import Interrupted
     prog = dt.load(args.file)
     sizes = args.parse_sizes(args.size or [])
     dtype = with_default(prog, *parse(args.dtype or []))
-    with Progress(transient=True) as bar:
-        task = bar.add_task(f"tuning {Path(args.file).name}", total=None)
-
-        def progress(done: int, total: int, name: str):
-            bar.update(task, completed=done, total=total, description=f"{name}")
-        result = prog.tune(sizes, dtype, args.backend, args.budget, progress=progress, cache=args.cache,
-                           lookup=not args.report, workers=args.workers, ray=args.ray,
-                           scalars=args.parse_scalars(args.scalar))
+    caught = []  # SIGTERM, once it stopped the search
+    try:
+        with _terminate_interrupts(caught), _progress(Path(args.file).name) as progress:
+            result = prog.tune(sizes, dtype, args.backend, args.budget, progress=progress, cache=args.cache,
+                               lookup=not args.report, workers=args.workers, ray=args.ray,
+                               scalars=args.parse_scalars(args.scalar))
+    except Interrupted as e:
+        result = e.result
+    except KeyboardInterrupt:  # before the search measured anything
+        result = None
+    stop = caught[0] if caught else signal.SIGINT
+    if result is None or (result.stopped and not result.timed):
+        print(f"dt tune: stopped by {stop.name} before any schedule ran correctly: nothing written", file=sys.stderr)
+        return 128 + stop
     print(result.table(args.show))
     if args.report:
         from dt.tune import report
@@ -61,10 +72,46 @@ def cmd_tune(args) -> int:
     out = Path(args.output) if args.output else Path(args.file).with_name(Path(args.file).stem + "_tuned.dt")
     shape = ", ".join([f"{d}={n}" for d, n in sizes.items()] + (args.scalar or []))
     best = result.best  # a DTError where nothing ran correctly
+    cut = f" before {stop.name} cut the search short (no final rounds)" if result.stopped else ""
     out.write_text(f"# Tuned by `dt tune` for {shape} ({label(dtype)}) on {result.device}: "
-                   f"{result.timed[0].ms:.4f} ms, the fastest of {len(result.timed)} timed.\n" + best.text)
+                   f"{result.timed[0].ms:.4f} ms, the fastest of {len(result.timed)} timed{cut}.\n" + best.text)
     print(f"wrote {out}")
+    if result.stopped:
+        print(f"dt tune: stopped by {stop.name} after {len(result.timed)} schedules were timed: {out} holds the "
+              f"fastest so far", file=sys.stderr)
+        return 128 + stop
     return 0
+
+
+@contextlib.contextmanager
+def _terminate_interrupts(caught: list):
+    """SIGTERM (an outer `timeout`, a job scheduler) raises KeyboardInterrupt while this runs, so
+    that it stops the search as Ctrl-C does; `caught` gets the signal."""
+    def interrupt(signum, frame):
+        caught.append(signal.Signals(signum))
+        raise KeyboardInterrupt
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+@contextlib.contextmanager
+def _progress(name: str):
+    """The search's `progress`, on standard error: a progress bar on a terminal, else a line a
+    candidate, flushed (kept by a log, and by a search that an outer `timeout` cuts short)."""
+    if not sys.stderr.isatty():
+        yield lambda step: print(step.line(), file=sys.stderr, flush=True)
+        return
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    with Progress(TextColumn("tuning {task.fields[name]}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  TextColumn("{task.description}"), console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task("", total=None, name=escape(name))
+        yield lambda step: bar.update(task, completed=step.done, total=step.total,
+                                      description=escape(step.best_so_far()))
 
 
 def cmd_cache(args) -> int:

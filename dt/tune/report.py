@@ -87,6 +87,8 @@ def _markdown(result) -> str:
     best = timed[0].ms if timed else None
     lines = [f"# Tuning report: {result.title or 'search'}", "",
              f"- device: {result.device}", f"- space: {result.summary}",
+             f"- **cut short by an interrupt**: {len(timed)} timed, {len(result.failed)} failed, {result.untried} left "
+             f"untried; the times are the search's own (no final rounds)" if result.stopped else
              f"- {len(timed)} timed, {len(result.failed)} failed, {result.untried} left untried (budget)",
              f"- **{within(result)} of {len(timed)} schedules within 5% of the best**"
              + (f" ({best:.4f} ms)" if timed else ""), "",

@@ -7,6 +7,10 @@ alternating rounds beside the baselines (the schedule as written, and any given)
     result = prog.tune({"x": 4096, "y": 4096}, "bf16", budget=300)
     print(result.table())
     Path("softmax_tuned.dt").write_text(result.best.text)
+
+`progress` hears of every candidate measured (a `Step`); an interrupt (Ctrl-C, or the SIGTERM
+that `dt tune` turns into one) stops the search and raises `Interrupted`, whose result holds
+what was timed until then.
 """
 from __future__ import annotations
 
@@ -16,7 +20,7 @@ from dataclasses import dataclass, field
 
 from dt.errors import DTError
 from dt.tune.dtypes import label, resolved
-from dt.tune.evaluate import Local, device as _device
+from dt.tune.evaluate import Local, Outcome, device as _device
 from dt.tune.space import Candidate, space
 from dt.tune.strategy import Strategy
 
@@ -33,16 +37,35 @@ class Timed:
     rounds: list[float] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class Step:
+    """One candidate measured, as the search tells `progress`: the `done`th of the space's `total`,
+    its outcome (`ms` None: it failed) and the fastest so far (None while none ran correctly)."""
+    done: int
+    total: int
+    outcome: Outcome
+    best: Timed | None
+
+    def line(self) -> str:
+        """`12/45 0.0523 ms add_out: x1 y256 (best 0.0421 ms: add_out: x1 y64)`"""
+        ms = "failed" if self.outcome.ms is None else f"{self.outcome.ms:.4f} ms"
+        return f"{self.done}/{self.total} {ms} {self.outcome.candidate.name} ({self.best_so_far()})"
+
+    def best_so_far(self) -> str:
+        return f"best {self.best.ms:.4f} ms: {self.best.candidate.name}" if self.best else "none correct yet"
+
+
 @dataclass
 class Result:
     timed: list[Timed]  # fastest first
     failed: dict[str, str]  # candidate name -> why (compile error, wrong output)
-    untried: int  # candidates the budget left out
+    untried: int  # candidates the budget (or an interrupt) left out
     summary: str  # the space's, or where the cached entry is
     device: str
     cached: bool = False  # from the tuning cache (dt.tune.cache), not searched
     baselines: dict[str, float] = field(default_factory=dict)  # name -> ms, timed beside the candidates
     title: str = ""  # program, shape, dtype and backend, e.g. 'softmax_safe x=4096 y=4096 bf16 on triton'
+    stopped: bool = False  # cut short by an interrupt: the search's own times, no final rounds, not cached
 
     @property
     def best(self) -> Candidate:
@@ -52,12 +75,24 @@ class Result:
         return self.timed[0].candidate
 
     def table(self, rows: int = 10) -> str:
-        lines = [f"{self.summary}; {len(self.timed)} timed, {len(self.failed)} failed, {self.untried} left untried "
-                 f"(budget) on {self.device}; the fastest {FINALISTS} timed again in {ROUNDS} rounds (*), first"]
+        counts = f"{len(self.timed)} timed, {len(self.failed)} failed, {self.untried} left untried"
+        lines = [f"{self.summary}; cut short by an interrupt: {counts} on {self.device}; fastest first, as the "
+                 f"search timed them (no final rounds)" if self.stopped else
+                 f"{self.summary}; {counts} (budget) on {self.device}; the fastest {FINALISTS} timed again in "
+                 f"{ROUNDS} rounds (*), first"]
         lines += [f"{t.ms:10.4f} ms {'*' if t.rounds else ' '} {t.candidate.name}" for t in self.timed[:rows]]
         lines += [f"{ms:10.4f} ms  baseline: {name} (the fastest schedule {ms / self.timed[0].ms:.2f}x as fast)"
                   for name, ms in self.baselines.items() if self.timed]
         return "\n".join(lines)
+
+
+class Interrupted(KeyboardInterrupt):
+    """An interrupt that stopped a search (Ctrl-C; SIGTERM under `dt tune`), raised once the
+    search's processes are stopped, with what it found: `result`, marked `stopped`."""
+
+    def __init__(self, result: Result):
+        super().__init__(f"the search was stopped after {len(result.timed)} schedules were timed")
+        self.result = result
 
 
 def tune(prog, sizes: dict[str, int], dtype: str | dict[str, str] = "f32", backend: str = "triton", budget: float = 300,
@@ -74,7 +109,9 @@ def tune(prog, sizes: dict[str, int], dtype: str | dict[str, str] = "f32", backe
     finalists, as is the schedule as written. `ray`: measure on a Ray cluster (True: start a
     local one; a string: its address; dt.tune.cluster). `scalars`: values of the program's
     scalars to measure with (the group of grouped-query attention: an index scalar left out is
-    1, a float one random); not part of the cache's key, as a schedule is right for any value."""
+    1, a float one random); not part of the cache's key, as a schedule is right for any value.
+    `progress`: called with a `Step` after each candidate is measured. An interrupt stops the
+    search: `Interrupted` is raised with the result so far (uncached)."""
     from dt.testing import given_scalars
     from dt.tune import cache as tuning_cache
     scalars = given_scalars(prog, scalars)
@@ -96,26 +133,18 @@ def tune(prog, sizes: dict[str, int], dtype: str | dict[str, str] = "f32", backe
                           cached=True, title=title)
         found = space(prog, sizes, dtype, backend)
         evaluator = evaluator or Local(prog, sizes, dtype, backend, seed, workers, scalars)
-        timed, failed, tried = _search(Strategy(found.candidates, seed), evaluator, budget, progress,
-                                       len(found))
+        timed, failed, tried, stopped = _search(Strategy(found.candidates, seed), evaluator, budget, progress,
+                                                len(found))
         finalists = timed[:FINALISTS]
         written = Candidate("as written", prog.ast.source)
-        outcome = evaluator.measure_now(written, WRITTEN_TIMEOUT)
-        contenders = {t.candidate.name: t for t in finalists}
-        screened = {}  # baselines too slow to time again
-        if outcome.late:
-            failed[written.name] = f"not timed: it ran for more than {WRITTEN_TIMEOUT} s, far slower than the schedules found"
-        elif outcome.ms is None:
-            failed[written.name] = outcome.error
-        elif timed and outcome.ms > SLOWER * timed[0].ms:
-            screened[written.name] = outcome.ms
-        else:
-            contenders[written.name] = Timed(written, outcome.ms)
-        for name, fn in (baselines or {}).items():
-            contenders[name] = Timed(Candidate(name, ""), evaluator.time(name, fn))
-        for _ in range(ROUNDS if len(contenders) > 1 else 0):
-            for t in contenders.values():
-                t.rounds.append(evaluator.retime(t.candidate))
+        contenders, screened = {}, {}
+        if not stopped:
+            try:
+                contenders, screened = _final_rounds(evaluator, written, finalists, timed, failed, baselines or {})
+            except KeyboardInterrupt:  # the search's own times stand, none of the rounds'
+                stopped = True
+                for t in finalists:
+                    t.rounds.clear()
     finally:
         if evaluator is not None:
             evaluator.close()
@@ -124,37 +153,70 @@ def tune(prog, sizes: dict[str, int], dtype: str | dict[str, str] = "f32", backe
     # the schedule as written competes too: dt tune never returns one slower than what the user wrote
     ranked = finalists + ([contenders[written.name]] if written.name in contenders else [])
     timed = sorted(ranked, key=lambda t: t.ms) + timed[len(finalists):]
-    if cache and timed:
+    if cache and timed and not stopped:  # a search cut short would stand in for a whole one
         tuning_cache.store(prog, extents, dtype, backend, device, timed[0].candidate.text, timed[0].candidate.name,
                            timed[0].ms)
     measured = {n: t.ms for n, t in contenders.items() if n not in {f.candidate.name for f in finalists}} | screened
-    return Result(timed, failed, len(found) - tried, found.summary(), shown, baselines=measured, title=title)
+    result = Result(timed, failed, len(found) - tried, found.summary(), shown, baselines=measured, title=title,
+                    stopped=stopped)
+    if stopped:
+        raise Interrupted(result)
+    return result
 
 
 def _search(strategy: Strategy, evaluator, budget: float, progress, total: int):
-    """(Timed candidates fastest first, failures by name, how many were measured), within the
-    budget (the first candidate is always measured), keeping the evaluator's pipeline full."""
+    """(Timed candidates fastest first, failures by name, how many were measured, whether an
+    interrupt stopped it), within the budget (the first candidate is always measured), keeping
+    the evaluator's pipeline full."""
     begin = time.monotonic()
-    timed, failed, tried, in_flight = [], {}, 0, 0
-    while True:
-        over = tried and time.monotonic() - begin > budget
-        while not over and in_flight < evaluator.depth:
-            candidate = strategy.next()
-            if candidate is None:
+    timed, failed, tried, in_flight, best, stopped = [], {}, 0, 0, None, False
+    try:
+        while True:
+            over = tried and time.monotonic() - begin > budget
+            while not over and in_flight < evaluator.depth:
+                candidate = strategy.next()
+                if candidate is None:
+                    break
+                evaluator.submit(candidate)
+                in_flight += 1
+            if over or not in_flight:
                 break
-            evaluator.submit(candidate)
-            in_flight += 1
-        if over or not in_flight:
-            break
-        outcome = evaluator.next()
-        in_flight -= 1
-        tried += 1
-        strategy.tell(outcome.candidate, outcome.ms)
-        if progress is not None:
-            progress(tried, total, outcome.candidate.name)
-        if outcome.ms is None:
-            failed[outcome.candidate.name] = outcome.error
-        else:
-            timed.append(Timed(outcome.candidate, outcome.ms))
+            outcome = evaluator.next()
+            in_flight -= 1
+            tried += 1
+            strategy.tell(outcome.candidate, outcome.ms)
+            if outcome.ms is None:
+                failed[outcome.candidate.name] = outcome.error
+            else:
+                timed.append(Timed(outcome.candidate, outcome.ms))
+                best = timed[-1] if best is None or outcome.ms < best.ms else best
+            if progress is not None:
+                progress(Step(tried, total, outcome, best))
+    except KeyboardInterrupt:  # what was measured stands
+        stopped = True
     evaluator.abandon()
-    return sorted(timed, key=lambda t: t.ms), failed, tried
+    return sorted(timed, key=lambda t: t.ms), failed, tried, stopped
+
+
+def _final_rounds(evaluator, written: Candidate, finalists: list[Timed], timed: list[Timed], failed: dict,
+                  baselines: dict) -> tuple[dict, dict]:
+    """(The contenders by name: the finalists, the schedule as written and the baselines, timed again
+    in alternating rounds; the baselines too slow to time again, with their times). The schedule as
+    written that fails or runs past WRITTEN_TIMEOUT is added to `failed`."""
+    outcome = evaluator.measure_now(written, WRITTEN_TIMEOUT)
+    contenders = {t.candidate.name: t for t in finalists}
+    screened = {}
+    if outcome.late:
+        failed[written.name] = f"not timed: it ran for more than {WRITTEN_TIMEOUT} s, far slower than the schedules found"
+    elif outcome.ms is None:
+        failed[written.name] = outcome.error
+    elif timed and outcome.ms > SLOWER * timed[0].ms:
+        screened[written.name] = outcome.ms
+    else:
+        contenders[written.name] = Timed(written, outcome.ms)
+    for name, fn in baselines.items():
+        contenders[name] = Timed(Candidate(name, ""), evaluator.time(name, fn))
+    for _ in range(ROUNDS if len(contenders) > 1 else 0):
+        for t in contenders.values():
+            t.rounds.append(evaluator.retime(t.candidate))
+    return contenders, screened
