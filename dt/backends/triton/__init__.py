@@ -90,7 +90,9 @@ class TritonBackend:
         replays = None
         if not (self.interpret or no_inputs):
             from dt.backends.triton.replay import Replays  # imports torch: only when kernels run on a GPU
-            replays = Replays(launcher, namespace, module.kernels, pipeline.name)
+            # A Gluon twin's launches are recorded too: its descriptors are not replayed, so a call
+            # that launches one always goes through the launcher (replay._build).
+            replays = Replays(launcher, namespace, module.kernels + module.gluon_kernels, pipeline.name)
         kwargs = {"device": "cuda" if to_cuda else "cpu"} if no_inputs else {}
 
         def run(tensors: dict, scalars: dict, sizes: dict, outputs: dict | None = None) -> dict:

@@ -17,6 +17,7 @@ from dt.backends.pysource import Names, Writer, safe_text
 from dt.backends.triton import helpers
 from dt.backends.triton.expressions import LOG2E
 from dt.backends.triton.format import wrap
+from dt.backends.triton.gluon import GluonKernelRenderer, NotPipelined, gluon_helper
 from dt.backends.triton.kernel import KernelRenderer
 from dt.backends.triton.launcher import Launcher
 from dt.backends.triton.limits import TileCheck
@@ -30,7 +31,8 @@ LINE_WIDTH = 100
 HEADER_WIDTH = 95  # the module docstring's prose
 # Modules and builtins the generated code refers to; no generated local may shadow them.
 GLOBALS_USED = ("tl", "libdevice", "triton", "torch", "float", "int", "min", "max", "range", "tuple", "ValueError",
-                "TensorDescriptor")
+                "TensorDescriptor", "os", "gluon", "gl", "mbarrier", "tma", "warpgroup_mma", "warpgroup_mma_wait",
+                "GluonTensorDescriptor", "_tma_load", "_thread_barrier", "GLUON")
 
 
 @dataclass(frozen=True)
@@ -44,6 +46,7 @@ class Module:
     dot_dims: dict[str, int]  # `{dim}_SIZE` in a tl.dot -> the lanes its padded tile has at least
     launch_lines: tuple[tuple[int, int, S.Kernel], ...]  # (first, last line, kernel) of each launch
     kernels: tuple[str, ...]  # the @triton.jit kernels' names in the module
+    gluon_kernels: tuple[str, ...] = ()  # their Gluon twins' (gluon.py), run on Hopper GPUs
 
 
 def render(pipeline: S.Pipeline, f32_dot: str = "ieee", width: int | None = LINE_WIDTH,
@@ -62,9 +65,11 @@ def render(pipeline: S.Pipeline, f32_dot: str = "ieee", width: int | None = LINE
                              f"set DT_TRITON_F32_DOT to one of {', '.join(F32_DOT_PRECISIONS)}")
     device_helpers, host_helpers = helpers.device(interpret), helpers.host()
     module_names = Names(GLOBALS_USED)
-    helper_names = {name: module_names.fresh(name) for name in (*device_helpers, *host_helpers)}
+    gluon_helpers = {f"{name}_gluon": gluon_helper(source, name) for name, source in helpers.device(True).items()}
+    helper_names = {name: module_names.fresh(name) for name in (*device_helpers, *gluon_helpers, *host_helpers)}
     in_kernels = set(module_names.taken)  # what kernel bodies refer to: local names must differ
     kernel_names = {k.name: module_names.ir(k.name) for k in pipeline.kernels}
+    gluon_names = {k.name: module_names.fresh(f"{k.name}_gluon") for k in pipeline.kernels}
     function = module_names.ir(pipeline.name)
     in_launcher = set(module_names.taken)  # the launcher calls itself (on another GPU) and the kernels
 
@@ -72,7 +77,9 @@ def render(pipeline: S.Pipeline, f32_dot: str = "ieee", width: int | None = LINE
     kernels = [KernelRenderer(k, pipeline, f32_dot, in_kernels, helper_names, kernel_names[k.name])
                for k in pipeline.kernels]
     bodies = [kr.render() for kr in kernels]
+    gluon_bodies = [] if interpret else _gluon_twins(pipeline, kernels, f32_dot, in_kernels, helper_names, gluon_names)
     used_helpers = set().union(*(kr.helpers_used for kr in kernels))
+    used_gluon_helpers = set().union(*(kr.gluon.helpers_used for kr in kernels if kr.gluon))
     dot_dims = {}
     for kr in kernels:
         for size, least in kr.dot_dims.items():
@@ -81,11 +88,14 @@ def render(pipeline: S.Pipeline, f32_dot: str = "ieee", width: int | None = LINE
     launch_helpers = ["_check"]
     if any(kr.program_count for kr in kernels):
         launch_helpers.append("_multiprocessors")
-    if any(kr.use_tma for kr in kernels):
+    if any(kr.use_tma or kr.gluon for kr in kernels):
         launch_helpers.append("_tma_ready")
+    if gluon_bodies:
+        launch_helpers += ["_gluon_wanted", "_gluon_descriptor"]
     _header(w, pipeline, f32_dot, function, launcher.args,
             libdevice=not interpret and bool(used_helpers & helpers.needing_libdevice()),
-            descriptors="_tma_ready" in launch_helpers, exp2=any(kr.exp2_used for kr in kernels))
+            descriptors=any(kr.use_tma for kr in kernels), exp2=any(kr.exp2_used for kr in kernels),
+            gluon=bool(gluon_bodies))
     emitted = [(name, source) for name, source in device_helpers.items() if name in used_helpers] \
         + [(name, host_helpers[name]) for name in launch_helpers]
     for name, helper in emitted:
@@ -97,6 +107,19 @@ def render(pipeline: S.Pipeline, f32_dot: str = "ieee", width: int | None = LINE
         w.line("")
         w.line("")
         w.lines.extend(body)
+    if gluon_bodies:
+        w.line("")
+        w.line("")
+        w.line("if GLUON:  # the kernels' Hopper twins (dt/backends/triton/gluon.py)")
+        with w.indent():
+            for name in sorted(used_gluon_helpers):
+                w.line("")
+                for line in gluon_helpers[name].replace(name, helper_names[name]).splitlines():
+                    w.line(line)
+            for body in gluon_bodies:
+                w.line("")
+                for line in body:
+                    w.line(line)
     w.line("")
     w.line("")
     launcher.render(w)
@@ -104,7 +127,21 @@ def render(pipeline: S.Pipeline, f32_dot: str = "ieee", width: int | None = LINE
     checks = tuple(c for kr in kernels for c in kr.limits.deferred)
     return Module(source, function, tuple(t.name for t in pipeline.inputs), pipeline.scalars,
                   launcher.call_extents, checks, dot_dims, _launch_lines(source, pipeline, kernel_names),
-                  tuple(kernel_names.values()))
+                  tuple(kernel_names.values()), tuple(kr.gluon.name for kr in kernels if kr.gluon))
+
+
+def _gluon_twins(pipeline, kernels, f32_dot, reserved, helper_names, gluon_names) -> list[list[str]]:
+    """The Gluon kernel of each kernel the Gluon renderer writes (kr.gluon then holds its
+    renderer), and the reason for each it does not (kr.gluon_refusal)."""
+    bodies = []
+    for kr in kernels:
+        try:
+            gluon = GluonKernelRenderer(kr.kernel, pipeline, f32_dot, reserved, helper_names, gluon_names[kr.kernel.name])
+            bodies.append(gluon.render())
+            kr.gluon = gluon
+        except NotPipelined as refusal:
+            kr.gluon_refusal = str(refusal)
+    return bodies
 
 
 def _format(lines: list[str], width: int | None) -> str:
@@ -129,7 +166,7 @@ def _launch_lines(source: str, pipeline: S.Pipeline, kernel_names: dict[str, str
 
 
 def _header(w: Writer, pipeline: S.Pipeline, f32_dot: str, function: str, args: list[str], libdevice: bool,
-            descriptors: bool, exp2: bool):
+            descriptors: bool, exp2: bool, gluon: bool):
     dtypes = sorted({t.dtype for t in pipeline.inputs}) or ["f32"]
     w.line(f'"""{pipeline.name}: Triton kernels generated by dt from {safe_text(pipeline.file) or "a DT program"} '
            f'({"/".join(dtypes)} inputs).')
@@ -169,3 +206,18 @@ def _header(w: Writer, pipeline: S.Pipeline, f32_dot: str, function: str, args: 
         w.line("from triton.language.extra import libdevice")
     if descriptors:
         w.line("from triton.tools.tensor_descriptor import TensorDescriptor")
+    if gluon:
+        w.line("import os")
+        w.line("try:  # Gluon (Triton 3.5 and later) writes the Hopper twins of the kernels")
+        w.line("    from triton.experimental import gluon")
+        w.line("    from triton.experimental.gluon import language as gl")
+        w.line("    from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma")
+        w.line("    from triton.experimental.gluon.language.nvidia.hopper import warpgroup_mma, warpgroup_mma_wait")
+        w.line("    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor as GluonTensorDescriptor")
+        w.line("    # TMA's load into shared memory: async_copy_global_to_shared until Triton 3.7")
+        w.line("    _tma_load = getattr(tma, \"async_load\", None) or tma.async_copy_global_to_shared")
+        w.line("    # a barrier of the program's threads: gl.thread_barrier until Triton 3.7")
+        w.line("    _thread_barrier = getattr(gl, \"thread_barrier\", None) or gl.barrier")
+        w.line("    GLUON = True")
+        w.line("except ImportError:")
+        w.line("    GLUON = False")

@@ -59,23 +59,33 @@ def occupancy(registers: int, warps: int, shared: int, capability: int = H100) -
     return limits[limiter], limiter, limits[limiter] * warps / max_warps
 
 
-def record_launches(module, pipeline: S.Pipeline, tensors: list, scalars: list, extents: dict) -> list[tuple]:
+def record_launches(module, pipeline: S.Pipeline, tensors: list, scalars: list, extents: dict,
+                    gluon: bool = False) -> list[tuple]:
     """Run the module's launcher with kernels that record their launches: (the JIT function,
-    its arguments, its launch options) of each."""
+    its arguments, its launch options) of each; with `gluon`, the launches of the kernels'
+    Gluon twins where they have one (as on a Hopper GPU)."""
     namespace = load_module(module.source, f"compiled {pipeline.name}", {"__name__": f"dt_compiled_{pipeline.name}"})
     launches = []
-
-    class Record:
-        def __init__(self, fn):
-            self.fn = fn
-
-        def __getitem__(self, grid):
-            return lambda *args, **options: launches.append((self.fn, args, options))
-
+    if gluon:
+        namespace["_gluon_wanted"] = lambda device: True
+        namespace["_tma_ready"] = lambda device, *boxes: True
+        for name in module.gluon_kernels:
+            namespace[name] = Record(namespace[name], launches)
     for k in pipeline.kernels:
-        namespace[k.name] = Record(namespace[k.name])
+        namespace[k.name] = Record(namespace[k.name], launches)
     namespace[module.function](*tensors, *scalars, *[extents[d] for d in module.call_extents])
     return launches
+
+
+class Record:
+    """A JIT function whose launches are recorded, not run."""
+
+    def __init__(self, fn, launches: list):
+        self.fn = fn
+        self.launches = launches
+
+    def __getitem__(self, grid):
+        return lambda *args, **options: self.launches.append((self.fn, args, options))
 
 
 def compile_launch(fn, args, options, capability: int):
@@ -97,9 +107,14 @@ def compile_launch(fn, args, options, capability: int):
             attrs[(i,)] = [["tt.divisibility", 16]]  # as Triton specialises aligned pointers
         elif isinstance(value, TensorDescriptor):
             signature[param.name] = f"tensordesc<{pointer[value.base.dtype][1:]}{list(value.block_shape)}>"
+        elif type(value).__name__ == "TensorDescriptor":  # Gluon's: its shared layout is part of its type
+            signature[param.name] = f"tensordesc<{pointer[value.base.dtype][1:]}{list(value.block_shape)},{value.layout!r}>"
         else:  # a scalar: an integer one is annotated int64
             signature[param.name] = param.annotation or "fp32"
-    return triton.compile(ASTSource(fn, signature, constants, attrs), target=GPUTarget("cuda", capability, 32),
+    source = ASTSource
+    if type(fn).__name__ == "GluonJITFunction":
+        from triton.experimental.gluon._runtime import GluonASTSource as source
+    return triton.compile(source(fn, signature, constants, attrs), target=GPUTarget("cuda", capability, 32),
                           options=options)
 
 

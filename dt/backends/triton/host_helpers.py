@@ -1,10 +1,19 @@
 """Host functions a generated module's launcher calls: `_check` always, `_multiprocessors` for
-persistent kernels, `_tma_ready` for kernels with TMA.
+persistent kernels, `_tma_ready` for kernels with TMA, `_gluon_wanted` for kernels with a Gluon
+twin.
 
 The code generator copies each function's source text into the module it writes
 (dt/backends/triton/helpers.py reads this file; generating code imports neither it nor torch).
 """
+import os
+
 import torch
+
+try:  # as the generated module has them where it has Gluon twins
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor as GluonTensorDescriptor
+except ImportError:
+    pass
 
 
 def _check(name, tensor, rank, dtype, device):
@@ -29,4 +38,23 @@ def _tma_ready(device, *boxes):
         return False
     return all(tuple(t.shape) == extents and t.data_ptr() % 16 == 0 and t.stride(-1) == 1
                and all(stride * t.element_size() % 16 == 0 for stride in t.stride()[:-1])
-               and max(box) <= 256 and box[-1] * t.element_size() >= 16 for t, box, extents in boxes)
+               and max(box) <= 256 and box[-1] * t.element_size() >= 16
+               for t, box, extents in boxes)
+
+
+def _gluon_wanted(device, capabilities={}):
+    # A kernel's Gluon twin (wgmma: Hopper only) runs on an sm_90 GPU where DT_TRITON_GLUON=1.
+    # Each device's capability is read once (`capabilities`): a launch is a few microseconds.
+    if device.type != "cuda" or os.environ.get("DT_TRITON_GLUON", "0") != "1":
+        return False
+    if device.index not in capabilities:
+        capabilities[device.index] = torch.cuda.get_device_capability(device)
+    return capabilities[device.index][0] == 9
+
+
+def _gluon_descriptor(tensor, box, dtype, layouts={}):
+    # A Gluon tensor descriptor of `tensor`'s boxes, their shared-memory layout made once a box.
+    key = (tuple(box), dtype)
+    if key not in layouts:
+        layouts[key] = gl.NVMMASharedLayout.get_default_for(box, dtype)
+    return GluonTensorDescriptor(tensor, list(tensor.shape), list(tensor.stride()), box, layouts[key])

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dt.backends.pysource import Names, Writer
 from dt.backends.triton.integers import integer_scalars
+from dt.backends.triton.expressions import TL_DTYPE
 from dt.backends.triton.kernel import KernelRenderer
 from dt.ir.index_expr import index_source as index, renamed
 from dt.dtypes import TORCH_BY_NAME
@@ -124,7 +125,7 @@ class Launcher:
                 w.line(f"{name} = {tiles[size]}")
                 tiles[size] = name
         args += list(tiles.values())
-        tma = None
+        tma, descriptors = None, []
         if kr.use_tma:
             tma, descriptors = self.tma_descriptors(w, kr, tiles)
             args += descriptors
@@ -142,7 +143,38 @@ class Launcher:
             w.line(f"{grid} = ({count},)")
         if tma:
             args.append(tma)
-        w.line(f"{kr.name}[{grid}]({', '.join(args + options)})")
+        if kr.gluon:
+            gluon_args = args[:len(args) - len(descriptors if tma else []) - (1 if tma else 0)]
+            self.gluon_launch(w, kr.gluon, grid, gluon_args, tiles)
+            with w.indent():
+                w.line(f"{kr.name}[{grid}]({', '.join(args + options)})")
+        else:
+            w.line(f"{kr.name}[{grid}]({', '.join(args + options)})")
+
+    def gluon_launch(self, w: Writer, gk, grid: str, args: list[str], tiles: dict[str, str]):
+        """The Gluon twin's launch where it runs (a Hopper GPU, DT_TRITON_GLUON=1, tensors that
+        suit TMA), then `else:` for the Triton kernel's."""
+        boxes = {}
+        for key in gk.descriptors:
+            boxes[key] = self.names.fresh(f"{key[0]}_box")
+            w.line(f"{boxes[key]} = [{', '.join(str(b) if isinstance(b, int) else tiles[b] for b in key[1])}]")
+        ready = [f"({self.names.ir(t)}, {boxes[(t, box)]}, ({', '.join(self.sizes[d] for d in self.pipeline.tensor(t).dims)},))"
+                 for t, box in gk.descriptors]
+        use = self.names.fresh(f"{gk.kernel.func}_gluon")
+        w.line(f"{use} = GLUON and {self.helpers['_gluon_wanted']}({self.device})")
+        w.line(f"if {use}:")
+        with w.indent():
+            w.line(f"{use} = {self.helpers['_tma_ready']}({self.device}, {', '.join(ready)})")
+        w.line(f"if {use}:")
+        with w.indent():
+            descriptors = []
+            for key, box in boxes.items():
+                name = self.names.fresh(gk.descriptors[key])
+                dtype = TL_DTYPE[self.pipeline.tensor(key[0]).dtype]
+                w.line(f"{name} = {self.helpers['_gluon_descriptor']}({self.names.ir(key[0])}, {box}, {dtype})")
+                descriptors.append(name)
+            w.line(f"{gk.name}[{grid}]({', '.join(args + descriptors + [f'num_warps={gk.warps}'])})")
+        w.line("else:")
 
     def tma_descriptors(self, w: Writer, kr: KernelRenderer, tiles: dict[str, str]) -> tuple[str, list[str]]:
         """Whether the tensors suit TMA at this call (the name of that flag, passed as the kernel's

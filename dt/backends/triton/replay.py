@@ -15,6 +15,7 @@ own launch path: while any is set, every call goes through the launcher.
 """
 from __future__ import annotations
 
+import os
 import types
 
 import torch
@@ -50,7 +51,8 @@ class Replays:
 
     @staticmethod
     def key(tensors: list, sizes: tuple) -> tuple:
-        return (sizes, _current_device(),
+        # DT_TRITON_GLUON picks a kernel's Gluon twin or its Triton kernel (gluon.py)
+        return (sizes, _current_device(), os.environ.get("DT_TRITON_GLUON", "0"),
                 tuple((t.get_device(), t.stride(), t.data_ptr() % ALIGNMENT == 0) for t in tensors))
 
     @staticmethod
@@ -110,6 +112,11 @@ class Replays:
                         # A TMA descriptor: its tensor's shape and strides are part of the key.
                         values.append(f"TensorDescriptor({sources[id(a.base)]}, {list(a.shape)}, {list(a.strides)}, "
                                       f"{list(a.block_shape)})")
+                    elif type(a).__name__ == "TensorDescriptor" and hasattr(a, "layout") and id(a.base) in sources:
+                        # A Gluon twin's descriptor (gluon.py): the recorded one on this call's tensor.
+                        recorded = f"descriptor{len(names)}"
+                        names[recorded], names["rebased"] = a, _rebased
+                        values.append(f"rebased({recorded}, {sources[id(a.base)]})")
                     else:
                         return None
                 grid = tuple(grid) + (1,) * (3 - len(grid))
@@ -120,6 +127,15 @@ class Replays:
             else:
                 w.line("return {" + ", ".join(f"{k!r}: {sources[id(t)]}" for k, t in outputs.items()) + "}")
         return load_module(w.text(), f"triton replay {self.name}", names)[f"replay_{self.name}"]
+
+
+def _rebased(descriptor, base):
+    """`descriptor` on another tensor of the same shape, strides, dtype and alignment (a call of
+    the same key): a copy, not a new one, whose construction checks all that again."""
+    copy = object.__new__(type(descriptor))
+    copy.__dict__.update(descriptor.__dict__)
+    copy.base = base
+    return copy
 
 
 def _stream(index: int):

@@ -1,0 +1,336 @@
+"""Hopper (sm_90) kernels in Gluon where Triton's scheduler falls short: a loop whose first
+product feeds element-wise work that feeds a second product (attention: scores, softmax, P·V).
+Triton waits for each wgmma at once (its pipeliner makes one properly asynchronous only when
+its result feeds another's accumulator); here step t issues its first product, then step t-1's
+second, waits for the first only, and runs its element-wise work while the second runs
+(docs/performance.md, "Attention past Triton's scheduler"). The products' operands move by TMA
+into shared memory: once, before the loop, or through a ring of the kernel's stages with an
+mbarrier a slot. Everything else is the Triton renderer's code, `gl` for `tl`, in one wgmma
+register layout: every two-dimensional tile has the products' rows as its first dimension.
+
+`GluonKernelRenderer` raises `NotPipelined` (with the reason) for a kernel of another shape;
+the kernel is then Triton's alone. With DT_TRITON_GLUON=1, the launcher runs the Gluon kernel on
+a Hopper GPU where the tensors suit TMA, and the Triton one elsewhere; unset, always Triton's
+(docs/triton.md, "Gluon twins on Hopper": faster on long sequences with Hopper schedules, slower
+to launch)."""
+from __future__ import annotations
+
+import re
+
+from dt.backends.pysource import Writer
+from dt.backends.triton.expressions import TL_DTYPE
+from dt.backends.triton.gluon_plan import GluonPlan, NotPipelined, Staged
+from dt.backends.triton.kernel import KernelRenderer
+from dt.ir import scheduled as S
+from dt.ir.index_expr import index_source as index, renamed
+
+MAX_SHARED = 227 * 1024  # an H100's or H200's shared memory a program
+# tl functions whose gl namesakes take the same arguments
+GL_FUNCTIONS = ("sum", "max", "min", "maximum", "minimum", "where", "exp", "exp2", "log", "log2", "sqrt", "rsqrt",
+                "reduce", "program_id", "store", "static_assert", "cast", "abs", "fma", "cdiv", "erf", "floor",
+                "ceil", "umulhi", "div_rn", "fdiv", "static_range")
+_TL_CALL = re.compile(r"\btl\.(" + "|".join(GL_FUNCTIONS) + r")\(")
+
+
+def gluon_text(line: str) -> str:
+    return _TL_CALL.sub(r"gl.\1(", line)
+
+
+def gluon_helper(source: str, name: str) -> str:
+    """A device helper's source (device_helpers.py) as a Gluon function named `{name}_gluon`."""
+    lines = [gluon_text(line) for line in source.replace("@triton.jit", "@gluon.jit").splitlines()]
+    return "\n".join(lines).replace(f"def {name}(", f"def {name}_gluon(")
+
+class GluonKernelRenderer(KernelRenderer):
+    """The Gluon twin of a KernelRenderer's kernel (see the module's docstring)."""
+
+    def __init__(self, kernel: S.Kernel, pipeline: S.Pipeline, f32_dot: str, reserved, helpers, name):
+        if kernel.persistent or kernel.tma:
+            raise NotPipelined("persistent and tma() kernels stay Triton's")
+        super().__init__(kernel, pipeline, f32_dot, reserved, helpers, name)
+        self.warps = kernel.num_warps or 4
+        self.stages = max(2, min(kernel.num_stages or 2, 4))
+        plan = GluonPlan(kernel, pipeline, self.layout, self.warps)
+        self.staged, self.loops, self.row_dim = plan.staged, plan.loops, plan.row_dim
+        self.descriptors = {}  # (tensor, box) -> descriptor parameter
+        self.buffers = {}  # (tensor, box) -> (shared buffer, barriers)
+        for st in self.staged.values():
+            key = (st.tensor, st.box)
+            if key not in self.descriptors:
+                self.descriptors[key] = self.names.fresh(f"{st.tensor}_desc")
+                self.buffers[key] = (self.names.fresh(f"{st.tensor}_smem"), self.names.fresh(f"{st.tensor}_ready"))
+        self.ringed = {(st.tensor, st.box) for st in self.staged.values() if st.loop is not None}
+        if any((st.tensor, st.box) in self.ringed for st in self.staged.values() if st.loop is None):
+            raise NotPipelined("a box loaded both before a loop and in one")
+        self.layout_names = {n: self.names.fresh(n) for n in ("mma_layout", "rows", "columns", "operand_layout")}
+        self.mma_n = self.names.fresh("MMA_N")
+        self.tile_count = self.names.fresh("tiles_loaded")
+        self.slot = self.names.fresh("slot")
+        self.previous_slot = self.names.fresh("previous_slot")
+        self.views = {key: self.names.fresh(f"{key[0]}_tile") for key in self.descriptors}
+        self.tile = self.names.fresh("tile")
+        self.step = self.names.fresh("t")
+        self.loaded: dict[tuple, str] = {}  # (key, coordinates) of a box loaded before a loop -> its view
+        self.phases: dict[tuple, int] = {}  # key of a box loaded outside loops -> loads so far
+        self._check_shared_memory()
+
+    def _check_shared_memory(self):
+        total = 0
+        for key in self.descriptors:
+            tensor, box = key
+            elements = 1
+            for b in box:
+                if not isinstance(b, int):
+                    return  # a whole extent padded at launch: the launcher's compile tells
+                elements *= b
+            total += elements * 2 * (self.stages if key in self.ringed else 1)
+        if total > MAX_SHARED:
+            raise NotPipelined(f"{total} bytes of shared memory at {self.stages} stages")
+    # ------------------------------------------------------------ kernel
+    def render(self) -> list[str]:
+        w = Writer()
+        params = []
+        for t in self.params.tensors:
+            ptr, strides = self.tensor_args[t]
+            params.append(ptr)
+            params += [f"{s}: gl.constexpr" for s in strides]
+        params += [f"{self.scalars[s]}: tl.int64" if s in self.integer_scalars else self.scalars[s]
+                   for s in self.params.scalars]
+        params += [f"{self.names.ir(s)}: gl.constexpr" for s in self.params.sizes]
+        params += [f"{self.tiles[s]}: gl.constexpr" for s in self.tiles]
+        params += list(self.descriptors.values())
+        w.line("@gluon.jit")
+        w.line(f"def {self.name}({', '.join(params)}):")
+        with w.indent():
+            w.line(f"# computes {self.kernel.func}: Hopper's matrix units run a step's second product while")
+            w.line("# the next step's element-wise work runs (dt/backends/triton/gluon.py)")
+            self._layouts(w)
+            body = list(self.kernel.body)
+            if self.layout.uses_pid:
+                w.line(f"{self.names.ir('pid')} = gl.program_id(0).to(gl.int64)")
+            for (dim, tile), name in self.aranges.items():
+                size = str(tile) if isinstance(tile, int) else self.tiles[tile]
+                to64 = ".to(gl.int64)" if self.arange_int64[name] else ""
+                role = self.layout_names["rows" if dim == self.row_dim else "columns"]
+                w.line(f"{name} = gl.arange(0, {size}, layout={role}){to64}")
+            self._shared_memory(w)
+            for s in body:
+                self.statement(s, w)
+        return [gluon_text(line) for line in w.lines]
+
+    def _layouts(self, w: Writer):
+        n = self.layout_names
+        widths = sorted({self.layout.axes[s.value.b.dims[1]].tile for s in S.walk_statements(self.kernel.body)
+                         if isinstance(s, S.Assign) and isinstance(s.value, S.Dot)}, key=str)
+        ints = [t for t in widths if isinstance(t, int)]
+        texts = ([str(min(ints))] if ints else []) + [self.tiles[t] for t in widths if not isinstance(t, int)]
+        narrowest = texts[0]
+        for t in texts[1:]:
+            narrowest = f"({t} if {t} < {narrowest} else {narrowest})"
+        w.line(f"{self.mma_n}: gl.constexpr = {narrowest}")
+        w.line(f"# one register layout for every tile: the products' (rows, columns), {self.mma_n} columns")
+        w.line("# a wgmma instruction")
+        w.line(f"{n['mma_layout']}: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], "
+               f"warps_per_cta=[{self.warps}, 1], instr_shape=[16, {self.mma_n}, 16])")
+        w.line(f"{n['rows']}: gl.constexpr = gl.SliceLayout(1, {n['mma_layout']})")
+        w.line(f"{n['columns']}: gl.constexpr = gl.SliceLayout(0, {n['mma_layout']})")
+        w.line(f"{n['operand_layout']}: gl.constexpr = gl.DotOperandLayout(operand_index=0, "
+               f"parent={n['mma_layout']}, k_width=2)")
+
+    def _shared_memory(self, w: Writer):
+        for key, descriptor in self.descriptors.items():
+            smem, ready = self.buffers[key]
+            if key in self.ringed:
+                w.line(f"{smem} = gl.allocate_shared_memory({descriptor}.dtype, [{self.stages}] + "
+                       f"{descriptor}.block_type.shape, {descriptor}.layout)")
+                w.line(f"{ready} = gl.allocate_shared_memory(gl.int64, [{self.stages}, 1], mbarrier.MBarrierLayout())")
+                w.line(f"for {self.slot} in gl.static_range({self.stages}):")
+                with w.indent():
+                    w.line(f"mbarrier.init({ready}.index({self.slot}), count=1)")
+            else:
+                w.line(f"{smem} = gl.allocate_shared_memory({descriptor}.dtype, {descriptor}.block_type.shape, "
+                       f"{descriptor}.layout)")
+                w.line(f"{ready} = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())")
+                w.line(f"mbarrier.init({ready}, count=1)")
+        if self.ringed:
+            w.line(f"{self.tile_count} = 0  # tiles loaded through the rings so far: each slot's barrier phase")
+
+    # ------------------------------------------------------------ TMA
+    def _coords(self, st: Staged, loop_start: str | None = None) -> str:
+        parts = []
+        for kind, value in st.coords:
+            if kind == "axis":
+                start = self.layout.axes[value].axis.start
+                if loop_start is not None:
+                    start = renamed(start, lambda n: loop_start if n == st.loop.var else self.names.ir(n))
+                    text = index(start)
+                else:
+                    text = self.index(start)
+            elif kind == "index":
+                text = self.index(value)
+            else:
+                text = self.texpr(value, None)
+            parts.append(f"gl.cast({text}, gl.int32)")
+        return ", ".join(parts)
+
+    def _view(self, st: Staged, buffer: str) -> str:
+        """The operand as the product takes it: the box's tile dimensions, in the operand's order."""
+        view = buffer
+        if len(st.box) != 2:
+            view += f".reshape([{', '.join(self.tile_text(a) for a in st.tiled)}])"
+        if st.tiled != st.order:
+            view += ".permute((1, 0))"
+        return view
+
+    def _load_before_loop(self, st: Staged, w: Writer):
+        key = (st.tensor, st.box)
+        coords = self._coords(st)
+        if (key, coords) in self.loaded:
+            return
+        smem, ready = self.buffers[key]
+        descriptor = self.descriptors[key]
+        phase = self.phases.get(key, 0)
+        self.phases[key] = phase + 1
+        w.line(f"mbarrier.expect({ready}, {descriptor}.block_type.nbytes)")
+        w.line(f"_tma_load({descriptor}, [{coords}], {ready}, {smem})")
+        w.line(f"mbarrier.wait({ready}, {phase % 2})")
+        w.line(f"{self.views[key]} = {self._view(st, smem)}")
+        self.loaded = {k: v for k, v in self.loaded.items() if k[0] != key}
+        self.loaded[(key, coords)] = smem
+
+    def _ring_load(self, st: Staged, tile: str, slot: str, count: str, start: str, step: int, w: Writer):
+        """Load tile `tile` (of `count`) of the loop's operand into ring slot `slot`."""
+        key = (st.tensor, st.box)
+        smem, ready = self.buffers[key]
+        descriptor = self.descriptors[key]
+        coords = self._coords(st, f"{start} + ({tile}) * {step}")
+        w.line(f"mbarrier.expect({ready}.index({slot}), {descriptor}.block_type.nbytes, pred={tile} < {count})")
+        w.line(f"_tma_load({descriptor}, [{coords}], {ready}.index({slot}), {smem}.index({slot}), "
+               f"pred={tile} < {count})")
+
+    def _ring_view(self, st: Staged, tile: str, slot: str, w: Writer) -> str:
+        """Wait for tile `tile` in ring slot `slot`; the name of its view as the product takes it."""
+        key = (st.tensor, st.box)
+        smem, ready = self.buffers[key]
+        w.line(f"mbarrier.wait({ready}.index({slot}), (({self.tile_count} + {tile}) // {self.stages}) & 1)")
+        w.line(f"{self.views[key]} = {self._view(st, f'{smem}.index({slot})')}")
+        return self.views[key]
+
+    # ------------------------------------------------------------ statements
+    def Assign(self, s: S.Assign, w: Writer):
+        if s.name in self.staged and self.staged[s.name].loop is None:
+            self._load_before_loop(self.staged[s.name], w)
+            return
+        w.line(f"{self.names.ir(s.name)} = {self.texpr(s.value, s.loc)}")
+
+    def For(self, s: S.For, w: Writer):
+        plan = self.loops.get(id(s))
+        if plan is None:
+            super().For(s, w)
+            return
+        var = self.names.ir(s.var)
+        start, count = self.names.fresh(f"{var}_start"), self.names.fresh(f"{var}_count")
+        first, second = s.body[plan.first], s.body[plan.second]
+        result1, result2 = self.names.ir(first.name), self.names.ir(second.name)
+        a2 = self.names.fresh(f"{result2}_operand")
+        acc2 = self.names.fresh(f"{result2}_input")
+        staged_a = self.staged[first.value.a.name]
+        a1 = self.views[(staged_a.tensor, staged_a.box)]
+        step, stages = s.step, self.stages
+        first_b, second_b = plan.first_b, plan.second_b
+        slot, previous = self.slot, self.previous_slot
+        w.line(f"# {var} walks {count} tiles of {step}: step {self.step} issues its first product,")
+        w.line(f"# then step {self.step} - 1's second, and runs its element-wise work while that one runs;")
+        w.line(f"# {first_b.tensor} and {second_b.tensor} arrive through {stages}-slot rings")
+        stop = self.names.fresh(f"{var}_stop")
+        w.line(f"{start} = {self.index(s.start)}")
+        w.line(f"{stop} = {self.index(s.stop)}")
+        w.line(f"{count} = gl.cast(max(0, {stop} - {start} + {step - 1}) // {step}, gl.int32)")
+        w.line(f"for {self.tile} in gl.static_range({stages}):")
+        with w.indent():
+            w.line(f"{slot} = ({self.tile_count} + {self.tile}) % {stages}")
+            for st in (first_b, second_b):
+                self._ring_load(st, self.tile, slot, count, start, step, w)
+        skipped = {plan.zero, plan.first, plan.second} | {i for i, t in enumerate(s.body)
+                                                          if isinstance(t, S.Assign) and t.name in self.staged}
+        zeros = f"gl.zeros({self.shape_text(first.value.dims)}, gl.float32, layout={self.layout_names['mma_layout']})"
+
+        def step_body(t: str, pending: bool):
+            w.line(f"{var} = {start} + {t} * {step}")
+            for i in range(plan.first):
+                if i not in skipped:
+                    self.statement(s.body[i], w)
+            w.line(f"{slot} = ({self.tile_count} + {t}) % {stages}")
+            b1 = self._ring_view(first_b, t, slot, w)
+            w.line(f"{result1} = warpgroup_mma({a1}, {b1}, {zeros}, use_acc=False, is_async=True)")
+            if pending:
+                w.line(f"{previous} = ({self.tile_count} + {t} - 1) % {stages}")
+                b2 = self._ring_view(second_b, f"{t} - 1", previous, w)
+                w.line(f"{result2} = warpgroup_mma({a2}, {b2}, {acc2}, is_async=True)")
+                w.line("# wait for the first product only: the second runs on")
+                w.line(f"{result1} = warpgroup_mma_wait(1, deps=({result1},))")
+            else:
+                w.line(f"{result1} = warpgroup_mma_wait(0, deps=({result1},))")
+            for i in range(plan.first + 1, plan.second):
+                if i not in skipped:
+                    self.statement(s.body[i], w)
+            if pending:
+                w.line(f"{result2}, {a2} = warpgroup_mma_wait(0, deps=({result2}, {a2}))")
+            w.line(f"{a2} = gl.convert_layout({self.texpr(second.value.a, second.loc)}, "
+                   f"{self.layout_names['operand_layout']})")
+            w.line(f"{acc2} = {self.texpr(second.value.acc, second.loc)}")
+            for i in range(plan.second + 1, len(s.body)):
+                if i not in skipped:
+                    self.statement(s.body[i], w)
+            if self.warps > 4:
+                w.line("# every warpgroup is done with the slots refilled next")
+                w.line("_thread_barrier()")
+            self._ring_load(first_b, f"{t} + {stages}", slot, count, start, step, w)
+            if pending:
+                self._ring_load(second_b, f"{t} - 1 + {stages}", previous, count, start, step, w)
+
+        w.line(f"if {count} > 0:")
+        with w.indent():
+            step_body("0", pending=False)
+            w.line(f"for {self.step} in range(1, {count}):")
+            with w.indent():
+                step_body(self.step, pending=True)
+            w.line(f"{previous} = ({self.tile_count} + {count} - 1) % {stages}")
+            b2 = self._ring_view(second_b, f"{count} - 1", previous, w)
+            w.line(f"{result2} = warpgroup_mma({a2}, {b2}, {acc2}, is_async=True)")
+            w.line(f"{result2}, {a2} = warpgroup_mma_wait(0, deps=({result2}, {a2}))")
+        w.line(f"{self.tile_count} += {count}")
+
+    # ------------------------------------------------------------ layouts of created tiles
+    def _layout_of(self, axes) -> str:
+        n = self.layout_names
+        if len(axes) == 2:
+            return n["mma_layout"]
+        return n["rows"] if self.layout.axes[axes[0]].axis.dim == self.row_dim else n["columns"]
+
+    def Full(self, e: S.Full, loc=None) -> str:
+        value = self.Literal(S.Literal(e.value, e.dtype))
+        return f"gl.full({self.shape_text(e.axes)}, {value}, {TL_DTYPE[e.dtype]}, layout={self._layout_of(e.axes)})"
+
+    def BroadcastTo(self, e: S.BroadcastTo, loc=None) -> str:
+        if isinstance(e.x, S.Expand) and not e.x.x.dims:  # a scalar filling a whole tile
+            return (f"gl.full({self.shape_text(e.dims)}, {self.texpr(e.x.x, loc)}, {TL_DTYPE[e.x.x.dtype]}, "
+                    f"layout={self._layout_of(e.dims)})")
+        return self.texpr(e.x, loc)  # broadcast where it meets the other operand
+
+    def Expand(self, e: S.Expand, loc=None) -> str:
+        if not e.x.dims:
+            raise NotPipelined("a scalar expanded to a tile")
+        return super().Expand(e, loc)
+
+    def Mask(self, e: S.Mask, loc=None) -> str:
+        if e.axis in self.masks:
+            return self.masks[e.axis]
+        return f"gl.full({self.shape_text((e.axis,))}, 1, gl.int1, layout={self._layout_of((e.axis,))})"
+
+    def helper(self, how) -> str:
+        self.helpers_used.add(f"{how.name}_gluon")
+        return self.helpers[f"{how.name}_gluon"]
+
+    def Dot(self, e: S.Dot, loc=None) -> str:
+        raise NotPipelined("a product outside a pipelined loop")  # _plan refuses such kernels first

@@ -1,0 +1,205 @@
+"""Which kernels get a Gluon twin (gluon.py), and what its loops move and overlap: the products'
+operands that TMA brings into shared memory (`Staged`: before a loop, or through a ring in it)
+and each loop whose first product's result feeds its second (`Pipelined`). A kernel of another
+shape raises `NotPipelined`, its message saying why."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from dt.backends.triton.expressions import _axis_of
+from dt.backends.triton.layout import KernelLayout
+from dt.ir import scheduled as S
+
+OPERAND_DTYPES = ("f16", "bf16")  # what the twin's wgmma takes
+
+
+class NotPipelined(Exception):
+    """This kernel is not of the shape the Gluon renderer writes; the message says why."""
+
+
+@dataclass(frozen=True)
+class Staged:
+    """A product's operand that TMA moves into shared memory: `tensor`'s box of `box` (a tile
+    size, or 1, along each tensor dimension) starting at `coords`; `tiled`: its tile axes in the
+    tensor's order, `order`: the operand's."""
+    name: str
+    tensor: str
+    box: tuple
+    coords: tuple  # per tensor dimension: ("axis", a tile axis), ("index", an IExpr) or ("value", a scalar TExpr)
+    tiled: tuple[str, ...]
+    order: tuple[str, ...]
+    loop: S.For | None
+
+
+@dataclass(frozen=True)
+class Pipelined:
+    """A loop of two products, the second's first operand computed from the first's result."""
+    zero: int  # the body's statement that zeroes the first product's accumulator
+    first: int  # the first product
+    second: int  # the second product
+    first_b: Staged
+    second_b: Staged
+
+
+def _index_names(e: S.TExpr) -> set[str]:
+    return {n for node in S.walk_texpr(e) if isinstance(node, S.Index) for n in S.index_names(node.value)}
+
+
+class GluonPlan:
+    """The plan of one kernel's twin: `row_dim` (the products' rows, first in every
+    two-dimensional tile), `staged` (by the name of the statement that reads the operand) and
+    `loops` (by id of the For)."""
+
+    def __init__(self, kernel: S.Kernel, pipeline: S.Pipeline, layout: KernelLayout, warps: int):
+        self.kernel, self.pipeline, self.layout, self.warps = kernel, pipeline, layout, warps
+        self.staged: dict[str, Staged] = {}
+        self.loops: dict[int, Pipelined] = {}
+        self.row_dim = ""
+        self._plan()
+
+    def _plan(self):
+        body = self.kernel.body
+        assigns = {s.name: s for s in S.walk_statements(body) if isinstance(s, S.Assign)}
+        dots = [s for s in S.walk_statements(body) if isinstance(s, S.Assign) and isinstance(s.value, S.Dot)]
+        if not dots:
+            raise NotPipelined("no product")
+        nested = [node for s in S.walk_statements(body) if isinstance(s, (S.Assign, S.Store))
+                  for node in S.walk_texpr(s.value) if isinstance(node, S.Dot) and node is not s.value]
+        if nested:
+            raise NotPipelined("a product inside an expression")
+        row_dims = {self.layout.axes[d.value.a.dims[0]].axis.dim for d in dots}
+        if len(row_dims) != 1:
+            raise NotPipelined("products of different rows")
+        self.row_dim = row_dims.pop()
+        rows = self.layout.axes[dots[0].value.a.dims[0]].tile
+        if not isinstance(rows, int) or rows % (16 * self.warps):
+            raise NotPipelined(f"a block of {rows} rows for {self.warps} warps (wgmma: 16 rows a warp)")
+        for d in dots:
+            for x in (d.value.a, d.value.b):
+                if x.dtype not in OPERAND_DTYPES:
+                    raise NotPipelined(f"a product of {x.dtype} operands")
+            if d.value.acc_dtype != "f32":
+                raise NotPipelined("an accumulator other than f32")
+        operands = {}
+        for d in dots:
+            for x, side in ((d.value.a, "a"), (d.value.b, "b")):
+                if isinstance(x, S.Ref) and isinstance(assigns[x.name].value, (S.Load, S.Gather)):
+                    operands[x.name] = side
+        for s in S.walk_statements(body):
+            if isinstance(s, (S.Assign, S.Store)):
+                for node in S.walk_texpr(s.value):
+                    if isinstance(node, (S.Load, S.Gather)) and not (isinstance(s, S.Assign) and s.value is node
+                                                                     and s.name in operands):
+                        raise NotPipelined(f"'{s.name if isinstance(s, S.Assign) else s.tensor}' reads a tile that "
+                                           "is no product's operand")
+                if isinstance(s, S.Assign) and isinstance(s.value, S.BroadcastTo):
+                    raise NotPipelined("a broadcast assigned")
+                dims = s.value.dims
+                if len(dims) > 2:
+                    raise NotPipelined(f"a tile of {len(dims)} dimensions")
+                staged = isinstance(s, S.Assign) and s.name in operands
+                if len(dims) == 2 and not staged and self.layout.axes[dims[0]].axis.dim != self.row_dim:
+                    raise NotPipelined("a tile whose first dimension is not the products' rows")
+        self._plan_loops(body, assigns, operands)
+        if any(self._in_loop(d, body) is None for d in dots):
+            raise NotPipelined("a product outside a loop")
+
+    @staticmethod
+    def _in_loop(s, body, loop=None):
+        for t in body:
+            if t is s:
+                return loop
+            if isinstance(t, S.For):
+                found = GluonPlan._in_loop(s, t.body, t)
+                if found is not None:
+                    return found
+        return None
+
+    def _plan_loops(self, body, assigns, operands):
+        for s in body:
+            if isinstance(s, S.For):
+                if any(isinstance(t, S.For) for t in s.body):
+                    raise NotPipelined("nested loops")
+                self._plan_loop(s, assigns, operands)
+            elif isinstance(s, S.Assign) and s.name in operands:
+                self.staged[s.name] = self._staged(s, None)
+
+    def _plan_loop(self, loop: S.For, assigns, operands):
+        body = loop.body
+        dots = [i for i, s in enumerate(body) if isinstance(s, S.Assign) and isinstance(s.value, S.Dot)]
+        for i, s in enumerate(body):
+            if isinstance(s, S.Assign) and s.name in operands:
+                self.staged[s.name] = self._staged(s, loop)
+        if not dots:
+            if any(isinstance(s, S.Assign) and s.name in operands for s in body):
+                raise NotPipelined("a loop loads operands but has no product")
+            return
+        if len(dots) != 2:
+            raise NotPipelined(f"a loop of {len(dots)} products (two: the first's result feeds the second)")
+        first, second = (body[i] for i in dots)
+        a1, b1, acc1 = first.value.a, first.value.b, first.value.acc
+        a2, b2 = second.value.a, second.value.b
+        zero = next((i for i, s in enumerate(body[:dots[0]]) if isinstance(acc1, S.Ref) and isinstance(s, S.Assign)
+                     and s.name == acc1.name and isinstance(s.value, S.Full) and s.value.value == 0.0), None)
+        if zero is None or acc1.name != first.name:
+            raise NotPipelined("the first product does not start from zero each step")
+        if not (isinstance(a1, S.Ref) and a1.name in self.staged and self.staged[a1.name].loop is None):
+            raise NotPipelined("the first product's first operand is not loaded before the loop")
+        for b in (b1, b2):
+            if not (isinstance(b, S.Ref) and b.name in self.staged and self.staged[b.name].loop is loop):
+                raise NotPipelined("a product's second operand is not loaded in the loop")
+        if isinstance(a2, S.Ref) and a2.name in self.staged:
+            raise NotPipelined("the second product's first operand is loaded, not computed")
+        feeds = {first.name}
+        for s in body[dots[0] + 1:dots[1]]:
+            if isinstance(s, S.Assign) and any(isinstance(n, S.Ref) and n.name in feeds
+                                               for v in S.statement_values(s) for n in S.walk_texpr(v)):
+                feeds.add(s.name)
+        if not any(isinstance(n, S.Ref) and n.name in feeds for n in S.walk_texpr(a2)):
+            raise NotPipelined("the second product does not take the first's result")
+        # The second product of step t runs during step t + 1: only its own accumulator may read it.
+        if any(isinstance(n, S.Ref) and n.name == second.name for i, s in enumerate(body) if i != dots[1]
+               for v in S.statement_values(s) for n in S.walk_texpr(v)):
+            raise NotPipelined("the second product's result is read in the loop")
+        if any(isinstance(n, S.Ref) and n.name == second.name for n in S.walk_texpr(a2)):
+            raise NotPipelined("the second product's operand reads its result")
+        self.loops[id(loop)] = Pipelined(zero, dots[0], dots[1], self.staged[b1.name], self.staged[b2.name])
+
+    def _staged(self, s: S.Assign, loop: S.For | None) -> Staged:
+        node = s.value
+        tensor = node.tensor
+        if self.pipeline.tensor(tensor).dtype not in OPERAND_DTYPES or node.dtype != self.pipeline.tensor(tensor).dtype:
+            raise NotPipelined(f"an operand of {tensor} converted on load")
+        if isinstance(node, S.Load):
+            axes = list(node.indices)
+        else:
+            axes = [_axis_of(sub) for sub in node.subscripts]
+        coords, box, tiled = [], [], []
+        for i, axis in enumerate(axes):
+            lay = self.layout.axes.get(axis) if axis else None
+            if lay is not None and not lay.axis.scalar:
+                if not self._ends_with_tensor(lay.axis):
+                    raise NotPipelined(f"a tile of {tensor} ends inside the tensor")
+                coords.append(("axis", axis))
+                box.append(lay.tile)
+                tiled.append(axis)
+            elif lay is not None:
+                coords.append(("index", lay.axis.start))
+                box.append(1)
+            else:
+                sub = node.subscripts[i]
+                if sub.dims or (loop is not None and loop.var in _index_names(sub)):
+                    raise NotPipelined(f"a computed subscript of {tensor} that moves with the tile")
+                coords.append(("value", sub))
+                box.append(1)
+        if sorted(tiled) != sorted(node.order) or len(tiled) != 2:
+            raise NotPipelined(f"{tensor}'s operand is not a two-dimensional box")
+        return Staged(s.name, tensor, tuple(box), tuple(coords), tuple(tiled), tuple(node.order), loop)
+
+    def _ends_with_tensor(self, ax: S.Axis) -> bool:
+        """TMA masks a box at the tensor's end only: the lanes must be valid exactly there."""
+        extent = S.IVar(S.size_name(ax.dim))
+        limit = ax.limit
+        if isinstance(limit, S.IVar) and limit.name in self.layout.lets:
+            limit = self.layout.lets[limit.name]
+        return limit is None or limit == extent or limit == S.imin(S.iadd(ax.start, ax.size), extent)

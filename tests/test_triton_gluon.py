@@ -1,0 +1,118 @@
+"""The triton backend's Gluon twins (dt/backends/triton/gluon.py): which kernels get one, what
+the twin does (the first product of each step issued before the previous step's second, waited
+for alone), the launcher's choice, and that each twin compiles for sm_90 (no GPU needed)."""
+import importlib.util
+import re
+
+import numpy as np
+import pytest
+
+import dt
+from dt.backends.triton import codegen
+from dt.dtypes import NUMPY_NAMES
+
+from dt.testing import random_inputs
+
+ATTENTION = ["examples/llm/mha.dt", "examples/llm/causal_mha.dt", "examples/llm/gqa_attention.dt",
+             "benchmarks/gpu/schedules/causal_mha_m64.dt"]
+SIZES = {"b": 1, "h": 4, "m": 200, "l": 200, "k": 64, "n": 64}
+
+
+def module(path, dtype="bf16"):
+    prog = dt.load(path)
+    return prog, codegen.render(prog.pipeline(dtype))
+
+
+def twin(source: str) -> str:
+    start = source.index("if GLUON:")
+    return source[start:source.index("\n\ndef ", start)]
+
+
+@pytest.mark.parametrize("path", ATTENTION)
+def test_attention_kernels_have_a_gluon_twin_that_overlaps_the_second_product(path):
+    _, m = module(path)
+    assert m.gluon_kernels == ("attention_kernel_gluon",)
+    text = twin(m.source)
+    # each step: its scores' product, then the previous step's P·V, then a wait for the first only
+    step = text[text.index("for t in range(1,"):]
+    first = step.index("k_accumulator = warpgroup_mma(")
+    second = step.index("l_num_accumulator = warpgroup_mma(")
+    wait_one = step.index("warpgroup_mma_wait(1, deps=(k_accumulator,))")
+    softmax = step.index("gl.exp2(")
+    wait_all = step.index("warpgroup_mma_wait(\n") if "warpgroup_mma_wait(\n" in step else \
+        step.index("warpgroup_mma_wait(0")
+    assert first < second < wait_one < softmax < wait_all
+    assert "_tma_load(K_desc" in text and "_tma_load(V_desc" in text and "mbarrier.wait(" in text
+    assert "tl.dot" not in text and "tl.load" not in text
+    # the Triton kernel stays, launched where the twin is not
+    assert "@triton.jit\ndef attention_kernel(" in m.source
+    launch = m.source[m.source.index("attention_gluon = GLUON and _gluon_wanted(device)"):]
+    assert "attention_gluon = _tma_ready(device, (Q, Q_box" in launch
+    assert "attention_kernel_gluon[" in launch and "else:\n        attention_kernel[" in launch
+
+
+@pytest.mark.parametrize("path, reason", [
+    ("examples/matmul.dt", "a product outside a loop|a loop of 1 products|the first product"),
+    ("examples/softmax.dt", "no product"),
+])
+def test_other_kernels_have_no_twin_and_say_why(path, reason):
+    _, m = module(path, "f16")
+    assert m.gluon_kernels == ()
+    assert "if GLUON" not in m.source and "gluon" not in m.source
+    prog = dt.load(path)
+    from dt.backends.triton.gluon import GluonKernelRenderer, NotPipelined
+    pipeline = prog.pipeline("f16")
+    with pytest.raises(NotPipelined, match=reason):
+        GluonKernelRenderer(pipeline.kernels[0], pipeline, "ieee", set(codegen.GLOBALS_USED), {}, "k_gluon")
+
+
+def test_the_launcher_runs_the_triton_kernel_unless_asked(monkeypatch):
+    """DT_TRITON_GLUON=1 asks for the twins; on a CPU (and Triton's interpreter) there is none to
+    run: the Triton kernel's launch is the one recorded either way."""
+    from dt.backends.triton.compiled import record_launches
+    import torch
+    prog, m = module("examples/llm/causal_mha.dt")
+    pipeline = prog.pipeline("bf16")
+    args = random_inputs(prog, SIZES, "bf16")
+    tensors = [dt.arrays.to_torch(args[n]) for n in m.inputs]
+    for flag in ("0", "1"):
+        monkeypatch.setenv("DT_TRITON_GLUON", flag)
+        launches = record_launches(m, pipeline, tensors, [], SIZES)
+        assert [fn.__name__ for fn, _, _ in launches] == ["attention_kernel"]
+    assert torch.device("cpu").type == "cpu"
+
+
+GLUON = importlib.util.find_spec("triton") is not None and \
+    importlib.util.find_spec("triton.experimental.gluon") is not None
+
+
+def compile_twins(paths) -> dict:
+    """Each file's Gluon twins compiled for sm_90: (registers, spill bytes, wgmma and TMA in the
+    PTX) by kernel. Called in a fresh interpreter without TRITON_INTERPRET (sm90_compiled)."""
+    from dt.backends.triton.compiled import H100, compile_launch, ptxas_facts, record_launches
+    results = {}
+    for path in paths:
+        prog, m = module(path)
+        pipeline = prog.pipeline("bf16")
+        sizes = dict(SIZES, h=8, K_axis1=2, V_axis1=2) if "gqa" in path else SIZES
+        args = random_inputs(prog, sizes, "bf16")
+        tensors = [dt.arrays.to_torch(args[n]) for n in m.inputs]
+        launches = record_launches(m, pipeline, tensors, [4 for _ in m.scalars], sizes, gluon=True)
+        for fn, values, options in launches:
+            compiled = compile_launch(fn, values, options, H100)
+            registers, spill_stores, spill_loads = ptxas_facts(compiled, H100)
+            ptx = compiled.asm["ptx"]
+            results[f"{path} {fn.__name__}"] = [registers, spill_stores + spill_loads,
+                                                bool(re.search(r"wgmma\.mma_async", ptx)),
+                                                "cp.async.bulk.tensor" in ptx]
+    return results
+
+
+@pytest.mark.skipif(not GLUON, reason="needs Triton with Gluon (3.5 or later)")
+def test_gluon_twins_compile_for_sm90_without_spills():
+    from test_triton_backend import sm90_compiled
+    results = sm90_compiled(f"__import__('test_triton_gluon').compile_twins({ATTENTION!r})")
+    assert sorted(results) == sorted(f"{p} attention_kernel_gluon" for p in ATTENTION)
+    for kernel, (registers, spills, wgmma, tma) in results.items():
+        assert spills == 0 and wgmma and tma, kernel
+        assert registers <= 255, kernel
