@@ -66,6 +66,46 @@ def test_other_kernels_have_no_twin_and_say_why(path, reason):
         GluonKernelRenderer(pipeline.kernels[0], pipeline, "ieee", set(codegen.GLOBALS_USED), {}, "k_gluon")
 
 
+def refusal(source: str) -> str:
+    """Why the Gluon renderer refuses the one kernel of DT program `source` (bf16)."""
+    from dt.backends.triton.gluon import GluonKernelRenderer, NotPipelined
+    pipeline = dt.loads(source).pipeline("bf16")
+    with pytest.raises(NotPipelined) as refused:
+        GluonKernelRenderer(pipeline.kernels[0], pipeline, "ieee", set(codegen.GLOBALS_USED), {}, "k_gluon")
+    return str(refused.value)
+
+
+TWO_ATTENTIONS = """
+Func out, s1, e1, num1, s2, e2, num2;
+In A, B, C, D, E;
+Var m, n;
+RVar k, l, j;
+s1[m, l] = rdot(A[m, k], B[k, l], k);
+e1[m, l] = exp(s1[m, l]);
+num1[m, n] = rdot(e1[m, l], C[l, n], l);
+s2[m, j] = rdot(A[m, k], D[k, j], k);
+e2[m, j] = exp(s2[m, j]);
+num2[m, n] = rdot(e2[m, j], E[j, n], j);
+out[m, n] = num1[m, n] + num2[m, n];
+out.block(m:64);
+out.tensorize(m:64, n:0, k:0, l:64, j:64);
+s1.inline(); e1.inline(); s2.inline(); e2.inline();
+num1.fuse_at(out, m);
+num2.fuse_at(out, m);
+out.num_warps(4);
+out.compile_to_kernel();
+"""
+
+
+def test_loops_through_different_rings_have_no_twin():
+    """One count of the tiles loaded gives every ring's slot and barrier phase: a second loop
+    through other rings (D and E, after B and C) would wait for phases its barriers never had."""
+    assert "rings" in refusal(TWO_ATTENTIONS)
+    # the same rings in both loops (causal attention's unmasked and diagonal tiles) keep the count
+    _, m = module("examples/llm/causal_mha.dt")
+    assert m.source.count("tiles_loaded += ") == 2
+
+
 def test_the_launcher_runs_the_triton_kernel_unless_asked(monkeypatch):
     """DT_TRITON_GLUON=1 asks for the twins; on a CPU (and Triton's interpreter) there is none to
     run: the Triton kernel's launch is the one recorded either way."""

@@ -101,6 +101,12 @@ class GluonPlan:
                 if len(dims) == 2 and not staged and self.layout.axes[dims[0]].axis.dim != self.row_dim:
                     raise NotPipelined("a tile whose first dimension is not the products' rows")
         self._plan_loops(body, assigns, operands)
+        # One count of the tiles loaded (gluon.py's tiles_loaded) gives every ring's slot and
+        # barrier phase: it holds for a ring only if every loop loads its tiles through it.
+        rings = {frozenset({(p.first_b.tensor, p.first_b.box), (p.second_b.tensor, p.second_b.box)})
+                 for p in self.loops.values()}
+        if len(rings) > 1:
+            raise NotPipelined("loops whose products' operands arrive through different rings")
         if any(self._in_loop(d, body) is None for d in dots):
             raise NotPipelined("a product outside a loop")
 
