@@ -106,6 +106,13 @@ def test_loops_through_different_rings_have_no_twin():
     assert m.source.count("tiles_loaded += ") == 2
 
 
+
+def test_a_kernel_of_fewer_than_four_warps_has_no_twin():
+    """wgmma is a warpgroup's (four warps): with two, the twin would not compile on the GPU."""
+    source = open("examples/attention_safe_onepass.dt").read()
+    assert "num_warps(4)" in source
+    assert "warpgroups of 4" in refusal(source.replace("num_warps(4)", "num_warps(2)"))
+
 def test_the_launcher_runs_the_triton_kernel_unless_asked(monkeypatch):
     """DT_TRITON_GLUON=1 asks for the twins; on a CPU (and Triton's interpreter) there is none to
     run: the Triton kernel's launch is the one recorded either way."""

@@ -71,6 +71,8 @@ class GluonPlan:
         if len(row_dims) != 1:
             raise NotPipelined("products of different rows")
         self.row_dim = row_dims.pop()
+        if self.warps % 4:
+            raise NotPipelined(f"{self.warps} warps (wgmma runs on warpgroups of 4 warps)")
         rows = self.layout.axes[dots[0].value.a.dims[0]].tile
         if not isinstance(rows, int) or rows % (16 * self.warps):
             raise NotPipelined(f"a block of {rows} rows for {self.warps} warps (wgmma: 16 rows a warp)")
