@@ -113,6 +113,13 @@ def test_a_kernel_of_fewer_than_four_warps_has_no_twin():
     assert "num_warps(4)" in source
     assert "warpgroups of 4" in refusal(source.replace("num_warps(4)", "num_warps(2)"))
 
+
+def test_a_padded_tile_has_no_twin():
+    """A tile of 48 keys is padded to 64 lanes, which a box would read from the tensor: the next
+    tile's rows of V, weighted 0, where an inf makes NaN (the Triton kernel masks them to 0)."""
+    source = open("examples/attention_safe_onepass.dt").read()
+    assert "padded to 64 lanes" in refusal(source.replace("l:64", "l:48"))
+
 def test_the_launcher_runs_the_triton_kernel_unless_asked(monkeypatch):
     """DT_TRITON_GLUON=1 asks for the twins; on a CPU (and Triton's interpreter) there is none to
     run: the Triton kernel's launch is the one recorded either way."""

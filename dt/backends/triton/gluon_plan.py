@@ -186,6 +186,9 @@ class GluonPlan:
         for i, axis in enumerate(axes):
             lay = self.layout.axes.get(axis) if axis else None
             if lay is not None and not lay.axis.scalar:
+                lanes = S.IConst(lay.tile) if isinstance(lay.tile, int) else S.IVar(lay.tile)
+                if lay.axis.size != lanes:  # the box would read the padding from the tensor
+                    raise NotPipelined(f"a tile of {tensor} padded to {lay.tile} lanes")
                 if not self._ends_with_tensor(lay.axis):
                     raise NotPipelined(f"a tile of {tensor} ends inside the tensor")
                 coords.append(("axis", axis))
