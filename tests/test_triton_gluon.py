@@ -120,6 +120,15 @@ def test_a_padded_tile_has_no_twin():
     source = open("examples/attention_safe_onepass.dt").read()
     assert "padded to 64 lanes" in refusal(source.replace("l:64", "l:48"))
 
+
+def test_an_operand_of_six_dimensions_has_no_twin():
+    """A TMA descriptor has at most five dimensions: Gluon's refuses a sixth at the launch."""
+    source = open("benchmarks/gpu/schedules/mha_m64.dt").read()
+    six = source.replace("[b, h, ", "[a, c, b, h, ").replace("Var b,", "Var a, c, b,")
+    six = six.replace("block(b:1,", "block(a:1, c:1, b:1,")
+    assert "Q[a, c, b, h, m, k]" in six
+    assert "more than 5 dimensions" in refusal(six)
+
 def test_the_launcher_runs_the_triton_kernel_unless_asked(monkeypatch):
     """DT_TRITON_GLUON=1 asks for the twins; on a CPU (and Triton's interpreter) there is none to
     run: the Triton kernel's launch is the one recorded either way."""

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from dt.backends.triton.expressions import _axis_of
 from dt.backends.triton.layout import KernelLayout
+from dt.backends.triton.tma import TMA_MAX_RANK
 from dt.ir import scheduled as S
 
 OPERAND_DTYPES = ("f16", "bf16")  # what the twin's wgmma takes
@@ -178,6 +179,8 @@ class GluonPlan:
         tensor = node.tensor
         if self.pipeline.tensor(tensor).dtype not in OPERAND_DTYPES or node.dtype != self.pipeline.tensor(tensor).dtype:
             raise NotPipelined(f"an operand of {tensor} converted on load")
+        if len(self.pipeline.tensor(tensor).dims) > TMA_MAX_RANK:
+            raise NotPipelined(f"an operand of {tensor}, of more than {TMA_MAX_RANK} dimensions (TMA's most)")
         if isinstance(node, S.Load):
             axes = list(node.indices)
         else:
