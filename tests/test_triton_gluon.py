@@ -145,6 +145,33 @@ def test_the_launcher_runs_the_triton_kernel_unless_asked(monkeypatch):
     assert torch.device("cpu").type == "cpu"
 
 
+
+def test_without_gluon_calls_record_and_launch_the_triton_kernel(monkeypatch):
+    """Under a Triton without Gluon (3.0 to 3.4) the module skips its twins (`if GLUON:`): the
+    recording of a call's launches, which wraps every kernel the module has, must not ask for
+    a twin the module never defined."""
+    torch = pytest.importorskip("torch")
+    import sys
+    from dt.backends.pysource import load_module
+    from dt.backends.triton import replay
+    monkeypatch.setitem(sys.modules, "triton.experimental.gluon", None)  # its import fails
+    monkeypatch.setattr(replay, "_current_device", lambda: 0)  # not the CPU's -1: no replay built
+    prog, m = module("examples/llm/causal_mha.dt")
+    namespace = load_module(m.source, "no gluon", {"__name__": "no_gluon"})
+    assert namespace["GLUON"] is False and "attention_kernel_gluon" not in namespace
+    launched = []
+
+    class Kernel:  # the Triton kernel, launched on the CPU tensors without running
+        def __getitem__(self, grid):
+            return lambda *args, **options: launched.append(grid)
+
+    namespace["attention_kernel"] = Kernel()
+    replays = replay.Replays(namespace[m.function], namespace, m.kernels + m.gluon_kernels, prog.name)
+    args = random_inputs(prog, SIZES, "bf16")
+    tensors = [dt.arrays.to_torch(args[n]) for n in m.inputs]
+    out = replays.record(replays.key(tensors, ()), tensors, [])
+    assert isinstance(out, torch.Tensor) and len(launched) == 1
+
 GLUON = importlib.util.find_spec("triton") is not None and \
     importlib.util.find_spec("triton.experimental.gluon") is not None
 

@@ -90,8 +90,8 @@ class TritonBackend:
         replays = None
         if not (self.interpret or no_inputs):
             from dt.backends.triton.replay import Replays  # imports torch: only when kernels run on a GPU
-            # A Gluon twin's launches are recorded too: its descriptors are not replayed, so a call
-            # that launches one always goes through the launcher (replay._build).
+            # A Gluon twin's launches are recorded too, its descriptors replayed on the call's
+            # tensors (replay._rebased).
             replays = Replays(launcher, namespace, module.kernels + module.gluon_kernels, pipeline.name)
         kwargs = {"device": "cuda" if to_cuda else "cpu"} if no_inputs else {}
 

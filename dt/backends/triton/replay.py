@@ -46,7 +46,8 @@ class Replays:
 
     def __init__(self, launcher: types.FunctionType, namespace: dict, kernel_names, name: str):
         self.launcher, self.namespace, self.name = launcher, namespace, name
-        self.kernel_names = tuple(kernel_names)
+        # those the module defines: its Gluon twins only where Triton has Gluon (`if GLUON:`)
+        self.kernel_names = tuple(n for n in kernel_names if n in namespace)
         self.functions: dict[tuple, object] = {}
 
     @staticmethod
