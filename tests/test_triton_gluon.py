@@ -4,13 +4,10 @@ for alone), the launcher's choice, and that each twin compiles for sm_90 (no GPU
 import importlib.util
 import re
 
-import numpy as np
 import pytest
 
 import dt
 from dt.backends.triton import codegen
-from dt.dtypes import NUMPY_NAMES
-
 from dt.testing import random_inputs
 
 ATTENTION = ["examples/llm/mha.dt", "examples/llm/causal_mha.dt", "examples/llm/gqa_attention.dt",
@@ -132,8 +129,8 @@ def test_an_operand_of_six_dimensions_has_no_twin():
 def test_the_launcher_runs_the_triton_kernel_unless_asked(monkeypatch):
     """DT_TRITON_GLUON=1 asks for the twins; on a CPU (and Triton's interpreter) there is none to
     run: the Triton kernel's launch is the one recorded either way."""
+    pytest.importorskip("torch")
     from dt.backends.triton.compiled import record_launches
-    import torch
     prog, m = module("examples/llm/causal_mha.dt")
     pipeline = prog.pipeline("bf16")
     args = random_inputs(prog, SIZES, "bf16")
@@ -142,7 +139,6 @@ def test_the_launcher_runs_the_triton_kernel_unless_asked(monkeypatch):
         monkeypatch.setenv("DT_TRITON_GLUON", flag)
         launches = record_launches(m, pipeline, tensors, [], SIZES)
         assert [fn.__name__ for fn, _, _ in launches] == ["attention_kernel"]
-    assert torch.device("cpu").type == "cpu"
 
 
 

@@ -132,15 +132,16 @@ def render(pipeline: S.Pipeline, f32_dot: str = "ieee", width: int | None = LINE
 
 def _gluon_twins(pipeline, kernels, f32_dot, reserved, helper_names, gluon_names) -> list[list[str]]:
     """The Gluon kernel of each kernel the Gluon renderer writes (kr.gluon then holds its
-    renderer), and the reason for each it does not (kr.gluon_refusal)."""
+    renderer); the others (NotPipelined) are Triton's alone."""
     bodies = []
     for kr in kernels:
         try:
-            gluon = GluonKernelRenderer(kr.kernel, pipeline, f32_dot, reserved, helper_names, gluon_names[kr.kernel.name])
+            gluon = GluonKernelRenderer(kr.kernel, pipeline, f32_dot, reserved, helper_names,
+                                        gluon_names[kr.kernel.name])
             bodies.append(gluon.render())
             kr.gluon = gluon
-        except NotPipelined as refusal:
-            kr.gluon_refusal = str(refusal)
+        except NotPipelined:
+            pass
     return bodies
 
 

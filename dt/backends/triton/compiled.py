@@ -108,7 +108,8 @@ def compile_launch(fn, args, options, capability: int):
         elif isinstance(value, TensorDescriptor):
             signature[param.name] = f"tensordesc<{pointer[value.base.dtype][1:]}{list(value.block_shape)}>"
         elif type(value).__name__ == "TensorDescriptor":  # Gluon's: its shared layout is part of its type
-            signature[param.name] = f"tensordesc<{pointer[value.base.dtype][1:]}{list(value.block_shape)},{value.layout!r}>"
+            dtype = pointer[value.base.dtype][1:]
+            signature[param.name] = f"tensordesc<{dtype}{list(value.block_shape)},{value.layout!r}>"
         else:  # a scalar: an integer one is annotated int64
             signature[param.name] = param.annotation or "fp32"
     source = ASTSource

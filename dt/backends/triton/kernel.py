@@ -68,7 +68,6 @@ class KernelRenderer(ExpressionRenderer):
         self.use_tma = self.names.fresh("USE_TMA") if self.tma.descriptors else None
         self.program_count = self.names.fresh("program_count") if kernel.persistent else None
         self.gluon = None  # the kernel's Gluon twin (gluon.py), where codegen makes one
-        self.gluon_refusal = ""  # else why not
 
     # ------------------------------------------------------------ names and plans
     def _tensor_names(self, tensor: str):

@@ -125,7 +125,7 @@ class Launcher:
                 w.line(f"{name} = {tiles[size]}")
                 tiles[size] = name
         args += list(tiles.values())
-        tma, descriptors = None, []
+        tma = None
         if kr.use_tma:
             tma, descriptors = self.tma_descriptors(w, kr, tiles)
             args += descriptors
@@ -143,9 +143,8 @@ class Launcher:
             w.line(f"{grid} = ({count},)")
         if tma:
             args.append(tma)
-        if kr.gluon:
-            gluon_args = args[:len(args) - len(descriptors if tma else []) - (1 if tma else 0)]
-            self.gluon_launch(w, kr.gluon, grid, gluon_args, tiles)
+        if kr.gluon:  # never persistent nor tma(): the twin takes the arguments so far
+            self.gluon_launch(w, kr.gluon, grid, args, tiles)
             with w.indent():
                 w.line(f"{kr.name}[{grid}]({', '.join(args + options)})")
         else:
@@ -158,8 +157,8 @@ class Launcher:
         for key in gk.descriptors:
             boxes[key] = self.names.fresh(f"{key[0]}_box")
             w.line(f"{boxes[key]} = [{', '.join(str(b) if isinstance(b, int) else tiles[b] for b in key[1])}]")
-        ready = [f"({self.names.ir(t)}, {boxes[(t, box)]}, ({', '.join(self.sizes[d] for d in self.pipeline.tensor(t).dims)},))"
-                 for t, box in gk.descriptors]
+        ready = [f"({self.names.ir(t)}, {boxes[(t, box)]}, "
+                 f"({', '.join(self.sizes[d] for d in self.pipeline.tensor(t).dims)},))" for t, box in gk.descriptors]
         use = self.names.fresh(f"{gk.kernel.func}_gluon")
         w.line(f"{use} = GLUON and {self.helpers['_gluon_wanted']}({self.device})")
         w.line(f"if {use}:")
