@@ -41,6 +41,7 @@ def gluon_helper(source: str, name: str) -> str:
     lines = [gluon_text(line) for line in source.replace("@triton.jit", "@gluon.jit").splitlines()]
     return "\n".join(lines).replace(f"def {name}(", f"def {name}_gluon(")
 
+
 class GluonKernelRenderer(KernelRenderer):
     """The Gluon twin of a KernelRenderer's kernel (see the module's docstring)."""
 
@@ -86,19 +87,11 @@ class GluonKernelRenderer(KernelRenderer):
             total += elements * 2 * (self.stages if key in self.ringed else 1)
         if total > MAX_SHARED:
             raise NotPipelined(f"{total} bytes of shared memory at {self.stages} stages")
+
     # ------------------------------------------------------------ kernel
     def render(self) -> list[str]:
         w = Writer()
-        params = []
-        for t in self.params.tensors:
-            ptr, strides = self.tensor_args[t]
-            params.append(ptr)
-            params += [f"{s}: gl.constexpr" for s in strides]
-        params += [f"{self.scalars[s]}: tl.int64" if s in self.integer_scalars else self.scalars[s]
-                   for s in self.params.scalars]
-        params += [f"{self.names.ir(s)}: gl.constexpr" for s in self.params.sizes]
-        params += [f"{self.tiles[s]}: gl.constexpr" for s in self.tiles]
-        params += list(self.descriptors.values())
+        params = self.parameters() + list(self.descriptors.values())
         w.line("@gluon.jit")
         w.line(f"def {self.name}({', '.join(params)}):")
         with w.indent():

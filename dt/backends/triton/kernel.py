@@ -132,8 +132,8 @@ class KernelRenderer(ExpressionRenderer):
         return f"({sizes[0]},)" if len(sizes) == 1 else f"({', '.join(sizes)})"
 
     # ------------------------------------------------------------ kernel
-    def render(self) -> list[str]:
-        w = Writer()
+    def parameters(self) -> list[str]:
+        """The kernel's tensors (pointer and strides), scalars, extents and tiles."""
         params = []
         for t in self.params.tensors:
             ptr, strides = self.tensor_args[t]
@@ -144,8 +144,11 @@ class KernelRenderer(ExpressionRenderer):
         params += [f"{self.scalars[s]}: tl.int64" if s in self.integer_scalars else self.scalars[s]
                    for s in self.params.scalars]
         params += [f"{self.names.ir(s)}: tl.constexpr" for s in self.params.sizes]
-        params += [f"{self.tiles[s]}: tl.constexpr" for s in self.tiles]
-        params += list(self.tma.descriptors.values())
+        return params + [f"{self.tiles[s]}: tl.constexpr" for s in self.tiles]
+
+    def render(self) -> list[str]:
+        w = Writer()
+        params = self.parameters() + list(self.tma.descriptors.values())
         params += [f"{n}: tl.constexpr" for n in (self.program_count, self.use_tma) if n]
         loc = f" ({safe_text(str(self.kernel.loc))})" if self.kernel.loc else ""
         w.line("@triton.jit")
