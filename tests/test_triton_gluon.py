@@ -126,6 +126,18 @@ def test_an_operand_of_six_dimensions_has_no_twin():
     assert "Q[a, c, b, h, m, k]" in six
     assert "more than 5 dimensions" in refusal(six)
 
+def test_the_module_docstring_names_each_twin_and_why_several_products_have_none():
+    _, m = module("examples/llm/causal_mha.dt")
+    doc = " ".join(m.source[:m.source.index('"""', 3)].split())
+    assert "attention_kernel runs as attention_kernel_gluon" in doc
+    _, backward = module("benchmarks/gpu/schedules/causal_mha_grad_flash.dt")
+    assert backward.gluon_kernels == ()
+    doc = " ".join(backward.source[:backward.source.index('"""', 3)].split())
+    assert "grad_K_kernel has no Gluon twin: 'mx' reads a tile that is no product's operand" in doc
+    _, matmul = module("examples/matmul.dt", "f16")  # one product: not the twins' shape, not named
+    assert "Gluon" not in matmul.source
+
+
 def test_the_launcher_runs_the_triton_kernel_unless_asked(monkeypatch):
     """DT_TRITON_GLUON=1 asks for the twins; on a CPU (and Triton's interpreter) there is none to
     run: the Triton kernel's launch is the one recorded either way."""

@@ -76,7 +76,8 @@ class GluonPlan:
             raise NotPipelined(f"{self.warps} warps (wgmma runs on warpgroups of 4 warps)")
         rows = self.layout.axes[dots[0].value.a.dims[0]].tile
         if not isinstance(rows, int) or rows % (16 * self.warps):
-            raise NotPipelined(f"a block of {rows} rows for {self.warps} warps (wgmma: 16 rows a warp)")
+            raise NotPipelined(f"a block of {rows} rows, where {self.warps} warps take a multiple of "
+                               f"{16 * self.warps} (wgmma: 16 rows a warp)")
         for d in dots:
             for x in (d.value.a, d.value.b):
                 if x.dtype not in OPERAND_DTYPES:
