@@ -104,10 +104,11 @@ def test_an_8bit_product_takes_a_reduction_tile_of_32_on_the_matrix_units():
     w = only(mm(16).lint(sizes, i8), "not-on-matrix-units")
     assert "the 64x64x16 product over k in kernel 'mm_kernel' has a tile under 32 lanes along k: the matrix " \
            "units take 16 or more along each (32 along the reduction of 8-bit operands)" in w.message
-    assert w.cost.startswith("a multiply-and-sum in int32 on the CUDA cores")
+    assert w.cost.startswith("a multiply-and-sum in int32 on the CUDA cores, at least 30x slower")
+    assert "1,979 for 8-bit products" in w.cost
     assert w.hint == "tensorize k with 32 lanes or more (mm.tensorize(k:32, ...))"
     assert "tl.dot(" not in mm(16).source("triton", "i8") and "tl.dot(" in mm(32).source("triton", "i8")
-    assert "float32 on the CUDA cores" in only(mm(16).lint(sizes, fp8), "not-on-matrix-units").cost
+    assert "float32 on the CUDA cores, at least 30x" in only(mm(16).lint(sizes, fp8), "not-on-matrix-units").cost
     assert mm(32).lint(sizes, i8) == [] and mm(32).lint(sizes, fp8) == []
     assert mm(16).lint(sizes, "f16") == []  # 16 lanes of K suffice for 16-bit operands
     # a whole K of 12 runs as 32 lanes in an 8-bit product (37.5% useful), as 16 in a 16-bit one (75%)

@@ -19,7 +19,7 @@ from dt.errors import PerformanceWarning
 from dt.ir import scheduled as S
 from dt.ir.lint import Rule
 from dt.ir.lint.facts import KernelFacts, statements_with_values
-from dt.ir.lint.matrix_units import MATRIX_SPEEDUP
+from dt.ir.lint.matrix_units import EIGHT_BIT_SPEEDUP, MATRIX_SPEEDUP
 from dt.ir.lint.programs import MIN_BYTES
 
 USEFUL = 0.6  # below this share of useful lanes in a padded tile, warn
@@ -66,7 +66,7 @@ def small_products(facts: KernelFacts):
             "not-on-matrix-units", f"the {shape} product over {facts.dim_of(node.axis)} in kernel '{kernel.name}' has "
             f"a tile under {under}: the matrix units take {MIN_DOT} or more along each{eight_bit}", loc,
             cost=f"a multiply-and-sum in {'int32' if is_integer(node.acc_dtype) else 'float32'} on the CUDA cores, "
-                 f"{MATRIX_SPEEDUP}",
+                 f"{EIGHT_BIT_SPEEDUP if eight_bit else MATRIX_SPEEDUP}",
             hint=f"tensorize {wanted} lanes or more ({func}.tensorize({sizes}, ...))",
             func=func, notes=(("the product is here", s.loc),) if loc is not s.loc else ())
 
