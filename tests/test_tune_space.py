@@ -1071,3 +1071,16 @@ def test_int8_operands_take_one_byte_and_deeper_reduction_tiles():
                                         {"Xq": "i8", "Wq": "i8", "Sx": "f32", "Sw": "f32"}, "triton")}
     assert any("m128 n128 k128" in n and " s3" in n for n in names)
     assert any("m128 n256 k128" in n and " s4" in n for n in names)  # 192 KiB in int8
+
+
+def test_tune_workers_leave_ctrl_c_to_the_search():
+    """A terminal's Ctrl-C reaches dt tune's compiling workers too: they ignore it (the search
+    stops them), instead of each printing a KeyboardInterrupt of its own."""
+    import multiprocessing
+    import signal
+    from concurrent.futures import ProcessPoolExecutor
+    from dt.tune.evaluate import leave_interrupts_to_the_search
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"),
+                             initializer=leave_interrupts_to_the_search) as pool:
+        assert pool.submit(signal.getsignal, signal.SIGINT).result() == signal.SIG_IGN
+    assert signal.getsignal(signal.SIGINT) != signal.SIG_IGN  # the search's own is untouched

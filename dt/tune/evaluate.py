@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import multiprocessing
 import os
+import signal
 import statistics
 import sys
 import time
@@ -140,7 +141,8 @@ class Local:
         self.setup = setup
         self.baselines = None  # an InProcess timing the baselines, made for the first
         self.pending: deque = deque()  # (candidate, compile future or None), in submission order
-        self.pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) if workers else None
+        self.pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
+                                        initializer=leave_interrupts_to_the_search) if workers else None
         self.depth = workers + 1 if workers else 1  # candidates kept in flight
 
     def submit(self, candidate):
@@ -311,9 +313,16 @@ class Child:
             self.process.join(5)
 
 
+def leave_interrupts_to_the_search():
+    """In a worker or the measuring child: Ctrl-C on a terminal reaches the whole process group,
+    and the search (the parent) stops them itself, keeping its best so far (docs/tuning.md)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def _serve(connection, setup: Setup):
     """The child: say it is ready (or why not), then measure what the parent sends until it
     closes the pipe or a candidate breaks the GPU context (the reply says so, and it ends)."""
+    leave_interrupts_to_the_search()
     try:
         measurer = InProcess(setup)
     except DTError as e:
