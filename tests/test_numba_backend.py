@@ -600,3 +600,32 @@ def test_a_product_used_beyond_its_store_keeps_its_scratch_tile():
         assert f"{kept} = np.empty(" in kernel and f"_dot({kept}, u64(0), u64(0), " in kernel, text
         args = random_inputs(prog, sizes, dtype, seed=1)
         assert_close(prog(backend="numba", **args), prog.reference(**args), dtype)
+
+
+def test_a_head_of_a_batched_operand_is_read_in_place():
+    """Q[b, h, m, k], K[b, h, l, k] and V[b, h, l, n] with blocks of one along b and h: each
+    product reads the head's 2-D view of the tensor, no copy a step; K, the product's [k, l] in
+    [l, k], as a transposed operand (_dot copies its strips from it)."""
+    prog = dt.loads((BENCH_SCHEDULES / "attention_safe_heads.dt").read_text())
+    kernel = prog.source("numba", "f32")
+    kernel = kernel[kernel.index("@njit(**_KERNEL)"):]
+    assert "Q_global[b_start, h_start], m_start, k_start, K_global[b_start, h_start], k_start, l_start, " \
+           "m_valid, l_valid, k_valid, False, True)" in kernel
+    assert "V_global[b_start, h_start], l_start, n_start" in kernel
+    assert not re.search(r"\b[QKV]_tile\b", kernel)
+    for sizes in (dict(b=2, h=3, m=100, l=77, k=40, n=24), dict(b=1, h=2, m=64, l=128, k=64, n=64)):
+        args = random_inputs(prog, sizes, "f32", seed=2)
+        assert_close(prog(backend="numba", **args), prog.reference(**args), "f32")
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f64"])
+def test_a_weight_stored_transposed_is_read_in_place(dtype):
+    """A linear layer's W[n, k] in X[m, k] · W[n, k]: the product reads W as it lies, transposed,
+    at sizes that leave edge blocks along every axis."""
+    prog = dt.loads("Func y;\nIn X, W;\nVar m, n;\nRVar k;\ny[m, n] = rdot(X[m, k], W[n, k], k);\n"
+                    "y.block(m:64, n:64);\ny.tensorize(m:64, n:64, k:32);\ny.compile();")
+    kernel = prog.source("numba", dtype)
+    assert "W_global, k_start, n_start, m_valid, n_valid, k_valid, True, True)" in kernel and "W_tile" not in kernel
+    for sizes in (dict(m=70, n=45, k=77), dict(m=64, n=64, k=64)):
+        args = random_inputs(prog, sizes, dtype, seed=3)
+        assert_close(prog(backend="numba", **args), prog.reference(**args), dtype)

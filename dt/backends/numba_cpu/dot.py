@@ -187,10 +187,11 @@ def _dot_strip(typingctx, strip, b, b_start, ldb, nk):
 
 DOT = '''\
 @njit(**_HELPER)
-def _dot(c, cr, cc, a, ar, ac, b, br, bc, ni, nj, nk, accumulate):
+def _dot(c, cr, cc, a, ar, ac, b, br, bc, ni, nj, nk, accumulate, b_transposed=False):
     """c[cr:cr + ni, cc:cc + nj] += a[ar:ar + ni, ac:ac + nk] @ b[br:br + nk, bc:bc + nj] (=, c's
     values unread, where `accumulate` is false; c, a and b of one float dtype), by blocks of c kept
-    in vector registers (_dot_block) over copies of a and b."""
+    in vector registers (_dot_block) over copies of a and b. `b_transposed`: b holds the tile's
+    transpose (b[bc + j, br + k]: attention's K as [l, k]), which its strips are copied from."""
     rows, cols = _dot_block_shape(c)
     ldc = u64(c.shape[1])
     # a's rows padded to whole blocks, and apart by an odd multiple of 16 elements, which keeps
@@ -211,8 +212,14 @@ def _dot(c, cr, cc, a, ar, ac, b, br, bc, ni, nj, nk, accumulate):
         j_valid = min(cols, nj - j0)
         b_start = br * ldb + bc + j0
         # a full strip is read where it lies when few row blocks would use a copy of it
-        in_place = j_valid == cols and ni <= u64(2) * rows
-        if j_valid == cols and not in_place:
+        in_place = j_valid == cols and ni <= u64(2) * rows and not b_transposed
+        if b_transposed:
+            for k in range(nk):
+                for j in range(j_valid):
+                    b_strip[k * cols + j] = b[bc + j0 + j, br + k]
+                for j in range(j_valid, cols):
+                    b_strip[k * cols + j] = 0
+        elif j_valid == cols and not in_place:
             _dot_strip(b_strip, b, b_start, ldb, nk)
         elif not in_place:
             for k in range(nk):

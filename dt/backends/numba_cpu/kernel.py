@@ -263,9 +263,13 @@ class KernelRenderer(ExprRenderer):
         i, j, k = d.a.dims[0], d.b.dims[1], d.axis
         assert store.dims == (i, j), (store.dims, i, j)
         integer = is_integer(d.acc_dtype)  # two i8 operands, an i32 product
-        operands = []
+        operands, transposed = [], False
         for operand, dims, side in ((d.a, (i, k), "lhs"), (d.b, (k, j), "rhs")):
             found = self.in_memory(operand, dims)
+            if found is None and side == "rhs" and not integer:
+                flipped = self.in_memory(operand, (j, k))  # K[l, k] read as [k, l]: _dot copies it so
+                if flipped is not None:
+                    found, transposed = (flipped[0], flipped[2], flipped[1]), True
             if found is None:
                 base = _operand_name(operand) or f"{s.name}_{side}"
                 pack = Storage(plan.names.fresh(f"{base}_tile"), dims)
@@ -284,7 +288,7 @@ class KernelRenderer(ExprRenderer):
         target = ", ".join((store.name, self.absolute(i, {}), self.absolute(j, {}))) if store.in_tensor \
             else f"{store.name}, u64(0), u64(0)"
         w.line(f"{helper}({target}, {operands[0]}, {operands[1]}, {self.counted(i)}, {self.counted(j)}, "
-               f"{self.counted(k)}, {accumulate})")
+               f"{self.counted(k)}, {accumulate}{', True' if transposed else ''})")
 
     def scan(self, w: Writer, e: S.Scan, store: Storage):
         """A running value along the scan's axis, walked innermost and in order, for each lane of
@@ -322,9 +326,14 @@ class KernelRenderer(ExprRenderer):
                 break
         if isinstance(e, S.Ref) and plan.storage[e.name].dims == tuple(dims):
             return plan.storage[e.name].name, "u64(0)", "u64(0)"
-        if isinstance(e, S.Load) and e.indices == tuple(dims) \
-                and plan.p.tensor(e.tensor).dtype == e.dtype in (plan.compute, "i8"):
-            return (plan.tensor[e.tensor],) + tuple(self.absolute(a, {}) for a in dims)
+        if isinstance(e, S.Load) and plan.p.tensor(e.tensor).dtype == e.dtype in (plan.compute, "i8"):
+            # leading one-lane axes (a head's Q[b, h, m, k]) index a 2-D view, no copy
+            lead = len(e.indices) - len(dims)
+            if e.indices[lead:] == tuple(dims) and all(plan.single(a) for a in e.indices[:lead]):
+                view = plan.tensor[e.tensor]
+                if lead:
+                    view += f"[{', '.join(self.absolute(a, {}) for a in e.indices[:lead])}]"
+                return (view,) + tuple(self.absolute(a, {}) for a in dims)
         return None
 
 
