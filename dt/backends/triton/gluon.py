@@ -18,13 +18,15 @@ from __future__ import annotations
 import re
 
 from dt.backends.pysource import Writer
+from dt.backends.triton.compiled import H100, MULTIPROCESSOR, SHARED_RESERVED
 from dt.backends.triton.expressions import TL_DTYPE
 from dt.backends.triton.gluon_plan import GluonPlan, NotPipelined, Staged
 from dt.backends.triton.kernel import KernelRenderer
 from dt.ir import scheduled as S
 from dt.ir.index_expr import index_source as index, renamed
 
-MAX_SHARED = 227 * 1024  # an H100's or H200's shared memory a program
+# the shared memory a program of an H100 or H200 may take
+MAX_SHARED = MULTIPROCESSOR[H100][0] - SHARED_RESERVED
 # tl functions whose gl namesakes take the same arguments
 GL_FUNCTIONS = ("sum", "max", "min", "maximum", "minimum", "where", "exp", "exp2", "log", "log2", "sqrt", "rsqrt",
                 "reduce", "program_id", "store", "static_assert", "cast", "abs", "fma", "cdiv", "erf", "floor",
@@ -71,7 +73,7 @@ class GluonKernelRenderer(KernelRenderer):
         self.views = {key: self.names.fresh(f"{key[0]}_tile") for key in self.descriptors}
         self.tile = self.names.fresh("tile")
         self.step = self.names.fresh("t")
-        self.loaded: dict[tuple, str] = {}  # (key, coordinates) of a box loaded before a loop -> its view
+        self.loaded: dict[tuple, str] = {}  # box loaded before a loop -> the coordinates it holds
         self.phases: dict[tuple, int] = {}  # key of a box loaded outside loops -> loads so far
         self._check_shared_memory()
 
@@ -178,7 +180,7 @@ class GluonKernelRenderer(KernelRenderer):
     def _load_before_loop(self, st: Staged, w: Writer):
         key = (st.tensor, st.box)
         coords = self._coords(st)
-        if (key, coords) in self.loaded:
+        if self.loaded.get(key) == coords:
             return
         smem, ready = self.buffers[key]
         descriptor = self.descriptors[key]
@@ -188,8 +190,7 @@ class GluonKernelRenderer(KernelRenderer):
         w.line(f"_tma_load({descriptor}, [{coords}], {ready}, {smem})")
         w.line(f"mbarrier.wait({ready}, {phase % 2})")
         w.line(f"{self.views[key]} = {self._view(st, smem)}")
-        self.loaded = {k: v for k, v in self.loaded.items() if k[0] != key}
-        self.loaded[(key, coords)] = smem
+        self.loaded[key] = coords
 
     def _ring_load(self, st: Staged, tile: str, slot: str, count: str, start: str, step: int, w: Writer):
         """Load tile `tile` (of `count`) of the loop's operand into ring slot `slot`."""

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from dt.backends.triton.expressions import _axis_of
 from dt.backends.triton.layout import KernelLayout
-from dt.backends.triton.tma import TMA_MAX_RANK
+from dt.backends.triton.tma import TMA_MAX_RANK, ends_with_tensor
 from dt.ir import scheduled as S
 
 OPERAND_DTYPES = ("f16", "bf16")  # what the twin's wgmma takes
@@ -111,19 +111,8 @@ class GluonPlan:
                  for p in self.loops.values()}
         if len(rings) > 1:
             raise NotPipelined("loops whose products' operands arrive through different rings")
-        if any(self._in_loop(d, body) is None for d in dots):
+        if any(isinstance(s, S.Assign) and isinstance(s.value, S.Dot) for s in body):  # loops don't nest
             raise NotPipelined("a product outside a loop")
-
-    @staticmethod
-    def _in_loop(s, body, loop=None):
-        for t in body:
-            if t is s:
-                return loop
-            if isinstance(t, S.For):
-                found = GluonPlan._in_loop(s, t.body, t)
-                if found is not None:
-                    return found
-        return None
 
     def _plan_loops(self, body, assigns, operands):
         for s in body:
@@ -193,7 +182,7 @@ class GluonPlan:
                 lanes = S.IConst(lay.tile) if isinstance(lay.tile, int) else S.IVar(lay.tile)
                 if lay.axis.size != lanes:  # the box would read the padding from the tensor
                     raise NotPipelined(f"a tile of {tensor} padded to {lay.tile} lanes")
-                if not self._ends_with_tensor(lay.axis):
+                if not ends_with_tensor(lay.axis, self.layout):
                     raise NotPipelined(f"a tile of {tensor} ends inside the tensor")
                 coords.append(("axis", axis))
                 box.append(lay.tile)
@@ -210,11 +199,3 @@ class GluonPlan:
         if sorted(tiled) != sorted(node.order) or len(tiled) != 2:
             raise NotPipelined(f"{tensor}'s operand is not a two-dimensional box")
         return Staged(s.name, tensor, tuple(box), tuple(coords), tuple(tiled), tuple(node.order), loop)
-
-    def _ends_with_tensor(self, ax: S.Axis) -> bool:
-        """TMA masks a box at the tensor's end only: the lanes must be valid exactly there."""
-        extent = S.IVar(S.size_name(ax.dim))
-        limit = ax.limit
-        if isinstance(limit, S.IVar) and limit.name in self.layout.lets:
-            limit = self.layout.lets[limit.name]
-        return limit is None or limit == extent or limit == S.imin(S.iadd(ax.start, ax.size), extent)

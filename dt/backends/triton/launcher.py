@@ -3,6 +3,8 @@ their shapes, allocates outputs and temporaries, and launches the kernels in ord
 grids (with TMA descriptors and persistent program counts where the kernels take them)."""
 from __future__ import annotations
 
+import contextlib
+
 from dt.backends.pysource import Names, Writer
 from dt.backends.triton.integers import integer_scalars
 from dt.backends.triton.expressions import TL_DTYPE
@@ -144,10 +146,8 @@ class Launcher:
         if tma:
             args.append(tma)
         if kr.gluon:  # never persistent nor tma(): the twin takes the arguments so far
-            self.gluon_launch(w, kr.gluon, grid, args, tiles)
-            with w.indent():
-                w.line(f"{kr.name}[{grid}]({', '.join(args + options)})")
-        else:
+            self.gluon_launch(w, kr.gluon, grid, args, tiles)  # ends with `else:`
+        with w.indent() if kr.gluon else contextlib.nullcontext():
             w.line(f"{kr.name}[{grid}]({', '.join(args + options)})")
 
     def gluon_launch(self, w: Writer, gk, grid: str, args: list[str], tiles: dict[str, str]):

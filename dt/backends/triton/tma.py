@@ -19,6 +19,20 @@ FLOAT_ITEM_BYTES = max(ITEM_BYTES[d] for d in ("f32", "f16", "bf16"))  # the wid
 Box = tuple[str, tuple]  # (tensor, each dimension's tile: an int, or a `{dim}_SIZE` padded at launch)
 
 
+def _limit(ax: S.Axis, layout: KernelLayout) -> S.IExpr | None:
+    """The axis's limit, a Let it names resolved."""
+    limit = ax.limit
+    return layout.lets[limit.name] if isinstance(limit, S.IVar) and limit.name in layout.lets else limit
+
+
+def ends_with_tensor(ax: S.Axis, layout: KernelLayout) -> bool:
+    """Whether the axis's lanes are valid exactly below its extent, as a TMA box's are (it reads
+    zeros past the tensor's end, nowhere else): no limit, the extent, or the block's end there."""
+    extent = S.IVar(S.size_name(ax.dim))
+    limit = _limit(ax, layout)
+    return limit is None or limit == extent or limit == S.imin(S.iadd(ax.start, ax.size), extent)
+
+
 class TmaPlan:
     """With the kernel's `tma`, every load and store whose tile is a box of its tensor
     (`_candidate`) goes through a tensor descriptor; without it, none does."""
@@ -100,12 +114,10 @@ class TmaPlan:
         """Whether the axis's lanes are valid exactly where its index is below its extent (the
         launcher's _tma_ready checks that the tensor ends there too): the tile ends where the
         block does, or a tile loop's steps divide the block."""
-        extent = S.IVar(S.size_name(ax.dim))
-        limit = ax.limit
-        if isinstance(limit, S.IVar) and limit.name in self.layout.lets:
-            limit = self.layout.lets[limit.name]
-        if limit is None or limit == extent or limit == S.imin(S.iadd(ax.start, ax.size), extent):
+        if ends_with_tensor(ax, self.layout):
             return True
+        extent = S.IVar(S.size_name(ax.dim))
+        limit = _limit(ax, self.layout)
         # A tile loop inside a block: lowering walks range(0, block length, tile), so with the
         # tile dividing the block, every tile ends inside the block.
         if not (isinstance(limit, S.IBin) and limit.op == "min" and limit.b == extent and isinstance(limit.a, S.IBin)
