@@ -100,19 +100,19 @@ class TritonBackend:
             if to_cuda:
                 args = [a if a.is_cuda else a.cuda() for a in args]
             scalar_args = [scalars[s] for s in module.scalars]
-            # a replay allocates its outputs: given ones go through the launcher
-            key = replays.key(args, tuple(sizes.items())) \
-                if replays is not None and not replays.hooked() and not outputs else None
+            # given outputs are replayed too: which ones, and their strides, are part of the key
+            key = replays.key(args, tuple(sizes.items()), outputs) \
+                if replays is not None and not replays.hooked() else None
             replay = replays.functions.get(key, _UNRECORDED) if key is not None else None
             if replay is not None and replay is not _UNRECORDED:
-                result = replay(*args, *scalar_args)
+                result = replay(*args, *scalar_args, *outputs.values()) if outputs else replay(*args, *scalar_args)
             else:  # the launcher: recording this key's launches the first time (None: not replayable)
                 if module.tile_checks:
                     check_at_launch(module.tile_checks, module.dot_dims, sizes)
                 extent_args = [sizes[f"{d}_SIZE"] for d in module.call_extents]
                 try:
                     if replay is _UNRECORDED:
-                        result = replays.record(key, args, scalar_args, extent_args)
+                        result = replays.record(key, args, scalar_args, extent_args, outputs)
                     else:
                         result = launcher(*args, *scalar_args, *extent_args, **kwargs, outputs=outputs)
                 except Exception as e:
@@ -123,6 +123,7 @@ class TritonBackend:
 
         run.module = module  # the generated source and how to call it
         run.namespace = namespace  # the executed module: kernels and launcher
+        run.replays = replays  # the replayed calls' functions by key (None: calls always go through the launcher)
         return run
 
 

@@ -3,15 +3,23 @@
 Launching a `@triton.jit` kernel binds every argument, computes its specialisation key and
 looks the compiled kernel up: about 10 µs of host time per launch, more than small kernels
 take on the GPU. Every size and stride is a `tl.constexpr` in dt's kernels, so once the
-sizes, strides, pointer alignment (Triton specialises pointers on 16-byte alignment) and
-device of a call are known, so is every launch: which compiled kernel, its grid and every
-argument but the tensors' addresses and the scalars' values.
+sizes and each tensor's shape, dtype, strides, pointer alignment (Triton specialises pointers
+on 16-byte alignment) and device of a call are known, so is every launch: which compiled
+kernel, its grid and every argument but the tensors' addresses and the scalars' values. A
+call's key holds all of that: everything the launcher checks or branches on is in it, so
+what the launcher did for a key's first call, its checks included, holds for every later
+call with the key.
 
 `Replays` records the launches of the first call with a given such key by running the
 readable launcher with its kernels wrapped, and turns them into a small generated function
 that allocates the outputs and calls each compiled kernel's launcher directly. Later calls
-with the same key run that function. Launch hooks (profilers such as Proton) need Triton's
-own launch path: while any is set, every call goes through the launcher.
+with the same key run that function. Outputs the caller gives (`outputs=`, the runtime's
+`out=`) are tensors of the call like the inputs: which ones are given is part of the key,
+and the function takes them after the scalars, allocates only the others and passes the
+given tensors' addresses (and descriptors on them) where the recorded launches had theirs.
+A call whose tensors are not all distinct objects is not recorded (a replay tells tensors
+apart by identity). Launch hooks (profilers such as Proton) need Triton's own launch path:
+while any is set, every call goes through the launcher.
 """
 from __future__ import annotations
 
@@ -51,20 +59,23 @@ class Replays:
         self.functions: dict[tuple, object] = {}
 
     @staticmethod
-    def key(tensors: list, sizes: tuple) -> tuple:
+    def key(tensors: list, sizes: tuple, outputs: dict | None = None) -> tuple:
+        """The call's key: `tensors` the inputs, `outputs` the outputs given, by name."""
+        tensors = (*tensors, *outputs.values()) if outputs else tensors
         # DT_TRITON_GLUON picks a kernel's Gluon twin or its Triton kernel (gluon.py)
-        return (sizes, _current_device(), os.environ.get("DT_TRITON_GLUON", "0"),
-                tuple((t.get_device(), t.stride(), t.data_ptr() % ALIGNMENT == 0) for t in tensors))
+        return (sizes, tuple(outputs or ()), _current_device(), os.environ.get("DT_TRITON_GLUON", "0"),
+                tuple((t.get_device(), t.shape, t.dtype, t.stride(), t.data_ptr() % ALIGNMENT == 0) for t in tensors))
 
     @staticmethod
     def hooked() -> bool:
         runtime = knobs.runtime
         return bool(runtime.launch_enter_hook.calls or runtime.launch_exit_hook.calls)
 
-    def record(self, key: tuple, tensors: list, scalars: list, extents: list = ()):
+    def record(self, key: tuple, tensors: list, scalars: list, extents: list = (), outputs: dict | None = None):
         """Run the launcher once, recording its launches; return its result. Later calls with
         this key replay the launches (when they can be replayed; see `_build`) given the
-        tensors and scalars: the extents passed as arguments are part of the key."""
+        tensors, the scalars and the given outputs' tensors, in `outputs`' order: the extents
+        passed as arguments are part of the key."""
         log: list = []
         globals_ = dict(self.namespace)
         for name in self.kernel_names:
@@ -73,24 +84,28 @@ class Replays:
                                        self.launcher.__defaults__, self.launcher.__closure__)
         # Fresh float objects: each scalar is then found among the launch arguments by identity.
         scalars = [float.fromhex(float(s).hex()) for s in scalars]
-        result = recording(*tensors, *scalars, *extents)
-        if tensors[0].get_device() == _current_device():
-            self.functions[key] = self._build(log, tensors, scalars, result)
+        given = list(outputs.values()) if outputs else []
+        result = recording(*tensors, *scalars, *extents, outputs=outputs)
+        distinct = len({id(t) for t in (*tensors, *given)}) == len(tensors) + len(given)
+        if tensors[0].get_device() == _current_device() and distinct:
+            self.functions[key] = self._build(log, tensors, scalars, given, result)
         return result
 
-    def _build(self, log, tensors, scalars, result):
+    def _build(self, log, tensors, scalars, given, result):
         """The replay function's source: allocations and direct launches, or None when an
         argument is of a kind this does not know how to replay."""
         sources = {id(t): f"input{i}" for i, t in enumerate(tensors)}
         sources.update({id(s): f"scalar{i}" for i, s in enumerate(scalars)})
+        sources.update({id(t): f"output{i}" for i, t in enumerate(given)})
         names: dict[str, object] = {"torch": torch, "empty_strided": torch.empty_strided, "get_stream": _stream,
                                     "TensorDescriptor": TensorDescriptor}
         outputs = result if isinstance(result, dict) else {None: result}
-        allocations = {id(t): t for t in outputs.values()}
+        allocations = {id(t): t for t in outputs.values() if id(t) not in sources}
         for _, _, args in log:
             allocations.update({id(a): a for a in args if isinstance(a, torch.Tensor) and id(a) not in sources})
         w = Writer()
-        params = [f"input{i}" for i in range(len(tensors))] + [f"scalar{i}" for i in range(len(scalars))]
+        params = [f"input{i}" for i in range(len(tensors))] + [f"scalar{i}" for i in range(len(scalars))] \
+            + [f"output{i}" for i in range(len(given))]
         w.line(f"def replay_{self.name}({', '.join(params)}):")
         with w.indent():
             names["device"] = tensors[0].device
