@@ -85,6 +85,12 @@ def scale_through_descriptors(A, alpha, outputs=None):
     return out
 
 
+def scale_by_int(A, times, outputs=None):
+    out = torch.empty(A.shape, dtype=A.dtype, device=A.device)
+    scale_kernel[(2,)](A, *A.stride(), int(times), out, *out.stride(), A.shape[0], num_warps=4)
+    return out
+
+
 def scale_given_rows(A, alpha, rows, outputs=None):
     rows = int(rows)  # an extent no input binds: passed to the launcher, part of the call's key
     out = torch.empty((rows, A.shape[1]), dtype=A.dtype, device=A.device)
@@ -106,9 +112,9 @@ def _replays(module, name):
     return Replays(module[name], module, ["scale_kernel", "shift_kernel"], name)
 
 
-def _call(replays, tensors, scalars, sizes=(("x_SIZE", 4),), extents=(), outputs=None):
+def _call(replays, tensors, scalars, sizes=(("x_SIZE", 4),), extents=(), outputs=None, integers=()):
     """What the backend's `run` does: replay the call's key, or record it."""
-    key = Replays.key(tensors, sizes, outputs)
+    key = Replays.key(tensors, sizes, outputs, tuple(scalars[i] for i in integers))
     function = replays.functions.get(key)
     if function:
         return function(*tensors, *scalars, *(outputs or {}).values())
@@ -156,6 +162,16 @@ def test_extents_given_as_arguments_are_not_replay_parameters(module):
     out = _call(replays, [A], [3.0], sizes=(("x_SIZE", 4),), extents=[4])  # replayed from tensors and scalars
     assert torch.equal(out, A * 3.0)
     assert module["scale_kernel"].compiled.replayed == 1
+
+
+def test_integer_scalars_values_are_part_of_the_key(module):
+    replays = _replays(module, "scale_by_int")
+    A = torch.ones(4, 2)
+    # The launcher's int() makes a new object, not found by identity: the value is in the key (as
+    # Triton specialises ints on their value), each recorded afresh, then replayed.
+    for times, replayed in ((3, 0), (5, 0), (3, 1), (5, 2)):
+        out = _call(replays, [A], [times], integers=[0])
+        assert torch.equal(out, A * times) and module["scale_kernel"].compiled.replayed == replayed
 
 
 def test_new_strides_alignment_or_sizes_record_again(module):

@@ -25,6 +25,7 @@ from dt.dtypes import FLOAT8
 from dt.backends.triton.expressions import SUPPORTED_OPS
 from dt.backends.triton.compiled import CODES as COMPILED_CODES
 from dt.backends.triton.limits import check_at_launch
+from dt.backends.triton.integers import integer_scalars
 from dt.backends.triton.precision import F32_DOT_ENV, f32_dot_precision
 from dt.errors import DTBackendError
 from dt.ir import scheduled as S
@@ -93,6 +94,8 @@ class TritonBackend:
             # A Gluon twin's launches are recorded too, its descriptors replayed on the call's
             # tensors (replay._rebased).
             replays = Replays(launcher, namespace, module.kernels + module.gluon_kernels, pipeline.name)
+        ints = integer_scalars(pipeline)  # their values are part of a replay's key
+        integers = [i for i, s in enumerate(module.scalars) if s in ints]
         kwargs = {"device": "cuda" if to_cuda else "cpu"} if no_inputs else {}
 
         def run(tensors: dict, scalars: dict, sizes: dict, outputs: dict | None = None) -> dict:
@@ -101,7 +104,7 @@ class TritonBackend:
                 args = [a if a.is_cuda else a.cuda() for a in args]
             scalar_args = [scalars[s] for s in module.scalars]
             # given outputs are replayed too: which ones, and their strides, are part of the key
-            key = replays.key(args, tuple(sizes.items()), outputs) \
+            key = replays.key(args, tuple(sizes.items()), outputs, tuple(scalar_args[i] for i in integers)) \
                 if replays is not None and not replays.hooked() else None
             replay = replays.functions.get(key, _UNRECORDED) if key is not None else None
             if replay is not None and replay is not _UNRECORDED:

@@ -3,9 +3,11 @@
 Launching a `@triton.jit` kernel binds every argument, computes its specialisation key and
 looks the compiled kernel up: about 10 µs of host time per launch, more than small kernels
 take on the GPU. Every size and stride is a `tl.constexpr` in dt's kernels, so once the
-sizes and each tensor's shape, dtype, strides, pointer alignment (Triton specialises pointers
-on 16-byte alignment) and device of a call are known, so is every launch: which compiled
-kernel, its grid and every argument but the tensors' addresses and the scalars' values. A
+sizes, each tensor's shape, dtype, strides, pointer alignment (Triton specialises pointers
+on 16-byte alignment) and device, and the integer scalars' values (Triton specialises ints on
+their value, and the launcher's int() hides their identity) of a call are known, so is every
+launch: which compiled kernel, its grid and every argument but the tensors' addresses and the
+float scalars' values. A
 call's key holds all of that: everything the launcher checks or branches on is in it, so
 what the launcher did for a key's first call, its checks included, holds for every later
 call with the key.
@@ -59,11 +61,12 @@ class Replays:
         self.functions: dict[tuple, object] = {}
 
     @staticmethod
-    def key(tensors: list, sizes: tuple, outputs: dict | None = None) -> tuple:
-        """The call's key: `tensors` the inputs, `outputs` the outputs given, by name."""
+    def key(tensors: list, sizes: tuple, outputs: dict | None = None, integers: tuple = ()) -> tuple:
+        """The call's key: `tensors` the inputs, `outputs` the outputs given, by name, `integers`
+        the integer scalars' values."""
         tensors = (*tensors, *outputs.values()) if outputs else tensors
         # DT_TRITON_GLUON picks a kernel's Gluon twin or its Triton kernel (gluon.py)
-        return (sizes, tuple(outputs or ()), _current_device(), os.environ.get("DT_TRITON_GLUON", "0"),
+        return (sizes, integers, tuple(outputs or ()), _current_device(), os.environ.get("DT_TRITON_GLUON", "0"),
                 tuple((t.get_device(), t.shape, t.dtype, t.stride(), t.data_ptr() % ALIGNMENT == 0) for t in tensors))
 
     @staticmethod
