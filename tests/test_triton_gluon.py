@@ -104,6 +104,55 @@ def test_loops_through_different_rings_have_no_twin():
 
 
 
+def test_a_causal_kernels_two_loops_load_one_stream_of_tiles():
+    """The loop below the diagonal and the diagonal's share the K/V rings: the first loop's last
+    steps (and its last P·V's freed slot) load the diagonal's first tiles, so the second loop
+    starts on tiles already there instead of refilling the ring from empty."""
+    _, m = module("examples/llm/causal_mha.dt")
+    text = twin(m.source)
+    assert text.count("for tile in gl.static_range(") == 1  # one ring fill, before the first loop
+    assert text.index("l_iter_2_count = ") < text.index("if l_iter_count > 0:")
+    stream = "(l_iter_count + l_iter_2_count)"
+    first_loop = text[text.index("if l_iter_count > 0:"):text.index("if l_iter_2_count > 0:")]
+    assert first_loop.count(f"< {stream})") == 2 * 3  # K at step 0 and each step, V each step
+    for ahead in ("t + 3", "t - 1 + 3"):  # K three tiles ahead, V (freed a step later) two
+        assert f"l_iter_at = gl.cast(l_iter_2_start + ({ahead} - l_iter_count) * 64, gl.int32)" in first_loop
+    # the last P·V frees the slot of the diagonal's tile 2 (3 stages: tiles 0 and 1 are in)
+    drain = first_loop[first_loop.rindex("warpgroup_mma_wait("):]
+    assert "_thread_barrier()" in drain  # 8 warps: both warpgroups are done with it
+    assert "pred=2 < l_iter_2_count)" in drain and "l_iter_2_start + (2) * 64" in drain
+    # past the stream's end nothing loads; the diagonal loop loads only within its own tiles
+    second_loop = text[text.index("if l_iter_2_count > 0:"):]
+    assert "pred=t + 3 < l_iter_2_count)" in second_loop and stream not in second_loop
+
+
+def test_a_loop_whose_bounds_are_set_after_the_stream_starts_refills_its_ring():
+    """The next loop's first tiles are loaded during the loop before it only if where they lie
+    is known when the first loop starts: a bound set between the loops ends the stream."""
+    import dataclasses
+
+    from dt.backends.triton.gluon import GluonKernelRenderer
+    from dt.ir import scheduled as S
+    from dt.ir.index_expr import IVar
+    pipeline = dt.load("examples/llm/causal_mha.dt").pipeline("bf16")
+    kernel = pipeline.kernels[0]
+    loops = [i for i, s in enumerate(kernel.body) if isinstance(s, S.For)]
+    assert len(loops) == 2
+    second = kernel.body[loops[1]]
+    body = list(kernel.body)
+    body[loops[1]] = dataclasses.replace(second, start=IVar("diagonal_start"))
+    body.insert(loops[1], S.Let("diagonal_start", second.start))
+    late = dataclasses.replace(kernel, body=tuple(body))
+    class HelperNames(dict):
+        def __missing__(self, name):
+            return name
+
+    for k, streams in ((kernel, 1), (late, 0)):
+        renderer = GluonKernelRenderer(k, pipeline, "ieee", set(codegen.GLOBALS_USED), HelperNames(), "k_gluon")
+        assert len(set(map(id, renderer.chains.values()))) == streams
+        assert "\n".join(renderer.render()).count("for tile in gl.static_range(") == 2 - streams
+
+
 def test_a_kernel_of_fewer_than_four_warps_has_no_twin():
     """wgmma is a warpgroup's (four warps): with two, the twin would not compile on the GPU."""
     source = open("examples/attention_safe_onepass.dt").read()

@@ -54,7 +54,9 @@ class GluonKernelRenderer(KernelRenderer):
         self.warps = kernel.num_warps or 4
         self.stages = max(2, min(kernel.num_stages or 2, 4))
         plan = GluonPlan(kernel, pipeline, self.layout, self.warps)
-        self.staged, self.loops, self.row_dim = plan.staged, plan.loops, plan.row_dim
+        self.staged, self.loops, self.row_dim, self.chains = plan.staged, plan.loops, plan.row_dim, plan.chains
+        # id of a pipelined loop -> its start, its tile count, and where a tile to load starts
+        self.bounds: dict[int, tuple[str, str, str]] = {}
         self.descriptors = {}  # (tensor, box) -> descriptor parameter
         self.buffers = {}  # (tensor, box) -> (shared buffer, barriers)
         for st in self.staged.values():
@@ -192,15 +194,43 @@ class GluonKernelRenderer(KernelRenderer):
         w.line(f"{self.views[key]} = {self._view(st, smem)}")
         self.loaded[key] = coords
 
-    def _ring_load(self, st: Staged, tile: str, slot: str, count: str, start: str, step: int, w: Writer):
-        """Load tile `tile` (of `count`) of the loop's operand into ring slot `slot`."""
-        key = (st.tensor, st.box)
-        smem, ready = self.buffers[key]
-        descriptor = self.descriptors[key]
-        coords = self._coords(st, f"{start} + ({tile}) * {step}")
-        w.line(f"mbarrier.expect({ready}.index({slot}), {descriptor}.block_type.nbytes, pred={tile} < {count})")
-        w.line(f"_tma_load({descriptor}, [{coords}], {ready}.index({slot}), {smem}.index({slot}), "
-               f"pred={tile} < {count})")
+    def _bounds(self, loop: S.For, w: Writer):
+        """Write the loop's start and tile count once (a chain's, all before its first loop)."""
+        if id(loop) not in self.bounds:
+            var = self.names.ir(loop.var)
+            start, stop, count = (self.names.fresh(f"{var}_{part}") for part in ("start", "stop", "count"))
+            w.line(f"{start} = {self.index(loop.start)}")
+            w.line(f"{stop} = {self.index(loop.stop)}")
+            w.line(f"{count} = gl.cast(max(0, {stop} - {start} + {loop.step - 1}) // {loop.step}, gl.int32)")
+            self.bounds[id(loop)] = (start, count, self.names.fresh(f"{var}_at"))
+
+    def _ring_load(self, operands: tuple[Staged, ...], tile: str, slot: str, w: Writer, after: int = 0):
+        """Load tile `tile` of the loop's operands (of the loop `after` loops later in its chain)
+        into ring slot `slot`. In a chain, tiles past a loop's own are the next loops' first ones."""
+        loop = operands[0].loop
+        chain = self.chains.get(id(loop), (loop,))
+        loops = chain[chain.index(loop) + after:]
+        counts = [self.bounds[id(x)][1] for x in loops]
+        tiles = counts[0] if len(loops) == 1 else f"({' + '.join(counts)})"
+        values = [f"{self.bounds[id(x)][0]} + ({tile}{''.join(f' - {c}' for c in counts[:i])}) * {x.step}"
+                  for i, x in enumerate(loops)]
+        if len(loops) == 1:
+            at = values[0]
+        else:
+            at = self.bounds[id(loop)][2]
+            for i, value in enumerate(values):
+                if i == len(values) - 1:
+                    w.line("else:")
+                else:
+                    w.line(f"{'elif' if i else 'if'} {tile} < {' + '.join(counts[:i + 1])}:")
+                with w.indent():
+                    w.line(f"{at} = gl.cast({value}, gl.int32)")
+        for st in operands:
+            smem, ready = self.buffers[(st.tensor, st.box)]
+            descriptor = self.descriptors[(st.tensor, st.box)]
+            w.line(f"mbarrier.expect({ready}.index({slot}), {descriptor}.block_type.nbytes, pred={tile} < {tiles})")
+            w.line(f"_tma_load({descriptor}, [{self._coords(st, at)}], {ready}.index({slot}), {smem}.index({slot}), "
+                   f"pred={tile} < {tiles})")
 
     def _ring_view(self, st: Staged, tile: str, slot: str, w: Writer) -> str:
         """Wait for tile `tile` in ring slot `slot`; the name of its view as the product takes it."""
@@ -223,7 +253,7 @@ class GluonKernelRenderer(KernelRenderer):
             super().For(s, w)
             return
         var = self.names.ir(s.var)
-        start, count = self.names.fresh(f"{var}_start"), self.names.fresh(f"{var}_count")
+        chain = self.chains.get(id(s), (s,))
         first, second = s.body[plan.first], s.body[plan.second]
         result1, result2 = self.names.ir(first.name), self.names.ir(second.name)
         a2 = self.names.fresh(f"{result2}_operand")
@@ -233,18 +263,20 @@ class GluonKernelRenderer(KernelRenderer):
         step, stages = s.step, self.stages
         first_b, second_b = plan.first_b, plan.second_b
         slot, previous = self.slot, self.previous_slot
+        if s is chain[0]:
+            if len(chain) > 1:
+                w.line(f"# {len(chain)} loops, one stream of tiles: a loop's last steps load the next one's first")
+            for loop in chain:
+                self._bounds(loop, w)
+        start, count, _ = self.bounds[id(s)]
         w.line(f"# {var} walks {count} tiles of {step}: step {self.step} issues its first product,")
         w.line(f"# then step {self.step} - 1's second, and runs its element-wise work while that one runs;")
         w.line(f"# {first_b.tensor} and {second_b.tensor} arrive through {stages}-slot rings")
-        stop = self.names.fresh(f"{var}_stop")
-        w.line(f"{start} = {self.index(s.start)}")
-        w.line(f"{stop} = {self.index(s.stop)}")
-        w.line(f"{count} = gl.cast(max(0, {stop} - {start} + {step - 1}) // {step}, gl.int32)")
-        w.line(f"for {self.tile} in gl.static_range({stages}):")
-        with w.indent():
-            w.line(f"{slot} = ({self.tile_count} + {self.tile}) % {stages}")
-            for st in (first_b, second_b):
-                self._ring_load(st, self.tile, slot, count, start, step, w)
+        if s is chain[0]:
+            w.line(f"for {self.tile} in gl.static_range({stages}):")
+            with w.indent():
+                w.line(f"{slot} = ({self.tile_count} + {self.tile}) % {stages}")
+                self._ring_load((first_b, second_b), self.tile, slot, w)
         skipped = {plan.zero, plan.first, plan.second} | {i for i, t in enumerate(s.body)
                                                           if isinstance(t, S.Assign) and t.name in self.staged}
         zeros = f"gl.zeros({self.shape_text(first.value.dims)}, gl.float32, layout={self.layout_names['mma_layout']})"
@@ -279,9 +311,9 @@ class GluonKernelRenderer(KernelRenderer):
             if self.warps > 4:
                 w.line("# every warpgroup is done with the slots refilled next")
                 w.line("_thread_barrier()")
-            self._ring_load(first_b, f"{t} + {stages}", slot, count, start, step, w)
+            self._ring_load((first_b,), f"{t} + {stages}", slot, w)
             if pending:
-                self._ring_load(second_b, f"{t} - 1 + {stages}", previous, count, start, step, w)
+                self._ring_load((second_b,), f"{t} - 1 + {stages}", previous, w)
 
         w.line(f"if {count} > 0:")
         with w.indent():
@@ -293,6 +325,11 @@ class GluonKernelRenderer(KernelRenderer):
             b2 = self._ring_view(second_b, f"{count} - 1", previous, w)
             w.line(f"{result2} = warpgroup_mma({a2}, {b2}, {acc2}, is_async=True)")
             w.line(f"{result2}, {a2} = warpgroup_mma_wait(0, deps=({result2}, {a2}))")
+            if s is not chain[-1]:
+                if self.warps > 4:
+                    w.line("_thread_barrier()")
+                w.line(f"# the slot is free: the next loop's tile {stages - 1}")
+                self._ring_load((second_b,), str(stages - 1), previous, w, after=1)
         w.line(f"{self.tile_count} += {count}")
 
     # ------------------------------------------------------------ layouts of created tiles

@@ -10,6 +10,7 @@ from dt.backends.triton.expressions import _axis_of
 from dt.backends.triton.layout import KernelLayout
 from dt.backends.triton.tma import TMA_MAX_RANK, ends_with_tensor
 from dt.ir import scheduled as S
+from dt.ir.index_expr import renamed
 
 OPERAND_DTYPES = ("f16", "bf16")  # what the twin's wgmma takes
 
@@ -42,21 +43,33 @@ class Pipelined:
     second_b: Staged
 
 
+def _names_set(s) -> set[str]:
+    """The names a statement sets: an Assign's or Let's, a loop's variable, an Axis's."""
+    if isinstance(s, S.For):
+        return {s.var}
+    name = getattr(s, "name", None)
+    return {name} if name else set()
+
+
 def _index_names(e: S.TExpr) -> set[str]:
     return {n for node in S.walk_texpr(e) if isinstance(node, S.Index) for n in S.index_names(node.value)}
 
 
 class GluonPlan:
     """The plan of one kernel's twin: `row_dim` (the products' rows, first in every
-    two-dimensional tile), `staged` (by the name of the statement that reads the operand) and
-    `loops` (by id of the For)."""
+    two-dimensional tile), `staged` (by the name of the statement that reads the operand),
+    `loops` (by id of the For) and `chains`: consecutive loops whose operands come through one
+    ring as one stream of tiles, so that a loop's last steps load the next loop's first tiles
+    (a causal kernel's loop below the diagonal, then the diagonal's), by id of each loop."""
 
     def __init__(self, kernel: S.Kernel, pipeline: S.Pipeline, layout: KernelLayout, warps: int):
         self.kernel, self.pipeline, self.layout, self.warps = kernel, pipeline, layout, warps
         self.staged: dict[str, Staged] = {}
         self.loops: dict[int, Pipelined] = {}
+        self.chains: dict[int, tuple[S.For, ...]] = {}
         self.row_dim = ""
         self._plan()
+        self._chain_loops()
 
     def _plan(self):
         body = self.kernel.body
@@ -163,6 +176,52 @@ class GluonPlan:
         if any(isinstance(n, S.Ref) and n.name == second.name for n in S.walk_texpr(a2)):
             raise NotPipelined("the second product's operand reads its result")
         self.loops[id(loop)] = Pipelined(zero, dots[0], dots[1], self.staged[b1.name], self.staged[b2.name])
+
+    def _chain_loops(self):
+        """Group consecutive pipelined loops into chains: a loop joins the chain before it when
+        nothing between them loops, its bounds and its tiles' coordinates can be computed before
+        the chain's first loop starts, and its tiles differ from the chain's only along the loop."""
+        chain: list[S.For] = []
+        assigned: set[str] = set()  # names set since the chain's first loop started
+        for s in self.kernel.body:
+            if isinstance(s, S.For) and id(s) in self.loops:
+                if chain and self._joins(chain[-1], s, assigned):
+                    chain.append(s)
+                else:
+                    self._close(chain)
+                    chain, assigned = [s], set()
+            elif isinstance(s, S.For):
+                self._close(chain)
+                chain, assigned = [], set()
+            if chain:
+                assigned |= {name for t in S.walk_statements((s,)) for name in _names_set(t)}
+        self._close(chain)
+
+    def _close(self, chain: list[S.For]):
+        if len(chain) > 1:
+            self.chains.update(dict.fromkeys(map(id, chain), tuple(chain)))
+
+    def _joins(self, before: S.For, loop: S.For, assigned: set[str]) -> bool:
+        read = S.index_names(loop.start) | S.index_names(loop.stop)
+        mine, theirs = self.loops[id(loop)], self.loops[id(before)]
+        for st in (mine.first_b, mine.second_b):
+            for kind, value in st.coords:
+                if kind == "index":
+                    read |= S.index_names(value)
+                elif kind == "value":
+                    read |= _index_names(value) | {n.name for n in S.walk_texpr(value) if isinstance(n, S.Ref)}
+        return not read & assigned and all(self._along_loop(a) == self._along_loop(b) for a, b in
+                                           ((mine.first_b, theirs.first_b), (mine.second_b, theirs.second_b)))
+
+    def _along_loop(self, st: Staged) -> tuple:
+        """`st`'s coordinates, its loop's variable written `@`: equal for two loops' tiles of one stream."""
+        coords = []
+        for kind, value in st.coords:
+            if kind == "axis":
+                start = self.layout.axes[value].axis.start
+                value = renamed(start, lambda n: "@" if n == st.loop.var else n)
+            coords.append((kind, value))
+        return st.tensor, st.box, tuple(coords)
 
     def _staged(self, s: S.Assign, loop: S.For | None) -> Staged:
         node = s.value
