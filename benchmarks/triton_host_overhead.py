@@ -11,7 +11,10 @@ issued back to back without synchronising (as in a model), then the device is sy
     dt launcher          the public function of the module dt generates (input checks, extents
                          from shapes, allocation, grid, launch)
     dt Program           prog(A=..., B=..., alpha=...): dt's runtime (argument binding, extent
-                         inference, dtype dispatch) around the dt launcher
+                         inference, dtype dispatch) around the dt launcher, whose launches it
+                         replays on repeat calls (dt/backends/triton/replay.py)
+    dt Program out=      the same writing into a preallocated output (out=): its checks, and
+                         the replay of a call with that output given
 
 Usage:
     python benchmarks/triton_host_overhead.py [--calls N] [--repeats R] [--shape X Y] [--out DIR]
@@ -104,16 +107,19 @@ def main(argv=None):
     launch_args = (a, *a.stride(), b, *b.stride(), out, *out.stride(), alpha, x, y)
     grid = (x * triton.cdiv(y, 256),)
     launcher = generated[module.function]
+    given = torch.empty_like(a)
 
     cases = [
         ("triton launch", lambda: kernel[grid](*launch_args)),
         ("hand-written", lambda: hand_add(a, b, alpha)),
         ("dt launcher", lambda: launcher(a, b, alpha)),
         ("dt Program", lambda: prog(backend="triton", A=a, B=b, alpha=alpha)),
+        ("dt Program out=", lambda: prog(backend="triton", A=a, B=b, alpha=alpha, out=given)),
     ]
     expected = alpha * (a + b)
     for name, fn in cases[1:]:
         torch.testing.assert_close(fn(), expected, msg=f"{name} computes a different sum")
+    assert cases[-1][1]() is given, "out= returned another tensor than the one given"
 
     results = [{"case": name, "us_per_call": per_call_us(fn, calls, args.repeats, sync)} for name, fn in cases]
     floor = results[0]["us_per_call"]

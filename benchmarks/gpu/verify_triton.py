@@ -123,6 +123,7 @@ class Result:
     ms: float | None = None  # steady-state time of the dt call (talk sizes, GPU only)
     formula_check: str = ""  # small sizes: torch formula vs dt's reference
     replay: str = ""  # a repeat call with other values, replayed, vs the launcher on those values
+    replay_out: str = ""  # the same writing into given outputs (out=): all of them, then the first only
     notes: list = field(default_factory=list)
 
 
@@ -198,7 +199,8 @@ class Verifier:
         r.status = "FAIL" if failures or r.formula_check.startswith("DISAGREES") else "ok"
         r.detail = "; ".join(failures)
         r.standalone = self.standalone(r, prog, tensors, extra, dtype, outs)
-        if r.standalone != "same bits" or r.replay not in ("same bits", ""):
+        if r.standalone != "same bits" or r.replay not in ("same bits", "") or \
+                (r.replay_out and not r.replay_out.startswith("same bits")):
             r.status = "FAIL"
         if self.timing and reference == "torch-f64" and self.device == "cuda":
             fn = lambda: prog(backend="triton", sizes=extra, **tensors)  # noqa: E731
@@ -218,15 +220,18 @@ class Verifier:
             self.sync()
             gots = got if isinstance(got, dict) else {prog.outputs[0]: got}
             same = all(_same_bits(_cpu(gots[n]), _cpu(outs[n])) for n in prog.outputs)
-            r.replay = self.replay(prog, function, extra, r.sizes, dtype)
+            r.replay, r.replay_out = self.replay(prog, function, extra, r.sizes, dtype)
             return "same bits" if same else "differs"
         except Exception as e:
             self.log.write(f"==== standalone {r.case} {dtype}\n{traceback.format_exc()}\n")
             return f"{type(e).__name__}: {e}"[:500]
 
-    def replay(self, prog, launcher, extra, sizes, dtype) -> str:
+    def replay(self, prog, launcher, extra, sizes, dtype) -> tuple[str, str]:
         """A repeat call with other values (the backend replays the first call's launches,
-        dt/backends/triton/replay.py) must give the bits the generated launcher gives."""
+        dt/backends/triton/replay.py) must give the bits the generated launcher gives; so must
+        calls writing into given outputs (out=), each set recorded by its first call and
+        replayed by its second: 'same bits' where the second was replayed, 'same bits, not
+        replayed' where it went through the launcher (Triton's interpreter)."""
         args = random_inputs(prog, sizes, dtype, seed=1)
         tensors = {n: to_torch(a).to(self.device) if hasattr(a, "shape") else a for n, a in args.items()}
         replayed = prog(backend="triton", sizes=extra, **tensors)
@@ -235,7 +240,21 @@ class Verifier:
         replayed = replayed if isinstance(replayed, dict) else {prog.outputs[0]: replayed}
         launched = launched if isinstance(launched, dict) else {prog.outputs[0]: launched}
         same = all(_same_bits(_cpu(replayed[n]), _cpu(launched[n])) for n in prog.outputs)
-        return "same bits" if same else "differs"
+        given_sets = [prog.outputs] + ([prog.outputs[:1]] if len(prog.outputs) > 1 else [])
+        same_given, all_replayed = True, True
+        for names in given_sets:
+            before = _replayed_keys(prog)
+            for _ in range(2):  # the first call records, the second replays
+                outs = {n: torch.full_like(launched[n], float("nan") if launched[n].is_floating_point() else -1)
+                        for n in names}
+                got = prog(backend="triton", sizes=extra, out=outs, **tensors)
+                self.sync()
+                got = got if isinstance(got, dict) else {prog.outputs[0]: got}
+                same_given &= all(got[n] is outs[n] for n in names) and \
+                    all(_same_bits(_cpu(got[n]), _cpu(launched[n])) for n in prog.outputs)
+            all_replayed &= bool(_replayed_keys(prog) - before)
+        given = "differs" if not same_given else "same bits" if all_replayed else "same bits, not replayed"
+        return "same bits" if same else "differs", given
 
     # ------------------------------------------------------------ report
     def write(self):
@@ -244,6 +263,12 @@ class Verifier:
                "budget_s": self.budget, "results": [asdict(r) for r in self.results]}
         (self.out / "verify_triton.json").write_text(json.dumps(doc, indent=1) + "\n")
         (self.out / "verify_triton.md").write_text(markdown(doc))
+
+
+def _replayed_keys(prog) -> set:
+    """The keys of the calls the program's Triton pipelines replay (dt/backends/triton/replay.py)."""
+    return {key for run in prog._compiled.values() if getattr(run, "replays", None) is not None
+            for key, function in run.replays.functions.items() if function is not None}
 
 
 def _cpu(x):
@@ -277,12 +302,13 @@ def _fmt(x, spec):
 
 
 def table(results: list[dict]) -> list[str]:
-    lines = ["| case | dtype | sizes | ref | status | max abs err | max rel err | standalone | replay | first call s "
-             "| ms |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| case | dtype | sizes | ref | status | max abs err | max rel err | standalone | replay | replay out= "
+             "| first call s | ms |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         sizes = ", ".join(f"{k}={v}" for k, v in r["sizes"].items())
         lines.append(f"| {r['case']} | {r['dtype']} | {sizes} | {r['reference']} | {r['status']} | "
                      f"{_fmt(r['max_abs'], '.3g')} | {_fmt(r['max_rel'], '.3g')} | {r['standalone']} | {r.get('replay', '')} | "
+                     f"{r.get('replay_out', '')} | "
                      f"{_fmt(r['first_call_s'], '.2f')} | {_fmt(r['ms'], '.4f')} |")
     return lines
 
@@ -298,7 +324,9 @@ def markdown(doc: dict) -> str:
              f"rtol {TF32_TOLERANCE[0]}, atol {TF32_TOLERANCE[1]} of the largest |reference|). "
              "'standalone' runs the generated module imported from its file; it must reproduce dt's "
              "output bit for bit; 'replay' is a repeat call on other values (dt replays the first call's "
-             "launches), which must give the generated launcher's bits. 'ms' is triton.testing.do_bench's median of the dt call (talk sizes).", ""]
+             "launches), which must give the generated launcher's bits; 'replay out=' the same writing into "
+             "given outputs (all, then the first of several), the second call of each replayed. "
+             "'ms' is triton.testing.do_bench's median of the dt call (talk sizes).", ""]
     lines += table(results)
     bad = [r for r in results if r["status"] not in ("ok",) or r["formula_check"].startswith("DISAGREES")]
     if bad:
