@@ -27,7 +27,7 @@ def twin(source: str) -> str:
 
 @pytest.mark.parametrize("path", ATTENTION)
 def test_attention_kernels_have_a_gluon_twin_that_overlaps_the_second_product(path):
-    _, m = module(path)
+    prog, m = module(path)
     assert m.gluon_kernels == ("attention_kernel_gluon",)
     text = twin(m.source)
     # each step: its scores' product, then the previous step's P·V, then a wait for the first only
@@ -43,7 +43,9 @@ def test_attention_kernels_have_a_gluon_twin_that_overlaps_the_second_product(pa
     assert "tl.dot" not in text and "tl.load" not in text
     # the Triton kernel stays, launched where the twin is not
     assert "@triton.jit\ndef attention_kernel(" in m.source
-    launch = m.source[m.source.index("attention_gluon = GLUON and _gluon_wanted(device)"):]
+    warps = prog.pipeline("bf16").kernels[0].num_warps
+    wanted = f"attention_gluon = GLUON and _gluon_wanted(device, {warps == 4})"  # one warpgroup: by default
+    launch = m.source[m.source.index(wanted):]
     assert "attention_gluon = _tma_ready(device, (Q, Q_box" in launch
     assert "attention_kernel_gluon[" in launch and "else:\n        attention_kernel[" in launch
 
@@ -187,6 +189,22 @@ def test_the_module_docstring_names_each_twin_and_why_several_products_have_none
     assert "Gluon" not in matmul.source
 
 
+@pytest.mark.parametrize("flag, by_default, wanted", [
+    ("", True, True), ("", False, False), ("1", False, True), ("0", True, False), ("auto", True, True)])
+def test_a_twin_runs_on_hopper_by_default_where_it_is_one_warpgroup(monkeypatch, flag, by_default, wanted):
+    """Unset, DT_TRITON_GLUON leaves the choice to the kernel (its twin of one warpgroup beat the
+    Triton kernel on an H200, one of two did not); 1 runs every twin, 0 none. Only on sm_90."""
+    pytest.importorskip("torch")
+    from types import SimpleNamespace
+
+    from dt.backends.triton.host_helpers import _gluon_wanted
+    monkeypatch.setenv("DT_TRITON_GLUON", flag)
+    gpu = SimpleNamespace(type="cuda", index=0)
+    assert _gluon_wanted(gpu, by_default, {0: (9, 0)}) is wanted
+    assert _gluon_wanted(gpu, by_default, {0: (10, 0)}) is False  # wgmma is Hopper's
+    assert _gluon_wanted(SimpleNamespace(type="cpu", index=None), by_default, {}) is False
+
+
 def test_the_launcher_runs_the_triton_kernel_unless_asked(monkeypatch):
     """DT_TRITON_GLUON=1 asks for the twins; on a CPU (and Triton's interpreter) there is none to
     run: the Triton kernel's launch is the one recorded either way."""
@@ -196,7 +214,7 @@ def test_the_launcher_runs_the_triton_kernel_unless_asked(monkeypatch):
     pipeline = prog.pipeline("bf16")
     args = random_inputs(prog, SIZES, "bf16")
     tensors = [dt.arrays.to_torch(args[n]) for n in m.inputs]
-    for flag in ("0", "1"):
+    for flag in ("0", "1", ""):
         monkeypatch.setenv("DT_TRITON_GLUON", flag)
         launches = record_launches(m, pipeline, tensors, [], SIZES)
         assert [fn.__name__ for fn, _, _ in launches] == ["attention_kernel"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import platform
 import statistics
 import subprocess
@@ -103,7 +104,9 @@ _FAILED = object()  # round_robin's mark of a timing that raised
 
 def device_description(device: torch.device) -> dict:
     """The device's name and driver (or the CPU in a dry run), and the software versions."""
-    info = {"torch": torch.__version__, "python": platform.python_version()}
+    info = {"torch": torch.__version__, "python": platform.python_version(),
+            # dt's settings that change which kernels run (DT_TRITON_GLUON, DT_TRITON_F32_DOT, ...)
+            "dt_environment": {k: v for k, v in sorted(os.environ.items()) if k.startswith("DT_")}}
     try:
         import triton
         info["triton"] = triton.__version__

@@ -97,7 +97,7 @@ def render(pipeline: S.Pipeline, f32_dot: str = "ieee", width: int | None = LINE
     _header(w, pipeline, f32_dot, function, launcher.args,
             libdevice=not interpret and bool(used_helpers & helpers.needing_libdevice()),
             descriptors=any(kr.use_tma for kr in kernels), exp2=any(kr.exp2_used for kr in kernels),
-            twins={kernel_names[kr.kernel.name]: kr.gluon.name for kr in kernels if kr.gluon},
+            twins={kernel_names[kr.kernel.name]: (kr.gluon.name, kr.gluon.by_default) for kr in kernels if kr.gluon},
             refusals={kernel_names[k]: why for k, why in refusals.items()})
     emitted = [(name, source) for name, source in device_helpers.items() if name in used_helpers] \
         + [(name, host_helpers[name]) for name in launch_helpers]
@@ -204,8 +204,9 @@ def _header(w: Writer, pipeline: S.Pipeline, f32_dot: str, function: str, args: 
                      f"b * {LOG2E.value!r}), log2(e) scaling each side: one fused multiply-add a lane.")
     if any(isinstance(n, S.Gather) for n in nodes):
         notes.append("A read at a computed index outside its tensor gives 0.")
-    for kernel, twin in twins.items():
-        notes.append(f"With DT_TRITON_GLUON=1 on a Hopper GPU, {kernel} runs as {twin} (Gluon, at the end): "
+    for kernel, (twin, by_default) in twins.items():
+        when = "unless DT_TRITON_GLUON=0" if by_default else "with DT_TRITON_GLUON=1"
+        notes.append(f"On a Hopper GPU, {kernel} runs as {twin} (Gluon, at the end) {when}: "
                      f"each step's element-wise work overlaps the previous step's second product.")
     for kernel, why in refusals.items():
         notes.append(f"{kernel} has no Gluon twin: {why}.")

@@ -9,10 +9,10 @@ mbarrier a slot. Everything else is the Triton renderer's code, `gl` for `tl`, i
 register layout: every two-dimensional tile has the products' rows as its first dimension.
 
 `GluonKernelRenderer` raises `NotPipelined` (with the reason) for a kernel of another shape;
-the kernel is then Triton's alone. With DT_TRITON_GLUON=1, the launcher runs the Gluon kernel on
-a Hopper GPU where the tensors suit TMA, and the Triton one elsewhere; unset, always Triton's
-(docs/triton.md, "Gluon twins on Hopper": faster on long sequences with Hopper schedules, slower
-to launch)."""
+the kernel is then Triton's alone. On a Hopper GPU, where the tensors suit TMA, the launcher runs
+the Gluon kernel of a kernel of one warpgroup (4 warps), where it measured faster, and the Triton
+one elsewhere; DT_TRITON_GLUON=1 runs every twin, =0 none (docs/triton.md, "Gluon twins on
+Hopper")."""
 from __future__ import annotations
 
 import re
@@ -52,6 +52,10 @@ class GluonKernelRenderer(KernelRenderer):
             raise NotPipelined("persistent and tma() kernels stay Triton's")
         super().__init__(kernel, pipeline, f32_dot, reserved, helpers, name)
         self.warps = kernel.num_warps or 4
+        # Run unless DT_TRITON_GLUON=0 with one warpgroup: on an H200 every such twin beat its
+        # Triton kernel (1.02-1.53x); with two, each slot's refill waits for both warpgroups, and
+        # examples/llm/mha.dt's twin ran 12-14% behind its Triton kernel (docs/triton.md)
+        self.by_default = self.warps == 4
         self.stages = max(2, min(kernel.num_stages or 2, 4))
         plan = GluonPlan(kernel, pipeline, self.layout, self.warps)
         self.staged, self.loops, self.row_dim, self.chains = plan.staged, plan.loops, plan.row_dim, plan.chains
