@@ -10,21 +10,21 @@ register layout: every two-dimensional tile has the products' rows as its first 
 
 `GluonKernelRenderer` raises `NotPipelined` (with the reason) for a kernel of another shape;
 the kernel is then Triton's alone. On a Hopper GPU, where the tensors suit TMA, the launcher runs
-the Gluon kernel of a kernel of one warpgroup (4 warps), where it measured faster, and the Triton
-one elsewhere; DT_TRITON_GLUON=1 runs every twin, =0 none (docs/triton.md, "Gluon twins on
-Hopper")."""
+the Gluon kernel unless DT_TRITON_GLUON=0, and the Triton one elsewhere (docs/triton.md, "Gluon
+twins on Hopper")."""
 from __future__ import annotations
 
 import re
 
 from dt.backends.pysource import Writer
 from dt.backends.triton.compiled import H100, MULTIPROCESSOR, SHARED_RESERVED
-from dt.backends.triton.expressions import TL_DTYPE
+from dt.backends.triton.expressions import TL_DTYPE, atom
 from dt.backends.triton.gluon_plan import GluonPlan, NotPipelined, Staged
 from dt.backends.triton.kernel import KernelRenderer
 from dt.ir import scheduled as S
 from dt.ir.index_expr import index_source as index, renamed
 
+DTYPE_BYTES = {"f16": 2, "bf16": 2, "f32": 4}
 # the shared memory a program of an H100 or H200 may take
 MAX_SHARED = MULTIPROCESSOR[H100][0] - SHARED_RESERVED
 # tl functions whose gl namesakes take the same arguments
@@ -52,10 +52,6 @@ class GluonKernelRenderer(KernelRenderer):
             raise NotPipelined("persistent and tma() kernels stay Triton's")
         super().__init__(kernel, pipeline, f32_dot, reserved, helpers, name)
         self.warps = kernel.num_warps or 4
-        # Run unless DT_TRITON_GLUON=0 with one warpgroup: on an H200 every such twin beat its
-        # Triton kernel (1.02-1.53x); with two, each slot's refill waits for both warpgroups, and
-        # examples/llm/mha.dt's twin ran 12-14% behind its Triton kernel (docs/triton.md)
-        self.by_default = self.warps == 4
         self.stages = max(2, min(kernel.num_stages or 2, 4))
         plan = GluonPlan(kernel, pipeline, self.layout, self.warps)
         self.staged, self.loops, self.row_dim, self.chains = plan.staged, plan.loops, plan.row_dim, plan.chains
@@ -68,11 +64,19 @@ class GluonKernelRenderer(KernelRenderer):
             if key not in self.descriptors:
                 self.descriptors[key] = self.names.fresh(f"{st.tensor}_desc")
                 self.buffers[key] = (self.names.fresh(f"{st.tensor}_smem"), self.names.fresh(f"{st.tensor}_ready"))
+        self.stored = plan.stored
+        for st in self.stored.values():
+            self.descriptors[(st.tensor, st.box)] = self.names.fresh(f"{st.tensor}_desc")
         self.ringed = {(st.tensor, st.box) for st in self.staged.values() if st.loop is not None}
         if any((st.tensor, st.box) in self.ringed for st in self.staged.values() if st.loop is None):
             raise NotPipelined("a box loaded both before a loop and in one")
-        self.layout_names = {n: self.names.fresh(n) for n in ("mma_layout", "rows", "columns", "operand_layout")}
-        self.mma_n = self.names.fresh("MMA_N")
+        self.grids = self._grids()
+        self.default = self.grids[next(iter(self.grids))]
+        # the first products' first operand, read before their loop, goes to registers once (wgmma
+        # then reads only the second from shared memory): its box -> its register layout
+        firsts = [s.body[self.loops[id(s)].first].value for s in kernel.body if id(s) in self.loops]
+        self.in_registers = {(self.staged[d.a.name].tensor, self.staged[d.a.name].box):
+                             self._grid(self.layout.axes[d.dims[1]].axis.dim)[4] for d in firsts}
         self.tile_count = self.names.fresh("tiles_loaded")
         self.slot = self.names.fresh("slot")
         self.previous_slot = self.names.fresh("previous_slot")
@@ -92,7 +96,7 @@ class GluonKernelRenderer(KernelRenderer):
                 if not isinstance(b, int):
                     return  # a whole extent padded at launch: the launcher's compile tells
                 elements *= b
-            total += elements * 2 * (self.stages if key in self.ringed else 1)
+            total += elements * DTYPE_BYTES[self.pipeline.tensor(tensor).dtype] * (self.stages if key in self.ringed else 1)
         if total > MAX_SHARED:
             raise NotPipelined(f"{total} bytes of shared memory at {self.stages} stages")
 
@@ -112,34 +116,56 @@ class GluonKernelRenderer(KernelRenderer):
             for (dim, tile), name in self.aranges.items():
                 size = str(tile) if isinstance(tile, int) else self.tiles[tile]
                 to64 = ".to(gl.int64)" if self.arange_int64[name] else ""
-                role = self.layout_names["rows" if dim == self.row_dim else "columns"]
+                role = self.default[1] if dim == self.row_dim else self._grid(dim)[2]
                 w.line(f"{name} = gl.arange(0, {size}, layout={role}){to64}")
             self._shared_memory(w)
             for s in body:
                 self.statement(s, w)
         return [gluon_text(line) for line in w.lines]
 
+    def _grids(self) -> dict:
+        """One wgmma register layout per column dimension of the products (each product's result
+        in its own: one instruction spans its columns, up to 256), the first products' first:
+        by dimension, the names of the layout, its row and column slices, its instruction's
+        width and the layout of a product operand taken from registers."""
+        widths: dict[str, list] = {}
+        for loop in self.kernel.body:
+            if id(loop) in self.loops:
+                plan = self.loops[id(loop)]
+                for s in (loop.body[plan.first], loop.body[plan.second]):
+                    column = self.layout.axes[s.value.b.dims[1]]
+                    widths.setdefault(column.axis.dim, []).append(column.tile)
+        grids = {}
+        for i, (dim, tiles) in enumerate(widths.items()):
+            suffix = "" if i == 0 else f"_{dim}"
+            names = (f"mma_layout{suffix}", f"rows{suffix}", f"columns{suffix}", f"MMA_N{suffix}",
+                     f"operand_layout{suffix}")
+            grids[dim] = (*(self.names.fresh(n) for n in names), tiles)
+        return grids
+
     def _layouts(self, w: Writer):
-        n = self.layout_names
-        widths = sorted({self.layout.axes[s.value.b.dims[1]].tile for s in S.walk_statements(self.kernel.body)
-                         if isinstance(s, S.Assign) and isinstance(s.value, S.Dot)}, key=str)
-        ints = [t for t in widths if isinstance(t, int)]
-        texts = ([str(min(ints))] if ints else []) + [self.tiles[t] for t in widths if not isinstance(t, int)]
-        narrowest = texts[0]
-        for t in texts[1:]:
-            narrowest = f"({t} if {t} < {narrowest} else {narrowest})"
-        w.line(f"{self.mma_n}: gl.constexpr = {narrowest}")
-        w.line(f"# one register layout for every tile: the products' (rows, columns), {self.mma_n} columns")
-        w.line("# a wgmma instruction")
-        w.line(f"{n['mma_layout']}: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], "
-               f"warps_per_cta=[{self.warps}, 1], instr_shape=[16, {self.mma_n}, 16])")
-        w.line(f"{n['rows']}: gl.constexpr = gl.SliceLayout(1, {n['mma_layout']})")
-        w.line(f"{n['columns']}: gl.constexpr = gl.SliceLayout(0, {n['mma_layout']})")
-        w.line(f"{n['operand_layout']}: gl.constexpr = gl.DotOperandLayout(operand_index=0, "
-               f"parent={n['mma_layout']}, k_width=2)")
+        w.line("# a register layout for each product's result, rows first; every other tile takes the")
+        w.line("# layout of the result sharing its columns (the first product's by default), MMA_N the")
+        w.line("# columns of one wgmma instruction")
+        for layout, rows, columns, width, operand, tiles in self.grids.values():
+            ints = sorted({min(t, 256) for t in tiles if isinstance(t, int)})
+            texts = ([str(ints[0])] if ints else []) + sorted({self.tiles[t] for t in tiles if not isinstance(t, int)})
+            narrowest = texts[0]
+            for t in texts[1:]:
+                narrowest = f"({t} if {t} < {narrowest} else {narrowest})"
+            if not ints:
+                narrowest = f"({narrowest} if {narrowest} < 256 else 256)"
+            w.line(f"{width}: gl.constexpr = {narrowest}")
+            w.line(f"{layout}: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], "
+                   f"warps_per_cta=[{self.warps}, 1], instr_shape=[16, {width}, 16])")
+            w.line(f"{rows}: gl.constexpr = gl.SliceLayout(1, {layout})")
+            w.line(f"{columns}: gl.constexpr = gl.SliceLayout(0, {layout})")
+            w.line(f"{operand}: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent={layout}, k_width=2)")
 
     def _shared_memory(self, w: Writer):
         for key, descriptor in self.descriptors.items():
+            if key not in self.buffers:
+                continue  # a stored box: its buffer is made where the store is
             smem, ready = self.buffers[key]
             if key in self.ringed:
                 w.line(f"{smem} = gl.allocate_shared_memory({descriptor}.dtype, [{self.stages}] + "
@@ -195,7 +221,10 @@ class GluonKernelRenderer(KernelRenderer):
         w.line(f"mbarrier.expect({ready}, {descriptor}.block_type.nbytes)")
         w.line(f"_tma_load({descriptor}, [{coords}], {ready}, {smem})")
         w.line(f"mbarrier.wait({ready}, {phase % 2})")
-        w.line(f"{self.views[key]} = {self._view(st, smem)}")
+        view = self._view(st, smem)
+        if key in self.in_registers:
+            view = f"{view}.load({self.in_registers[key]})"
+        w.line(f"{self.views[key]} = {view}")
         self.loaded[key] = coords
 
     def _bounds(self, loop: S.For, w: Writer):
@@ -245,6 +274,23 @@ class GluonKernelRenderer(KernelRenderer):
         return self.views[key]
 
     # ------------------------------------------------------------ statements
+    def Store(self, s: S.Store, w: Writer):
+        """The tile goes to shared memory, and TMA writes the box (the lanes past the tensor's
+        end not: the Triton kernel's mask)."""
+        st = self.stored[id(s)]
+        spec = self.pipeline.tensor(s.tensor)
+        value, prec = self.texpr(s.value, s.loc), self.prec(s.value)
+        if s.value.dtype != spec.dtype:
+            value = f"{atom(value, prec)}.to({TL_DTYPE[spec.dtype]})"
+        descriptor = self.descriptors[(st.tensor, st.box)]
+        smem = self.names.fresh(f"{s.tensor}_smem")
+        w.line(f"{smem} = gl.allocate_shared_memory({descriptor}.dtype, {descriptor}.block_type.shape, "
+               f"{descriptor}.layout)")
+        w.line(f"{self._view(st, smem)}.store({value})")
+        w.line("fence_async_shared()  # the tile in shared memory before TMA reads it")
+        w.line(f"_tma_store({descriptor}, [{self._coords(st)}], {smem})")
+        w.line("tma.store_wait(0)")
+
     def Assign(self, s: S.Assign, w: Writer):
         if s.name in self.staged and self.staged[s.name].loop is None:
             self._load_before_loop(self.staged[s.name], w)
@@ -283,7 +329,11 @@ class GluonKernelRenderer(KernelRenderer):
                 self._ring_load((first_b, second_b), self.tile, slot, w)
         skipped = {plan.zero, plan.first, plan.second} | {i for i, t in enumerate(s.body)
                                                           if isinstance(t, S.Assign) and t.name in self.staged}
-        zeros = f"gl.zeros({self.shape_text(first.value.dims)}, gl.float32, layout={self.layout_names['mma_layout']})"
+        zeros = f"gl.zeros({self.shape_text(first.value.dims)}, gl.float32, layout={self._layout_of(first.value.dims)})"
+        operand = self._grid(self.layout.axes[second.value.dims[1]].axis.dim)[4]
+        # a first operand in registers is the wgmma's until it is waited for
+        wait1 = f"{result1}, {a1}" if (staged_a.tensor, staged_a.box) in self.in_registers else result1
+        deps1 = wait1 if "," in wait1 else f"{wait1},"
 
         def step_body(t: str, pending: bool):
             w.line(f"{var} = {start} + {t} * {step}")
@@ -298,16 +348,15 @@ class GluonKernelRenderer(KernelRenderer):
                 b2 = self._ring_view(second_b, f"{t} - 1", previous, w)
                 w.line(f"{result2} = warpgroup_mma({a2}, {b2}, {acc2}, is_async=True)")
                 w.line("# wait for the first product only: the second runs on")
-                w.line(f"{result1} = warpgroup_mma_wait(1, deps=({result1},))")
+                w.line(f"{wait1} = warpgroup_mma_wait(1, deps=({deps1}))")
             else:
-                w.line(f"{result1} = warpgroup_mma_wait(0, deps=({result1},))")
+                w.line(f"{wait1} = warpgroup_mma_wait(0, deps=({deps1}))")
             for i in range(plan.first + 1, plan.second):
                 if i not in skipped:
                     self.statement(s.body[i], w)
             if pending:
                 w.line(f"{result2}, {a2} = warpgroup_mma_wait(0, deps=({result2}, {a2}))")
-            w.line(f"{a2} = gl.convert_layout({self.texpr(second.value.a, second.loc)}, "
-                   f"{self.layout_names['operand_layout']})")
+            w.line(f"{a2} = gl.convert_layout({self.texpr(second.value.a, second.loc)}, {operand})")
             w.line(f"{acc2} = {self.texpr(second.value.acc, second.loc)}")
             for i in range(plan.second + 1, len(s.body)):
                 if i not in skipped:
@@ -337,11 +386,16 @@ class GluonKernelRenderer(KernelRenderer):
         w.line(f"{self.tile_count} += {count}")
 
     # ------------------------------------------------------------ layouts of created tiles
+    def _grid(self, dim: str) -> tuple:
+        """The layouts of tiles whose columns run along `dim`."""
+        return self.grids.get(dim, self.default)
+
     def _layout_of(self, axes) -> str:
-        n = self.layout_names
+        """A tile's layout: a product's result's, by its columns; a row the first product's rows."""
+        dim = self.layout.axes[axes[-1]].axis.dim
         if len(axes) == 2:
-            return n["mma_layout"]
-        return n["rows"] if self.layout.axes[axes[0]].axis.dim == self.row_dim else n["columns"]
+            return self._grid(dim)[0]
+        return self.default[1] if dim == self.row_dim else self._grid(dim)[2]
 
     def Full(self, e: S.Full, loc=None) -> str:
         value = self.Literal(S.Literal(e.value, e.dtype))
@@ -356,7 +410,18 @@ class GluonKernelRenderer(KernelRenderer):
     def Expand(self, e: S.Expand, loc=None) -> str:
         if not e.x.dims:
             raise NotPipelined("a scalar expanded to a tile")
+        rows = self._grid(self.layout.axes[e.target[-1]].axis.dim)[1]
+        if len(e.target) == 2 and e.x.dims == e.target[:1] and rows != self.default[1]:
+            # every row is in the first product's rows: another result's takes them converted
+            return f"gl.convert_layout({self.texpr(e.x, loc)}, {rows})[:, None]"
         return super().Expand(e, loc)
+
+    def along(self, how, combine: str, e, loc) -> str:
+        text = super().along(how, combine, e, loc)
+        if len(e.x.dims) == 2 and e.x.dims.index(e.axis) == 1 and \
+                self._layout_of(e.x.dims) != self.default[0] and isinstance(e, S.Reduce):
+            return f"gl.convert_layout({text}, {self.default[1]})"  # a row in the first product's rows
+        return text
 
     def Mask(self, e: S.Mask, loc=None) -> str:
         if e.axis in self.masks:

@@ -13,6 +13,7 @@ from dt.ir import scheduled as S
 from dt.ir.index_expr import renamed
 
 OPERAND_DTYPES = ("f16", "bf16")  # what the twin's wgmma takes
+STORED_DTYPES = ("f16", "bf16", "f32")
 
 
 class NotPipelined(Exception):
@@ -58,15 +59,17 @@ def _index_names(e: S.TExpr) -> set[str]:
 class GluonPlan:
     """The plan of one kernel's twin: `row_dim` (the products' rows, first in every
     two-dimensional tile), `staged` (by the name of the statement that reads the operand),
-    `loops` (by id of the For) and `chains`: consecutive loops whose operands come through one
+    `loops` (by id of the For), `chains`: consecutive loops whose operands come through one
     ring as one stream of tiles, so that a loop's last steps load the next loop's first tiles
-    (a causal kernel's loop below the diagonal, then the diagonal's), by id of each loop."""
+    (a causal kernel's loop below the diagonal, then the diagonal's), by id of each loop, and
+    `stored`: the box each Store writes through TMA (by id of the Store)."""
 
     def __init__(self, kernel: S.Kernel, pipeline: S.Pipeline, layout: KernelLayout, warps: int):
         self.kernel, self.pipeline, self.layout, self.warps = kernel, pipeline, layout, warps
         self.staged: dict[str, Staged] = {}
         self.loops: dict[int, Pipelined] = {}
         self.chains: dict[int, tuple[S.For, ...]] = {}
+        self.stored: dict[int, Staged] = {}  # by id of the Store
         self.row_dim = ""
         self._plan()
         self._chain_loops()
@@ -118,6 +121,13 @@ class GluonPlan:
                 if len(dims) == 2 and not staged and self.layout.axes[dims[0]].axis.dim != self.row_dim:
                     raise NotPipelined("a tile whose first dimension is not the products' rows")
         self._plan_loops(body, assigns, operands)
+        for s in S.walk_statements(body):
+            if isinstance(s, S.Scatter):
+                raise NotPipelined("an indexed write")
+            if isinstance(s, S.Store):
+                if not any(s is t for t in body):
+                    raise NotPipelined("a store in a loop")
+                self.stored[id(s)] = self._stored(s)
         # One count of the tiles loaded (gluon.py's tiles_loaded) gives every ring's slot and
         # barrier phase: it holds for a ring only if every loop loads its tiles through it.
         rings = {frozenset({(p.first_b.tensor, p.first_b.box), (p.second_b.tensor, p.second_b.box)})
@@ -225,15 +235,24 @@ class GluonPlan:
 
     def _staged(self, s: S.Assign, loop: S.For | None) -> Staged:
         node = s.value
-        tensor = node.tensor
-        if self.pipeline.tensor(tensor).dtype not in OPERAND_DTYPES or node.dtype != self.pipeline.tensor(tensor).dtype:
-            raise NotPipelined(f"an operand of {tensor} converted on load")
+        if self.pipeline.tensor(node.tensor).dtype not in OPERAND_DTYPES or \
+                node.dtype != self.pipeline.tensor(node.tensor).dtype:
+            raise NotPipelined(f"an operand of {node.tensor} converted on load")
+        axes = list(node.indices) if isinstance(node, S.Load) else [_axis_of(sub) for sub in node.subscripts]
+        return self._box(s.name, node.tensor, axes, getattr(node, "subscripts", ()), node.order, loop)
+
+    def _stored(self, s: S.Store) -> Staged:
+        """The box TMA stores `s`'s tile through: the box's lanes past the tensor's end are not
+        written, which is what the Triton kernel's mask does."""
+        if self.pipeline.tensor(s.tensor).dtype not in STORED_DTYPES:
+            raise NotPipelined(f"a store of {self.pipeline.tensor(s.tensor).dtype} (TMA stores {', '.join(STORED_DTYPES)})")
+        if s.guard:
+            raise NotPipelined("a store made by one program of several")
+        return self._box(s.tensor, s.tensor, list(s.indices), (), s.value.dims, None)
+
+    def _box(self, name: str, tensor: str, axes: list, subscripts: tuple, order: tuple, loop: S.For | None) -> Staged:
         if len(self.pipeline.tensor(tensor).dims) > TMA_MAX_RANK:
-            raise NotPipelined(f"an operand of {tensor}, of more than {TMA_MAX_RANK} dimensions (TMA's most)")
-        if isinstance(node, S.Load):
-            axes = list(node.indices)
-        else:
-            axes = [_axis_of(sub) for sub in node.subscripts]
+            raise NotPipelined(f"a tile of {tensor}, of more than {TMA_MAX_RANK} dimensions (TMA's most)")
         coords, box, tiled = [], [], []
         for i, axis in enumerate(axes):
             lay = self.layout.axes.get(axis) if axis else None
@@ -250,11 +269,11 @@ class GluonPlan:
                 coords.append(("index", lay.axis.start))
                 box.append(1)
             else:
-                sub = node.subscripts[i]
+                sub = subscripts[i]
                 if sub.dims or (loop is not None and loop.var in _index_names(sub)):
                     raise NotPipelined(f"a computed subscript of {tensor} that moves with the tile")
                 coords.append(("value", sub))
                 box.append(1)
-        if sorted(tiled) != sorted(node.order) or len(tiled) != 2:
-            raise NotPipelined(f"{tensor}'s operand is not a two-dimensional box")
-        return Staged(s.name, tensor, tuple(box), tuple(coords), tuple(tiled), tuple(node.order), loop)
+        if sorted(tiled) != sorted(order) or len(tiled) != 2:
+            raise NotPipelined(f"{tensor}'s tile is not a two-dimensional box")
+        return Staged(name, tensor, tuple(box), tuple(coords), tuple(tiled), tuple(order), loop)

@@ -42,13 +42,10 @@ def _tma_ready(device, *boxes):
                for t, box, extents in boxes)
 
 
-def _gluon_wanted(device, by_default, capabilities={}):
-    # A kernel's Gluon twin (wgmma: Hopper only) runs on an sm_90 GPU: always where
-    # DT_TRITON_GLUON=1, never where it is 0, and unset where the twin is the faster one
-    # (`by_default`: a kernel of one warpgroup, gluon.py).
+def _gluon_wanted(device, capabilities={}):
+    # A kernel's Gluon twin (wgmma: Hopper only) runs on an sm_90 GPU unless DT_TRITON_GLUON=0.
     # Each device's capability is read once (`capabilities`): a launch is a few microseconds.
-    wanted = {"1": True, "0": False}.get(os.environ.get("DT_TRITON_GLUON", ""), by_default)
-    if device.type != "cuda" or not wanted:
+    if device.type != "cuda" or os.environ.get("DT_TRITON_GLUON") == "0":
         return False
     if device.index not in capabilities:
         capabilities[device.index] = torch.cuda.get_device_capability(device)

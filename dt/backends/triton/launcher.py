@@ -151,8 +151,8 @@ class Launcher:
             w.line(f"{kr.name}[{grid}]({', '.join(args + options)})")
 
     def gluon_launch(self, w: Writer, gk, grid: str, args: list[str], tiles: dict[str, str]):
-        """The Gluon twin's launch where it runs (a Hopper GPU, the twin wanted: _gluon_wanted,
-        tensors that suit TMA), then `else:` for the Triton kernel's."""
+        """The Gluon twin's launch where it runs (a Hopper GPU, not DT_TRITON_GLUON=0, tensors
+        that suit TMA), then `else:` for the Triton kernel's."""
         boxes = {}
         for key in gk.descriptors:
             boxes[key] = self.names.fresh(f"{key[0]}_box")
@@ -160,7 +160,7 @@ class Launcher:
         ready = [f"({self.names.ir(t)}, {boxes[(t, box)]}, "
                  f"({', '.join(self.sizes[d] for d in self.pipeline.tensor(t).dims)},))" for t, box in gk.descriptors]
         use = self.names.fresh(f"{gk.kernel.func}_gluon")
-        w.line(f"{use} = GLUON and {self.helpers['_gluon_wanted']}({self.device}, {gk.by_default})")
+        w.line(f"{use} = GLUON and {self.helpers['_gluon_wanted']}({self.device})")
         w.line(f"if {use}:")
         with w.indent():
             w.line(f"{use} = {self.helpers['_tma_ready']}({self.device}, {', '.join(ready)})")
