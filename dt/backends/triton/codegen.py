@@ -32,7 +32,8 @@ HEADER_WIDTH = 95  # the module docstring's prose
 # Modules and builtins the generated code refers to; no generated local may shadow them.
 GLOBALS_USED = ("tl", "libdevice", "triton", "torch", "float", "int", "min", "max", "range", "tuple", "ValueError",
                 "TensorDescriptor", "os", "gluon", "gl", "mbarrier", "tma", "warpgroup_mma", "warpgroup_mma_wait",
-                "GluonTensorDescriptor", "_tma_load", "_tma_store", "_thread_barrier", "fence_async_shared", "GLUON")
+                "GluonTensorDescriptor", "_tma_load", "_tma_store", "_thread_barrier", "fence_async_shared", "GLUON",
+                "warnings", "CompilationError", "OutOfResources")
 
 
 @dataclass(frozen=True)
@@ -93,11 +94,11 @@ def render(pipeline: S.Pipeline, f32_dot: str = "ieee", width: int | None = LINE
     if any(kr.use_tma or kr.gluon for kr in kernels):
         launch_helpers.append("_tma_ready")
     if gluon_bodies:
-        launch_helpers += ["_gluon_wanted", "_gluon_descriptor"]
+        launch_helpers += ["_gluon_wanted", "_gluon_descriptor", "_gluon_launch"]
     _header(w, pipeline, f32_dot, function, launcher.args,
             libdevice=not interpret and bool(used_helpers & helpers.needing_libdevice()),
             descriptors=any(kr.use_tma for kr in kernels), exp2=any(kr.exp2_used for kr in kernels),
-            twins={kernel_names[kr.kernel.name]: kr.gluon.name for kr in kernels if kr.gluon},
+            twins={kernel_names[kr.kernel.name]: (kr.gluon.name, kr.gluon.by_default) for kr in kernels if kr.gluon},
             refusals={kernel_names[k]: why for k, why in refusals.items()})
     emitted = [(name, source) for name, source in device_helpers.items() if name in used_helpers] \
         + [(name, host_helpers[name]) for name in launch_helpers]
@@ -204,8 +205,9 @@ def _header(w: Writer, pipeline: S.Pipeline, f32_dot: str, function: str, args: 
                      f"b * {LOG2E.value!r}), log2(e) scaling each side: one fused multiply-add a lane.")
     if any(isinstance(n, S.Gather) for n in nodes):
         notes.append("A read at a computed index outside its tensor gives 0.")
-    for kernel, twin in twins.items():
-        notes.append(f"On a Hopper GPU, {kernel} runs as {twin} (Gluon, at the end) unless DT_TRITON_GLUON=0: "
+    for kernel, (twin, by_default) in twins.items():
+        when = "unless DT_TRITON_GLUON=0" if by_default else "with DT_TRITON_GLUON=1"
+        notes.append(f"On a Hopper GPU, {kernel} runs as {twin} (Gluon, at the end) {when}: "
                      f"each step's element-wise work overlaps the previous step's second product.")
     for kernel, why in refusals.items():
         notes.append(f"{kernel} has no Gluon twin: {why}.")
@@ -221,6 +223,9 @@ def _header(w: Writer, pipeline: S.Pipeline, f32_dot: str, function: str, args: 
         w.line("from triton.tools.tensor_descriptor import TensorDescriptor")
     if twins:
         w.line("import os")
+        w.line("import warnings")
+        w.line("from triton.compiler.errors import CompilationError")
+        w.line("from triton.runtime.errors import OutOfResources")
         w.line("try:  # Gluon (Triton 3.5 and later) writes the Hopper twins of the kernels")
         w.line("    from triton.experimental import gluon")
         w.line("    from triton.experimental.gluon import language as gl")

@@ -1,13 +1,16 @@
 """Host functions a generated module's launcher calls: `_check` always, `_multiprocessors` for
-persistent kernels, `_tma_ready` for kernels with TMA, `_gluon_wanted` for kernels with a Gluon
-twin.
+persistent kernels, `_tma_ready` for kernels with TMA, `_gluon_wanted`, `_gluon_descriptor` and
+`_gluon_launch` for kernels with a Gluon twin.
 
 The code generator copies each function's source text into the module it writes
 (dt/backends/triton/helpers.py reads this file; generating code imports neither it nor torch).
 """
 import os
+import warnings
 
 import torch
+from triton.compiler.errors import CompilationError
+from triton.runtime.errors import OutOfResources
 
 try:  # as the generated module has them where it has Gluon twins
     from triton.experimental.gluon import language as gl
@@ -42,14 +45,34 @@ def _tma_ready(device, *boxes):
                for t, box, extents in boxes)
 
 
-def _gluon_wanted(device, capabilities={}):
-    # A kernel's Gluon twin (wgmma: Hopper only) runs on an sm_90 GPU unless DT_TRITON_GLUON=0.
+def _gluon_wanted(device, by_default, capabilities={}):
+    # A kernel's Gluon twin (wgmma: Hopper only) runs on an sm_90 GPU: always where
+    # DT_TRITON_GLUON=1, never where it is 0, and unset where the twin measured faster than the
+    # Triton kernel (`by_default`: a kernel of one warpgroup, gluon.py).
     # Each device's capability is read once (`capabilities`): a launch is a few microseconds.
-    if device.type != "cuda" or os.environ.get("DT_TRITON_GLUON") == "0":
+    wanted = {"1": True, "0": False}.get(os.environ.get("DT_TRITON_GLUON", ""), by_default)
+    if device.type != "cuda" or not wanted:
         return False
     if device.index not in capabilities:
         capabilities[device.index] = torch.cuda.get_device_capability(device)
     return capabilities[device.index][0] == 9
+
+
+def _gluon_launch(twin, name, grid, args, num_warps, refused={}):
+    # Launch a Gluon twin; False where Triton could not build it (its tiles at this shape need
+    # more shared memory or registers than the GPU has, or this Triton's Gluon lacks something):
+    # warned once, and the caller and every later call run the kernel's Triton kernel instead.
+    if name in refused:
+        return False
+    try:
+        twin[grid](*args, num_warps=num_warps)
+        return True
+    except (CompilationError, OutOfResources) as error:
+        refused[name] = error
+        warnings.warn(f"dt: the Gluon twin {name} could not be built ({type(error).__name__}: "
+                      f"{str(error).splitlines()[0] if str(error) else ''}); its Triton kernel runs "
+                      f"instead (DT_TRITON_GLUON=0 runs the Triton kernels without trying)", RuntimeWarning)
+        return False
 
 
 def _gluon_descriptor(tensor, box, dtype, layouts={}):

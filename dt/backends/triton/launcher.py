@@ -146,13 +146,14 @@ class Launcher:
         if tma:
             args.append(tma)
         if kr.gluon:  # never persistent nor tma(): the twin takes the arguments so far
-            self.gluon_launch(w, kr.gluon, grid, args, tiles)  # ends with `else:`
+            use = self.gluon_launch(w, kr.gluon, grid, args, tiles)
+            w.line(f"if not {use}:")
         with w.indent() if kr.gluon else contextlib.nullcontext():
             w.line(f"{kr.name}[{grid}]({', '.join(args + options)})")
 
-    def gluon_launch(self, w: Writer, gk, grid: str, args: list[str], tiles: dict[str, str]):
-        """The Gluon twin's launch where it runs (a Hopper GPU, not DT_TRITON_GLUON=0, tensors
-        that suit TMA), then `else:` for the Triton kernel's."""
+    def gluon_launch(self, w: Writer, gk, grid: str, args: list[str], tiles: dict[str, str]) -> str:
+        """The Gluon twin's launch where it runs (a Hopper GPU, the twin wanted: _gluon_wanted,
+        tensors that suit TMA, Triton builds it); the name of the flag saying whether it ran."""
         boxes = {}
         for key in gk.descriptors:
             boxes[key] = self.names.fresh(f"{key[0]}_box")
@@ -160,7 +161,7 @@ class Launcher:
         ready = [f"({self.names.ir(t)}, {boxes[(t, box)]}, "
                  f"({', '.join(self.sizes[d] for d in self.pipeline.tensor(t).dims)},))" for t, box in gk.descriptors]
         use = self.names.fresh(f"{gk.kernel.func}_gluon")
-        w.line(f"{use} = GLUON and {self.helpers['_gluon_wanted']}({self.device})")
+        w.line(f"{use} = GLUON and {self.helpers['_gluon_wanted']}({self.device}, {gk.by_default})")
         w.line(f"if {use}:")
         with w.indent():
             w.line(f"{use} = {self.helpers['_tma_ready']}({self.device}, {', '.join(ready)})")
@@ -172,8 +173,9 @@ class Launcher:
                 dtype = TL_DTYPE[self.pipeline.tensor(key[0]).dtype]
                 w.line(f"{name} = {self.helpers['_gluon_descriptor']}({self.names.ir(key[0])}, {box}, {dtype})")
                 descriptors.append(name)
-            w.line(f"{gk.name}[{grid}]({', '.join(args + descriptors + [f'num_warps={gk.warps}'])})")
-        w.line("else:")
+            w.line(f"{use} = {self.helpers['_gluon_launch']}({gk.name}, \"{gk.name}\", {grid}, "
+                   f"({', '.join(args + descriptors)}), {gk.warps})")
+        return use
 
     def tma_descriptors(self, w: Writer, kr: KernelRenderer, tiles: dict[str, str]) -> tuple[str, list[str]]:
         """Whether the tensors suit TMA at this call (the name of that flag, passed as the kernel's

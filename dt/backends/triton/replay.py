@@ -66,7 +66,7 @@ class Replays:
         the integer scalars' values."""
         tensors = (*tensors, *outputs.values()) if outputs else tensors
         # DT_TRITON_GLUON picks a kernel's Gluon twin or its Triton kernel (gluon.py)
-        return (sizes, integers, tuple(outputs or ()), _current_device(), os.environ.get("DT_TRITON_GLUON") == "0",
+        return (sizes, integers, tuple(outputs or ()), _current_device(), os.environ.get("DT_TRITON_GLUON", ""),
                 tuple((t.get_device(), t.shape, t.dtype, t.stride(), t.data_ptr() % ALIGNMENT == 0) for t in tensors))
 
     @staticmethod
