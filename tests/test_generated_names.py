@@ -124,12 +124,12 @@ PLAIN = {"A": "A", "B": "B", "S": "s", "TMP": "t", "FUSED": "m", "OUT": "f", "X"
 # Names generated code uses for itself: modules, helpers, builtins, Python keywords, locals.
 OWN_NAMES = ("pid", "np", "rt", "tl", "triton", "torch", "math", "numba", "libdevice", "f32", "u64", "i32", "first",
              "last", "out", "device", "njit", "count", "range", "min", "float", "_launch", "_operand", "_result",
-             "_dot", "_exp_f32", "_maximum", "_KERNEL", "_POOL", "_tanh", "_check", "_dbg", "_on", "_post",
+             "_dot", "_dot_packing", "_dot_pack_a", "_exp_f32", "_maximum", "_KERNEL", "_POOL", "_tanh", "_check", "_dbg", "_on", "_post",
              "program_count", "USE_TMA", "pid_rest", "lambda", "None", "class")
 # What generated code derives from a DT name `n`: n + suffix (or prefix + n).
 SUFFIXES = ("_global", "_SIZE", "_kernel", "_pid", "_block_start", "_block_end", "_BLOCK_COUNT", "_iter",
             "_accumulator", "_ptr", "_TILE", "_arange", "_offsets", "_mask", "_valid", "_i", "_start", "_grid",
-            "_y_stride", "_x_stride", "_2", "_part", "_tile")
+            "_y_stride", "_x_stride", "_2", "_part", "_tile", "_packing")
 PREFIXES = ("sum_", "max_")
 
 

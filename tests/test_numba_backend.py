@@ -490,7 +490,7 @@ def test_dot_micro_kernel_on_tiles_its_blocks_divide_and_tiles_they_divide_nowhe
     # as it was
     numba.njit(lambda: 0)()  # numba's CPU target set up under the real features first
     monkeypatch.setattr(numba.config, "CPU_FEATURES", features)
-    h = _helpers("_dot")
+    h = _helpers("_dot", "_dot_packing")
     block = DOT_SHAPES[features][dtype == np.float64]
     rows, lanes = h["_dot_registers"](numba.from_dtype(dtype))
     assert (rows, 2 * lanes) == block
@@ -509,8 +509,9 @@ def test_dot_micro_kernel_on_tiles_its_blocks_divide_and_tiles_they_divide_nowhe
             expected = c.astype(np.float64)
             product = a[2:2 + ni, 3:3 + nk].astype(np.float64) @ b[1:1 + nk, 4:4 + nj]
             expected[1:1 + ni, 2:2 + nj] = product + (expected[1:1 + ni, 2:2 + nj] if accumulate else 0)
+            packing = h["_dot_packing"](c, np.uint64(ni), np.uint64(nk))
             h["_dot"](c, np.uint64(1), np.uint64(2), a, np.uint64(2), np.uint64(3), b, np.uint64(1), np.uint64(4),
-                      np.uint64(ni), np.uint64(nj), np.uint64(nk), accumulate)
+                      np.uint64(ni), np.uint64(nj), np.uint64(nk), accumulate, packing)
             tolerance = (1e-5 if dtype == np.float32 else 1e-12) * (nk + 1)
             np.testing.assert_allclose(c[1:1 + ni, 2:2 + nj], expected[1:1 + ni, 2:2 + nj], rtol=tolerance,
                                        atol=tolerance)
@@ -521,13 +522,93 @@ def test_dot_micro_kernel_on_tiles_its_blocks_divide_and_tiles_they_divide_nowhe
         assert f"@llvm.fmuladd.v{lanes}f{bits}(" in llvm  # the shape compiled is the one named
 
 
+@pytest.mark.parametrize("features", list(DOT_SHAPES))
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_dot_micro_kernel_reads_b_transposed_and_a_where_it_lies_or_packed(monkeypatch, features, dtype):
+    # b held transposed (K[l, k] in a product over k): full strips transposed a vector of k at a
+    # time in registers, the steps past the last whole vector and edge panels element by element;
+    # a read where it lies (whole blocks of rows less than 4 KB long together) or packed (a last,
+    # partial block; long rows); every register-block shape, so every transposition width
+    numba.njit(lambda: 0)()  # numba's CPU target set up under the real features first
+    monkeypatch.setattr(numba.config, "CPU_FEATURES", features)
+    h = _helpers("_dot", "_dot_packing")
+    rows, cols = DOT_SHAPES[features][dtype == np.float64]
+    lanes = cols // 2
+    rng = np.random.default_rng(11)
+    u = np.uint64
+    for ni, nj, nk in [(rows, cols, lanes), (2 * rows, 2 * cols, 2 * lanes + 3), (50, 70, 33), (64, 64, 64),
+                       (5, 3, 1), (3 * rows, cols + 1, 300), (rows, 2 * cols, lanes - 1), (rows + 1, cols, 0)]:
+        a = rng.standard_normal((ni + 5, nk + 7)).astype(dtype)
+        b = rng.standard_normal((nj + 9, nk + 3)).astype(dtype)  # the tile's transpose
+        for accumulate in (True, False):
+            c = rng.standard_normal((ni + 3, nj + 6)).astype(dtype)
+            expected = c.astype(np.float64)
+            product = a[2:2 + ni, 3:3 + nk].astype(np.float64) @ b[4:4 + nj, 1:1 + nk].T
+            expected[1:1 + ni, 2:2 + nj] = product + (expected[1:1 + ni, 2:2 + nj] if accumulate else 0)
+            h["_dot"](c, u(1), u(2), a, u(2), u(3), b, u(1), u(4), u(ni), u(nj), u(nk), accumulate,
+                      h["_dot_packing"](c, u(ni + 2), u(nk + 1)), True)
+            tolerance = (1e-5 if dtype == np.float32 else 1e-12) * (nk + 1)
+            np.testing.assert_allclose(c, expected, rtol=tolerance, atol=tolerance, err_msg=str((ni, nj, nk)))
+
+
+def test_an_a_tile_packed_once_serves_products_with_every_b():
+    # _dot_pack_a before a loop, _dot_packed in it: the strips and edge blocks of each step's b go
+    # past the packed a tile in the packing, which stays as it was for the next step
+    h = _helpers("_dot_pack_a", "_dot_packed", "_dot_packing")
+    rng = np.random.default_rng(5)
+    u = np.uint64
+    ni, nj, nk = 50, 70, 33
+    a = rng.standard_normal((ni + 1, nk + 2)).astype(np.float32)
+    c = np.zeros((ni, nj), np.float32)
+    packing = h["_dot_packing"](c, u(ni), u(nk))
+    h["_dot_pack_a"](packing, a, u(1), u(2), u(ni), u(nk))
+    for step in range(3):
+        b = rng.standard_normal((nk, nj + 4)).astype(np.float32)
+        transposed = step == 1
+        h["_dot_packed"](c, u(0), u(0), packing, np.ascontiguousarray(b.T) if transposed else b, u(0), u(0),
+                         u(ni), u(nj), u(nk), False, transposed)
+        np.testing.assert_allclose(c, a[1:1 + ni, 2:2 + nk] @ b[:, :nj], rtol=1e-4, atol=1e-4)
+
+
+def test_dot_helpers_allocate_nothing_a_call():
+    # each product's copies go into its packing, made once per call of the kernel function
+    for name in ("_dot", "_dot_packed", "_dot_rows", "_dot_pack_a"):
+        assert "np.empty" not in helpers.HELPERS[name], name
+
+
+def test_an_a_tile_the_same_in_every_step_of_a_loop_is_packed_before_it():
+    """2mm_inner's first product reads A[m, k] over all of k in every step of the loop over l: A's
+    tile is packed once before that loop, and the product reads the packed tile each step; a
+    tile that changes in the loop (attention's e) or over its axis (a matmul's A over k's tiles)
+    is packed by each step's _dot, as before."""
+    prog = dt.load(EXAMPLES_DIR / "cpu" / "2mm_inner.dt")
+    source = prog.source("numba")
+    kernel = source[source.index("@njit(**_KERNEL)"):]
+    packing = kernel.index("k_accumulator_packing = _dot_packing(k_accumulator, 32, k_SIZE)\n")
+    pack = kernel.index("_dot_pack_a(k_accumulator_packing, A_global, m_start, k_start, m_valid, k_valid)\n")
+    loop = kernel.index("for l_iter in range(")
+    product = kernel.index("_dot_packed(k_accumulator, u64(0), u64(0), k_accumulator_packing, B_global, k_start, "
+                           "l_start, m_valid, l_valid, k_valid, False)")
+    assert packing < kernel.index("for pid in range(") < pack < loop < product
+    assert kernel.count("_dot_pack_a(") == 1
+    for sizes in [dict(m=50, n=70, k=33, l=77), dict(m=1, n=65, k=1, l=130), dict(m=64, n=128, k=64, l=128)]:
+        args = random_inputs(prog, sizes, "f32", seed=4)
+        assert_close(prog(backend="numba", **args), prog.reference(**args), "f32")
+    source = dt.loads(MATMUL_DT.format(k=8)).source("numba")
+    kernel = source[source.index("@njit(**_KERNEL)"):]
+    assert "_dot_pack_a(" not in kernel and "_dot_packed(" not in kernel and "_dot(k_accumulator, " in kernel
+    kernel = dt.load(BENCH_SCHEDULES / "attention_safe_heads.dt").source("numba")
+    assert re.search(r"\n            _dot\(l_num_accumulator, u64\(0\), u64\(0\), l_exp, ", kernel)
+
+
 def test_dot_micro_kernel_keeps_its_block_in_vector_registers():
     # _dot_block is one loop of vector fused multiply-adds over the block's accumulators, as many
     # lanes wide as the CPU's vectors; c is loaded before the loop and stored after it, never inside
-    h = _helpers("_dot")
+    h = _helpers("_dot", "_dot_packing")
     c = np.zeros((16, 64), np.float32)
     h["_dot"](c, np.uint64(0), np.uint64(0), np.ones((16, 8), np.float32), np.uint64(0), np.uint64(0),
-              np.ones((8, 64), np.float32), np.uint64(0), np.uint64(0), np.uint64(16), np.uint64(64), np.uint64(8), True)
+              np.ones((8, 64), np.float32), np.uint64(0), np.uint64(0), np.uint64(16), np.uint64(64), np.uint64(8), True,
+              h["_dot_packing"](c, np.uint64(16), np.uint64(8)))
     assert (c == 8).all()
     rows, lanes = h["_dot_registers"](numba.float32)
     llvm = h["_dot"].inspect_llvm(h["_dot"].signatures[0])
@@ -559,7 +640,7 @@ def test_a_product_stored_as_it_is_is_computed_in_the_output():
     kernel = source[source.index("def mm_kernel"):]
     assert "np.empty" not in kernel and "= f32(0.0)" not in kernel
     assert "_dot(mm_global, x_start, y_start, A_global, x_start, k_start, B_global, k_start, y_start, x_valid, " \
-           "y_valid, k_valid, False)" in kernel
+           "y_valid, k_valid, False, mm_packing)" in kernel
     for x, y, k in [(37, 101, 23), (1, 70, 5), (16, 64, 8), (3, 5, 1), (20, 9, 2)]:
         args = random_inputs(prog, dict(x=x, y=y, k=k), "f32", seed=x)
         out = np.full((x, y), np.nan, np.float32)  # whatever the output held is not read
@@ -576,7 +657,7 @@ def test_a_product_over_whole_rows_of_the_output_is_summed_there():
     kernel = source[source.index("@njit(**_KERNEL)"):]
     assert "_2mm_global[m_start + m_i, n_start + n_i] = f32(0.0)" in kernel and "l_accumulator" not in kernel
     assert "_dot(_2mm_global, m_start, n_start, k_accumulator, u64(0), u64(0), C_global, l_start, n_start, " \
-           "m_valid, n_valid, l_valid, True)" in kernel
+           "m_valid, n_valid, l_valid, True, _2mm_packing)" in kernel
     for sizes in [dict(m=33, n=7, k=3, l=130), dict(m=1, n=65, k=1, l=64)]:
         args = random_inputs(prog, sizes, "f32", seed=2)
         out = np.full((sizes["m"], sizes["n"]), np.nan, np.float32)
@@ -605,15 +686,19 @@ def test_a_product_used_beyond_its_store_keeps_its_scratch_tile():
 def test_a_head_of_a_batched_operand_is_read_in_place():
     """Q[b, h, m, k], K[b, h, l, k] and V[b, h, l, n] with blocks of one along b and h: each
     product reads the head's 2-D view of the tensor, no copy a step; K, the product's [k, l] in
-    [l, k], as a transposed operand (_dot copies its strips from it)."""
+    [l, k], as a transposed operand (_dot copies its strips from it); Q, the same in every step of
+    the loop over l, packed once before it."""
     prog = dt.loads((BENCH_SCHEDULES / "attention_safe_heads.dt").read_text())
     kernel = prog.source("numba", "f32")
     kernel = kernel[kernel.index("@njit(**_KERNEL)"):]
-    assert "Q_global[b_start, h_start], m_start, k_start, K_global[b_start, h_start], k_start, l_start, " \
-           "m_valid, l_valid, k_valid, False, True)" in kernel
+    assert "_dot_pack_a(k_accumulator_packing, Q_global[b_start, h_start], m_start, k_start, m_valid, k_valid)\n" \
+           "        for l_iter in range(" in kernel
+    assert "_dot_packed(k_accumulator, u64(0), u64(0), k_accumulator_packing, K_global[b_start, h_start], k_start, " \
+           "l_start, m_valid, l_valid, k_valid, False, True)" in kernel
     assert "V_global[b_start, h_start], l_start, n_start" in kernel
     assert not re.search(r"\b[QKV]_tile\b", kernel)
-    for sizes in (dict(b=2, h=3, m=100, l=77, k=40, n=24), dict(b=1, h=2, m=64, l=128, k=64, n=64)):
+    for sizes in (dict(b=2, h=3, m=100, l=77, k=40, n=24), dict(b=1, h=2, m=64, l=128, k=64, n=64),
+                  dict(b=1, h=1, m=300, l=200, k=50, n=70)):
         args = random_inputs(prog, sizes, "f32", seed=2)
         assert_close(prog(backend="numba", **args), prog.reference(**args), "f32")
 
@@ -625,7 +710,8 @@ def test_a_weight_stored_transposed_is_read_in_place(dtype):
     prog = dt.loads("Func y;\nIn X, W;\nVar m, n;\nRVar k;\ny[m, n] = rdot(X[m, k], W[n, k], k);\n"
                     "y.block(m:64, n:64);\ny.tensorize(m:64, n:64, k:32);\ny.compile();")
     kernel = prog.source("numba", dtype)
-    assert "W_global, k_start, n_start, m_valid, n_valid, k_valid, True, True)" in kernel and "W_tile" not in kernel
+    assert "W_global, k_start, n_start, m_valid, n_valid, k_valid, True, k_accumulator_packing, True)" in kernel \
+        and "W_tile" not in kernel
     for sizes in (dict(m=70, n=45, k=77), dict(m=64, n=64, k=64)):
         args = random_inputs(prog, sizes, dtype, seed=3)
         assert_close(prog(backend="numba", **args), prog.reference(**args), dtype)

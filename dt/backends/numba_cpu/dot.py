@@ -2,16 +2,24 @@
 (`_dot_int` behind a product of two i8 operands).
 
 `_dot` computes c[:ni, :nj] += a-tile @ b-tile as BLAS libraries do (BLIS's "micro-kernel"
-design): it copies the a tile into rows padded so that rows read in step never share cache sets,
-and each panel of `cols` columns of the b tile into a contiguous strip (read in place instead
-where at most two blocks of rows use it), then runs `_dot_block` on every block of `rows` x
-`cols` of c: that block stays in vector registers for the whole reduction (one load and one
-store of c per call, not one per few reduction steps), each step loading one row of the strip
-and broadcasting one value of a per row into fused multiply-adds, and prefetching b's row 32
-steps ahead (the hardware prefetchers do not follow a strip read in place down long rows).
-c's tile may lie anywhere in c (an output tensor's tile), and `accumulate` false writes the
-product over it unread (no zero fill first). Blocks at the tile's edges run on a zero-padded
-copy of theirs.
+design): it reads the a tile where it lies if its rows are close together (a block's rows within
+4 KB: a scratch tile, a head of attention's Q), else copies it into rows padded so that rows read
+in step never share cache sets (`_dot_pack_a`); it copies each panel of `cols` columns of the b
+tile into a contiguous strip (read in place instead where at most two blocks of rows use it;
+transposed, a vector of lanes x lanes at a time in registers, where b holds the tile's transpose,
+as attention's K[l, k]), then runs `_dot_block` on every block of `rows` x `cols` of c: that
+block stays in vector registers for the whole reduction (one load and one store of c per call,
+not one per few reduction steps), each step loading one row of the strip and broadcasting one
+value of a per row into fused multiply-adds, and prefetching b's row 32 steps ahead (the hardware
+prefetchers do not follow a strip read in place down long rows). c's tile may lie anywhere in c
+(an output tensor's tile), and `accumulate` false writes the product over it unread (no zero
+fill first). Blocks at the tile's edges run on a zero-padded copy of theirs.
+
+The copies go into a `packing` array that the kernel makes once per product (`_dot_packing`),
+not one per call: allocating the three of them took 0.3 us of a 64 x 64 x 64 product's 4. A
+product whose a tile is the same in every step of a loop (attention's Q in the loop over keys,
+2mm's A in the loop over l) has it packed once before the loop (`_dot_pack_a`) and runs
+`_dot_packed` in it.
 
 `_dot_block` is written in LLVM IR (numba.extending.intrinsic, llvmlite), its shape chosen when
 numba compiles it, from the CPU features numba compiles for (NUMBA_CPU_FEATURES, else the
@@ -185,28 +193,135 @@ def _dot_strip(typingctx, strip, b, b_start, ldb, nk):
     return numba.types.void(strip, b, b_start, ldb, nk), codegen
 '''
 
-DOT = '''\
+# The transposition of lanes x lanes elements in vector registers: log2(lanes) steps, each pairing
+# vector i with vector i + h and interleaving their runs of h elements (the transpose of 2 x 2
+# blocks of h x h, then of the blocks inside them). One shuffle instruction a vector a step.
+DOT_STRIP_TRANSPOSED = '''\
+@intrinsic
+def _dot_strip_transposed(typingctx, strip, b, b_start, ldb, nk):
+    """strip[k * cols + j] = b's element b_start + j * ldb + k for j < cols (the columns of
+    _dot_block_shape(strip)) and k < nk rounded down to whole vectors: b holds the strip's
+    transpose (K[l, k] for a product over k), read a vector of k at a time from each of a
+    vector's worth of rows and transposed in registers."""
+    if not (all(isinstance(x, numba.types.Array) and x.layout == "C" and x.dtype == strip.dtype for x in (strip, b))
+            and isinstance(strip.dtype, numba.types.Float)
+            and all(isinstance(i, numba.types.Integer) for i in (b_start, ldb, nk))):
+        return None
+
+    def codegen(context, builder, signature, args):
+        strip, b, b_start, ldb, nk = args
+        lanes = _dot_registers(signature.args[0].dtype)[1]
+        vector = ir.VectorType(context.get_value_type(signature.args[0].dtype), lanes)
+        index = ir.IntType(64)
+        cols = _DOT_VECTORS * lanes
+        strip_data = context.make_array(signature.args[0])(context, builder, strip).data
+        b_data = builder.gep(context.make_array(signature.args[1])(context, builder, b).data, [b_start])
+
+        def at(pointer, offset):
+            return builder.bitcast(builder.gep(pointer, [offset]), vector.as_pointer())
+
+        def n(value):
+            return ir.Constant(index, value)
+
+        with cgutils.for_range(builder, builder.udiv(nk, n(lanes))) as loop:
+            k = builder.mul(loop.index, n(lanes))
+            for v in range(_DOT_VECTORS):
+                rows = [builder.load(at(b_data, builder.add(builder.mul(n(v * lanes + j), ldb), k)), align=1)
+                        for j in range(lanes)]
+                h = lanes // 2
+                while h:
+                    low = [m for run in range(0, lanes, 2 * h) for m in [*range(run, run + h), *range(lanes + run, lanes + run + h)]]
+                    for i in (i for i in range(lanes) if not i & h):
+                        x, y = rows[i], rows[i + h]
+                        rows[i] = builder.shuffle_vector(x, y, ir.Constant(ir.VectorType(ir.IntType(32), lanes), low))
+                        rows[i + h] = builder.shuffle_vector(x, y, ir.Constant(ir.VectorType(ir.IntType(32), lanes),
+                                                                               [m + h for m in low]))
+                    h //= 2
+                for kk, column in enumerate(rows):  # now k + kk's row of the strip's vector v
+                    builder.store(column, at(strip_data, builder.add(builder.mul(builder.add(k, n(kk)), n(cols)),
+                                                                       n(v * lanes))), align=1)
+        return context.get_dummy_value()
+
+    return numba.types.void(strip, b, b_start, ldb, nk), codegen
+'''
+
+DOT_A_LAYOUT = '''\
 @njit(**_HELPER)
-def _dot(c, cr, cc, a, ar, ac, b, br, bc, ni, nj, nk, accumulate, b_transposed=False):
-    """c[cr:cr + ni, cc:cc + nj] += a[ar:ar + ni, ac:ac + nk] @ b[br:br + nk, bc:bc + nj] (=, c's
-    values unread, where `accumulate` is false; c, a and b of one float dtype), by blocks of c kept
-    in vector registers (_dot_block) over copies of a and b. `b_transposed`: b holds the tile's
-    transpose (b[bc + j, br + k]: attention's K as [l, k]), which its strips are copied from."""
+def _dot_a_layout(c, ni, nk):
+    """(rows, row length) of an a tile of ni rows and nk columns packed for a product into c: ni
+    padded to whole blocks of _dot_block's rows, nk rounded up to an odd multiple of 16 elements,
+    which keeps rows read in step out of each other's cache sets (a power-of-two row length would
+    not)."""
+    rows = _dot_block_shape(c)[0]
+    return (ni + rows - u64(1)) // rows * rows, (nk + u64(15)) // u64(16) * u64(16) | u64(16)
+'''
+
+DOT_PACKING = '''\
+@njit(**_HELPER)
+def _dot_packing(c, ni, nk):
+    """Room for the copies _dot makes for a product into c of at most ni rows over at most nk
+    reduction steps: a's packed rows (_dot_pack_a), then a strip of b's columns and an edge block
+    of c (_dot_packed). A kernel makes one per product, once, not one a call."""
     rows, cols = _dot_block_shape(c)
-    ldc = u64(c.shape[1])
-    # a's rows padded to whole blocks, and apart by an odd multiple of 16 elements, which keeps
-    # rows read in step out of each other's cache sets (a power-of-two row length would not)
-    lda = (nk + u64(15)) // u64(16) * u64(16) | u64(16)
-    padded_rows = (ni + rows - u64(1)) // rows * rows
-    a_copy = np.empty(padded_rows * lda, c.dtype)
-    b_strip = np.empty(nk * cols, c.dtype)
-    edge = np.empty((rows, cols), c.dtype)
+    padded_rows, lda = _dot_a_layout(c, ni, nk)
+    return np.empty(padded_rows * lda + (nk + rows) * cols, c.dtype)
+'''
+
+DOT_PACK_A = '''\
+@njit(**_HELPER)
+def _dot_pack_a(packing, a, ar, ac, ni, nk):
+    """a[ar:ar + ni, ac:ac + nk] into the head of `packing` (from _dot_packing) as _dot_packed
+    reads it: rows _dot_a_layout apart, zeros below the last. A product whose a tile is the same in
+    every step of a loop (attention's Q in the loop over keys) packs it once, before the loop."""
+    padded_rows, lda = _dot_a_layout(packing, ni, nk)
     for i in range(ni):
         for k in range(nk):
-            a_copy[i * lda + k] = a[ar + i, ac + k]
+            packing[i * lda + k] = a[ar + i, ac + k]
     for i in range(ni, padded_rows):
         for k in range(nk):
-            a_copy[i * lda + k] = 0
+            packing[i * lda + k] = 0
+'''
+
+DOT = '''\
+@njit(**_HELPER)
+def _dot(c, cr, cc, a, ar, ac, b, br, bc, ni, nj, nk, accumulate, packing, b_transposed=False):
+    """c[cr:cr + ni, cc:cc + nj] += a[ar:ar + ni, ac:ac + nk] @ b[br:br + nk, bc:bc + nj] (=, c's
+    values unread, where `accumulate` is false; c, a and b of one float dtype), with its copies in
+    `packing` (from _dot_packing). `b_transposed`: b holds the tile's transpose (b[bc + j, br + k]:
+    attention's K as [l, k]). a is read where it lies when its tile is whole blocks of rows that
+    lie close together (no two rows a block reads in step share a cache set; a scratch tile or a
+    head of attention's Q), else packed first (_dot_pack_a)."""
+    rows = _dot_block_shape(c)[0]
+    lda = u64(a.shape[1])
+    if ni % rows == 0 and rows * lda * u64(a.itemsize) <= u64(4096):
+        _dot_rows(c, cr, cc, a, ar * lda + ac, lda, b, br, bc, ni, nj, nk, accumulate, packing, b_transposed)
+    else:
+        _dot_pack_a(packing, a, ar, ac, ni, nk)
+        _dot_packed(c, cr, cc, packing, b, br, bc, ni, nj, nk, accumulate, b_transposed)
+'''
+
+DOT_PACKED = '''\
+@njit(**_HELPER)
+def _dot_packed(c, cr, cc, packing, b, br, bc, ni, nj, nk, accumulate, b_transposed=False):
+    """_dot's product with its a tile already packed in `packing` by _dot_pack_a."""
+    padded_rows, lda = _dot_a_layout(c, ni, nk)
+    _dot_rows(c, cr, cc, packing, u64(0), lda, b, br, bc, ni, nj, nk, accumulate, packing[padded_rows * lda:],
+              b_transposed)
+'''
+
+DOT_ROWS = '''\
+@njit(**_HELPER)
+def _dot_rows(c, cr, cc, a, a_start, lda, b, br, bc, ni, nj, nk, accumulate, work, b_transposed):
+    """_dot's product with a's element (i, k) at a_start + i * lda + k of a's data, for i up to
+    ni rounded up to whole blocks of rows (those past ni go to rows of c it discards), by blocks of
+    c kept in vector registers (_dot_block) over strips of b: each panel of b's columns copied
+    into a contiguous strip in `work` (transposed where b holds the tile's transpose), or read in
+    place where few blocks of rows use it. `work` also holds an edge block's zero-padded copy."""
+    rows, cols = _dot_block_shape(c)
+    lanes = cols // u64(_DOT_VECTORS)
+    ldc = u64(c.shape[1])
+    b_strip = work[:nk * cols]
+    edge = work[nk * cols:(nk + rows) * cols].reshape((rows, cols))
     ldb = u64(b.shape[1])
     for j0 in range(u64(0), nj, cols):
         j_valid = min(cols, nj - j0)
@@ -214,7 +329,10 @@ def _dot(c, cr, cc, a, ar, ac, b, br, bc, ni, nj, nk, accumulate, b_transposed=F
         # a full strip is read where it lies when few row blocks would use a copy of it
         in_place = j_valid == cols and ni <= u64(2) * rows and not b_transposed
         if b_transposed:
-            for k in range(nk):
+            # a full strip's whole vectors of k transposed in registers, the rest element by element
+            transposed = nk // lanes * lanes if j_valid == cols else u64(0)
+            _dot_strip_transposed(b_strip, b, (bc + j0) * ldb + br, ldb, transposed)
+            for k in range(transposed, nk):
                 for j in range(j_valid):
                     b_strip[k * cols + j] = b[bc + j0 + j, br + k]
                 for j in range(j_valid, cols):
@@ -236,10 +354,11 @@ def _dot(c, cr, cc, a, ar, ac, b, br, bc, ni, nj, nk, accumulate, b_transposed=F
                         inside = i < i_valid and j < j_valid
                         edge[i, j] = c[cr + i0 + i, cc + j0 + j] if inside and accumulate else 0
             block, block_start, ld_block = (c, (cr + i0) * ldc + cc + j0, ldc) if whole else (edge, u64(0), cols)
+            a_block = a_start + i0 * lda
             if in_place:
-                _dot_block(block, block_start, ld_block, a_copy, i0 * lda, lda, b, b_start, ldb, nk, accumulate)
+                _dot_block(block, block_start, ld_block, a, a_block, lda, b, b_start, ldb, nk, accumulate)
             else:
-                _dot_block(block, block_start, ld_block, a_copy, i0 * lda, lda, b_strip, u64(0), cols, nk, accumulate)
+                _dot_block(block, block_start, ld_block, a, a_block, lda, b_strip, u64(0), cols, nk, accumulate)
             if not whole:
                 for i in range(i_valid):
                     for j in range(j_valid):
@@ -264,6 +383,12 @@ def _dot_int(c, cr, cc, a, ar, ac, b, br, bc, ni, nj, nk, accumulate):
 '''
 
 DOT_HELPERS = {"_dot_registers": DOT_REGISTERS, "_dot_block_shape": DOT_BLOCK_SHAPE, "_dot_block": DOT_BLOCK,
-               "_dot_strip": DOT_STRIP, "_dot": DOT, "_dot_int": DOT_INT}
+               "_dot_strip": DOT_STRIP, "_dot_strip_transposed": DOT_STRIP_TRANSPOSED, "_dot_a_layout": DOT_A_LAYOUT,
+               "_dot_packing": DOT_PACKING, "_dot_pack_a": DOT_PACK_A, "_dot_rows": DOT_ROWS, "_dot_packed": DOT_PACKED,
+               "_dot": DOT, "_dot_int": DOT_INT}
 DOT_REQUIRES = {"_dot_registers": ("_cpu_features",), "_dot_block_shape": ("_dot_registers",),
-                "_dot_block": ("_dot_registers",), "_dot_strip": ("_dot_registers",), "_dot": ("_dot_block_shape", "_dot_block", "_dot_strip")}
+                "_dot_block": ("_dot_registers",), "_dot_strip": ("_dot_registers",),
+                "_dot_strip_transposed": ("_dot_registers",), "_dot_a_layout": ("_dot_block_shape",),
+                "_dot_packing": ("_dot_a_layout",), "_dot_pack_a": ("_dot_a_layout",),
+                "_dot_rows": ("_dot_block_shape", "_dot_block", "_dot_strip", "_dot_strip_transposed"),
+                "_dot_packed": ("_dot_a_layout", "_dot_rows"), "_dot": ("_dot_pack_a", "_dot_rows", "_dot_packed")}

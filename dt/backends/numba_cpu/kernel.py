@@ -5,7 +5,8 @@ scalar loops over the *valid* lanes of its axes (masked lanes are never computed
 stored), with the element-wise work fused into one loop body LLVM vectorises; `KernelPlan`
 says which tiles are inlined into their uses and where the others are kept, `ExprRenderer`
 renders the values. A `Dot` calls the `_dot` micro-kernel, on operands in memory (a tensor, a
-stored tile) in place, on others after packing them into a scratch tile.
+stored tile) in place, on others after packing them into a scratch tile; an a operand in memory
+that is the same in every step of a loop around the Dot is packed for it once, before the loop.
 
 A statement's loop nest is written when the next statement comes: a reduction whose only loop
 walks the lanes the previous statement's loop just walked (the sum over a row of e after the
@@ -37,12 +38,15 @@ class KernelRenderer(ExprRenderer):
         # the last statement's loop nest, not written yet, then loop-free statements after it;
         # each with the names it reads and writes
         self.pending: list[tuple[Level, set[str], set[str]]] = []
+        # per float Dot's Assign (by id): its room for _dot's copies (name, c, most rows, most steps)
+        self.packings: dict[int, tuple[str, str, str, str]] = {}
+        self.packed: set[int] = set()  # ids of the Dots' Assigns whose a tile is packed before a loop
 
     def render(self) -> str:
         plan = self.plan
         body = Writer()
         body.depth = 2
-        self.body(body, plan.k.body)  # first: it adds the Dots' operand tiles to the scratch
+        self.body(body, plan.k.body)  # first: it adds the Dots' operand tiles and packings to the scratch
         w = Writer()
         w.line("@njit(**_KERNEL)")
         w.line(f"def {self.fn}({', '.join(['first', 'last'] + self.args())}):")
@@ -55,6 +59,10 @@ class KernelRenderer(ExprRenderer):
                 shape_text = f"({shape[0]},)" if len(shape) == 1 else f"({', '.join(shape)})"
                 held = dtype if is_integer(dtype) else plan.compute  # floats: in the compute dtype
                 w.line(f"{name} = np.empty({shape_text}, {NUMPY_DTYPE[held]})")
+            if self.packings:
+                w.line("# room for the copies of its operands each product makes, reused by every program instance")
+            for name, c, rows, steps in self.packings.values():
+                w.line(f"{name} = _dot_packing({c}, {rows}, {steps})")
             w.line(f"for {plan.pid} in range(first, last):")
         w.lines += body.lines
         return w.text()
@@ -84,6 +92,8 @@ class KernelRenderer(ExprRenderer):
 
     def For(self, s: S.For, w: Writer):
         self.flush(w)
+        if s.kind != "tail":  # a tail runs once at most: nothing to gain
+            self.pack_invariant(s, w)
         bounds = loop_bounds(self.plan.idx(s.start), self.plan.idx(s.stop), s.step)
         w.line(f"for {self.plan.names.ir(s.var)} in range({bounds}):")
         with w.indent():
@@ -257,14 +267,57 @@ class KernelRenderer(ExprRenderer):
         return "u64(1)" if self.plan.single(axis) else self.plan.count[axis]
 
     # ---- Dot: the micro-kernel reads operands in memory in place, others are packed first
+    def pack_invariant(self, loop: S.For, w: Writer):
+        """Before `loop`, pack the a tile of each float product in it that is the same in every
+        step (attention's Q in the loop over keys): a tensor's tile or a stored tile over axes
+        brought into scope outside the loop, which nothing in the loop writes. The product then
+        reads the packed tile every step (_dot_packed) instead of packing it again (_dot)."""
+        inside = list(S.walk_statements(loop.body))
+        moving = {x.name for x in inside if isinstance(x, S.Axis)}
+        written = {x.name for x in inside if isinstance(x, S.Assign)} \
+            | {x.tensor for x in inside if isinstance(x, (S.Store, S.Scatter))}
+        for x in inside:
+            if not (isinstance(x, S.Assign) and isinstance(x.value, S.Dot)) or id(x) in self.packed \
+                    or is_integer(x.value.acc_dtype):
+                continue
+            a = self.held(x.value.a)
+            if isinstance(a, S.Load):
+                source, axes, name = a.tensor, a.indices, a.tensor
+            elif isinstance(a, S.Ref):
+                storage = self.plan.storage[a.name]
+                source, axes, name = a.name, storage.dims, storage.name
+            else:
+                continue
+            dims = (x.value.a.dims[0], x.value.axis)
+            found = None if source in written or moving & set(axes) else self.in_memory(a, dims)
+            if found is None:
+                continue
+            self.packed.add(id(x))
+            self.helpers.add("_dot_pack_a")
+            w.line(f"# {name}'s tile is the same in every step of the loop below: packed once for its product")
+            counts = f"{self.counted(dims[0])}, {self.counted(dims[1])}"
+            w.line(f"_dot_pack_a({self.packing(x)}, {', '.join(found)}, {counts})")
+
+    def packing(self, s: S.Assign) -> str:
+        """The scratch array that float Dot s's micro-kernel copies its operands into."""
+        if id(s) not in self.packings:
+            plan = self.plan
+            d: S.Dot = s.value
+            self.helpers.add("_dot_packing")
+            target = plan.kept_in.get(s.name, s.name)  # the output whose tile it is computed in, if any
+            self.packings[id(s)] = (plan.names.fresh(f"{target}_packing"), plan.storage[s.name].name,
+                                    plan.idx(plan.axes[d.a.dims[0]].size), plan.idx(plan.axes[d.axis].size))
+        return self.packings[id(s)][0]
+
     def dot(self, w: Writer, s: S.Assign, store: Storage):
         plan = self.plan
         d: S.Dot = s.value
         i, j, k = d.a.dims[0], d.b.dims[1], d.axis
         assert store.dims == (i, j), (store.dims, i, j)
         integer = is_integer(d.acc_dtype)  # two i8 operands, an i32 product
+        packed = id(s) in self.packed
         operands, transposed = [], False
-        for operand, dims, side in ((d.a, (i, k), "lhs"), (d.b, (k, j), "rhs")):
+        for operand, dims, side in ((d.a, (i, k), "lhs"), (d.b, (k, j), "rhs"))[packed:]:
             found = self.in_memory(operand, dims)
             if found is None and side == "rhs" and not integer:
                 flipped = self.in_memory(operand, (j, k))  # K[l, k] read as [k, l]: _dot copies it so
@@ -282,13 +335,17 @@ class KernelRenderer(ExprRenderer):
         accumulate = d.acc is not None and id(s) not in plan.overwriting
         if accumulate and not (isinstance(d.acc, S.Ref) and d.acc.name == s.name):
             self.nest(w, (i, j), lambda env: f"{self.at(store, env)} = ", d.acc)
-        helper = "_dot_int" if integer else "_dot"
+        helper = "_dot_int" if integer else "_dot_packed" if packed else "_dot"
         self.helpers.add(helper)
         self.flush(w)
         target = ", ".join((store.name, self.absolute(i, {}), self.absolute(j, {}))) if store.in_tensor \
             else f"{store.name}, u64(0), u64(0)"
-        w.line(f"{helper}({target}, {operands[0]}, {operands[1]}, {self.counted(i)}, {self.counted(j)}, "
-               f"{self.counted(k)}, {accumulate}{', True' if transposed else ''})")
+        counts = [self.counted(i), self.counted(j), self.counted(k), str(accumulate)]
+        if packed:  # _dot_packed finds its a tile in the packing
+            args = [target, self.packing(s), *operands, *counts]
+        else:  # _dot copies into the packing what it does not read in place
+            args = [target, *operands, *counts] + ([] if integer else [self.packing(s)])
+        w.line(f"{helper}({', '.join(args + (['True'] if transposed else []))})")
 
     def scan(self, w: Writer, e: S.Scan, store: Storage):
         """A running value along the scan's axis, walked innermost and in order, for each lane of
@@ -308,9 +365,9 @@ class KernelRenderer(ExprRenderer):
         self.flush(w)
         self.emit(w, levels[0])
 
-    def in_memory(self, e: S.TExpr, dims) -> tuple[str, str, str] | None:
-        """(array, first row, first column) holding operand e over `dims` as it is, if any: a load
-        without conversion, or a stored tile laid out as `dims`."""
+    def held(self, e: S.TExpr) -> S.TExpr:
+        """Operand e without what does not change its values in the lanes read: masks, casts to
+        a dtype it already has, relayouts that keep its dims, tiles inlined into it."""
         plan = self.plan
         while True:
             if isinstance(e, S.Where) and is_mask(e.cond):
@@ -323,7 +380,13 @@ class KernelRenderer(ExprRenderer):
             elif isinstance(e, S.Ref) and e.name in plan.inlined:
                 e = plan.inlined[e.name]
             else:
-                break
+                return e
+
+    def in_memory(self, e: S.TExpr, dims) -> tuple[str, str, str] | None:
+        """(array, first row, first column) holding operand e over `dims` as it is, if any: a load
+        without conversion, or a stored tile laid out as `dims`."""
+        plan = self.plan
+        e = self.held(e)
         if isinstance(e, S.Ref) and plan.storage[e.name].dims == tuple(dims):
             return plan.storage[e.name].name, "u64(0)", "u64(0)"
         if isinstance(e, S.Load) and plan.p.tensor(e.tensor).dtype == e.dtype in (plan.compute, "i8"):
