@@ -46,6 +46,9 @@ WARPS = (1, 2, 4, 8, 16, 32)
 PRODUCT_WARPS = (4, 8, 16)  # a warp group (4) at least: Hopper's matrix instructions
 STAGES = (1, 3)
 PRODUCT_STAGES = (3, 4, 5)  # a product's loads are pipelined by Triton itself: at least 3 deep
+# products in a chain (attention: scores, then P·V): Hopper's Gluon twins keep a ring of 2 to 4
+# slots, 2 their fastest (two programs a multiprocessor: docs/triton.md, "Gluon twins on Hopper")
+CHAINED_STAGES = (2, 3, 4)
 # split reductions (f.split(r:chunk)) for a kernel of fewer programs than this (four to each of an
 # H100's 132 multiprocessors): its reduction walked in chunks of these, each chunk's in programs of its own
 SPLIT_BELOW = 528
@@ -284,7 +287,8 @@ def _choices(checked, root: str, extents: dict[str, int], gpu: bool, item: int =
                     for w in (PRODUCT_WARPS if product else WARPS)]] if gpu else []
     if gpu and (reductions or walk):  # a walk summing other Funcs' chunks is pipelined by its stages too
         gpu_options.append([("stages", f"s{s}", f"{root}.num_stages({s});\n")
-                            for s in (PRODUCT_STAGES if product else WALK_STAGES if walk else STAGES)])
+                            for s in (CHAINED_STAGES if keys else PRODUCT_STAGES if product
+                                      else WALK_STAGES if walk else STAGES)])
     if gpu and product:  # launch hints: a win for products only (docs/language.md), both together
         gpu_options.append([("launch", "", ""), ("launch", "persistent+tma", f"{root}.persistent();\n{root}.tma();\n")])
     if gpu and not product:  # what the kernel reads once may stream through L2 (docs/language.md)
