@@ -239,7 +239,7 @@ def test_a_twin_triton_cannot_build_falls_back_to_the_triton_kernel():
                                             "its Triton kernel runs instead"):
         assert _gluon_launch(Twin(), "attention_kernel_gluon", (4,), (1, 2), 4, refused) is False
     assert _gluon_launch(Twin(), "attention_kernel_gluon", (4,), (1, 2), 4, refused) is False
-    assert Twin.launches == 1 and "attention_kernel_gluon" in refused
+    assert Twin.launches == 1 and ("attention_kernel_gluon", 1, 2) in refused
 
     class Built:
         def __getitem__(self, grid):
@@ -249,6 +249,33 @@ def test_a_twin_triton_cannot_build_falls_back_to_the_triton_kernel():
     _, m = module("examples/llm/causal_mha.dt")
     launch = m.source[m.source.index("attention_gluon = _gluon_launch(attention_kernel_gluon"):]
     assert launch.index("if not attention_gluon:\n        attention_kernel[") > 0
+
+
+def test_a_twin_refused_at_one_shape_still_runs_at_others():
+    """Whether Triton builds a twin depends on the shape it is specialised for (a head of 256
+    needs more shared memory than one of 128): a refusal at one shape must not send every later
+    call, at every shape, to the Triton kernel."""
+    pytest.importorskip("torch")
+    from triton.runtime.errors import OutOfResources
+
+    from dt.backends.triton.host_helpers import _gluon_launch
+
+    class Twin:  # builds where its tile (the last argument, a constexpr) fits
+        launches = []
+
+        def __getitem__(self, grid):
+            def launch(*args, num_warps):
+                Twin.launches.append(args[-1])
+                if args[-1] > 128:
+                    raise OutOfResources(262144, 232448, "shared memory")
+            return launch
+
+    refused = {}
+    with pytest.warns(RuntimeWarning, match="could not be built"):
+        assert _gluon_launch(Twin(), "attention_kernel_gluon", (4,), (256, 256), 4, refused) is False
+    assert _gluon_launch(Twin(), "attention_kernel_gluon", (4,), (128, 128), 4, refused) is True
+    assert _gluon_launch(Twin(), "attention_kernel_gluon", (4,), (256, 256), 4, refused) is False
+    assert Twin.launches == [256, 128]  # the shape refused is not tried again
 
 
 def test_the_launcher_runs_the_triton_kernel_unless_asked(monkeypatch):

@@ -61,14 +61,17 @@ def _gluon_wanted(device, by_default, capabilities={}):
 def _gluon_launch(twin, name, grid, args, num_warps, refused={}):
     # Launch a Gluon twin; False where Triton could not build it (its tiles at this shape need
     # more shared memory or registers than the GPU has, or this Triton's Gluon lacks something):
-    # warned once, and the caller and every later call run the kernel's Triton kernel instead.
-    if name in refused:
+    # warned once, and the caller and every later call of this shape run the kernel's Triton
+    # kernel instead. A shape is the integer arguments (sizes, strides, tiles: constexprs), what
+    # Triton builds the twin for: another shape may fit.
+    shape = (name, *(a for a in args if type(a) is int))
+    if shape in refused:
         return False
     try:
         twin[grid](*args, num_warps=num_warps)
         return True
     except (CompilationError, OutOfResources) as error:
-        refused[name] = error
+        refused[shape] = error
         warnings.warn(f"dt: the Gluon twin {name} could not be built ({type(error).__name__}: "
                       f"{str(error).splitlines()[0] if str(error) else ''}); its Triton kernel runs "
                       f"instead (DT_TRITON_GLUON=0 runs the Triton kernels without trying)", RuntimeWarning)
