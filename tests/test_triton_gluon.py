@@ -162,6 +162,20 @@ def test_a_loop_whose_bounds_are_set_after_the_stream_starts_refills_its_ring():
         assert "\n".join(renderer.render()).count("for tile in gl.static_range(") == 2 - streams
 
 
+def test_a_forward_that_saves_its_row_statistics_keeps_its_twin():
+    """A training forward stores each row's max and sum for its backward (dt.grad's save=, as
+    FlashAttention's does): those rows are no two-dimensional box TMA could store, so they go
+    through pointers, masked as the Triton kernel's, and the result by TMA."""
+    prog = dt.load("benchmarks/gpu/schedules/causal_mha_hopper.dt")
+    forward, _ = dt.grad(prog, save=("mx", "dvsr", "attention"))
+    m = codegen.render(forward.pipeline("bf16"))
+    assert m.gluon_kernels == ("attention_kernel_gluon",)
+    text = " ".join(twin(m.source).split()).replace("( ", "(")
+    assert "gl.store(mx_ptr + " in text and "mx_m_stride, mx, mask=m_mask)" in text
+    assert "gl.store(dvsr_ptr + " in text and "_tma_store(attention_desc," in text
+    assert "mx_desc" not in m.source and "_tma_ready(device, (Q, Q_box" in m.source
+
+
 def test_a_kernel_of_fewer_than_four_warps_has_no_twin():
     """wgmma is a warpgroup's (four warps): with two, the twin would not compile on the GPU."""
     source = open("examples/attention_safe_onepass.dt").read()

@@ -280,8 +280,12 @@ class GluonKernelRenderer(KernelRenderer):
     # ------------------------------------------------------------ statements
     def Store(self, s: S.Store, w: Writer):
         """The tile goes to shared memory, and TMA writes the box (the lanes past the tensor's
-        end not: the Triton kernel's mask)."""
-        st = self.stored[id(s)]
+        end not: the Triton kernel's mask); a tile that is no such box, as the Triton kernel
+        stores it."""
+        st = self.stored.get(id(s))
+        if st is None:
+            super().Store(s, w)
+            return
         spec = self.pipeline.tensor(s.tensor)
         value, prec = self.texpr(s.value, s.loc), self.prec(s.value)
         if s.value.dtype != spec.dtype:

@@ -62,7 +62,8 @@ class GluonPlan:
     `loops` (by id of the For), `chains`: consecutive loops whose operands come through one
     ring as one stream of tiles, so that a loop's last steps load the next loop's first tiles
     (a causal kernel's loop below the diagonal, then the diagonal's), by id of each loop, and
-    `stored`: the box each Store writes through TMA (by id of the Store)."""
+    `stored`: the box each Store writes through TMA (by id of the Store; the others write
+    through pointers)."""
 
     def __init__(self, kernel: S.Kernel, pipeline: S.Pipeline, layout: KernelLayout, warps: int):
         self.kernel, self.pipeline, self.layout, self.warps = kernel, pipeline, layout, warps
@@ -127,7 +128,9 @@ class GluonPlan:
             if isinstance(s, S.Store):
                 if not any(s is t for t in body):
                     raise NotPipelined("a store in a loop")
-                self.stored[id(s)] = self._stored(s)
+                box = self._stored(s)
+                if box is not None:
+                    self.stored[id(s)] = box
         # One count of the tiles loaded (gluon.py's tiles_loaded) gives every ring's slot and
         # barrier phase: it holds for a ring only if every loop loads its tiles through it.
         rings = {frozenset({(p.first_b.tensor, p.first_b.box), (p.second_b.tensor, p.second_b.box)})
@@ -241,14 +244,17 @@ class GluonPlan:
         axes = list(node.indices) if isinstance(node, S.Load) else [_axis_of(sub) for sub in node.subscripts]
         return self._box(s.name, node.tensor, axes, getattr(node, "subscripts", ()), node.order, loop)
 
-    def _stored(self, s: S.Store) -> Staged:
+    def _stored(self, s: S.Store) -> Staged | None:
         """The box TMA stores `s`'s tile through: the box's lanes past the tensor's end are not
-        written, which is what the Triton kernel's mask does."""
-        if self.pipeline.tensor(s.tensor).dtype not in STORED_DTYPES:
-            raise NotPipelined(f"a store of {self.pipeline.tensor(s.tensor).dtype} (TMA stores {', '.join(STORED_DTYPES)})")
-        if s.guard:
-            raise NotPipelined("a store made by one program of several")
-        return self._box(s.tensor, s.tensor, list(s.indices), (), s.value.dims, None)
+        written, which is what the Triton kernel's mask does. None where TMA cannot store the
+        tile so (a row of statistics a backward reads, a store made by one program of several,
+        a dtype TMA does not store): it goes through pointers, as the Triton kernel's does."""
+        if self.pipeline.tensor(s.tensor).dtype not in STORED_DTYPES or s.guard:
+            return None
+        try:
+            return self._box(s.tensor, s.tensor, list(s.indices), (), s.value.dims, None)
+        except NotPipelined:
+            return None
 
     def _box(self, name: str, tensor: str, axes: list, subscripts: tuple, order: tuple, loop: S.For | None) -> Staged:
         if len(self.pipeline.tensor(tensor).dims) > TMA_MAX_RANK:
