@@ -5,8 +5,10 @@ its result feeds another's accumulator); here step t issues its first product, t
 second, waits for the first only, and runs its element-wise work while the second runs
 (docs/performance.md, "Attention past Triton's scheduler"). The products' operands move by TMA
 into shared memory: once, before the loop, or through a ring of the kernel's stages with an
-mbarrier a slot. Everything else is the Triton renderer's code, `gl` for `tl`, in one wgmma
-register layout: every two-dimensional tile has the products' rows as its first dimension.
+mbarrier a slot; a result that is a box of its tensor leaves by TMA. Everything else is the
+Triton renderer's code, `gl` for `tl`, in wgmma register layouts (each product's result its own,
+every other tile that of the result sharing its columns): every two-dimensional tile has the
+products' rows as its first dimension.
 
 `GluonKernelRenderer` raises `NotPipelined` (with the reason) for a kernel of another shape;
 the kernel is then Triton's alone. On a Hopper GPU, where the tensors suit TMA, the launcher runs
