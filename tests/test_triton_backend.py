@@ -504,7 +504,7 @@ def test_module_is_standalone_and_wrapped():
             expected |= {("triton.experimental", "gluon"), ("triton.experimental.gluon", "language"),
                          ("triton.experimental.gluon.nvidia.hopper", "TensorDescriptor"),
                          ("triton.compiler.errors", "CompilationError"),
-                         ("triton.runtime.errors", "OutOfResources")} | \
+                         ("triton.runtime.errors", "OutOfResources"), ("triton.runtime.errors", "PTXASError")} | \
                 {("triton.experimental.gluon.language.nvidia.hopper", n)
                  for n in ("fence_async_shared", "mbarrier", "tma", "warpgroup_mma", "warpgroup_mma_wait")}
         assert from_imports == expected

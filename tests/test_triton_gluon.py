@@ -260,6 +260,15 @@ def test_a_twin_triton_cannot_build_falls_back_to_the_triton_kernel():
             return lambda *args, num_warps: None
 
     assert _gluon_launch(Built(), "other_kernel_gluon", (4,), (1, 2), 4, refused) is True
+
+    class PassFails:  # an MLIR pass failing on the twin: Triton raises a RuntimeError
+        def __getitem__(self, grid):
+            def launch(*args, num_warps):
+                raise RuntimeError("PassManager::run failed")
+            return launch
+
+    with pytest.warns(RuntimeWarning, match="RuntimeError: PassManager::run failed"):
+        assert _gluon_launch(PassFails(), "third_kernel_gluon", (4,), (1, 2), 4, refused) is False
     _, m = module("examples/llm/causal_mha.dt")
     launch = m.source[m.source.index("attention_gluon = _gluon_launch(attention_kernel_gluon"):]
     assert launch.index("if not attention_gluon:\n        attention_kernel[") > 0

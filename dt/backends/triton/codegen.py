@@ -33,7 +33,7 @@ HEADER_WIDTH = 95  # the module docstring's prose
 GLOBALS_USED = ("tl", "libdevice", "triton", "torch", "float", "int", "min", "max", "range", "tuple", "ValueError",
                 "TensorDescriptor", "os", "gluon", "gl", "mbarrier", "tma", "warpgroup_mma", "warpgroup_mma_wait",
                 "GluonTensorDescriptor", "_tma_load", "_tma_store", "_thread_barrier", "fence_async_shared", "GLUON",
-                "warnings", "CompilationError", "OutOfResources")
+                "warnings", "CompilationError", "OutOfResources", "PTXASError")
 
 
 @dataclass(frozen=True)
@@ -224,9 +224,9 @@ def _header(w: Writer, pipeline: S.Pipeline, f32_dot: str, function: str, args: 
     if twins:
         w.line("import os")
         w.line("import warnings")
-        w.line("from triton.compiler.errors import CompilationError")
-        w.line("from triton.runtime.errors import OutOfResources")
         w.line("try:  # Gluon (Triton 3.5 and later) writes the Hopper twins of the kernels")
+        w.line("    from triton.compiler.errors import CompilationError")
+        w.line("    from triton.runtime.errors import OutOfResources, PTXASError")
         w.line("    from triton.experimental import gluon")
         w.line("    from triton.experimental.gluon import language as gl")
         w.line("    from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma")

@@ -95,7 +95,7 @@ class GluonKernelRenderer(KernelRenderer):
 
     def _check_shared_memory(self):
         total = 0
-        for key in self.descriptors:
+        for key in self.buffers:  # a stored box's buffer takes the rings' memory once they are done
             tensor, box = key
             elements = 1
             for b in box:

@@ -188,6 +188,8 @@ class GluonPlan:
             raise NotPipelined("the second product's result is read in the loop")
         if any(isinstance(n, S.Ref) and n.name == second.name for n in S.walk_texpr(a2)):
             raise NotPipelined("the second product's operand reads its result")
+        if (self.staged[b1.name].tensor, self.staged[b1.name].box) == (self.staged[b2.name].tensor, self.staged[b2.name].box):
+            raise NotPipelined("both products' operands in the loop from one box (one ring barrier would serve two loads)")
         self.loops[id(loop)] = Pipelined(zero, dots[0], dots[1], self.staged[b1.name], self.staged[b2.name])
 
     def _chain_loops(self):

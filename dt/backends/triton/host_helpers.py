@@ -9,10 +9,10 @@ import os
 import warnings
 
 import torch
-from triton.compiler.errors import CompilationError
-from triton.runtime.errors import OutOfResources
 
 try:  # as the generated module has them where it has Gluon twins
+    from triton.compiler.errors import CompilationError
+    from triton.runtime.errors import OutOfResources, PTXASError
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor as GluonTensorDescriptor
 except ImportError:
@@ -60,7 +60,8 @@ def _gluon_wanted(device, by_default, capabilities={}):
 
 def _gluon_launch(twin, name, grid, args, num_warps, refused={}):
     # Launch a Gluon twin; False where Triton could not build it (its tiles at this shape need
-    # more shared memory or registers than the GPU has, or this Triton's Gluon lacks something):
+    # more shared memory or registers than the GPU has, or this Triton's Gluon lacks something,
+    # a pass or ptxas failing on it: RuntimeError, PTXASError):
     # warned once, and the caller and every later call of this shape run the kernel's Triton
     # kernel instead. A shape is the integer arguments (sizes, strides, tiles: constexprs), what
     # Triton builds the twin for: another shape may fit.
@@ -70,7 +71,7 @@ def _gluon_launch(twin, name, grid, args, num_warps, refused={}):
     try:
         twin[grid](*args, num_warps=num_warps)
         return True
-    except (CompilationError, OutOfResources) as error:
+    except (CompilationError, OutOfResources, PTXASError, RuntimeError) as error:
         refused[shape] = error
         warnings.warn(f"dt: the Gluon twin {name} could not be built ({type(error).__name__}: "
                       f"{str(error).splitlines()[0] if str(error) else ''}); its Triton kernel runs "
