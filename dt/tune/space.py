@@ -248,6 +248,7 @@ def _choices(checked, root: str, extents: dict[str, int], gpu: bool, item: int =
     loads = _staged_loads(checked, root) if product and gpu else []
     batch = _batch_dims(checked, root) if product else set()
     keys = _key_dims(checked, root) if product else set()
+    chained = _chained_columns(checked, root, keys)
     axes = []
     for i, d in enumerate(dims):
         extent = extents[d]
@@ -261,6 +262,10 @@ def _choices(checked, root: str, extents: dict[str, int], gpu: bool, item: int =
                         1) for b in [b for b in WALK_CHUNKS if b < extent] or [extent]]
         elif i < len(dims) - 2:  # a batch dimension: a program each
             options = [(f"{d}1", f"{root}.block({d}:1);\n", 1)]
+        elif d in chained and extent <= max(PRODUCT_BLOCKS):
+            # a block of these would compute the first product and what follows it again in each
+            # (attention's head dimension n: the best 64-wide blocks 1.5x slower than the whole, H200)
+            options = [(f"{d}*", "", 0)]
         elif product:  # a matrix product's output tile: 16 to 256 a side (tensor-core shapes)
             options = blocks(PRODUCT_BLOCKS) + ([(f"{d}*", "", 0)] if extent <= max(PRODUCT_BLOCKS) else [])
         elif i < len(dims) - 1 or reductions and len(dims) == 1:  # rows (a reduction's one output dimension too)
@@ -407,6 +412,13 @@ def _key_dims(checked, root: str) -> set[str]:
     attention's keys `l`, the columns of its scores (`rdot(Q, K, k)`) and the reduction of `rdot(e, V, l)`."""
     products = _products(checked, root)
     return {p.dim for p in products} & {d for q in products for d in A.free_dims(q.args[0]) ^ A.free_dims(q.args[1])}
+
+
+def _chained_columns(checked, root: str, keys: set[str]) -> set[str]:
+    """The columns of a product that reduces over another's output dimension (attention's head
+    dimension `n` in `rdot(e, V, l)`): only its second operand spans them."""
+    return {d for p in _products(checked, root) if p.dim in keys
+            for d in A.free_dims(p.args[1]) - A.free_dims(p.args[0])}
 
 
 def _products(checked, root: str) -> list[A.Reduce]:
