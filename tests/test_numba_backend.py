@@ -552,9 +552,9 @@ def test_dot_micro_kernel_reads_b_transposed_and_a_where_it_lies_or_packed(monke
 
 
 def test_an_a_tile_packed_once_serves_products_with_every_b():
-    # _dot_pack_a before a loop, _dot_packed in it: the strips and edge blocks of each step's b go
-    # past the packed a tile in the packing, which stays as it was for the next step
-    h = _helpers("_dot_pack_a", "_dot_packed", "_dot_packing")
+    # _dot_pack_a before a loop, _dot with a_packed in it: the strips and edge blocks of each
+    # step's b go past the packed a tile in the packing, which stays as it was for the next step
+    h = _helpers("_dot_pack_a", "_dot", "_dot_packing")
     rng = np.random.default_rng(5)
     u = np.uint64
     ni, nj, nk = 50, 70, 33
@@ -565,14 +565,15 @@ def test_an_a_tile_packed_once_serves_products_with_every_b():
     for step in range(3):
         b = rng.standard_normal((nk, nj + 4)).astype(np.float32)
         transposed = step == 1
-        h["_dot_packed"](c, u(0), u(0), packing, np.ascontiguousarray(b.T) if transposed else b, u(0), u(0),
-                         u(ni), u(nj), u(nk), False, transposed)
+        a_elsewhere = np.full_like(a, np.nan)  # not read: the packed tile is
+        h["_dot"](c, u(0), u(0), a_elsewhere, u(1), u(2), np.ascontiguousarray(b.T) if transposed else b, u(0), u(0),
+                  u(ni), u(nj), u(nk), False, packing, transposed, True)
         np.testing.assert_allclose(c, a[1:1 + ni, 2:2 + nk] @ b[:, :nj], rtol=1e-4, atol=1e-4)
 
 
 def test_dot_helpers_allocate_nothing_a_call():
     # each product's copies go into its packing, made once per call of the kernel function
-    for name in ("_dot", "_dot_packed", "_dot_rows", "_dot_pack_a"):
+    for name in ("_dot", "_dot_pack_a"):
         assert "np.empty" not in helpers.HELPERS[name], name
 
 
@@ -587,8 +588,8 @@ def test_an_a_tile_the_same_in_every_step_of_a_loop_is_packed_before_it():
     packing = kernel.index("k_accumulator_packing = _dot_packing(k_accumulator, 32, k_SIZE)\n")
     pack = kernel.index("_dot_pack_a(k_accumulator_packing, A_global, m_start, k_start, m_valid, k_valid)\n")
     loop = kernel.index("for l_iter in range(")
-    product = kernel.index("_dot_packed(k_accumulator, u64(0), u64(0), k_accumulator_packing, B_global, k_start, "
-                           "l_start, m_valid, l_valid, k_valid, False)")
+    product = kernel.index("_dot(k_accumulator, u64(0), u64(0), A_global, m_start, k_start, B_global, k_start, "
+                           "l_start, m_valid, l_valid, k_valid, False, k_accumulator_packing, a_packed=True)")
     assert packing < kernel.index("for pid in range(") < pack < loop < product
     assert kernel.count("_dot_pack_a(") == 1
     for sizes in [dict(m=50, n=70, k=33, l=77), dict(m=1, n=65, k=1, l=130), dict(m=64, n=128, k=64, l=128)]:
@@ -596,7 +597,7 @@ def test_an_a_tile_the_same_in_every_step_of_a_loop_is_packed_before_it():
         assert_close(prog(backend="numba", **args), prog.reference(**args), "f32")
     source = dt.loads(MATMUL_DT.format(k=8)).source("numba")
     kernel = source[source.index("@njit(**_KERNEL)"):]
-    assert "_dot_pack_a(" not in kernel and "_dot_packed(" not in kernel and "_dot(k_accumulator, " in kernel
+    assert "_dot_pack_a(" not in kernel and "a_packed" not in kernel and "_dot(k_accumulator, " in kernel
     kernel = dt.load(BENCH_SCHEDULES / "attention_safe_heads.dt").source("numba")
     assert re.search(r"\n            _dot\(l_num_accumulator, u64\(0\), u64\(0\), l_exp, ", kernel)
 
@@ -693,8 +694,9 @@ def test_a_head_of_a_batched_operand_is_read_in_place():
     kernel = kernel[kernel.index("@njit(**_KERNEL)"):]
     assert "_dot_pack_a(k_accumulator_packing, Q_global[b_start, h_start], m_start, k_start, m_valid, k_valid)\n" \
            "        for l_iter in range(" in kernel
-    assert "_dot_packed(k_accumulator, u64(0), u64(0), k_accumulator_packing, K_global[b_start, h_start], k_start, " \
-           "l_start, m_valid, l_valid, k_valid, False, True)" in kernel
+    assert "_dot(k_accumulator, u64(0), u64(0), Q_global[b_start, h_start], m_start, k_start, K_global[b_start, " \
+           "h_start], k_start, l_start, m_valid, l_valid, k_valid, False, k_accumulator_packing, b_transposed=True, " \
+           "a_packed=True)" in kernel
     assert "V_global[b_start, h_start], l_start, n_start" in kernel
     assert not re.search(r"\b[QKV]_tile\b", kernel)
     for sizes in (dict(b=2, h=3, m=100, l=77, k=40, n=24), dict(b=1, h=2, m=64, l=128, k=64, n=64),
@@ -710,8 +712,8 @@ def test_a_weight_stored_transposed_is_read_in_place(dtype):
     prog = dt.loads("Func y;\nIn X, W;\nVar m, n;\nRVar k;\ny[m, n] = rdot(X[m, k], W[n, k], k);\n"
                     "y.block(m:64, n:64);\ny.tensorize(m:64, n:64, k:32);\ny.compile();")
     kernel = prog.source("numba", dtype)
-    assert "W_global, k_start, n_start, m_valid, n_valid, k_valid, True, k_accumulator_packing, True)" in kernel \
-        and "W_tile" not in kernel
+    assert "W_global, k_start, n_start, m_valid, n_valid, k_valid, True, k_accumulator_packing, b_transposed=True)" \
+        in kernel and "W_tile" not in kernel
     for sizes in (dict(m=70, n=45, k=77), dict(m=64, n=64, k=64)):
         args = random_inputs(prog, sizes, dtype, seed=3)
         assert_close(prog(backend="numba", **args), prog.reference(**args), dtype)

@@ -18,8 +18,10 @@ fill first). Blocks at the tile's edges run on a zero-padded copy of theirs.
 The copies go into a `packing` array that the kernel makes once per product (`_dot_packing`),
 not one per call: allocating the three of them took 0.3 us of a 64 x 64 x 64 product's 4. A
 product whose a tile is the same in every step of a loop (attention's Q in the loop over keys,
-2mm's A in the loop over l) has it packed once before the loop (`_dot_pack_a`) and runs
-`_dot_packed` in it.
+2mm's A in the loop over l) has it packed once before the loop (`_dot_pack_a`) and calls `_dot`
+in it with `a_packed`. One function does every float product: numba optimises a function again
+in each function that calls it, and splitting `_dot` into layers took its first compilation from
+1.4 to 3.1 s.
 
 `_dot_block` is written in LLVM IR (numba.extending.intrinsic, llvmlite), its shape chosen when
 numba compiles it, from the CPU features numba compiles for (NUMBA_CPU_FEATURES, else the
@@ -223,19 +225,22 @@ def _dot_strip_transposed(typingctx, strip, b, b_start, ldb, nk):
         def n(value):
             return ir.Constant(index, value)
 
+        def mask(picks):
+            return ir.Constant(ir.VectorType(ir.IntType(32), lanes), picks)
+
         with cgutils.for_range(builder, builder.udiv(nk, n(lanes))) as loop:
             k = builder.mul(loop.index, n(lanes))
             for v in range(_DOT_VECTORS):
                 rows = [builder.load(at(b_data, builder.add(builder.mul(n(v * lanes + j), ldb), k)), align=1)
                         for j in range(lanes)]
                 h = lanes // 2
-                while h:
-                    low = [m for run in range(0, lanes, 2 * h) for m in [*range(run, run + h), *range(lanes + run, lanes + run + h)]]
+                while h:  # x's first h of every 2h elements then y's (low), their second h (high)
+                    low = [m for run in range(0, lanes, 2 * h) for m in (*range(run, run + h),
+                                                                          *range(lanes + run, lanes + run + h))]
                     for i in (i for i in range(lanes) if not i & h):
                         x, y = rows[i], rows[i + h]
-                        rows[i] = builder.shuffle_vector(x, y, ir.Constant(ir.VectorType(ir.IntType(32), lanes), low))
-                        rows[i + h] = builder.shuffle_vector(x, y, ir.Constant(ir.VectorType(ir.IntType(32), lanes),
-                                                                               [m + h for m in low]))
+                        rows[i], rows[i + h] = (builder.shuffle_vector(x, y, mask(low)),
+                                                builder.shuffle_vector(x, y, mask([m + h for m in low])))
                     h //= 2
                 for kk, column in enumerate(rows):  # now k + kk's row of the strip's vector v
                     builder.store(column, at(strip_data, builder.add(builder.mul(builder.add(k, n(kk)), n(cols)),
@@ -245,8 +250,12 @@ def _dot_strip_transposed(typingctx, strip, b, b_start, ldb, nk):
     return numba.types.void(strip, b, b_start, ldb, nk), codegen
 '''
 
+# _dot_a_layout, _dot_packing and _dot_pack_a are inlined into their callers by numba itself
+# (inline="always"): compiled as functions of their own, the three took 0.6 s of a first call of
+# matmul.dt (2.6 s against 2.0); they only copy and count, which a kernel's fastmath flags leave
+# as they are.
 DOT_A_LAYOUT = '''\
-@njit(**_HELPER)
+@njit(inline="always", **_HELPER)
 def _dot_a_layout(c, ni, nk):
     """(rows, row length) of an a tile of ni rows and nk columns packed for a product into c: ni
     padded to whole blocks of _dot_block's rows, nk rounded up to an odd multiple of 16 elements,
@@ -257,21 +266,21 @@ def _dot_a_layout(c, ni, nk):
 '''
 
 DOT_PACKING = '''\
-@njit(**_HELPER)
+@njit(inline="always", **_HELPER)
 def _dot_packing(c, ni, nk):
     """Room for the copies _dot makes for a product into c of at most ni rows over at most nk
     reduction steps: a's packed rows (_dot_pack_a), then a strip of b's columns and an edge block
-    of c (_dot_packed). A kernel makes one per product, once, not one a call."""
+    of c (_dot). A kernel makes one per product, once, not one a call."""
     rows, cols = _dot_block_shape(c)
     padded_rows, lda = _dot_a_layout(c, ni, nk)
     return np.empty(padded_rows * lda + (nk + rows) * cols, c.dtype)
 '''
 
 DOT_PACK_A = '''\
-@njit(**_HELPER)
+@njit(inline="always", **_HELPER)
 def _dot_pack_a(packing, a, ar, ac, ni, nk):
-    """a[ar:ar + ni, ac:ac + nk] into the head of `packing` (from _dot_packing) as _dot_packed
-    reads it: rows _dot_a_layout apart, zeros below the last. A product whose a tile is the same in
+    """a[ar:ar + ni, ac:ac + nk] into the head of `packing` (from _dot_packing) as _dot reads it:
+    rows _dot_a_layout apart, zeros below the last. A product whose a tile is the same in
     every step of a loop (attention's Q in the loop over keys) packs it once, before the loop."""
     padded_rows, lda = _dot_a_layout(packing, ni, nk)
     for i in range(ni):
@@ -284,42 +293,28 @@ def _dot_pack_a(packing, a, ar, ac, ni, nk):
 
 DOT = '''\
 @njit(**_HELPER)
-def _dot(c, cr, cc, a, ar, ac, b, br, bc, ni, nj, nk, accumulate, packing, b_transposed=False):
+def _dot(c, cr, cc, a, ar, ac, b, br, bc, ni, nj, nk, accumulate, packing, b_transposed=False, a_packed=False):
     """c[cr:cr + ni, cc:cc + nj] += a[ar:ar + ni, ac:ac + nk] @ b[br:br + nk, bc:bc + nj] (=, c's
-    values unread, where `accumulate` is false; c, a and b of one float dtype), with its copies in
-    `packing` (from _dot_packing). `b_transposed`: b holds the tile's transpose (b[bc + j, br + k]:
-    attention's K as [l, k]). a is read where it lies when its tile is whole blocks of rows that
-    lie close together (no two rows a block reads in step share a cache set; a scratch tile or a
-    head of attention's Q), else packed first (_dot_pack_a)."""
-    rows = _dot_block_shape(c)[0]
-    lda = u64(a.shape[1])
-    if ni % rows == 0 and rows * lda * u64(a.itemsize) <= u64(4096):
-        _dot_rows(c, cr, cc, a, ar * lda + ac, lda, b, br, bc, ni, nj, nk, accumulate, packing, b_transposed)
-    else:
-        _dot_pack_a(packing, a, ar, ac, ni, nk)
-        _dot_packed(c, cr, cc, packing, b, br, bc, ni, nj, nk, accumulate, b_transposed)
-'''
-
-DOT_PACKED = '''\
-@njit(**_HELPER)
-def _dot_packed(c, cr, cc, packing, b, br, bc, ni, nj, nk, accumulate, b_transposed=False):
-    """_dot's product with its a tile already packed in `packing` by _dot_pack_a."""
-    padded_rows, lda = _dot_a_layout(c, ni, nk)
-    _dot_rows(c, cr, cc, packing, u64(0), lda, b, br, bc, ni, nj, nk, accumulate, packing[padded_rows * lda:],
-              b_transposed)
-'''
-
-DOT_ROWS = '''\
-@njit(**_HELPER)
-def _dot_rows(c, cr, cc, a, a_start, lda, b, br, bc, ni, nj, nk, accumulate, work, b_transposed):
-    """_dot's product with a's element (i, k) at a_start + i * lda + k of a's data, for i up to
-    ni rounded up to whole blocks of rows (those past ni go to rows of c it discards), by blocks of
-    c kept in vector registers (_dot_block) over strips of b: each panel of b's columns copied
-    into a contiguous strip in `work` (transposed where b holds the tile's transpose), or read in
-    place where few blocks of rows use it. `work` also holds an edge block's zero-padded copy."""
+    values unread, where `accumulate` is false; c, a and b of one float dtype), by blocks of c kept
+    in vector registers (_dot_block), with its copies in `packing` (from _dot_packing).
+    `b_transposed`: b holds the tile's transpose (b[bc + j, br + k]: attention's K as [l, k]).
+    `a_packed`: the a tile is already in `packing` (_dot_pack_a before a loop it does not change
+    in). Else a is read where it lies when its tile is whole blocks of rows that lie close
+    together (no two rows a block reads in step share a cache set: a scratch tile, a head of
+    attention's Q), or packed first. Each panel of b's columns is copied into a contiguous strip
+    (transposed where b holds the tile's transpose), or read in place where few blocks of rows
+    use it."""
     rows, cols = _dot_block_shape(c)
     lanes = cols // u64(_DOT_VECTORS)
     ldc = u64(c.shape[1])
+    if a_packed or ni % rows != 0 or rows * u64(a.shape[1]) * u64(a.itemsize) > u64(4096):
+        if not a_packed:
+            _dot_pack_a(packing, a, ar, ac, ni, nk)
+        padded_rows, lda = _dot_a_layout(c, ni, nk)
+        a_rows, a_start, work = packing, u64(0), packing[padded_rows * lda:]
+    else:
+        lda = u64(a.shape[1])
+        a_rows, a_start, work = a.reshape(-1), ar * lda + ac, packing
     b_strip = work[:nk * cols]
     edge = work[nk * cols:(nk + rows) * cols].reshape((rows, cols))
     ldb = u64(b.shape[1])
@@ -356,9 +351,9 @@ def _dot_rows(c, cr, cc, a, a_start, lda, b, br, bc, ni, nj, nk, accumulate, wor
             block, block_start, ld_block = (c, (cr + i0) * ldc + cc + j0, ldc) if whole else (edge, u64(0), cols)
             a_block = a_start + i0 * lda
             if in_place:
-                _dot_block(block, block_start, ld_block, a, a_block, lda, b, b_start, ldb, nk, accumulate)
+                _dot_block(block, block_start, ld_block, a_rows, a_block, lda, b, b_start, ldb, nk, accumulate)
             else:
-                _dot_block(block, block_start, ld_block, a, a_block, lda, b_strip, u64(0), cols, nk, accumulate)
+                _dot_block(block, block_start, ld_block, a_rows, a_block, lda, b_strip, u64(0), cols, nk, accumulate)
             if not whole:
                 for i in range(i_valid):
                     for j in range(j_valid):
@@ -384,11 +379,10 @@ def _dot_int(c, cr, cc, a, ar, ac, b, br, bc, ni, nj, nk, accumulate):
 
 DOT_HELPERS = {"_dot_registers": DOT_REGISTERS, "_dot_block_shape": DOT_BLOCK_SHAPE, "_dot_block": DOT_BLOCK,
                "_dot_strip": DOT_STRIP, "_dot_strip_transposed": DOT_STRIP_TRANSPOSED, "_dot_a_layout": DOT_A_LAYOUT,
-               "_dot_packing": DOT_PACKING, "_dot_pack_a": DOT_PACK_A, "_dot_rows": DOT_ROWS, "_dot_packed": DOT_PACKED,
-               "_dot": DOT, "_dot_int": DOT_INT}
+               "_dot_packing": DOT_PACKING, "_dot_pack_a": DOT_PACK_A, "_dot": DOT,
+               "_dot_int": DOT_INT}
 DOT_REQUIRES = {"_dot_registers": ("_cpu_features",), "_dot_block_shape": ("_dot_registers",),
                 "_dot_block": ("_dot_registers",), "_dot_strip": ("_dot_registers",),
                 "_dot_strip_transposed": ("_dot_registers",), "_dot_a_layout": ("_dot_block_shape",),
                 "_dot_packing": ("_dot_a_layout",), "_dot_pack_a": ("_dot_a_layout",),
-                "_dot_rows": ("_dot_block_shape", "_dot_block", "_dot_strip", "_dot_strip_transposed"),
-                "_dot_packed": ("_dot_a_layout", "_dot_rows"), "_dot": ("_dot_pack_a", "_dot_rows", "_dot_packed")}
+                "_dot": ("_dot_pack_a", "_dot_block", "_dot_strip", "_dot_strip_transposed")}

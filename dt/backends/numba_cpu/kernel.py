@@ -271,7 +271,7 @@ class KernelRenderer(ExprRenderer):
         """Before `loop`, pack the a tile of each float product in it that is the same in every
         step (attention's Q in the loop over keys): a tensor's tile or a stored tile over axes
         brought into scope outside the loop, which nothing in the loop writes. The product then
-        reads the packed tile every step (_dot_packed) instead of packing it again (_dot)."""
+        reads the packed tile every step (_dot's a_packed) instead of packing it again."""
         inside = list(S.walk_statements(loop.body))
         moving = {x.name for x in inside if isinstance(x, S.Axis)}
         written = {x.name for x in inside if isinstance(x, S.Assign)} \
@@ -317,7 +317,7 @@ class KernelRenderer(ExprRenderer):
         integer = is_integer(d.acc_dtype)  # two i8 operands, an i32 product
         packed = id(s) in self.packed
         operands, transposed = [], False
-        for operand, dims, side in ((d.a, (i, k), "lhs"), (d.b, (k, j), "rhs"))[packed:]:
+        for operand, dims, side in ((d.a, (i, k), "lhs"), (d.b, (k, j), "rhs")):
             found = self.in_memory(operand, dims)
             if found is None and side == "rhs" and not integer:
                 flipped = self.in_memory(operand, (j, k))  # K[l, k] read as [k, l]: _dot copies it so
@@ -335,17 +335,16 @@ class KernelRenderer(ExprRenderer):
         accumulate = d.acc is not None and id(s) not in plan.overwriting
         if accumulate and not (isinstance(d.acc, S.Ref) and d.acc.name == s.name):
             self.nest(w, (i, j), lambda env: f"{self.at(store, env)} = ", d.acc)
-        helper = "_dot_int" if integer else "_dot_packed" if packed else "_dot"
+        helper = "_dot_int" if integer else "_dot"
         self.helpers.add(helper)
         self.flush(w)
         target = ", ".join((store.name, self.absolute(i, {}), self.absolute(j, {}))) if store.in_tensor \
             else f"{store.name}, u64(0), u64(0)"
-        counts = [self.counted(i), self.counted(j), self.counted(k), str(accumulate)]
-        if packed:  # _dot_packed finds its a tile in the packing
-            args = [target, self.packing(s), *operands, *counts]
-        else:  # _dot copies into the packing what it does not read in place
-            args = [target, *operands, *counts] + ([] if integer else [self.packing(s)])
-        w.line(f"{helper}({', '.join(args + (['True'] if transposed else []))})")
+        args = [target, *operands, self.counted(i), self.counted(j), self.counted(k), str(accumulate)]
+        if not integer:  # _dot copies into the packing what it does not read in place
+            args.append(self.packing(s))
+        args += ["b_transposed=True"] * transposed + ["a_packed=True"] * packed
+        w.line(f"{helper}({', '.join(args)})")
 
     def scan(self, w: Writer, e: S.Scan, store: Storage):
         """A running value along the scan's axis, walked innermost and in order, for each lane of
