@@ -17,6 +17,7 @@ DT_TRITON_GLUON=1, and the Triton kernel elsewhere (docs/triton.md, "Gluon twins
 from __future__ import annotations
 
 import re
+from typing import NamedTuple
 
 from dt.backends.pysource import Writer
 from dt.backends.triton.compiled import H100, MULTIPROCESSOR, SHARED_RESERVED
@@ -44,6 +45,16 @@ def gluon_helper(source: str, name: str) -> str:
     """A device helper's source (device_helpers.py) as a Gluon function named `{name}_gluon`."""
     lines = [gluon_text(line) for line in source.replace("@triton.jit", "@gluon.jit").splitlines()]
     return "\n".join(lines).replace(f"def {name}(", f"def {name}_gluon(")
+
+
+class Grid(NamedTuple):
+    """The names of one wgmma register layout (a product's result's) and what derives from it."""
+    layout: str
+    rows: str  # its row slice
+    columns: str  # its column slice
+    width: str  # MMA_N: the columns of one instruction
+    operand: str  # a product's first operand in registers, for a result of this layout
+    tiles: list  # the column tiles of the results in it
 
 
 class GluonKernelRenderer(KernelRenderer):
@@ -82,7 +93,7 @@ class GluonKernelRenderer(KernelRenderer):
         # then reads only the second from shared memory): its box -> its register layout
         firsts = [s.body[self.loops[id(s)].first].value for s in kernel.body if id(s) in self.loops]
         self.in_registers = {(self.staged[d.a.name].tensor, self.staged[d.a.name].box):
-                             self._grid(self.layout.axes[d.dims[1]].axis.dim)[4] for d in firsts}
+                             self._grid(self.layout.axes[d.dims[1]].axis.dim).operand for d in firsts}
         self.tile_count = self.names.fresh("tiles_loaded")
         self.slot = self.names.fresh("slot")
         self.previous_slot = self.names.fresh("previous_slot")
@@ -122,14 +133,14 @@ class GluonKernelRenderer(KernelRenderer):
             for (dim, tile), name in self.aranges.items():
                 size = str(tile) if isinstance(tile, int) else self.tiles[tile]
                 to64 = ".to(gl.int64)" if self.arange_int64[name] else ""
-                role = self.default[1] if dim == self.row_dim else self._grid(dim)[2]
+                role = self.default.rows if dim == self.row_dim else self._grid(dim).columns
                 w.line(f"{name} = gl.arange(0, {size}, layout={role}){to64}")
             self._shared_memory(w)
             for s in body:
                 self.statement(s, w)
         return [gluon_text(line) for line in w.lines]
 
-    def _grids(self) -> dict:
+    def _grids(self) -> dict[str, Grid]:
         """One wgmma register layout per column dimension of the products (each product's result
         in its own: one instruction spans its columns, up to 256), the first products' first:
         by dimension, the names of the layout, its row and column slices, its instruction's
@@ -146,7 +157,7 @@ class GluonKernelRenderer(KernelRenderer):
             suffix = "" if i == 0 else f"_{dim}"
             names = (f"mma_layout{suffix}", f"rows{suffix}", f"columns{suffix}", f"MMA_N{suffix}",
                      f"operand_layout{suffix}")
-            grids[dim] = (*(self.names.fresh(n) for n in names), tiles)
+            grids[dim] = Grid(*(self.names.fresh(n) for n in names), tiles)
         return grids
 
     def _layouts(self, w: Writer):
@@ -340,10 +351,10 @@ class GluonKernelRenderer(KernelRenderer):
         skipped = {plan.zero, plan.first, plan.second} | {i for i, t in enumerate(s.body)
                                                           if isinstance(t, S.Assign) and t.name in self.staged}
         zeros = f"gl.zeros({self.shape_text(first.value.dims)}, gl.float32, layout={self._layout_of(first.value.dims)})"
-        operand = self._grid(self.layout.axes[second.value.dims[1]].axis.dim)[4]
+        operand = self._grid(self.layout.axes[second.value.dims[1]].axis.dim).operand
         # a first operand in registers is the wgmma's until it is waited for
-        wait1 = f"{result1}, {a1}" if (staged_a.tensor, staged_a.box) in self.in_registers else result1
-        deps1 = wait1 if "," in wait1 else f"{wait1},"
+        registers = (staged_a.tensor, staged_a.box) in self.in_registers
+        wait1, deps1 = (f"{result1}, {a1}", f"{result1}, {a1}") if registers else (result1, f"{result1},")
 
         def step_body(t: str, pending: bool):
             w.line(f"{var} = {start} + {t} * {step}")
@@ -396,7 +407,7 @@ class GluonKernelRenderer(KernelRenderer):
         w.line(f"{self.tile_count} += {count}")
 
     # ------------------------------------------------------------ layouts of created tiles
-    def _grid(self, dim: str) -> tuple:
+    def _grid(self, dim: str) -> Grid:
         """The layouts of tiles whose columns run along `dim`."""
         return self.grids.get(dim, self.default)
 
@@ -404,8 +415,8 @@ class GluonKernelRenderer(KernelRenderer):
         """A tile's layout: a product's result's, by its columns; a row the first product's rows."""
         dim = self.layout.axes[axes[-1]].axis.dim
         if len(axes) == 2:
-            return self._grid(dim)[0]
-        return self.default[1] if dim == self.row_dim else self._grid(dim)[2]
+            return self._grid(dim).layout
+        return self.default.rows if dim == self.row_dim else self._grid(dim).columns
 
     def Full(self, e: S.Full, loc=None) -> str:
         value = self.Literal(S.Literal(e.value, e.dtype))
@@ -420,8 +431,8 @@ class GluonKernelRenderer(KernelRenderer):
     def Expand(self, e: S.Expand, loc=None) -> str:
         if not e.x.dims:
             raise NotPipelined("a scalar expanded to a tile")
-        rows = self._grid(self.layout.axes[e.target[-1]].axis.dim)[1]
-        if len(e.target) == 2 and e.x.dims == e.target[:1] and rows != self.default[1]:
+        rows = self._grid(self.layout.axes[e.target[-1]].axis.dim).rows
+        if len(e.target) == 2 and e.x.dims == e.target[:1] and rows != self.default.rows:
             # every row is in the first product's rows: another result's takes them converted
             return f"gl.convert_layout({self.texpr(e.x, loc)}, {rows})[:, None]"
         return super().Expand(e, loc)
@@ -429,8 +440,8 @@ class GluonKernelRenderer(KernelRenderer):
     def along(self, how, combine: str, e, loc) -> str:
         text = super().along(how, combine, e, loc)
         if len(e.x.dims) == 2 and e.x.dims.index(e.axis) == 1 and \
-                self._layout_of(e.x.dims) != self.default[0] and isinstance(e, S.Reduce):
-            return f"gl.convert_layout({text}, {self.default[1]})"  # a row in the first product's rows
+                self._layout_of(e.x.dims) != self.default.layout and isinstance(e, S.Reduce):
+            return f"gl.convert_layout({text}, {self.default.rows})"  # a row in the first product's rows
         return text
 
     def Mask(self, e: S.Mask, loc=None) -> str:
