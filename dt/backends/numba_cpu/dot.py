@@ -39,6 +39,14 @@ _DOT_VECTORS = 2  # vectors of c in each row of a block
 _DOT_PREFETCH_ROWS = 32  # how far ahead _dot_block prefetches b's rows
 
 
+def _dot_strip_types(strip, b, b_start, ldb, nk):
+    """Whether _dot_strip's and _dot_strip_transposed's arguments are what they copy: C-ordered
+    float arrays of one dtype, and integer offsets."""
+    return (all(isinstance(x, numba.types.Array) and x.layout == "C" and x.dtype == strip.dtype for x in (strip, b))
+            and isinstance(strip.dtype, numba.types.Float)
+            and all(isinstance(i, numba.types.Integer) for i in (b_start, ldb, nk)))
+
+
 def _dot_registers(dtype):
     """(rows, lanes) of the block of c _dot_block keeps in vector registers, rows of _DOT_VECTORS
     vectors of `lanes` elements of dtype (a numba float type), for the CPU numba compiles for:
@@ -171,9 +179,7 @@ def _dot_strip(typingctx, strip, b, b_start, ldb, nk):
     """strip[k * cols + j] = b's element b_start + k * ldb + j for k < nk and j < cols (the
     columns of _dot_block_shape(strip)): two vector loads and stores a row, whatever LLVM's
     vectoriser would make of a short loop whose source and destination may alias."""
-    if not (all(isinstance(x, numba.types.Array) and x.layout == "C" and x.dtype == strip.dtype for x in (strip, b))
-            and isinstance(strip.dtype, numba.types.Float)
-            and all(isinstance(i, numba.types.Integer) for i in (b_start, ldb, nk))):
+    if not _dot_strip_types(strip, b, b_start, ldb, nk):
         return None
 
     def codegen(context, builder, signature, args):
@@ -205,9 +211,7 @@ def _dot_strip_transposed(typingctx, strip, b, b_start, ldb, nk):
     _dot_block_shape(strip)) and k < nk rounded down to whole vectors: b holds the strip's
     transpose (K[l, k] for a product over k), read a vector of k at a time from each of a
     vector's worth of rows and transposed in registers."""
-    if not (all(isinstance(x, numba.types.Array) and x.layout == "C" and x.dtype == strip.dtype for x in (strip, b))
-            and isinstance(strip.dtype, numba.types.Float)
-            and all(isinstance(i, numba.types.Integer) for i in (b_start, ldb, nk))):
+    if not _dot_strip_types(strip, b, b_start, ldb, nk):
         return None
 
     def codegen(context, builder, signature, args):
