@@ -47,6 +47,16 @@ def _dot_strip_types(strip, b, b_start, ldb, nk):
             and all(isinstance(i, numba.types.Integer) for i in (b_start, ldb, nk)))
 
 
+def _dot_strip_pointers(context, builder, signature, args):
+    """A strip intrinsic's vector lanes, its vector type, the strip's data and b's at b_start."""
+    strip, b, b_start = args[:3]
+    lanes = _dot_registers(signature.args[0].dtype)[1]
+    vector = ir.VectorType(context.get_value_type(signature.args[0].dtype), lanes)
+    strip_data = context.make_array(signature.args[0])(context, builder, strip).data
+    b_data = builder.gep(context.make_array(signature.args[1])(context, builder, b).data, [b_start])
+    return lanes, vector, strip_data, b_data
+
+
 def _dot_registers(dtype):
     """(rows, lanes) of the block of c _dot_block keeps in vector registers, rows of _DOT_VECTORS
     vectors of `lanes` elements of dtype (a numba float type), for the CPU numba compiles for:
@@ -183,12 +193,9 @@ def _dot_strip(typingctx, strip, b, b_start, ldb, nk):
         return None
 
     def codegen(context, builder, signature, args):
-        strip, b, b_start, ldb, nk = args
-        lanes = _dot_registers(signature.args[0].dtype)[1]
-        vector = ir.VectorType(context.get_value_type(signature.args[0].dtype), lanes)
+        lanes, vector, strip_data, b_data = _dot_strip_pointers(context, builder, signature, args)
+        ldb, nk = args[3:]
         index = ir.IntType(64)
-        strip_data = context.make_array(signature.args[0])(context, builder, strip).data
-        b_data = builder.gep(context.make_array(signature.args[1])(context, builder, b).data, [b_start])
         with cgutils.for_range(builder, nk) as loop:
             row = builder.gep(b_data, [builder.mul(loop.index, ldb)])
             to = builder.gep(strip_data, [builder.mul(loop.index, ir.Constant(index, _DOT_VECTORS * lanes))])
@@ -215,13 +222,10 @@ def _dot_strip_transposed(typingctx, strip, b, b_start, ldb, nk):
         return None
 
     def codegen(context, builder, signature, args):
-        strip, b, b_start, ldb, nk = args
-        lanes = _dot_registers(signature.args[0].dtype)[1]
-        vector = ir.VectorType(context.get_value_type(signature.args[0].dtype), lanes)
+        lanes, vector, strip_data, b_data = _dot_strip_pointers(context, builder, signature, args)
+        ldb, nk = args[3:]
         index = ir.IntType(64)
         cols = _DOT_VECTORS * lanes
-        strip_data = context.make_array(signature.args[0])(context, builder, strip).data
-        b_data = builder.gep(context.make_array(signature.args[1])(context, builder, b).data, [b_start])
 
         def at(pointer, offset):
             return builder.bitcast(builder.gep(pointer, [offset]), vector.as_pointer())
