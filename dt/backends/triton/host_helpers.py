@@ -60,11 +60,10 @@ def _gluon_wanted(device, by_default, capabilities={}):
 
 def _gluon_launch(twin, name, grid, args, num_warps, refused={}):
     # Launch a Gluon twin; False where Triton could not build it (its tiles at this shape need
-    # more shared memory or registers than the GPU has, or this Triton's Gluon lacks something,
-    # a pass or ptxas failing on it: RuntimeError, PTXASError):
-    # warned once, and the caller and every later call of this shape run the kernel's Triton
-    # kernel instead. A shape is the integer arguments (sizes, strides, tiles: constexprs), what
-    # Triton builds the twin for: another shape may fit.
+    # more shared memory or registers than the GPU has, this Triton's Gluon lacks something, a
+    # pass or ptxas fails on it): warned once, and the caller and every later call of this shape
+    # run the kernel's Triton kernel instead. A shape is the integer arguments (sizes, strides,
+    # tiles: constexprs), what Triton builds the twin for: another shape may fit.
     shape = (name, *(a for a in args if type(a) is int))
     if shape in refused:
         return False

@@ -7,10 +7,9 @@ sizes, each tensor's shape, dtype, strides, pointer alignment (Triton specialise
 on 16-byte alignment) and device, and the integer scalars' values (Triton specialises ints on
 their value, and the launcher's int() hides their identity) of a call are known, so is every
 launch: which compiled kernel, its grid and every argument but the tensors' addresses and the
-float scalars' values. A
-call's key holds all of that: everything the launcher checks or branches on is in it, so
-what the launcher did for a key's first call, its checks included, holds for every later
-call with the key.
+float scalars' values. A call's key holds all of that: everything the launcher checks or
+branches on is in it, so what the launcher did for a key's first call, its checks included,
+holds for every later call with the key.
 
 `Replays` records the launches of the first call with a given such key by running the
 readable launcher with its kernels wrapped, and turns them into a small generated function
