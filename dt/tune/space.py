@@ -9,9 +9,8 @@ and on a GPU its warps and pipeline stages, for a product its launch hints, and 
 without one whether it streams what it reads once (`stream()`). A kernel whose walk over its rows
 sums split Funcs' chunks (`dw.compute_with(dx, x)`) takes chunks of rows a program, those Funcs
 split alike. Every other schedule statement (fusion, compute_with, inlining, compile, a split
-written) stays as written; the program as written is timed too. A point is
-kept when dt's checker accepts it, its tiles fit at the extents, and dt raises none of the
-performance warnings that call a schedule slow (`PRUNED`, docs/performance-warnings.md).
+written) stays as written; the program as written is timed too. A point is kept when dt's
+checker accepts it, its tiles fit, and dt raises no warning that calls a schedule slow (`PRUNED`).
 
     for candidate in prog.space(sizes={"x": 4096, "y": 4096}, dtype="bf16"):
         print(candidate.name, candidate.text)
@@ -46,9 +45,7 @@ WARPS = (1, 2, 4, 8, 16, 32)
 PRODUCT_WARPS = (4, 8, 16)  # a warp group (4) at least: Hopper's matrix instructions
 STAGES = (1, 3)
 PRODUCT_STAGES = (3, 4, 5)  # a product's loads are pipelined by Triton itself: at least 3 deep
-# products in a chain (attention: scores, then P·V): Hopper's Gluon twins keep a ring of 2 to 4
-# slots, 2 their fastest (two programs a multiprocessor: docs/triton.md, "Gluon twins on Hopper")
-CHAINED_STAGES = (2, 3, 4)
+CHAINED_STAGES = (2, 3, 4)  # products in a chain (attention): Hopper's Gluon twins' ring, 2 fastest
 # split reductions (f.split(r:chunk)) for a kernel of fewer programs than this (four to each of an
 # H100's 132 multiprocessors): its reduction walked in chunks of these, each chunk's in programs of its own
 SPLIT_BELOW = 528
@@ -248,7 +245,8 @@ def _choices(checked, root: str, extents: dict[str, int], gpu: bool, item: int =
     loads = _staged_loads(checked, root) if product and gpu else []
     batch = _batch_dims(checked, root) if product else set()
     keys = _key_dims(checked, root) if product else set()
-    chained = _chained_columns(checked, root, keys)
+    # the columns of a product reducing over another's output (attention's head n)
+    chained = {d for p in _products(checked, root) if p.dim in keys for d in A.free_dims(p.args[1]) - A.free_dims(p.args[0])}
     axes = []
     for i, d in enumerate(dims):
         extent = extents[d]
@@ -262,9 +260,8 @@ def _choices(checked, root: str, extents: dict[str, int], gpu: bool, item: int =
                         1) for b in [b for b in WALK_CHUNKS if b < extent] or [extent]]
         elif i < len(dims) - 2:  # a batch dimension: a program each
             options = [(f"{d}1", f"{root}.block({d}:1);\n", 1)]
-        elif d in chained and extent <= max(PRODUCT_BLOCKS):
-            # a block of these would compute the first product and what follows it again in each
-            # (attention's head dimension n: the best 64-wide blocks 1.5x slower than the whole, H200)
+        elif d in chained and extent <= max(PRODUCT_BLOCKS) and extent & (extent - 1) == 0:
+            # blocks would each compute the first product again (attention's head: 1.5x slower, H200)
             options = [(f"{d}*", "", 0)]
         elif product:  # a matrix product's output tile: 16 to 256 a side (tensor-core shapes)
             options = blocks(PRODUCT_BLOCKS) + ([(f"{d}*", "", 0)] if extent <= max(PRODUCT_BLOCKS) else [])
@@ -412,13 +409,6 @@ def _key_dims(checked, root: str) -> set[str]:
     attention's keys `l`, the columns of its scores (`rdot(Q, K, k)`) and the reduction of `rdot(e, V, l)`."""
     products = _products(checked, root)
     return {p.dim for p in products} & {d for q in products for d in A.free_dims(q.args[0]) ^ A.free_dims(q.args[1])}
-
-
-def _chained_columns(checked, root: str, keys: set[str]) -> set[str]:
-    """The columns of a product that reduces over another's output dimension (attention's head
-    dimension `n` in `rdot(e, V, l)`): only its second operand spans them."""
-    return {d for p in _products(checked, root) if p.dim in keys
-            for d in A.free_dims(p.args[1]) - A.free_dims(p.args[0])}
 
 
 def _products(checked, root: str) -> list[A.Reduce]:
