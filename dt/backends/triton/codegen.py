@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import textwrap
 from dataclasses import dataclass
+from functools import cache
 
 from dt.backends.pysource import Names, Writer, safe_text
 from dt.backends.triton import helpers
@@ -66,7 +67,7 @@ def render(pipeline: S.Pipeline, f32_dot: str = "ieee", width: int | None = LINE
                              f"set DT_TRITON_F32_DOT to one of {', '.join(F32_DOT_PRECISIONS)}")
     device_helpers, host_helpers = helpers.device(interpret), helpers.host()
     module_names = Names(GLOBALS_USED)
-    gluon_helpers = {f"{name}_gluon": gluon_helper(source, name) for name, source in helpers.device(True).items()}
+    gluon_helpers = _gluon_helpers()
     helper_names = {name: module_names.fresh(name) for name in (*device_helpers, *gluon_helpers, *host_helpers)}
     in_kernels = set(module_names.taken)  # what kernel bodies refer to: local names must differ
     kernel_names = {k.name: module_names.ir(k.name) for k in pipeline.kernels}
@@ -132,6 +133,12 @@ def render(pipeline: S.Pipeline, f32_dot: str = "ieee", width: int | None = LINE
     return Module(source, function, tuple(t.name for t in pipeline.inputs), pipeline.scalars,
                   launcher.call_extents, checks, dot_dims, _launch_lines(source, pipeline, kernel_names),
                   tuple(kernel_names.values()), tuple(kr.gluon.name for kr in kernels if kr.gluon))
+
+
+@cache
+def _gluon_helpers() -> dict[str, str]:
+    """The device helpers as Gluon functions, `{name}_gluon`: rewritten once, not per module."""
+    return {f"{name}_gluon": gluon_helper(source, name) for name, source in helpers.device(True).items()}
 
 
 def _gluon_twins(pipeline, kernels, f32_dot, reserved, helper_names, gluon_names, refusals) -> list[list[str]]:
