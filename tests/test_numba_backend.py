@@ -419,6 +419,24 @@ def test_a_reduction_over_the_lanes_just_computed_runs_in_their_loop():
     _check_every_size(EXAMPLES_DIR / "cpu" / "softmax_safe.dt", [dict(x=3, y=1), dict(x=2, y=1031)], "f32")
 
 
+def test_a_row_reduction_over_a_tile_of_rows_just_computed_runs_in_its_loops():
+    """examples/attention_safe_onepass.dt: each row's sum of the tile of exponentials runs in the
+    walk computing them, inside the loop over the rows (one walk over the 64 x 64 tile, not
+    two); in attention_safe_rows.dt, so do the scores' row max and the row sums of e, the sums'
+    zero fill (a loop over the rows, reading and writing nothing the walk does) moved before;
+    results unchanged at sizes that divide nothing."""
+    kernel = _kernel_source((EXAMPLES_DIR / "attention_safe_onepass.dt").read_text())
+    walk = kernel[kernel.index("sum_l = f32(0.0)"):].splitlines()
+    assert [line.strip() for line in walk[1:5]] == [
+        "for l_i in range(l_valid):", "l_exp[m_i, l_i] = _exp_f32(((k_accumulator[m_i, l_i] / np.sqrt(f32(k_SIZE))) "
+        "- l_shift[m_i]))", "sum_l += l_exp[m_i, l_i]", "l_tile_exp_sum[m_i] = sum_l"]
+    rows = _kernel_source((BENCH_SCHEDULES / "attention_safe_rows.dt").read_text())
+    assert rows.count("for l_i in range(l_valid):") == 3
+    assert rows.index("l_dvsr_accumulator[m_i] = f32(0.0)") < rows.index("e[m_i, l_i] = _exp_f32(")
+    for path in (EXAMPLES_DIR / "attention_safe_onepass.dt", BENCH_SCHEDULES / "attention_safe_rows.dt"):
+        _check_every_size(path, [dict(m=70, l=131, k=24, n=40)], "f32")
+
+
 def _kernel_source(text: str, dtype: str = "f32") -> str:
     source = dt.loads(text, name="k").source("numba", dtype)
     return source[source.index("@njit(**_KERNEL)"):]

@@ -10,9 +10,9 @@ that is the same in every step of a loop around the Dot is packed for it once, b
 
 A statement's loop nest is written when the next statement comes: a reduction whose only loop
 walks the lanes the previous statement's loop just walked (the sum over a row of e after the
-row of e) runs in that loop (`merged`), one walk over the row instead of two. Statements without
-loops in between (an accumulator set to 0) move before the walk where neither side reads what
-the other writes.
+row of e) runs in that loop (`merged`), one walk over the row instead of two, also inside outer
+loops both walk (each row's sum of a tile of rows). Statements in between (accumulators set to 0)
+move before the walk where neither side reads what the other writes.
 """
 from __future__ import annotations
 
@@ -209,16 +209,17 @@ class KernelRenderer(ExprRenderer):
         writes = writes | {kept[n] for n in writes if n in kept}
         if self.pending:
             (first, first_reads, first_writes), between = self.pending[0], self.pending[1:]
-            if not _has_loops(nest) and not (reads & first_writes) and not (writes & (first_reads | first_writes)):
-                self.pending.append((nest, reads, writes))
-                return
             # a gather reads its tensor at other lanes than its own: not in the loop writing it
             joined = merged(first, nest) if not gathered & first_writes else None
             if joined is not None:
-                hoisted = [line for level, _, _ in between for line in level.lines]
+                for level, _, _ in between:  # moved before `first`, which they do not depend on
+                    self.emit(w, level)
                 every_read = reads.union(*(r for _, r, _ in self.pending))
                 every_write = writes.union(*(wr for _, _, wr in self.pending))
-                self.pending = [(Level(None, hoisted + joined.lines), every_read, every_write)]
+                self.pending = [(joined, every_read, every_write)]
+                return
+            if not (reads & first_writes) and not (writes & (first_reads | first_writes)):
+                self.pending.append((nest, reads, writes))
                 return
         self.flush(w)
         self.pending = [(nest, reads, writes)]
@@ -399,20 +400,25 @@ class KernelRenderer(ExprRenderer):
         return None
 
 
-def _has_loops(nest: Level) -> bool:
-    return nest.inner is not None or any(isinstance(x, Level) for x in nest.lines)
-
-
 def merged(first: Level, second: Level) -> Level | None:
     """One nest doing `first`'s loop and then `second`'s reduction loop in each lane, where
     `first` is a plain loop over the lanes of an axis and `second` a reduction whose one loop walks
     the same lanes: the reduction's accumulators start before the loop and its result is taken
-    after. Sound because a lane loop reads stored tiles at its own lane only (no IR node reads a
+    after. Both may sit in the same outer loops (a sum over l for each m of a tile over m and l,
+    just computed): then each lane of those runs `first`'s walk and the reduction together.
+    Sound because a lane loop reads stored tiles at its own lane only (no IR node reads a
     tile at another lane), so the reduction's lane reads what the first loop wrote in that lane;
     a Gather reads a tensor at other lanes, and `queue` merges none with the loop writing it."""
     loop = first.inner
-    if first.lines or loop is None or loop.axis is None or loop.inner is not None \
-            or any(isinstance(x, Level) for x in loop.lines) or second.inner is not None:
+    if first.lines or loop is None or loop.axis is None or any(isinstance(x, Level) for x in loop.lines):
+        return None
+    if loop.inner is not None:  # an outer loop: second must walk it too, with nothing else around it
+        outer = second.inner
+        if second.lines or outer is None or outer.axis != loop.axis:
+            return None
+        joined = merged(Level(None, [], loop.inner), Level(None, outer.lines, outer.inner)) if not loop.lines else None
+        return None if joined is None else Level(None, [], Level(loop.axis, joined.lines, joined.inner))
+    if second.inner is not None:
         return None
     inner = [x for x in second.lines if isinstance(x, Level)]
     if len(inner) != 1 or inner[0].axis != loop.axis or inner[0].inner is not None \
