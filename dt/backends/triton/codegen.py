@@ -19,6 +19,7 @@ from dt.backends.triton import helpers
 from dt.backends.triton.expressions import LOG2E
 from dt.backends.triton.format import wrap
 from dt.backends.triton.gluon import GluonKernelRenderer, NotPipelined, gluon_helper
+from dt.backends.triton.gluon_ws import WarpSpecializedRenderer
 from dt.backends.triton.kernel import KernelRenderer
 from dt.backends.triton.launcher import Launcher
 from dt.backends.triton.limits import TileCheck
@@ -33,7 +34,7 @@ HEADER_WIDTH = 95  # the module docstring's prose
 # Modules and builtins the generated code refers to; no generated local may shadow them.
 GLOBALS_USED = ("tl", "libdevice", "triton", "torch", "float", "int", "min", "max", "range", "tuple", "ValueError",
                 "TensorDescriptor", "os", "gluon", "gl", "mbarrier", "tma", "warpgroup_mma", "warpgroup_mma_wait",
-                "GluonTensorDescriptor", "_tma_load", "_tma_store", "_thread_barrier", "fence_async_shared", "GLUON",
+                "GluonTensorDescriptor", "_tma_load", "_tma_store", "fence_async_shared", "GLUON",
                 "warnings", "CompilationError", "OutOfResources", "PTXASError")
 
 
@@ -95,11 +96,11 @@ def render(pipeline: S.Pipeline, f32_dot: str = "ieee", width: int | None = LINE
     if any(kr.use_tma or kr.gluon for kr in kernels):
         launch_helpers.append("_tma_ready")
     if gluon_bodies:
-        launch_helpers += ["_gluon_wanted", "_gluon_descriptor", "_gluon_launch"]
+        launch_helpers += ["_gluon_wanted", "_gluon_descriptor", "_gluon_stages", "_gluon_launch"]
     _header(w, pipeline, f32_dot, function, launcher.args,
             libdevice=not interpret and bool(used_helpers & helpers.needing_libdevice()),
             descriptors=any(kr.use_tma for kr in kernels), exp2=any(kr.exp2_used for kr in kernels),
-            twins={kernel_names[kr.kernel.name]: (kr.gluon.name, kr.gluon.by_default) for kr in kernels if kr.gluon},
+            twins={kernel_names[kr.kernel.name]: kr.gluon.name for kr in kernels if kr.gluon},
             refusals={kernel_names[k]: why for k, why in refusals.items()})
     emitted = [(name, source) for name, source in device_helpers.items() if name in used_helpers] \
         + [(name, host_helpers[name]) for name in launch_helpers]
@@ -148,8 +149,9 @@ def _gluon_twins(pipeline, kernels, f32_dot, reserved, helper_names, gluon_names
     bodies = []
     for kr in kernels:
         try:
-            gluon = GluonKernelRenderer(kr.kernel, pipeline, f32_dot, reserved, helper_names,
-                                        gluon_names[kr.kernel.name])
+            # several warpgroups: each in a partition of its own, a producer warp loading (gluon_ws.py)
+            renderer = WarpSpecializedRenderer if (kr.kernel.num_warps or 4) > 4 else GluonKernelRenderer
+            gluon = renderer(kr.kernel, pipeline, f32_dot, reserved, helper_names, gluon_names[kr.kernel.name])
             bodies.append(gluon.render())
             kr.gluon = gluon
         except NotPipelined as refusal:
@@ -212,9 +214,8 @@ def _header(w: Writer, pipeline: S.Pipeline, f32_dot: str, function: str, args: 
                      f"b * {LOG2E.value!r}), log2(e) scaling each side: one fused multiply-add a lane.")
     if any(isinstance(n, S.Gather) for n in nodes):
         notes.append("A read at a computed index outside its tensor gives 0.")
-    for kernel, (twin, by_default) in twins.items():
-        when = "unless DT_TRITON_GLUON=0" if by_default else "with DT_TRITON_GLUON=1"
-        notes.append(f"On a Hopper GPU, {kernel} runs as {twin} (Gluon, at the end) {when}: "
+    for kernel, twin in twins.items():
+        notes.append(f"On a Hopper GPU, {kernel} runs as {twin} (Gluon, at the end) unless DT_TRITON_GLUON=0: "
                      f"each step's element-wise work overlaps the previous step's second product.")
     for kernel, why in refusals.items():
         notes.append(f"{kernel} has no Gluon twin: {why}.")
@@ -242,8 +243,6 @@ def _header(w: Writer, pipeline: S.Pipeline, f32_dot: str, function: str, args: 
         w.line("    # TMA's load into shared memory: async_copy_global_to_shared until Triton 3.7")
         w.line("    _tma_load = getattr(tma, \"async_load\", None) or tma.async_copy_global_to_shared")
         w.line("    _tma_store = getattr(tma, \"async_store\", None) or tma.async_copy_shared_to_global")
-        w.line("    # a barrier of the program's threads: gl.thread_barrier until Triton 3.7")
-        w.line("    _thread_barrier = getattr(gl, \"thread_barrier\", None) or gl.barrier")
         w.line("    GLUON = True")
         w.line("except ImportError:")
         w.line("    GLUON = False")

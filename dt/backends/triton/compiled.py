@@ -67,7 +67,7 @@ def record_launches(module, pipeline: S.Pipeline, tensors: list, scalars: list, 
     namespace = load_module(module.source, f"compiled {pipeline.name}", {"__name__": f"dt_compiled_{pipeline.name}"})
     launches = []
     if gluon:
-        namespace["_gluon_wanted"] = lambda device, by_default: True
+        namespace["_gluon_wanted"] = lambda device: True
         namespace["_tma_ready"] = lambda device, *boxes: True
         for name in module.gluon_kernels:
             namespace[name] = Record(namespace[name], launches)

@@ -10,20 +10,21 @@ Triton renderer's code, `gl` for `tl`, in wgmma register layouts (each product's
 every other tile that of the result sharing its columns): every two-dimensional tile has the
 products' rows as its first dimension.
 
-`GluonKernelRenderer` raises `NotPipelined` (with the reason) for a kernel of another shape;
-the kernel is then Triton's alone. On a Hopper GPU, where the tensors suit TMA, the launcher runs
-the Gluon kernel of a kernel of one warpgroup (4 warps) unless DT_TRITON_GLUON=0, every twin with
-DT_TRITON_GLUON=1, and the Triton kernel elsewhere (docs/triton.md, "Gluon twins on Hopper")."""
+This renderer writes the twins of kernels of one warpgroup (4 warps); gluon_ws.py those of
+several, each warpgroup in a partition of its own beside a warp that loads. `GluonKernelRenderer`
+raises `NotPipelined` (with the reason) for a kernel of another shape; the kernel is then
+Triton's alone. On a Hopper GPU, where the tensors suit TMA, the launcher runs the twin unless
+DT_TRITON_GLUON=0 (on an H200 the twins were 0.96-1.68x their Triton kernels: docs/triton.md,
+"Gluon twins on Hopper"), and the Triton kernel elsewhere."""
 from __future__ import annotations
 
 import re
-from typing import NamedTuple
 
 from dt.backends.pysource import Writer
 from dt.backends.triton.compiled import H100, MULTIPROCESSOR, SHARED_RESERVED
 from dt.backends.triton.expressions import TL_DTYPE, atom
+from dt.backends.triton.gluon_layouts import GluonLayouts
 from dt.backends.triton.gluon_plan import GluonPlan, NotPipelined, Staged
-from dt.backends.triton.kernel import KernelRenderer
 from dt.ir import scheduled as S
 from dt.ir.index_expr import index_source as index, renamed
 
@@ -47,30 +48,22 @@ def gluon_helper(source: str, name: str) -> str:
     return "\n".join(lines).replace(f"def {name}(", f"def {name}_gluon(")
 
 
-class Grid(NamedTuple):
-    """The names of one wgmma register layout (a product's result's) and what derives from it."""
-    layout: str
-    rows: str  # its row slice
-    columns: str  # its column slice
-    width: str  # MMA_N: the columns of one instruction
-    operand: str  # a product's first operand in registers, for a result of this layout
-    tiles: list  # the column tiles of the results in it
-
-
-class GluonKernelRenderer(KernelRenderer):
-    """The Gluon twin of a KernelRenderer's kernel (see the module's docstring)."""
+class GluonKernelRenderer(GluonLayouts):
+    """The Gluon twin of a KernelRenderer's kernel of one warpgroup (see the module's docstring)."""
+    partitioned = False  # one warpgroup runs everything; several: gluon_ws.py
 
     def __init__(self, kernel: S.Kernel, pipeline: S.Pipeline, f32_dot: str, reserved, helpers, name):
         if kernel.persistent or kernel.tma:
             raise NotPipelined("persistent and tma() kernels stay Triton's")
         super().__init__(kernel, pipeline, f32_dot, reserved, helpers, name)
         self.warps = kernel.num_warps or 4
-        # Run unless DT_TRITON_GLUON=0 where it is one warpgroup: on an H200 every such twin was as
-        # fast as its Triton kernel or faster (1.0-1.7x, heads of 64 to 256); with two, each slot's
-        # refill waits for both warpgroups, and they ranged from 16% slower to 20% faster (docs/triton.md)
-        self.by_default = self.warps == 4
-        self.stages = max(2, min(kernel.num_stages or 2, 4))
+        # the ring's slots: the schedule's stages (2 to 4), fewer where they do not fit at launch
+        self.requested_stages = max(2, min(kernel.num_stages or 2, 4))
+        self.stages = self.names.fresh("STAGES")
+        self.consumers = 1  # the partitions that run the loops, each with its own boxes loaded once
         plan = GluonPlan(kernel, pipeline, self.layout, self.warps)
+        if self.warps > 4 and not self.partitioned:
+            raise NotPipelined(f"{self.warps} warps: each warpgroup in a partition of its own (gluon_ws.py)")
         self.staged, self.loops, self.row_dim, self.chains = plan.staged, plan.loops, plan.row_dim, plan.chains
         # id of a pipelined loop -> its start, its tile count, and where a tile to load starts
         self.bounds: dict[int, tuple[str, str, str]] = {}
@@ -113,71 +106,54 @@ class GluonKernelRenderer(KernelRenderer):
                 if not isinstance(b, int):
                     return  # a whole extent padded at launch: the launcher's compile tells
                 elements *= b
-            total += elements * DTYPE_BYTES[self.pipeline.tensor(tensor).dtype] * (self.stages if key in self.ringed else 1)
+            total += elements * DTYPE_BYTES[self.pipeline.tensor(tensor).dtype] * (2 if key in self.ringed else 1)
         if total > MAX_SHARED:
-            raise NotPipelined(f"{total} bytes of shared memory at {self.stages} stages")
+            raise NotPipelined(f"{total} bytes of shared memory at 2 stages, the fewest")
 
     # ------------------------------------------------------------ kernel
     def render(self) -> list[str]:
         w = Writer()
-        params = self.parameters() + list(self.descriptors.values())
+        params = self.parameters() + list(self.descriptors.values()) + [f"{self.stages}: gl.constexpr"]
         w.line("@gluon.jit")
         w.line(f"def {self.name}({', '.join(params)}):")
         with w.indent():
             w.line(f"# computes {self.kernel.func}: Hopper's matrix units run a step's second product while")
             w.line("# the next step's element-wise work runs (dt/backends/triton/gluon.py)")
-            self._layouts(w)
-            body = list(self.kernel.body)
-            if self.layout.uses_pid:
-                w.line(f"{self.names.ir('pid')} = gl.program_id(0).to(gl.int64)")
-            for (dim, tile), name in self.aranges.items():
-                size = str(tile) if isinstance(tile, int) else self.tiles[tile]
-                to64 = ".to(gl.int64)" if self.arange_int64[name] else ""
-                role = self.default.rows if dim == self.row_dim else self._grid(dim).columns
-                w.line(f"{name} = gl.arange(0, {size}, layout={role}){to64}")
+            self._prologue(w)
             self._shared_memory(w)
-            for s in body:
+            for s in self.kernel.body:
                 self.statement(s, w)
         return [gluon_text(line) for line in w.lines]
 
-    def _grids(self) -> dict[str, Grid]:
-        """One wgmma register layout per column dimension of the products (each product's result
-        in its own: one instruction spans its columns, up to 256), the first products' first:
-        by dimension, the names of the layout, its row and column slices, its instruction's
-        width and the layout of a product operand taken from registers."""
-        widths: dict[str, list] = {}
-        for loop in self.kernel.body:
-            if id(loop) in self.loops:
-                plan = self.loops[id(loop)]
-                for s in (loop.body[plan.first], loop.body[plan.second]):
-                    column = self.layout.axes[s.value.b.dims[1]]
-                    widths.setdefault(column.axis.dim, []).append(column.tile)
-        grids = {}
-        for i, (dim, tiles) in enumerate(widths.items()):
-            suffix = "" if i == 0 else f"_{dim}"
-            names = (f"mma_layout{suffix}", f"rows{suffix}", f"columns{suffix}", f"MMA_N{suffix}",
-                     f"operand_layout{suffix}")
-            grids[dim] = Grid(*(self.names.fresh(n) for n in names), tiles)
-        return grids
+    def _prologue(self, w: Writer):
+        """The register layouts, the program id and the tiles' aranges."""
+        self._layouts(w)
+        if self.layout.uses_pid:
+            w.line(f"{self.names.ir('pid')} = gl.program_id(0).to(gl.int64)")
+        for (dim, tile), name in self.aranges.items():
+            size = str(tile) if isinstance(tile, int) else self.tiles[tile]
+            to64 = ".to(gl.int64)" if self.arange_int64[name] else ""
+            role = self.default.rows if dim == self.row_dim else self._grid(dim).columns
+            w.line(f"{name} = {self._arange(dim, size, role)}{to64}")
 
-    def _layouts(self, w: Writer):
-        w.line("# a register layout for each product's result, rows first; every other tile takes the")
-        w.line("# layout of the result sharing its columns (the first product's by default), MMA_N the")
-        w.line("# columns of one wgmma instruction")
-        for layout, rows, columns, width, operand, tiles in self.grids.values():
-            ints = sorted({min(t, 256) for t in tiles if isinstance(t, int)})
-            texts = ([str(ints[0])] if ints else []) + sorted({self.tiles[t] for t in tiles if not isinstance(t, int)})
-            narrowest = texts[0]
-            for t in texts[1:]:
-                narrowest = f"({t} if {t} < {narrowest} else {narrowest})"
-            if not ints:
-                narrowest = f"({narrowest} if {narrowest} < 256 else 256)"
-            w.line(f"{width}: gl.constexpr = {narrowest}")
-            w.line(f"{layout}: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], "
-                   f"warps_per_cta=[{self.warps}, 1], instr_shape=[16, {width}, 16])")
-            w.line(f"{rows}: gl.constexpr = gl.SliceLayout(1, {layout})")
-            w.line(f"{columns}: gl.constexpr = gl.SliceLayout(0, {layout})")
-            w.line(f"{operand}: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent={layout}, k_width=2)")
+    def _arange(self, dim: str, size: str, role: str) -> str:
+        return f"gl.arange(0, {size}, layout={role})"
+
+    def launch_box(self, key: tuple) -> tuple:
+        """The box a descriptor the launcher makes moves: the tiles' own."""
+        return key[1]
+
+    def launch_options(self) -> str:
+        return f"{{'num_warps': {self.warps}}}"
+
+    def stage_request(self, boxes: dict) -> str:
+        """The arguments of the launcher's _gluon_stages, `boxes` naming each descriptor's box:
+        the stages asked for, the rings' boxes, the others' (each partition's), the most bytes."""
+        def listed(keys, copies):
+            return ", ".join(f"({boxes[k]}, {DTYPE_BYTES[self.pipeline.tensor(k[0]).dtype] * copies})" for k in keys)
+        rings = [k for k in self.descriptors if k in self.ringed]  # in a set's order the text would vary
+        others = [k for k in self.descriptors if k not in self.ringed]
+        return f"{self.requested_stages}, [{listed(rings, 1)}], [{listed(others, self.consumers)}], {MAX_SHARED}"
 
     def _shared_memory(self, w: Writer):
         for key, descriptor in self.descriptors.items():
@@ -209,13 +185,18 @@ class GluonKernelRenderer(KernelRenderer):
                     start = renamed(start, lambda n: loop_start if n == st.loop.var else self.names.ir(n))
                     text = index(start)
                 else:
-                    text = self.index(start)
+                    text = self.index(start) + self._rows_offset(value)
             elif kind == "index":
                 text = self.index(value)
             else:
                 text = self.texpr(value, None)
             parts.append(f"gl.cast({text}, gl.int32)")
         return ", ".join(parts)
+
+    def _rows_offset(self, axis: str) -> str:
+        """What a box's coordinate along `axis` adds to the tile's start: nothing; a warpgroup's
+        rows where each takes its own (gluon_ws.py)."""
+        return ""
 
     def _view(self, st: Staged, buffer: str) -> str:
         """The operand as the product takes it: the box's tile dimensions, in the operand's order."""
@@ -278,9 +259,31 @@ class GluonKernelRenderer(KernelRenderer):
         for st in operands:
             smem, ready = self.buffers[(st.tensor, st.box)]
             descriptor = self.descriptors[(st.tensor, st.box)]
+            self._await_free(st, tile, slot, w)
             w.line(f"mbarrier.expect({ready}.index({slot}), {descriptor}.block_type.nbytes, pred={tile} < {tiles})")
             w.line(f"_tma_load({descriptor}, [{self._coords(st, at)}], {ready}.index({slot}), {smem}.index({slot}), "
                    f"pred={tile} < {tiles})")
+
+    def _await_free(self, st: Staged, tile: str, slot: str, w: Writer):
+        """Before loading into `slot`: nothing (the step's end refills slots it has freed); a
+        producer warp (gluon_ws.py) waits for the consumers to free it."""
+
+    def _fill_ring(self, operands: tuple[Staged, ...], w: Writer):
+        """Before a chain's first loop: its first tiles into every slot."""
+        w.line(f"for {self.tile} in gl.static_range({self.stages}):")
+        with w.indent():
+            w.line(f"{self.slot} = ({self.tile_count} + {self.tile}) % {self.stages}")
+            self._ring_load(operands, self.tile, self.slot, w)
+
+    def _refill(self, operands: tuple[Staged, ...], tile: str, slot: str, w: Writer, after: int = 0):
+        """A slot the products are done with takes tile `tile` (of the loop `after` loops later)."""
+        if after:
+            w.line(f"# the slot is free: the next loop's tile {self.stages} - 1")
+        self._ring_load(operands, tile, slot, w, after)
+
+    def _free(self, st: Staged, slot: str, w: Writer):
+        """The products are done with `st`'s tile in `slot`: here the step's end refills it;
+        a producer warp's twin (gluon_ws.py) signals the slot free."""
 
     def _ring_view(self, st: Staged, tile: str, slot: str, w: Writer) -> str:
         """Wait for tile `tile` in ring slot `slot`; the name of its view as the product takes it."""
@@ -344,10 +347,7 @@ class GluonKernelRenderer(KernelRenderer):
         w.line(f"# then step {self.step} - 1's second, and runs its element-wise work while that one runs;")
         w.line(f"# {first_b.tensor} and {second_b.tensor} arrive through {stages}-slot rings")
         if s is chain[0]:
-            w.line(f"for {self.tile} in gl.static_range({stages}):")
-            with w.indent():
-                w.line(f"{slot} = ({self.tile_count} + {self.tile}) % {stages}")
-                self._ring_load((first_b, second_b), self.tile, slot, w)
+            self._fill_ring((first_b, second_b), w)
         skipped = {plan.zero, plan.first, plan.second} | {i for i, t in enumerate(s.body)
                                                           if isinstance(t, S.Assign) and t.name in self.staged}
         zeros = f"gl.zeros({self.shape_text(first.value.dims)}, gl.float32, layout={self._layout_of(first.value.dims)})"
@@ -372,22 +372,21 @@ class GluonKernelRenderer(KernelRenderer):
                 w.line(f"{wait1} = warpgroup_mma_wait(1, deps=({deps1}))")
             else:
                 w.line(f"{wait1} = warpgroup_mma_wait(0, deps=({deps1}))")
+            self._free(first_b, slot, w)
             for i in range(plan.first + 1, plan.second):
                 if i not in skipped:
                     self.statement(s.body[i], w)
             if pending:
                 w.line(f"{result2}, {a2} = warpgroup_mma_wait(0, deps=({result2}, {a2}))")
+                self._free(second_b, previous, w)
             w.line(f"{a2} = gl.convert_layout({self.texpr(second.value.a, second.loc)}, {operand})")
             w.line(f"{acc2} = {self.texpr(second.value.acc, second.loc)}")
             for i in range(plan.second + 1, len(s.body)):
                 if i not in skipped:
                     self.statement(s.body[i], w)
-            if self.warps > 4:
-                w.line("# every warpgroup is done with the slots refilled next")
-                w.line("_thread_barrier()")
-            self._ring_load((first_b,), f"{t} + {stages}", slot, w)
+            self._refill((first_b,), f"{t} + {stages}", slot, w)
             if pending:
-                self._ring_load((second_b,), f"{t} - 1 + {stages}", previous, w)
+                self._refill((second_b,), f"{t} - 1 + {stages}", previous, w)
 
         w.line(f"if {count} > 0:")
         with w.indent():
@@ -399,55 +398,10 @@ class GluonKernelRenderer(KernelRenderer):
             b2 = self._ring_view(second_b, f"{count} - 1", previous, w)
             w.line(f"{result2} = warpgroup_mma({a2}, {b2}, {acc2}, is_async=True)")
             w.line(f"{result2}, {a2} = warpgroup_mma_wait(0, deps=({result2}, {a2}))")
+            self._free(second_b, previous, w)
             if s is not chain[-1]:
-                if self.warps > 4:
-                    w.line("_thread_barrier()")
-                w.line(f"# the slot is free: the next loop's tile {stages - 1}")
-                self._ring_load((second_b,), str(stages - 1), previous, w, after=1)
+                self._refill((second_b,), f"{stages} - 1", previous, w, after=1)
         w.line(f"{self.tile_count} += {count}")
-
-    # ------------------------------------------------------------ layouts of created tiles
-    def _grid(self, dim: str) -> Grid:
-        """The layouts of tiles whose columns run along `dim`."""
-        return self.grids.get(dim, self.default)
-
-    def _layout_of(self, axes) -> str:
-        """A tile's layout: a product's result's, by its columns; a row the first product's rows."""
-        dim = self.layout.axes[axes[-1]].axis.dim
-        if len(axes) == 2:
-            return self._grid(dim).layout
-        return self.default.rows if dim == self.row_dim else self._grid(dim).columns
-
-    def Full(self, e: S.Full, loc=None) -> str:
-        value = self.Literal(S.Literal(e.value, e.dtype))
-        return f"gl.full({self.shape_text(e.axes)}, {value}, {TL_DTYPE[e.dtype]}, layout={self._layout_of(e.axes)})"
-
-    def BroadcastTo(self, e: S.BroadcastTo, loc=None) -> str:
-        if isinstance(e.x, S.Expand) and not e.x.x.dims:  # a scalar filling a whole tile
-            return (f"gl.full({self.shape_text(e.dims)}, {self.texpr(e.x.x, loc)}, {TL_DTYPE[e.x.x.dtype]}, "
-                    f"layout={self._layout_of(e.dims)})")
-        return self.texpr(e.x, loc)  # broadcast where it meets the other operand
-
-    def Expand(self, e: S.Expand, loc=None) -> str:
-        if not e.x.dims:
-            raise NotPipelined("a scalar expanded to a tile")
-        rows = self._grid(self.layout.axes[e.target[-1]].axis.dim).rows
-        if len(e.target) == 2 and e.x.dims == e.target[:1] and rows != self.default.rows:
-            # every row is in the first product's rows: another result's takes them converted
-            return f"gl.convert_layout({self.texpr(e.x, loc)}, {rows})[:, None]"
-        return super().Expand(e, loc)
-
-    def along(self, how, combine: str, e, loc) -> str:
-        text = super().along(how, combine, e, loc)
-        if len(e.x.dims) == 2 and e.x.dims.index(e.axis) == 1 and \
-                self._layout_of(e.x.dims) != self.default.layout and isinstance(e, S.Reduce):
-            return f"gl.convert_layout({text}, {self.default.rows})"  # a row in the first product's rows
-        return text
-
-    def Mask(self, e: S.Mask, loc=None) -> str:
-        if e.axis in self.masks:
-            return self.masks[e.axis]
-        return f"gl.full({self.shape_text((e.axis,))}, 1, gl.int1, layout={self._layout_of((e.axis,))})"
 
     def helper(self, how) -> str:
         self.helpers_used.add(f"{how.name}_gluon")

@@ -1,6 +1,6 @@
 """Host functions a generated module's launcher calls: `_check` always, `_multiprocessors` for
-persistent kernels, `_tma_ready` for kernels with TMA, `_gluon_wanted`, `_gluon_descriptor` and
-`_gluon_launch` for kernels with a Gluon twin.
+persistent kernels, `_tma_ready` for kernels with TMA, `_gluon_wanted`, `_gluon_descriptor`,
+`_gluon_stages` and `_gluon_launch` for kernels with a Gluon twin.
 
 The code generator copies each function's source text into the module it writes
 (dt/backends/triton/helpers.py reads this file; generating code imports neither it nor torch).
@@ -45,20 +45,30 @@ def _tma_ready(device, *boxes):
                for t, box, extents in boxes)
 
 
-def _gluon_wanted(device, by_default, capabilities={}):
-    # A kernel's Gluon twin (wgmma: Hopper only) runs on an sm_90 GPU: always where
-    # DT_TRITON_GLUON=1, never where it is 0, and unset where the twin measured faster than the
-    # Triton kernel (`by_default`: a kernel of one warpgroup, gluon.py).
+def _gluon_wanted(device, capabilities={}):
+    # A kernel's Gluon twin (wgmma: Hopper only) runs on an sm_90 GPU unless DT_TRITON_GLUON=0.
     # Each device's capability is read once (`capabilities`): a launch is a few microseconds.
-    wanted = {"1": True, "0": False}.get(os.environ.get("DT_TRITON_GLUON", ""), by_default)
-    if device.type != "cuda" or not wanted:
+    if device.type != "cuda" or os.environ.get("DT_TRITON_GLUON", "") == "0":
         return False
     if device.index not in capabilities:
         capabilities[device.index] = torch.cuda.get_device_capability(device)
     return capabilities[device.index][0] == 9
 
 
-def _gluon_launch(twin, name, grid, args, num_warps, refused={}):
+def _gluon_stages(requested, rings, others, most):
+    # A Gluon twin's ring slots: the schedule's stages where they fit in `most` bytes of shared
+    # memory beside the boxes loaded once or stored (`others`), 2 at fewest; (box, bytes) pairs.
+    def size(boxes):
+        total = 0
+        for box, element_bytes in boxes:
+            for extent in box:
+                element_bytes *= extent
+            total += element_bytes
+        return total
+    return max(2, min(requested, (most - size(others)) // max(1, size(rings))))
+
+
+def _gluon_launch(twin, name, grid, args, options, refused={}):
     # Launch a Gluon twin; False where Triton could not build it (its tiles at this shape need
     # more shared memory or registers than the GPU has, this Triton's Gluon lacks something, a
     # pass or ptxas fails on it): warned once, and the caller and every later call of this shape
@@ -68,7 +78,7 @@ def _gluon_launch(twin, name, grid, args, num_warps, refused={}):
     if shape in refused:
         return False
     try:
-        twin[grid](*args, num_warps=num_warps)
+        twin[grid](*args, **options)  # its warps, and a warp-specialised twin's registers
         return True
     except (CompilationError, OutOfResources, PTXASError, RuntimeError) as error:
         refused[shape] = error

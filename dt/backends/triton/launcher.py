@@ -157,11 +157,12 @@ class Launcher:
         boxes = {}
         for key in gk.descriptors:
             boxes[key] = self.names.fresh(f"{key[0]}_box")
-            w.line(f"{boxes[key]} = [{', '.join(str(b) if isinstance(b, int) else tiles[b] for b in key[1])}]")
+            box = gk.launch_box(key)
+            w.line(f"{boxes[key]} = [{', '.join(str(b) if isinstance(b, int) else tiles[b] for b in box)}]")
         ready = [f"({self.names.ir(t)}, {boxes[(t, box)]}, "
                  f"({', '.join(self.sizes[d] for d in self.pipeline.tensor(t).dims)},))" for t, box in gk.descriptors]
         use = self.names.fresh(f"{gk.kernel.func}_gluon")
-        w.line(f"{use} = GLUON and {self.helpers['_gluon_wanted']}({self.device}, {gk.by_default})")
+        w.line(f"{use} = GLUON and {self.helpers['_gluon_wanted']}({self.device})")
         w.line(f"if {use}:")
         with w.indent():
             w.line(f"{use} = {self.helpers['_tma_ready']}({self.device}, {', '.join(ready)})")
@@ -173,8 +174,10 @@ class Launcher:
                 dtype = TL_DTYPE[self.pipeline.tensor(key[0]).dtype]
                 w.line(f"{name} = {self.helpers['_gluon_descriptor']}({self.names.ir(key[0])}, {box}, {dtype})")
                 descriptors.append(name)
+            stages = self.names.fresh(f"{gk.kernel.func}_stages")
+            w.line(f"{stages} = {self.helpers['_gluon_stages']}({gk.stage_request(boxes)})")
             w.line(f"{use} = {self.helpers['_gluon_launch']}({gk.name}, \"{gk.name}\", {grid}, "
-                   f"({', '.join(args + descriptors)}), {gk.warps})")
+                   f"({', '.join(args + descriptors + [stages])}), {gk.launch_options()})")
         return use
 
     def tma_descriptors(self, w: Writer, kr: KernelRenderer, tiles: dict[str, str]) -> tuple[str, list[str]]:
