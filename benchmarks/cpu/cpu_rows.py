@@ -261,8 +261,8 @@ KERNEL_ROWS: dict[str, CpuKernel] = {name: CpuKernel({**KERNELS, HEADS.name: HEA
     ("2mm_inner", ((1024, 1024, 64, 64),), (40, 24, 16, 48), (CPU / "2mm_inner.dt",), _eager_2mm, _numpy_2mm,
      {"eager": "torch.mm(torch.mm(A, B), C, out=out)", "numpy": "np.matmul(np.matmul(A, B), C, out=out)"}),
     ("attention_safe", ((1024, 1024, 64, 64),), (100, 72, 16, 24),
-     (SCHEDULES / "attention_safe_rows.dt", EXAMPLES / "attention_safe_onepass.dt"), _eager_attention,
-     _numpy_attention,
+     (SCHEDULES / "attention_safe_rows.dt", EXAMPLES / "attention_safe_onepass.dt", SCHEDULES / "attention_safe_flash.dt"),
+     _eager_attention, _numpy_attention,
      {"eager": "torch.mm(torch.softmax(torch.mm(A, B).mul_(scale), 1), C)",
       "numpy": "np.matmul, multiply, max, subtract, exp, sum, divide, np.matmul",
       "sdpa": "F.scaled_dot_product_attention on [1, 1, m, k] views (one head; K transposed outside the "
