@@ -92,3 +92,15 @@ def test_one_warpgroup_keeps_the_twin_of_one_partition():
     text = source("benchmarks/gpu/schedules/causal_mha_m64.dt")
     assert "gl.warp_specialize" not in text and "'maxnreg'" not in text
     assert "{'num_warps': 4})" in flat(text)
+
+
+def test_more_than_two_warpgroups_have_no_twin():
+    """Four consumers of 112 registers each spilled on an H200 (3x slower than two): the Triton
+    kernel runs."""
+    from dt.backends.triton.gluon import NotPipelined
+    from dt.backends.triton.gluon_ws import WarpSpecializedRenderer
+    text = open(HOPPER).read().replace("m:128);", "m:256);").replace("tensorize(m:128,", "tensorize(m:256,")
+    pipeline = dt.loads(text.replace("num_warps(8)", "num_warps(16)")).pipeline("bf16")
+    with pytest.raises(NotPipelined, match="4 consumer warpgroups would get 112 registers each"):
+        WarpSpecializedRenderer(pipeline.kernels[0], pipeline, "ieee", set(codegen.GLOBALS_USED), {}, "k_gluon")
+    assert "gl.warp_specialize" not in codegen.render(pipeline).source

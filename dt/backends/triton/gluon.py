@@ -11,7 +11,7 @@ every other tile that of the result sharing its columns): every two-dimensional 
 products' rows as its first dimension.
 
 This renderer writes the twins of kernels of one warpgroup (4 warps); gluon_ws.py those of
-several, each warpgroup in a partition of its own beside a warp that loads. `GluonKernelRenderer`
+two, each warpgroup in a partition of its own beside a warp that loads. `GluonKernelRenderer`
 raises `NotPipelined` (with the reason) for a kernel of another shape; the kernel is then
 Triton's alone. On a Hopper GPU, where the tensors suit TMA, the launcher runs the twin unless
 DT_TRITON_GLUON=0 (on an H200 the twins were 0.96-1.68x their Triton kernels: docs/triton.md,
