@@ -149,11 +149,24 @@ def test_chained_products_get_the_two_stage_ring_of_hoppers_gluon_twins():
     root = attention.checked.kernel_roots[-1]
     ways, _ = _choices(attention.checked, root, dict(b=4, h=16, m=4096, l=4096, k=128, n=128), True)
     assert {label for way in ways for slot, label, _ in way if slot == "stages"} == {"s2", "s3", "s4"}
-    hopper = {("m", "m64"), ("l", "l64"), ("warps", "w4"), ("stages", "s2")}
-    assert any(hopper <= {(slot, label) for slot, label, _ in way} for way in ways)
+    for hopper in ({("m", "m64"), ("l", "l64"), ("warps", "w4"), ("stages", "s2")},  # one warpgroup
+                   {("m", "m128"), ("l", "l128"), ("warps", "w8"), ("stages", "s2")}):  # warp-specialised
+        assert any(hopper <= {(slot, label) for slot, label, _ in way} for way in ways)
     matmul = dt.load(ROOT / "examples" / "matmul.dt")
     ways, _ = _choices(matmul.checked, "mm", dict(x=4096, y=4096, k=4096), True)
     assert {label for way in ways for slot, label, _ in way if slot == "stages"} == {"s3", "s4", "s5"}
+
+
+def test_a_batched_kernel_is_offered_one_heads_blocks_in_consecutive_programs():
+    """map(b, h, m): the query blocks of one head run in consecutive programs and share its K and V
+    in L2 (every attention schedule as written). Without it, a search's best attention schedule
+    ran 0.60 ms where the same schedule with it runs 0.50 (causal 4x16x4096, d=128, an H200)."""
+    from dt.tune.space import _choices
+    attention = dt.load(ROOT / "examples" / "llm" / "causal_mha.dt")
+    root = attention.checked.kernel_roots[-1]
+    ways, _ = _choices(attention.checked, root, dict(b=4, h=16, m=4096, l=4096, k=128, n=128), True)
+    orders = {(label, text) for way in ways for slot, label, text in way if slot == "map"}
+    assert orders == {("", ""), ("rowmajor", f"{root}.map(b, h, m);\n")}
 
 
 def test_the_second_products_columns_are_whole_where_they_fit():
