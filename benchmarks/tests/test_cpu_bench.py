@@ -55,7 +55,8 @@ def test_quick_run_checks_every_provider_and_reports_medians_over_processes(tmp_
     records = doc["records"]
     assert {(r["kernel"], r["provider"]) for r in records} == {
         *(("softmax_safe", p) for p in ("dt", "eager", "compile", "numpy")),
-        *(("attention_safe", p) for p in ("dt", "dt@attention_safe_onepass", "eager", "compile", "numpy", "sdpa"))}
+        *(("attention_safe", p) for p in ("dt", "dt@attention_safe_onepass", "dt@attention_safe_flash", "eager",
+                                          "compile", "numpy", "sdpa"))}
     for r in records:
         assert GPU_FIELDS <= set(r), r
         assert r["status"] == "ok" and r["rel_err"] <= r["tol"], r
@@ -79,7 +80,7 @@ def test_quick_run_checks_every_provider_and_reports_medians_over_processes(tmp_
             assert r["schedule"].endswith(".dt")
     assert [f["file"] for f in run["first_call"]] == [
         "examples/cpu/softmax_safe.dt", "benchmarks/cpu/schedules/attention_safe_rows.dt",
-        "examples/attention_safe_onepass.dt"]
+        "examples/attention_safe_onepass.dt", "benchmarks/cpu/schedules/attention_safe_flash.dt"]
     assert all(f["empty_cache_s"] > f["cached_s"] > 0 for f in run["first_call"])
     assert "## Memory-bound rows" in md and "## Matmul-like rows" in md and "## First call of each DT file" in md
     assert "| softmax_safe | x=5, y=100 | preallocated | softmax_safe.dt |" in md
