@@ -58,6 +58,9 @@ def test_the_producer_waits_for_a_free_slot_and_streams_both_causal_loops():
     producer = flat(function(source(), "attention_kernel_gluon_producer"))
     assert "warpgroup_mma" not in producer and "gl.exp" not in producer
     assert "for tile in range(l_iter_count_2 + l_iter_2_count_2):" in producer  # below the diagonal, then on it
+    consumer = function(source(), "attention_kernel_gluon_consumer")
+    bounds = [line for line in consumer.splitlines() if re.search(r"l_iter(_2)?_(start|stop|count) =", line)]
+    assert len(bounds) == 6 and not any("warpgroup" in line for line in bounds)  # every consumer walks the same tiles
     # a new barrier has completed phase 1: the first pass through the ring does not wait
     free = "mbarrier.wait(K_free.index(slot), (((tiles_loaded + tile) // STAGES) & 1) ^ 1)"
     assert producer.index(free) < producer.index("_tma_load(K_desc")
@@ -73,6 +76,7 @@ def test_the_launcher_makes_boxes_of_a_consumers_rows_and_fits_the_stages():
                        r"\[\(Q_box, 4\), \(attention_box, 4\)\], (\d+)\)", launch)
     assert stages and int(stages.group(1)) == 227 * 1024
     assert "V_desc, attention_desc, attention_stages), {'num_warps': 4, 'maxnreg': 168})" in launch
+    assert "attention_gluon = attention_stages > 0 # 0: two stages do not fit at this shape if attention_gluon: attention_gluon = _gluon_launch(" in launch
 
 
 def test_stages_are_the_schedules_where_they_fit_and_two_at_fewest():
@@ -85,7 +89,7 @@ def test_stages_are_the_schedules_where_they_fit_and_two_at_fewest():
     assert _gluon_stages(3, rings(128), others(128), most) == 2  # 64 KB + 3 x 64 KB does not fit
     assert _gluon_stages(3, rings(64), others(64), most) == 3
     assert _gluon_stages(4, rings(64), others(64), most) == 4
-    assert _gluon_stages(2, rings(256), others(256), most) == 2  # the renderer refuses what 2 cannot hold
+    assert _gluon_stages(2, rings(256), others(256), most) == 0  # 2 do not fit: the Triton kernel runs
 
 
 def test_one_warpgroup_keeps_the_twin_of_one_partition():
@@ -104,3 +108,27 @@ def test_more_than_two_warpgroups_have_no_twin():
     with pytest.raises(NotPipelined, match="4 consumer warpgroups would get 112 registers each"):
         WarpSpecializedRenderer(pipeline.kernels[0], pipeline, "ieee", set(codegen.GLOBALS_USED), {}, "k_gluon")
     assert "gl.warp_specialize" not in codegen.render(pipeline).source
+
+
+def test_a_load_placed_by_a_name_the_producer_does_not_compute_has_no_twin():
+    """The producer warp recomputes the loops' bounds from the kernel's parameters and top-level
+    lets; a bound set inside a loop (here the diagonal loop's start) is not among them."""
+    import dataclasses
+
+    from dt.backends.triton.gluon import NotPipelined
+    from dt.backends.triton.gluon_ws import WarpSpecializedRenderer
+    from dt.ir import scheduled as S
+    from dt.ir.index_expr import IVar
+    pipeline = dt.load(HOPPER).pipeline("bf16")
+    kernel = pipeline.kernels[0]
+    first, second = (i for i, s in enumerate(kernel.body) if isinstance(s, S.For))
+    body = list(kernel.body)
+    body[first] = dataclasses.replace(body[first], body=(*body[first].body, S.Let("diagonal_start", body[second].start)))
+    body[second] = dataclasses.replace(body[second], start=IVar("diagonal_start"))
+    for k, refused in ((kernel, False), (dataclasses.replace(kernel, body=tuple(body)), True)):
+        try:
+            WarpSpecializedRenderer(k, pipeline, "ieee", set(codegen.GLOBALS_USED), {}, "k_gluon")
+        except NotPipelined as refusal:
+            assert refused and "read diagonal_start, which the producer warp does not compute" in str(refusal)
+        else:
+            assert not refused

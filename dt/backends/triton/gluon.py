@@ -97,14 +97,22 @@ class GluonKernelRenderer(GluonLayouts):
         self.phases: dict[tuple, int] = {}  # key of a box loaded outside loops -> loads so far
         self._check_shared_memory()
 
+    def _shared_keys(self) -> list[tuple]:
+        """The boxes other than the rings' that take shared memory beside them: those loaded once
+        and, where partitions store (gluon_ws.py), the stored ones (in one partition a stored
+        box's buffer takes the rings' memory once they are done)."""
+        return [k for k in self.descriptors if k not in self.ringed and (k in self.buffers or self.partitioned)]
+
     def _check_shared_memory(self):
+        """Refuse a twin 2 stages cannot hold, where the boxes' sizes are known here; the launcher
+        checks the others at the call (_gluon_stages)."""
         total = 0
-        for key in self.buffers:  # a stored box's buffer takes the rings' memory once they are done
+        for key in [k for k in self.descriptors if k in self.ringed] + self._shared_keys():
             tensor, box = key
             elements = 1
             for b in box:
                 if not isinstance(b, int):
-                    return  # a whole extent padded at launch: the launcher's compile tells
+                    return  # a whole extent: known at the call
                 elements *= b
             total += elements * DTYPE_BYTES[self.pipeline.tensor(tensor).dtype] * (2 if key in self.ringed else 1)
         if total > MAX_SHARED:
@@ -152,8 +160,7 @@ class GluonKernelRenderer(GluonLayouts):
         def listed(keys, copies):
             return ", ".join(f"({boxes[k]}, {DTYPE_BYTES[self.pipeline.tensor(k[0]).dtype] * copies})" for k in keys)
         rings = [k for k in self.descriptors if k in self.ringed]  # in a set's order the text would vary
-        others = [k for k in self.descriptors if k not in self.ringed]
-        return f"{self.requested_stages}, [{listed(rings, 1)}], [{listed(others, self.consumers)}], {MAX_SHARED}"
+        return f"{self.requested_stages}, [{listed(rings, 1)}], [{listed(self._shared_keys(), self.consumers)}], {MAX_SHARED}"
 
     def _shared_memory(self, w: Writer):
         for key, descriptor in self.descriptors.items():

@@ -11,7 +11,7 @@ import re
 
 from dt.backends.pysource import Writer
 from dt.backends.triton.gluon import GluonKernelRenderer, gluon_text
-from dt.backends.triton.gluon_plan import NotPipelined, Staged
+from dt.backends.triton.gluon_plan import NotPipelined, Staged, _index_names, _names_set
 from dt.ir import scheduled as S
 
 PRODUCER_REGISTERS = 24  # the producer only counts tiles and issues TMA: setmaxnreg's least
@@ -22,7 +22,8 @@ REGISTER_FILE = 65536  # an SM's 32-bit registers: one program takes them all
 class WarpSpecializedRenderer(GluonKernelRenderer):
     """The warp-specialised twin of a kernel of `warps` = 4 x consumers (see the module's
     docstring): the kernel allocates the shared memory and forks into `{name}_consumer` (once
-    per warpgroup) and `{name}_producer`."""
+    per warpgroup) and `{name}_producer`. A stored tile without the rows is stored by every
+    consumer: the same values (a reduction along the rows, which would differ, is refused)."""
     partitioned = True
     rows_each: int | None = None  # the rows of the block one consumer takes
 
@@ -39,6 +40,11 @@ class WarpSpecializedRenderer(GluonKernelRenderer):
         for st in self.staged.values():
             if st.loop is not None and self._row_positions(st):
                 raise NotPipelined("a ring's tiles move with the rows, which the warpgroups split")
+        late = self._producer_reads() - {s.name for s in kernel.body if isinstance(s, S.Let)}
+        set_in_kernel = {n for s in S.walk_statements(kernel.body) for n in _names_set(s)}
+        if late & set_in_kernel:
+            raise NotPipelined(f"the loads' bounds or places read {', '.join(sorted(late & set_in_kernel))}, "
+                               "which the producer warp does not compute (only the kernel's integer lets)")
         self.warpgroup = self.names.fresh("warpgroup")
         self.free = {key: self.names.fresh(f"{key[0]}_free") for key in self.buffers if key in self.ringed}
         self.own = {key: (self.names.fresh(f"{key[0]}_smems"), self.names.fresh(f"{key[0]}_readies"))
@@ -51,6 +57,23 @@ class WarpSpecializedRenderer(GluonKernelRenderer):
         if self.consumers > 2:  # measured on an H200: 4 consumers of 112 registers spill, 3x slower
             raise NotPipelined(f"{self.warps} warps: {self.consumers} consumer warpgroups would get "
                                f"{self.consumer_registers} registers each (two get {CONSUMER_REGISTERS})")
+
+    def _producer_reads(self) -> set[str]:
+        """The names the pipelined loops' bounds and their tiles' coordinates read (the loops' own
+        variables aside): the producer recomputes them from the kernel's parameters and lets."""
+        names = set()
+        for loop in (s for s in self.kernel.body if isinstance(s, S.For) and id(s) in self.loops):
+            names |= S.index_names(loop.start) | S.index_names(loop.stop)
+            plan = self.loops[id(loop)]
+            for st in (plan.first_b, plan.second_b):
+                for kind, value in st.coords:
+                    if kind == "axis":
+                        names |= S.index_names(self.layout.axes[value].axis.start) - {loop.var}
+                    elif kind == "index":
+                        names |= S.index_names(value)
+                    else:
+                        names |= _index_names(value) | {n.name for n in S.walk_texpr(value) if isinstance(n, S.Ref)}
+        return names
 
     def _row_positions(self, st: Staged) -> list[int]:
         return [i for i, (kind, value) in enumerate(st.coords)
@@ -107,7 +130,8 @@ class WarpSpecializedRenderer(GluonKernelRenderer):
                    "rows, and a")
             w.line("# warp that loads their operands, each in a partition of its own (dt/backends/triton/gluon_ws.py)")
             self._allocate(w)
-            consumer_args, producer_args = (self._arguments(text, params + shared) for text in (consumer, producer))
+            used = {text: self._arguments(text, params + shared) for text in (consumer, producer)}
+            consumer_args, producer_args = used[consumer], used[producer]
             w.line("gl.warp_specialize([")
             for i in range(self.consumers):
                 w.line(f"    ({self.consumer}, ({', '.join([str(i), *consumer_args])})),")
@@ -117,10 +141,9 @@ class WarpSpecializedRenderer(GluonKernelRenderer):
                    f"[{', '.join([str(self.consumer_registers)] * workers + [str(PRODUCER_REGISTERS)])}])")
         for text, name, head in ((consumer, self.consumer, [f"{self.warpgroup}: gl.constexpr"]),
                                  (producer, self.producer, [])):
-            used = self._arguments(text, params + shared)
             w.line("")
             w.line("@gluon.jit")
-            w.line(f"def {name}({', '.join(head + [p for p in params + shared if p.split(':')[0] in used])}):")
+            w.line(f"def {name}({', '.join(head + [p for p in params + shared if p.split(':')[0] in used[text]])}):")
             w.lines.extend("    " + line if line else line for line in text.splitlines())
         return [gluon_text(line) for line in w.lines]
 
@@ -171,6 +194,7 @@ class WarpSpecializedRenderer(GluonKernelRenderer):
         if self.layout.uses_pid:
             w.line(f"{self.names.ir('pid')} = gl.program_id(0).to(gl.int64)")
         w.line(f"{self.tile_count} = 0")
+        last = [s for s in self.kernel.body if isinstance(s, S.For) and id(s) in self.loops][-1]
         for s in self.kernel.body:
             if isinstance(s, S.Let):
                 self.statement(s, w)
@@ -186,5 +210,6 @@ class WarpSpecializedRenderer(GluonKernelRenderer):
                 with w.indent():
                     w.line(f"{self.slot} = ({self.tile_count} + {self.tile}) % {self.stages}")
                     self._ring_load((plan.first_b, plan.second_b), self.tile, self.slot, w)
-                w.line(f"{self.tile_count} += {total}")
+                if all(loop is not last for loop in chain):  # the next chain's slots and phases follow on
+                    w.line(f"{self.tile_count} += {total}")
         return "\n".join(w.lines)

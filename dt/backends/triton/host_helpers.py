@@ -57,7 +57,8 @@ def _gluon_wanted(device, capabilities={}):
 
 def _gluon_stages(requested, rings, others, most):
     # A Gluon twin's ring slots: the schedule's stages where they fit in `most` bytes of shared
-    # memory beside the boxes loaded once or stored (`others`), 2 at fewest; (box, bytes) pairs.
+    # memory beside the boxes loaded once or stored (`others`); 0 where 2 do not (the Triton
+    # kernel runs); (box, bytes) pairs.
     def size(boxes):
         total = 0
         for box, element_bytes in boxes:
@@ -65,7 +66,8 @@ def _gluon_stages(requested, rings, others, most):
                 element_bytes *= extent
             total += element_bytes
         return total
-    return max(2, min(requested, (most - size(others)) // max(1, size(rings))))
+    fit = (most - size(others)) // max(1, size(rings))
+    return min(requested, fit) if fit >= 2 else 0
 
 
 def _gluon_launch(twin, name, grid, args, options, refused={}):

@@ -176,8 +176,11 @@ class Launcher:
                 descriptors.append(name)
             stages = self.names.fresh(f"{gk.kernel.func}_stages")
             w.line(f"{stages} = {self.helpers['_gluon_stages']}({gk.stage_request(boxes)})")
-            w.line(f"{use} = {self.helpers['_gluon_launch']}({gk.name}, \"{gk.name}\", {grid}, "
-                   f"({', '.join(args + descriptors + [stages])}), {gk.launch_options()})")
+            w.line(f"{use} = {stages} > 0  # 0: two stages do not fit at this shape")
+            w.line(f"if {use}:")
+            with w.indent():
+                w.line(f"{use} = {self.helpers['_gluon_launch']}({gk.name}, \"{gk.name}\", {grid}, "
+                       f"({', '.join(args + descriptors + [stages])}), {gk.launch_options()})")
         return use
 
     def tma_descriptors(self, w: Writer, kr: KernelRenderer, tiles: dict[str, str]) -> tuple[str, list[str]]:
