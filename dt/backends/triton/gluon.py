@@ -61,7 +61,7 @@ class GluonKernelRenderer(GluonLayouts):
         self.requested_stages = max(2, min(kernel.num_stages or 2, 4))
         self.stages = self.names.fresh("STAGES")
         self.consumers = 1  # the partitions that run the loops, each with its own boxes loaded once
-        plan = GluonPlan(kernel, pipeline, self.layout, self.warps)
+        plan = self.plan = GluonPlan(kernel, pipeline, self.layout, self.warps)
         if self.warps > 4 and not self.partitioned:
             raise NotPipelined(f"{self.warps} warps: each warpgroup in a partition of its own (gluon_ws.py)")
         self.staged, self.loops, self.row_dim, self.chains = plan.staged, plan.loops, plan.row_dim, plan.chains
@@ -77,7 +77,8 @@ class GluonKernelRenderer(GluonLayouts):
         self.stored = plan.stored
         for st in self.stored.values():
             self.descriptors[(st.tensor, st.box)] = self.names.fresh(f"{st.tensor}_desc")
-        self.ringed = {(st.tensor, st.box) for st in self.staged.values() if st.loop is not None}
+        # the boxes loaded through rings, in the staged order (the generated text follows it)
+        self.ringed = dict.fromkeys((st.tensor, st.box) for st in self.staged.values() if st.loop is not None)
         if any((st.tensor, st.box) in self.ringed for st in self.staged.values() if st.loop is None):
             raise NotPipelined("a box loaded both before a loop and in one")
         self.grids = self._grids()
@@ -107,7 +108,7 @@ class GluonKernelRenderer(GluonLayouts):
         """Refuse a twin 2 stages cannot hold, where the boxes' sizes are known here; the launcher
         checks the others at the call (_gluon_stages)."""
         total = 0
-        for key in [k for k in self.descriptors if k in self.ringed] + self._shared_keys():
+        for key in [*self.ringed, *self._shared_keys()]:
             tensor, box = key
             elements = 1
             for b in box:
@@ -159,8 +160,7 @@ class GluonKernelRenderer(GluonLayouts):
         the stages asked for, the rings' boxes, the others' (each partition's), the most bytes."""
         def listed(keys, copies):
             return ", ".join(f"({boxes[k]}, {DTYPE_BYTES[self.pipeline.tensor(k[0]).dtype] * copies})" for k in keys)
-        rings = [k for k in self.descriptors if k in self.ringed]  # in a set's order the text would vary
-        return f"{self.requested_stages}, [{listed(rings, 1)}], [{listed(self._shared_keys(), self.consumers)}], {MAX_SHARED}"
+        return f"{self.requested_stages}, [{listed(self.ringed, 1)}], [{listed(self._shared_keys(), self.consumers)}], {MAX_SHARED}"
 
     def _shared_memory(self, w: Writer):
         for key, descriptor in self.descriptors.items():

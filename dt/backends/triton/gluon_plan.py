@@ -216,16 +216,22 @@ class GluonPlan:
         if len(chain) > 1:
             self.chains.update(dict.fromkeys(map(id, chain), tuple(chain)))
 
-    def _joins(self, before: S.For, loop: S.For, assigned: set[str]) -> bool:
+    def loads_read(self, loop: S.For) -> set[str]:
+        """The names a pipelined loop's bounds and its tiles' coordinates read, other than along the
+        loop (an axis's start)."""
         read = S.index_names(loop.start) | S.index_names(loop.stop)
-        mine, theirs = self.loops[id(loop)], self.loops[id(before)]
-        for st in (mine.first_b, mine.second_b):
+        plan = self.loops[id(loop)]
+        for st in (plan.first_b, plan.second_b):
             for kind, value in st.coords:
                 if kind == "index":
                     read |= S.index_names(value)
                 elif kind == "value":
                     read |= _index_names(value) | {n.name for n in S.walk_texpr(value) if isinstance(n, S.Ref)}
-        return not read & assigned and all(self._along_loop(a) == self._along_loop(b) for a, b in
+        return read
+
+    def _joins(self, before: S.For, loop: S.For, assigned: set[str]) -> bool:
+        mine, theirs = self.loops[id(loop)], self.loops[id(before)]
+        return not self.loads_read(loop) & assigned and all(self._along_loop(a) == self._along_loop(b) for a, b in
                                            ((mine.first_b, theirs.first_b), (mine.second_b, theirs.second_b)))
 
     def _along_loop(self, st: Staged) -> tuple:

@@ -11,7 +11,7 @@ import re
 
 from dt.backends.pysource import Writer
 from dt.backends.triton.gluon import GluonKernelRenderer, gluon_text
-from dt.backends.triton.gluon_plan import NotPipelined, Staged, _index_names, _names_set
+from dt.backends.triton.gluon_plan import NotPipelined, Staged, _names_set
 from dt.ir import scheduled as S
 
 PRODUCER_REGISTERS = 24  # the producer only counts tiles and issues TMA: setmaxnreg's least
@@ -25,13 +25,12 @@ class WarpSpecializedRenderer(GluonKernelRenderer):
     per warpgroup) and `{name}_producer`. A stored tile without the rows is stored by every
     consumer: the same values (a reduction along the rows, which would differ, is refused)."""
     partitioned = True
-    rows_each: int | None = None  # the rows of the block one consumer takes
 
     def __init__(self, kernel: S.Kernel, pipeline: S.Pipeline, f32_dot: str, reserved, helpers, name):
         super().__init__(kernel, pipeline, f32_dot, reserved, helpers, name)
         self.consumers = self.warps // 4
         rows = next(lay.tile for lay in self.layout.axes.values() if lay.axis.dim == self.row_dim and not lay.axis.scalar)
-        self.rows_each = rows // self.consumers
+        self.rows_each = rows // self.consumers  # the rows of the block one consumer takes
         for s in S.walk_statements(kernel.body):
             for value in S.statement_values(s):
                 for node in S.walk_texpr(value):
@@ -46,7 +45,7 @@ class WarpSpecializedRenderer(GluonKernelRenderer):
             raise NotPipelined(f"the loads' bounds or places read {', '.join(sorted(late & set_in_kernel))}, "
                                "which the producer warp does not compute (only the kernel's integer lets)")
         self.warpgroup = self.names.fresh("warpgroup")
-        self.free = {key: self.names.fresh(f"{key[0]}_free") for key in self.buffers if key in self.ringed}
+        self.free = {key: self.names.fresh(f"{key[0]}_free") for key in self.ringed}
         self.own = {key: (self.names.fresh(f"{key[0]}_smems"), self.names.fresh(f"{key[0]}_readies"))
                     for key in self.buffers if key not in self.ringed}
         self.consumer, self.producer = f"{name}_consumer", f"{name}_producer"
@@ -63,16 +62,10 @@ class WarpSpecializedRenderer(GluonKernelRenderer):
         variables aside): the producer recomputes them from the kernel's parameters and lets."""
         names = set()
         for loop in (s for s in self.kernel.body if isinstance(s, S.For) and id(s) in self.loops):
-            names |= S.index_names(loop.start) | S.index_names(loop.stop)
             plan = self.loops[id(loop)]
-            for st in (plan.first_b, plan.second_b):
-                for kind, value in st.coords:
-                    if kind == "axis":
-                        names |= S.index_names(self.layout.axes[value].axis.start) - {loop.var}
-                    elif kind == "index":
-                        names |= S.index_names(value)
-                    else:
-                        names |= _index_names(value) | {n.name for n in S.walk_texpr(value) if isinstance(n, S.Ref)}
+            names |= self.plan.loads_read(loop)
+            names |= {n for st in (plan.first_b, plan.second_b) for kind, value in st.coords if kind == "axis"
+                      for n in S.index_names(self.layout.axes[value].axis.start)} - {loop.var}
         return names
 
     def _row_positions(self, st: Staged) -> list[int]:
@@ -81,7 +74,7 @@ class WarpSpecializedRenderer(GluonKernelRenderer):
 
     # ------------------------------------------------------------ what changes on a consumer's rows
     def tile_text(self, axis: str) -> str:
-        if self.rows_each and self.layout.axes[axis].axis.dim == self.row_dim:
+        if self.layout.axes[axis].axis.dim == self.row_dim:
             return str(self.rows_each)
         return super().tile_text(axis)
 
@@ -130,8 +123,7 @@ class WarpSpecializedRenderer(GluonKernelRenderer):
                    "rows, and a")
             w.line("# warp that loads their operands, each in a partition of its own (dt/backends/triton/gluon_ws.py)")
             self._allocate(w)
-            used = {text: self._arguments(text, params + shared) for text in (consumer, producer)}
-            consumer_args, producer_args = used[consumer], used[producer]
+            consumer_args, producer_args = (self._arguments(text, params + shared) for text in (consumer, producer))
             w.line("gl.warp_specialize([")
             for i in range(self.consumers):
                 w.line(f"    ({self.consumer}, ({', '.join([str(i), *consumer_args])})),")
@@ -139,11 +131,11 @@ class WarpSpecializedRenderer(GluonKernelRenderer):
             workers = self.consumers - 1
             w.line(f"], [{', '.join(['4'] * workers + ['1'])}], "
                    f"[{', '.join([str(self.consumer_registers)] * workers + [str(PRODUCER_REGISTERS)])}])")
-        for text, name, head in ((consumer, self.consumer, [f"{self.warpgroup}: gl.constexpr"]),
-                                 (producer, self.producer, [])):
+        for text, name, head, used in ((consumer, self.consumer, [f"{self.warpgroup}: gl.constexpr"], consumer_args),
+                                       (producer, self.producer, [], producer_args)):
             w.line("")
             w.line("@gluon.jit")
-            w.line(f"def {name}({', '.join(head + [p for p in params + shared if p.split(':')[0] in used[text]])}):")
+            w.line(f"def {name}({', '.join(head + [p for p in params + shared if p.split(':')[0] in used])}):")
             w.lines.extend("    " + line if line else line for line in text.splitlines())
         return [gluon_text(line) for line in w.lines]
 
