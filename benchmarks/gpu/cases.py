@@ -340,15 +340,25 @@ SCHEDULES: list[tuple[str, str | None, str | None, str]] = [
     # (H100, side by side); a tie at 4096 and d = 64, 3-9% slower at d = 128 from 4096 and at 16384
     ("mha", "b=4, h=16, m=1024, l=1024, k=64, n=64", None, _S + "mha_m64.dt"),
     ("mha", "b=4, h=16, m=1024, l=1024, k=128, n=128", None, _S + "mha_m64.dt"),
+    # from 4096 queries: the warp-specialised Gluon twin's schedule (128 queries, 128-key tiles, 8 warps,
+    # 2 stages): 1.13x / 1.17x the example at 4096 / 16384 with heads of 64, 1.14x / 1.12x with heads of 128
+    # (H200, side by side; not run on an H100)
+    ("mha", "b=4, h=16, m=4096, l=4096, k=64, n=64", None, _S + "mha_hopper.dt"),
+    ("mha", "b=4, h=16, m=16384, l=16384, k=64, n=64", None, _S + "mha_hopper.dt"),
+    ("mha", "b=4, h=16, m=4096, l=4096, k=128, n=128", None, _S + "mha_hopper.dt"),
+    ("mha", "b=4, h=16, m=16384, l=16384, k=128, n=128", None, _S + "mha_hopper.dt"),
     # causal, 1024 queries (and 4096 at d=64): blocks of 64 queries with 4 warps, twice the programs: 11-15%
     # faster than the example's 128 at s = 1024, 3% at s = 4096, d = 64; 3-11% slower at d = 128, s >= 4096
     ("causal_mha", "b=4, h=16, m=1024, l=1024, k=64, n=64", None, _S + "causal_mha_m64.dt"),
     ("causal_mha", "b=4, h=16, m=1024, l=1024, k=128, n=128", None, _S + "causal_mha_m64.dt"),
     ("causal_mha", "b=4, h=16, m=4096, l=4096, k=64, n=64", None, _S + "causal_mha_m64.dt"),
     # d=128 causal: 128-key tiles in 3 stages: 2-7% faster than in 2 stages, which were 2-4.5% faster than
-    # the example's 64 at s >= 4096 (H100, side by side)
-    ("causal_mha", "b=4, h=16, m=4096, l=4096, k=128, n=128", None, _S + "causal_mha_l128.dt"),
+    # the example's 64 at s >= 4096 (H100, side by side); at 4096 the twin's 2 stages, 8 warps: 1.02x
+    # causal_mha_l128.dt (H200, side by side; 0.98x at 16384)
+    ("causal_mha", "b=4, h=16, m=4096, l=4096, k=128, n=128", None, _S + "causal_mha_hopper.dt"),
     ("causal_mha", "b=4, h=16, m=16384, l=16384, k=128, n=128", None, _S + "causal_mha_l128.dt"),
+    # ... and at 16384 queries with heads of 64: 1.16x the example (H200, side by side)
+    ("causal_mha", "b=4, h=16, m=16384, l=16384, k=64, n=64", None, _S + "causal_mha_l128.dt"),
     # 32-128 heads are too few programs: the cache is split over programs (flash decoding)
     ("decode", "b=1, h=32, l=32768, k=128, d=128", None, "examples/llm/decode_split.dt"),
     ("decode", "b=4, h=32, l=8192, k=128, d=128", None, "examples/llm/decode_split.dt"),
@@ -359,10 +369,11 @@ SCHEDULES: list[tuple[str, str | None, str | None, str]] = [
     # (compute_with), merged per group in the output's kernel; a channel a program, whole in one tile, 4 warps:
     # 1.28-1.89x the example, 1.03x (8x512x4096 f32) to 1.50x torch.compile (H100, side by side)
     ("group_norm", None, None, _S + "group_norm_channels_whole_w4.dt"),
-    # 256x128 blocks, persistent, TMA: 1.10x / 1.13x the example's 128x128 at 4096 x 4096 / 4096 x 14336 (H100,
-    # side by side), still 0.83x / 0.88x torch.compile (cuBLAS after a dequantizing kernel)
-    ("int8_matmul", "m=4096, n=4096, k=4096", None, _S + "int8_matmul_256x128_tma.dt"),
-    ("int8_matmul", "m=4096, n=14336, k=4096", None, _S + "int8_matmul_256x128_tma.dt"),
+    # prefill: the weights converted to bf16 in a kernel of their own, then a bf16 product (128x256, persistent,
+    # TMA): 1.32x int8_matmul_256x128_tma.dt (converting in the product's loop) at 4096 x 4096 and
+    # 4096 x 14336 (H200, side by side)
+    ("int8_matmul", "m=4096, n=4096, k=4096", None, _S + "int8_matmul_dequant.dt"),
+    ("int8_matmul", "m=4096, n=14336, k=4096", None, _S + "int8_matmul_dequant.dt"),
     # a decode step: all 16 tokens in one tile, 32 channels a program (dt tune, H100): 3.8x the example's
     ("int8_matmul", "m=16, n=4096, k=4096", None, _S + "int8_matmul_m16.dt"),
     # 32 tokens: all in one tile, 16 channels a program (dt tune, H100): 1.9x the example's 128x128 blocks
