@@ -132,3 +132,49 @@ def test_a_load_placed_by_a_name_the_producer_does_not_compute_has_no_twin():
             assert refused and "read diagonal_start, which the producer warp does not compute" in str(refusal)
         else:
             assert not refused
+
+
+def _refusal(kernel, pipeline) -> str | None:
+    from dt.backends.triton.gluon import NotPipelined
+    from dt.backends.triton.gluon_ws import WarpSpecializedRenderer
+    try:
+        WarpSpecializedRenderer(kernel, pipeline, "ieee", set(codegen.GLOBALS_USED), {}, "k_gluon")
+    except NotPipelined as refusal:
+        return str(refusal)
+    return None
+
+
+def test_a_reduction_along_the_rows_the_warpgroups_split_has_no_twin():
+    """Each consumer holds 64 of the block's 128 rows: a sum over the rows would be each half's."""
+    import dataclasses
+
+    from dt.ir import scheduled as S
+    pipeline = dt.load(HOPPER).pipeline("bf16")
+    kernel = pipeline.kernels[0]
+    store = next(i for i, s in enumerate(kernel.body) if isinstance(s, S.Store))
+    column_sums = S.Assign("column_sums", S.Reduce("sum", S.Ref("attention", ("m", "n"), "f32"), "m"))
+    body = (*kernel.body[:store], column_sums, *kernel.body[store:])
+    assert _refusal(kernel, pipeline) is None
+    assert "a reduction along the products' rows" in _refusal(dataclasses.replace(kernel, body=body), pipeline)
+
+
+def test_loops_loading_through_different_rings_have_no_twin():
+    """One count of the tiles loaded gives every ring's slot and phase: the causal kernel's two
+    loops must load through the same rings (here the diagonal loop's K comes from V instead)."""
+    import dataclasses
+
+    from dt.ir import scheduled as S
+    pipeline = dt.load(HOPPER).pipeline("bf16")
+    kernel = pipeline.kernels[0]
+    second = [i for i, s in enumerate(kernel.body) if isinstance(s, S.For)][1]
+    loop = kernel.body[second]
+
+    def from_v(s):
+        if isinstance(s, S.Assign) and isinstance(s.value, S.Load) and s.value.tensor == "K":
+            return dataclasses.replace(s, value=dataclasses.replace(s.value, tensor="V"))
+        return s
+    body = list(kernel.body)
+    body[second] = dataclasses.replace(loop, body=tuple(from_v(s) for s in loop.body))
+    assert body[second] != loop
+    refusal = _refusal(dataclasses.replace(kernel, body=tuple(body)), pipeline)
+    assert refusal is not None and "different rings" in refusal
