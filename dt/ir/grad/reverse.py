@@ -283,10 +283,17 @@ def _send(gradient: Gradient, sent: dict, access: A.Access, g: A.Expr, context, 
     that it reaches the matrix units), and send it to the Func or input read."""
     own = defs[access.name].dims if access.kind == "func" else checked.input_axes[access.name]
     shifts = [_shift(s, context, axis) for s, axis in zip(access.subscripts, own)]
+    rotations = {}  # X[(d + e) % len(d)]: a permutation of d's range
+    for i, (subscript, axis) in enumerate(zip(access.subscripts, own)):
+        rotation = None if shifts[i] else _rotation(subscript, context, axis)
+        if rotation:
+            shifts[i] = rotation
+            rotations[rotation[0]] = rotation[1]
     dims = [d for d, _ in shifts] if all(shifts) else []
     if dims and len(set(dims)) == len(dims) and not any(set(dims) & A.free_dims(o) for _, o in shifts if o):
         if any(o is not None for _, o in shifts):  # X[t + j] sends X[t] what reached t - j (0 outside t's range)
-            g, product = _unshifted(g, {d: o for d, o in shifts if o is not None}), None
+            offsets = {d: o for d, o in shifts if o is not None and d not in rotations}
+            g, product = _unshifted(g, offsets, rotations), None
     elif any(isinstance(n, A.Access) for sub in access.subscripts for n in A.walk(sub)):
         if access.kind != "input":
             raise DTError(f"the gradient through the gather {access.text} from a Func is not derived yet", access.loc,
@@ -357,15 +364,28 @@ def _shift(subscript: A.Expr, context, axis: str) -> tuple[str, A.Expr | None] |
     return named[0] if len(named) == 1 else None
 
 
-def _unshifted(g: A.Expr, offsets: dict[str, A.Expr]) -> A.Expr:
-    """g at d - offset for each shifted dimension d, and 0 where that index is outside d's range."""
+def _rotation(subscript: A.Expr, context, axis: str) -> tuple[str, A.Expr] | None:
+    """(d, offset) for a read rotated along its axis, `(d + offset) % len(d)` with d the dimension
+    the axis is named after (rotate-half RoPE's `(d + len(d) // 2) % len(d)`); else None."""
+    if not (isinstance(subscript, A.Binary) and subscript.op == "%" and isinstance(subscript.b, A.Len)):
+        return None
+    shift = _shift(subscript.a, context, axis)
+    if shift is None or shift[1] is None or shift[0] != axis or subscript.b.dim != axis:
+        return None
+    return shift
+
+
+def _unshifted(g: A.Expr, offsets: dict[str, A.Expr], rotations: dict[str, A.Expr] | None = None) -> A.Expr:
+    """g at d - offset for each shifted dimension d, and 0 where that index is outside d's range;
+    at (d - offset) % len(d) for each rotated one, a permutation of d's range (no index outside)."""
     moved = {d: A.Binary("+", A.DimRef(d), o.x) if isinstance(o, A.Unary) and o.op == "neg"
              else A.Binary("-", A.DimRef(d), o) for d, o in offsets.items()}
+    rotated = {d: A.Binary("%", A.Binary("-", A.DimRef(d), o), A.Len(d)) for d, o in (rotations or {}).items()}
 
     def substitute(e: A.Expr) -> A.Expr:
-        if isinstance(e, A.DimRef) and e.dim in moved:
-            return moved[e.dim]
-        if isinstance(e, A.Reduce) and e.dim in moved:  # it binds its own
+        if isinstance(e, A.DimRef) and e.dim in moved | rotated:
+            return (moved | rotated)[e.dim]
+        if isinstance(e, A.Reduce) and e.dim in moved | rotated:  # it binds its own
             return e
         kids = A.children(e)
         return A.rebuild(e, tuple(substitute(k) for k in kids)) if kids else e
