@@ -113,6 +113,27 @@ def test_a_rotated_read_sends_its_gradient_rotated_back():
     assert max(errors.values()) < 1e-5, errors
 
 
+@pytest.mark.parametrize("subscript, back", [("y - 3", "y + 3"), ("(y - 3) % len(y)", "(y + 3) % len(y)"),
+                                            ("(y - len(y) // 2) % len(y)", "(y + len(y) // 2) % len(y)"),
+                                            ("(y - z) % len(y)", "(y + z) % len(y)")])
+def test_a_shift_or_rotation_back_the_other_way_is_written_as_one(subscript, back):
+    """A read shifted or rotated by -e goes back at y + e, not y - -e; rotated also by a dimension
+    the read lacks (summed over), at an odd extent."""
+    prog = dt.loads(f"Func o;\nIn A, B;\nVar x, y, z;\no[x, y, z] = A[x, {subscript}] * B[x, z] + A[x, y];\n"
+                    "o.compile();\n")
+    text = dt.grad(prog).dt_source()
+    assert f"grad_o[x, {back}, z]" in text and "- -" not in text and "==" not in text, text  # no masked sum
+    errors = gradient_errors(prog, {"x": 2, "y": 7, "z": 3})
+    assert max(errors.values()) < 1e-5, errors
+
+
+def test_what_the_gradient_refuses_at_its_axis_own_dimension_names_the_forms_it_derives():
+    prog = dt.loads("Func o;\nIn A;\nVar x, y;\no[x, y] = A[x, len(y) - 1 - y] * A[x, y];\no.compile();\n")
+    with pytest.raises(dt.DTError, match=r"is read at an index of 'y' itself") as refusal:
+        dt.grad(prog)
+    assert "rotated ('(y + offset) % len(y)'" in refusal.value.hint
+
+
 def test_a_products_gradients_are_products():
     text = dt.grad(dt.load(ROOT / "examples" / "matmul.dt")).dt_source()
     assert "grad_A[x, k] = rdot(grad_mm[x, y], B[k, y], y);" in text

@@ -378,14 +378,18 @@ def _rotation(subscript: A.Expr, context, axis: str) -> tuple[str, A.Expr] | Non
 def _unshifted(g: A.Expr, offsets: dict[str, A.Expr], rotations: dict[str, A.Expr] | None = None) -> A.Expr:
     """g at d - offset for each shifted dimension d, and 0 where that index is outside d's range;
     at (d - offset) % len(d) for each rotated one, a permutation of d's range (no index outside)."""
-    moved = {d: A.Binary("+", A.DimRef(d), o.x) if isinstance(o, A.Unary) and o.op == "neg"
-             else A.Binary("-", A.DimRef(d), o) for d, o in offsets.items()}
-    rotated = {d: A.Binary("%", A.Binary("-", A.DimRef(d), o), A.Len(d)) for d, o in (rotations or {}).items()}
+    def back(d: str, o: A.Expr) -> A.Expr:  # d - o, written d + x for o = -x or o = -3 (not d - -x)
+        if isinstance(o, A.Unary) and o.op == "neg" or isinstance(o, A.Num) and o.value < 0:
+            return A.Binary("+", A.DimRef(d), rules.neg(o))
+        return A.Binary("-", A.DimRef(d), o)
+    moved = {d: back(d, o) for d, o in offsets.items()}
+    rotated = {d: A.Binary("%", back(d, o), A.Len(d)) for d, o in (rotations or {}).items()}
+    indices = moved | rotated
 
     def substitute(e: A.Expr) -> A.Expr:
-        if isinstance(e, A.DimRef) and e.dim in moved | rotated:
-            return (moved | rotated)[e.dim]
-        if isinstance(e, A.Reduce) and e.dim in moved | rotated:  # it binds its own
+        if isinstance(e, A.DimRef) and e.dim in indices:
+            return indices[e.dim]
+        if isinstance(e, A.Reduce) and e.dim in indices:  # it binds its own
             return e
         kids = A.children(e)
         return A.rebuild(e, tuple(substitute(k) for k in kids)) if kids else e
@@ -411,7 +415,8 @@ def _masked(access: A.Access, context, own) -> tuple[A.Expr, list[str]]:
         if axis in context or axis in dims:  # the axis is named after a dimension the read sums over
             raise DTError(f"the gradient through {access.text} is not derived yet: its axis along '{axis}' is read "
                           f"at an index of '{axis}' itself", access.loc,
-                          f"read it at '{axis}' plus or minus an offset, or at an index of other dimensions")
+                          f"read it at '{axis}' plus or minus an offset, rotated ('({axis} + offset) % len({axis})', the "
+                          f"offset without '{axis}'), or at an index of other dimensions")
         dims.append(axis)
         equal = A.Binary("==", sub, A.DimRef(axis))
         match = equal if match is None else A.Binary("*", match, equal)
