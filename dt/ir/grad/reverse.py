@@ -282,13 +282,12 @@ def _send(gradient: Gradient, sent: dict, access: A.Access, g: A.Expr, context, 
     """Sum g over the dimensions the access lacks (the innermost sum of a product an rdot, so
     that it reaches the matrix units), and send it to the Func or input read."""
     own = defs[access.name].dims if access.kind == "func" else checked.input_axes[access.name]
-    shifts = [_shift(s, context, axis) for s, axis in zip(access.subscripts, own)]
-    rotations = {}  # X[(d + e) % len(d)]: a permutation of d's range
-    for i, (subscript, axis) in enumerate(zip(access.subscripts, own)):
-        rotation = None if shifts[i] else _rotation(subscript, context, axis)
-        if rotation:
-            shifts[i] = rotation
-            rotations[rotation[0]] = rotation[1]
+    shifts, rotations = [], {}  # rotations: X[(d + e) % len(d)], a permutation of d's range
+    for subscript, axis in zip(access.subscripts, own):
+        shift = _shift(subscript, context, axis)
+        if shift is None and (shift := _rotation(subscript, context, axis)):
+            rotations[shift[0]] = shift[1]
+        shifts.append(shift)
     dims = [d for d, _ in shifts] if all(shifts) else []
     if dims and len(set(dims)) == len(dims) and not any(set(dims) & A.free_dims(o) for _, o in shifts if o):
         if any(o is not None for _, o in shifts):  # X[t + j] sends X[t] what reached t - j (0 outside t's range)
@@ -375,7 +374,7 @@ def _rotation(subscript: A.Expr, context, axis: str) -> tuple[str, A.Expr] | Non
     return shift
 
 
-def _unshifted(g: A.Expr, offsets: dict[str, A.Expr], rotations: dict[str, A.Expr] | None = None) -> A.Expr:
+def _unshifted(g: A.Expr, offsets: dict[str, A.Expr], rotations: dict[str, A.Expr]) -> A.Expr:
     """g at d - offset for each shifted dimension d, and 0 where that index is outside d's range;
     at (d - offset) % len(d) for each rotated one, a permutation of d's range (no index outside)."""
     def back(d: str, o: A.Expr) -> A.Expr:  # d - o, written d + x for o = -x or o = -3 (not d - -x)
@@ -383,7 +382,7 @@ def _unshifted(g: A.Expr, offsets: dict[str, A.Expr], rotations: dict[str, A.Exp
             return A.Binary("+", A.DimRef(d), rules.neg(o))
         return A.Binary("-", A.DimRef(d), o)
     moved = {d: back(d, o) for d, o in offsets.items()}
-    rotated = {d: A.Binary("%", back(d, o), A.Len(d)) for d, o in (rotations or {}).items()}
+    rotated = {d: A.Binary("%", back(d, o), A.Len(d)) for d, o in rotations.items()}
     indices = moved | rotated
 
     def substitute(e: A.Expr) -> A.Expr:
