@@ -37,15 +37,16 @@ def loop_texts(prog) -> list[str]:
 
 
 # A causal condition alone splits the walk: tiles below the block's diagonal in a loop without the
-# where or a mask, then the tiles the diagonal cuts.
+# where or a mask, then the tiles the diagonal cuts. Its blocks of m go in descending order: the
+# program walking longest (the last block's) starts first.
 @pytest.mark.parametrize("expr, steps", [
-    ("rsum(where(l <= m, A[m, l], 0.0), l)", [(0, 1), (1, 1), (2, 1), (3, 1)]),
-    ("rmax(where(l < m, A[m, l], -inf), l)", [(0, 1), (1, 1), (2, 1), (3, 1)]),
+    ("rsum(where(l <= m, A[m, l], 0.0), l)", [(3, 1), (2, 1), (1, 1), (0, 1)]),
+    ("rmax(where(l < m, A[m, l], -inf), l)", [(3, 1), (2, 1), (1, 1), (0, 1)]),
     ("rsum(where(l <= m, where(l > m - 5, A[m, l], 0.0), 0.0), l)", [(1,), (2,), (2,), (2,)]),  # a window: no split
-    ("rsum(where(m >= l + 20, A[m, l], 0.0), l)", [(0, 0), (0, 1), (0, 2), (1, 2)]),  # block 0 masked throughout
+    ("rsum(where(m >= l + 20, A[m, l], 0.0), l)", [(1, 2), (0, 2), (0, 1), (0, 0)]),  # block 0 masked throughout
     ("rmax(where(l <= m, A[m, l], 0.0), l)", [(4,)] * 4),  # 0 is no identity of max
     ("rsum(where(l <= m, A[m, l], -1e30), l)", [(4,)] * 4),  # -1e30 is not 0
-    ("rsum(where(l <= m, A[m, l], 0.0), l) + rmax(A[m, l], l)", [(0, 1, 4), (1, 1, 4), (2, 1, 4), (3, 1, 4)]),
+    ("rsum(where(l <= m, A[m, l], 0.0), l) + rmax(A[m, l], l)", [(3, 1, 4), (2, 1, 4), (1, 1, 4), (0, 1, 4)]),
 ])
 def test_a_loop_walks_the_tiles_its_condition_leaves(expr, steps):
     prog = dt.loads(ROWS.format(expr=expr))
@@ -65,7 +66,22 @@ def test_causal_attention_walks_half_the_keys():
     causal, full = (dt.load(LLM / f"{name}.dt") for name in ("causal_mha", "mha"))
     extents = dict(b=1, h=1, m=1024, l=1024, k=64, n=64)
     assert reduction_steps(full, **extents) == [(16,)] * 8
-    assert reduction_steps(causal, **extents) == [(2 * i, 2) for i in range(8)]  # 72 of 128 tiles
+    # 72 of 128 tiles, the longest walk first
+    assert reduction_steps(causal, **extents) == [(2 * i, 2) for i in reversed(range(8))]
+
+
+def test_programs_walking_longest_start_first_and_others_keep_their_order():
+    # an upper bound (keys up to the block's last row) runs the blocks of m last to first; a lower
+    # bound (rows from the key block's first) is longest first already, in ascending order
+    upper = dt.loads(ROWS.format(expr="rsum(where(l <= m, A[m, l], 0.0), l)"))
+    lower = dt.loads(ROWS.format(expr="rsum(where(l >= m, A[m, l], 0.0), l)"))
+    assert [sum(s) for s in reduction_steps(upper, m=64, l=64)] == [4, 3, 2, 1]
+    assert [sum(s) for s in reduction_steps(lower, m=64, l=64)] == [4, 3, 2, 1]
+    assert "m_pid = m_BLOCK_COUNT - 1 - m_order" in upper.source("triton", "f32")
+    a = normal(50, 64)  # a last block cut short: its program (pid 0) masks its rows
+    for prog in (upper, lower):
+        for backend in ("interp", "numba"):
+            np.testing.assert_allclose(prog(A=a, backend=backend), prog.reference(A=a), rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -88,7 +104,7 @@ def test_skipping_keeps_rows_masked_throughout(backend):
     # exp(-inf - mx) with mx a separate (two-pass) max: -inf on rows masked throughout, so not skipped
     ("Func out, mx; In A; Var m; RVar l;\nmx[m] = rmax(where(l <= m - 20, A[m, l], -inf), l);\n"
      "out[m] = rsum(exp(where(l <= m - 20, A[m, l], -inf) - mx[m]), l);\nmx.fuse_at(out, m);",
-     [(0, 0, 4), (0, 1, 4), (0, 2, 4), (1, 2, 4)]),  # mx's loop skips (a max of -inf), out's walks all
+     [(1, 2, 4), (0, 2, 4), (0, 1, 4), (0, 0, 4)]),  # mx's loop skips (a max of -inf), out's walks all
     # 0 / 0 is NaN: a division is not taken to vanish
     ("Func out; In A, B; Var m; RVar l;\nout[m] = rsum(where(l <= m, A[m, l], 0.0) / B[m, l], l);", [(4,)] * 4),
 ], ids=["transposed", "shifted", "nested", "two_pass_max", "division"])

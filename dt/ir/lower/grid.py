@@ -1,6 +1,7 @@
 """The program-id grid: the kernel's program count, each program id decomposed into the block
 index of each blocked dimension following `map` (slowest first; the last group of a split may be
-partial), and the index range (`Range`) each block covers."""
+partial; descending where that dimension bounds a walk from above: `longest_walks_first`), and
+the index range (`Range`) each block covers."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -8,7 +9,7 @@ from dataclasses import dataclass
 from dt.ir import algorithm as A
 from dt.ir import scheduled as S
 from dt.ir.check.program import MapEntry
-from dt.ir.index_expr import IConst, IExpr, IVar, iadd, icdiv, ifloordiv, imin, imul, isub
+from dt.ir.index_expr import IConst, IExpr, IVar, iadd, icdiv, ifloordiv, imin, imul, isub, renamed
 from dt.ir.naming import size_name
 
 
@@ -61,7 +62,10 @@ class GridLowering:
                     below = imul(below, group_counts[d])
             last = i == len(entries) - 1
             name = {"whole": f"{e.dim}_pid", "outer": f"{e.dim}_group_id", "inner": f"{e.name}_pid"}[e.part]
+            if e.part == "whole":
+                self.block_lets[e.dim] = (len(self.out), counts[e.dim])
             value = self._bind(name, rest if last else ifloordiv(rest, below))
+            self.grid_entries_end = len(self.out)
             values[(e.dim, e.part)] = value
             if e.part == "outer":
                 group_counts[e.dim] = self.let(f"{e.dim}_group_size", imin(
@@ -87,6 +91,23 @@ class GridLowering:
             end = self.let(f"{d}_block_end", imin(iadd(start, block), IVar(size_name(d))))
             ranges[d] = Range(start, isub(end, start), IConst(block), end, end, block, pid)
         return program_count, ranges
+
+    def longest_walks_first(self):
+        """Blocks of a dimension bounding a walk from above (causal: `l <= m`, keys up to the
+        block's last row) taken in descending order: the programs that walk longest start first,
+        and the short ones fill the last wave (FlashAttention 3's causal order; 2-5% on
+        attention's grad_Q)."""
+        for d in sorted(self.longest_first, key=lambda d: -self.block_lets.get(d, (-1,))[0]):
+            if d not in self.block_lets:
+                continue
+            i, count = self.block_lets[d]
+            let = self.out[i]
+            order = self.fresh(f"{d}_order")  # the ascending index: what the ids of the next entries subtract
+            rest = [S.Let(s.name, renamed(s.value, lambda n: order if n == let.name else n))
+                    for s in self.out[i + 1:self.grid_entries_end]]
+            self.out[i:self.grid_entries_end] = [S.Let(order, let.value),
+                                                 S.Let(let.name, isub(isub(count, IConst(1)), IVar(order))), *rest]
+            self.grid_entries_end += 1
 
     def _bind(self, name: str, value: IExpr) -> IExpr:
         bound = self.fresh(name)

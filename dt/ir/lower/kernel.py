@@ -10,7 +10,7 @@ from dt.ir import uses
 from dt.ir.check.compute_with import runs_after
 from dt.ir.check.program import CheckedProgram
 from dt.ir.check.uses import reachable
-from dt.ir.index_expr import IVar
+from dt.ir.index_expr import IExpr, IVar
 from dt.ir.lower.builder import KernelBuilder
 from dt.ir.lower.dtypes import dot_dtype_of
 from dt.ir.lower.expressions import ExpressionLowering
@@ -65,6 +65,8 @@ class KernelLowering(GridLowering, LoopNestLowering, WalkSums, ExpressionLowerin
         self.accumulator_stems = self._accumulator_stems()
         self.reads: list[str] = []
         self.load_dtypes: dict[str, str] = {}  # tile variables holding a Load, and its dtype
+        self.block_lets: dict[str, tuple[int, IExpr]] = {}  # dim -> (its block index's Let in out, block count)
+        self.longest_first: set[str] = set()  # dims whose blocks bound a walk from above
         self.open_loops: list[tuple] = []  # (dim, loop variable, start) of each loop being built, outermost first
         self.writes: list[str] = [root]  # the root, then the outputs fused or inlined into this kernel
         self.stored_inline = stored
@@ -75,6 +77,7 @@ class KernelLowering(GridLowering, LoopNestLowering, WalkSums, ExpressionLowerin
         program_count, ranges = self.grid(root, sched)
         self.block_ranges = ranges
         self.emit_func(self.root, {}, ranges)
+        self.longest_walks_first()
         return S.Kernel(self.name, self.root, program_count, prune_lets(tuple(self.out)), sched.num_warps,
                         sched.num_stages, tuple(self.reads), tuple(dict.fromkeys(self.writes)), root.loc,
                         persistent=sched.persistent, persistent_programs=sched.persistent_programs, tma=sched.tma,

@@ -5,7 +5,10 @@ weight's per-channel scale, a constant) multiplies every term of the sum alike, 
 once to the result instead of to every element of the operand's tile: the operand then loads
 straight into the matrix units in its stored dtype (no float32 division and conversion per tile,
 no rounding of the scaled value to that dtype), as attention's backward does with its
-`grad_attention / dvsr` and an int8 weight's dequantisation does with its scale. A factor that
+`grad_attention / dvsr` and an int8 weight's dequantisation does with its scale. A divisor
+applies as its reciprocal, `rdot(a, b, n) * (1 / s[m])`: one division a row, not one a lane
+(on a GPU a division takes the special-function unit the exponentials of attention's backward
+wait for: 5-10% of its time on an H200). A factor that
 does vary along the reduced dimension moves from a tensor read to the other operand, where that
 one is computed anyway (`_onto_computed`). A factor computed inside the product's own loop (a
 Func fused there) stays, and an exponential shifted by a max accumulated in the same loop
@@ -64,7 +67,8 @@ def _factor(e: A.Reduce, fused: dict[str, str], online: dict[str, frozenset[str]
         cores[0] = A.Cast(cores[0], "f32")  # int8 data a factor made a float product stays one
     out: A.Expr = A.Reduce(e.op, tuple(cores), e.dim, e.loc, e.dim_loc, e.dim_decl, e.slot)
     for op, s in scales:
-        out = A.Binary(op, out, s)
+        # a divisor as its reciprocal: one division a row (or none: a constant), not one a lane
+        out = A.Binary("*", out, A.Binary("/", A.Num(1.0), s)) if op == "/" else A.Binary(op, out, s)
     return out
 
 

@@ -230,6 +230,7 @@ class ReductionLowering:
         if len(uppers) != 1 or lowers or uppers[0][3] != 1:
             return start, None, stop, None, exact
         cond, ax, offset, _ = uppers[0]
+        self.longest_first.add(next(d for d, a in env.items() if self.axes[a] is ax))
         # whole tiles at or below the block's first index + offset, inside the walk (and the extent)
         whole = imin(iadd(ax.start, offset + 1), stop)
         split = imul(ifloordiv(IBin("max", IConst(0), whole), tile), tile)
