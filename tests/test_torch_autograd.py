@@ -95,7 +95,9 @@ def test_a_module_with_dt_rmsnorm_and_attention_trains():
                             "ss[t] = rsum(X[t, d] * X[t, d], d);\n"
                             "y[t, d] = X[t, d] * rsqrt(ss[t] / len(d) + eps) * W[d];\ny.compile();\n", name="rmsnorm")
     rmsnorm = dtt.function(rmsnorm_prog, backend="numba")
-    attention = dtt.function(dt.load(ROOT / "examples/llm/causal_mha.dt"), backend="numba")
+    # its backward reads the forward's output and row statistics: flash-style, no [b, h, s, s] stored
+    attention = dtt.function(dt.load(ROOT / "examples/llm/causal_mha.dt"), backend="numba",
+                             save=("mx", "dvsr", "attention"))
 
     class Block(torch.nn.Module):
         def __init__(self, width=8, heads=2):

@@ -10,8 +10,14 @@ the lowering accept.
   tiles, program order (`map`), warps and stages (the forward's choices, reused where the shapes
   match).
 - Products (`rdot`) take tiles for the matrix units; a reduction along rows in memory one row a
-  program, walked in wide tiles; one across rows (a weight's gradient) blocks of columns walking
-  the rows; an element-wise root a block of 1024 along its last dimension, programs in row order.
+  program, walked in wide tiles (64 rows a program where the rows are short: a dimension the
+  forward's products keep whole, a head); one across rows (a weight's gradient) blocks of columns
+  walking the rows; an element-wise root a block of 1024 along its last dimension, programs in
+  row order.
+- A product over short dimensions that only other products read over one of its dimensions
+  (attention's scores, [b, h, s, s]) is inlined, recomputed in each reader's loop; its readers
+  take flash tiles, and two of them over the same dimensions but their last share a kernel and
+  a walk (grad_K with grad_V), as FlashAttention's backward does.
 - Gradient outputs over the same dimensions share one kernel (the first's; the others are
   fused into it and stored from it: a residual's two gradients, a layernorm's dW and dBias), an
   element-wise one at its innermost loop (the same tile, from the same loads: SwiGLU's two
@@ -36,6 +42,10 @@ import re
 from dt.ir import algorithm as A
 
 SHAPING = ("block", "tensorize", "map", "num_warps", "num_stages")
+FLASH_ROWS, FLASH_STEP, FLASH_WARPS, FLASH_STAGES = 128, 64, 8, 3
+# a row sum over a dimension the forward keeps whole in a tile (attention's d_dvsr over a head of
+# 64-128): this many rows a program (one a program took 0.06 ms more at s=2048, d=128 on an H200)
+SHORT_ROWS = 64
 PRODUCT_TILE, PRODUCT_DEPTH, PRODUCT_WARPS, PRODUCT_STAGES = 128, 32, 8, 3
 ROW_BLOCK, WALK, WALK_SCAN = 1024, 32, 1024  # an element-wise root: 1024 elements a program, as Triton's take
 ROW_WALK = 1024  # a reduction along a row in memory: one row a program, walked in tiles of this
@@ -62,12 +72,26 @@ def candidates(forward: A.Program, forward_roots, body: list[A.FuncDef], outputs
     updated = {f.update.target for f in body if f.update}
     inlined = [f.name for f in body if f.name not in outputs and f.name not in updated and not f.update and
                not _reduces(f.expr)]
+    short = _whole(forward)
+    recomputed = _recomputed_products(defs, outputs, set(inlined) | updated, short)
+    inlined += recomputed
     fused = _kernels(body, outputs, set(inlined))
     lines = [f"{name}.inline();" for name in inlined]
     hosts = {root for name, root in fused.items() if _reduces(defs[name].expr)}
+    # products recomputing products in their loop, over short dimensions only (the last a head)
+    flash = {o: _inner_dims(defs[o].expr, defs, set(inlined)) for o in outputs
+             if o not in fused and defs[o].dims and defs[o].dims[-1] in short and isinstance(defs[o].expr, A.Reduce)
+             and _reads(defs[o].expr, set(recomputed), defs, set(inlined))}
+    flash = {o: inner for o, inner in flash.items() if set(inner) <= short}
+    siblings = _flash_siblings(defs, flash)
     for f in body:
-        if f.name not in inlined and f.name not in fused:
-            lines.append("\n".join(_shaping(forward, forward_roots, f, f.name in hosts)))
+        if f.name in flash and f.name not in siblings:
+            lines.append("\n".join(_flash_shaping(f, flash[f.name])))
+        elif f.name not in inlined and f.name not in fused and f.name not in siblings:
+            lines.append("\n".join(_shaping(forward, forward_roots, f, f.name in hosts, f.name in fused.values())))
+    for name, root in siblings.items():
+        red = defs[name].expr.dim
+        lines.append(f"{name}.fuse_at({root}, {defs[root].dims[-1]});\n{root}.compute_with({name}, {red});")
     for name, root in reversed(fused.items()):  # consumers first: a producer joins a kernel its readers are in
         # a reduction at the outermost loop that takes it (its rows whole), an element-wise sibling output
         # at the innermost (the same tile, computed from the same loads)
@@ -77,7 +101,100 @@ def candidates(forward: A.Program, forward_roots, body: list[A.FuncDef], outputs
     lines += _shared_walks(defs, fused)
     for name in fused:  # where the checker refused to fuse it: a kernel of its own (refused whole where fused)
         lines.append("\n".join(_shaping(forward, forward_roots, defs[name])))
+    for name in siblings:
+        lines.append("\n".join(_flash_shaping(defs[name], flash[name])))
     return [line for line in lines if line]
+
+
+def _recomputed_products(defs: dict[str, A.FuncDef], outputs, passing: set[str], short: set[str]) -> list[str]:
+    """Products over short dimensions (`short`: a head) that only other products read, over one of
+    their dimensions (attention's scores [b, h, m, l], which grad_Q reduces over l and grad_K over
+    m; the scores' gradient): inlined, so that each product recomputes its tiles of them in its
+    loop and nothing of [b, h, s, s] is stored, as FlashAttention's backward does. `passing`:
+    Funcs inlined anyway (element-wise)."""
+    found = [n for n, f in defs.items() if n not in outputs and n not in passing and f.update is None and
+             any(isinstance(e, A.Reduce) and e.op == "dot" for e in A.walk(f.expr)) and
+             all(e.dim in short for e in A.walk(f.expr) if isinstance(e, A.Reduce))]
+    while True:
+        through = passing | set(found)
+        # the Funcs reading it past those inlined (which pass it on): each reads it inside its reductions
+        kept = [n for n in found if all(_reduced_over(n, defs[r].expr, defs, through - {n}, frozenset())
+                                        for r in defs if r not in through and _reads(defs[r].expr, {n}, defs,
+                                                                                      through - {n}))]
+        if kept == found:
+            return found
+        found = kept
+
+
+def _reduced_over(name: str, e: A.Expr, defs, through: set[str], reducing: frozenset) -> bool:
+    """Whether every read of `name` in e (or in the Funcs of `through` e reads at their own
+    dimensions) lies inside a product over one of the dimensions it is read at (a max or a sum
+    over them would recompute it without the matrix units, one row at a time)."""
+    if isinstance(e, A.Access) and e.kind == "func":
+        if e.name == name:
+            return any(d in reducing for s in e.subscripts for d in A.free_dims(s))
+        if e.name in through and _reads(defs[e.name].expr, {name}, defs, through):
+            own = defs[e.name].dims
+            if [s.dim if isinstance(s, A.DimRef) else None for s in e.subscripts] != list(own):
+                return False  # read at other indices: what its reductions reduce is another question
+            return _reduced_over(name, defs[e.name].expr, defs, through, reducing)
+        return True
+    if isinstance(e, A.Reduce):
+        reducing = reducing | {e.dim} if e.op == "dot" else frozenset()
+    return all(_reduced_over(name, k, defs, through, reducing) for k in A.children(e))
+
+
+def _reads(e: A.Expr, names: set[str], defs, through: set[str]) -> bool:
+    """Whether e reads one of `names`, directly or through the Funcs of `through`."""
+    for n in A.walk(e):
+        if isinstance(n, A.Access) and n.kind == "func":
+            if n.name in names or (n.name in through and _reads(defs[n.name].expr, names, defs, through - {n.name})):
+                return True
+    return False
+
+
+def _inner_dims(e: A.Expr, defs, through: set[str]) -> list[str]:
+    """The dimensions reduced inside e's own reduction: in e and in the Funcs of `through` it reads."""
+    found = []
+    for n in A.walk(e):
+        if isinstance(n, A.Reduce) and n is not e:
+            found.append(n.dim)
+        if isinstance(n, A.Access) and n.kind == "func" and n.name in through:
+            found += [d for d in _inner_dims(defs[n.name].expr, defs, through - {n.name})]
+            found += [n2.dim for n2 in [defs[n.name].expr] if isinstance(n2, A.Reduce)]
+    return list(dict.fromkeys(found))
+
+
+def _flash_siblings(defs: dict[str, A.FuncDef], flash: dict) -> dict[str, str]:
+    """Flash-style products reducing over the same dimension, over the same dimensions but their
+    last (grad_K[b, h, l, k] and grad_V[b, h, l, n]): each later one -> the first, whose kernel
+    computes it too, fused at its innermost loop and sharing its walk (one tile of scores a step)."""
+    first: dict[tuple, str] = {}
+    siblings = {}
+    for name in flash:
+        f = defs[name]
+        if not isinstance(f.expr, A.Reduce) or len(f.dims) < 2:
+            continue
+        key = (f.dims[:-1], f.expr.dim)
+        if key in first:
+            siblings[name] = first[key]
+        else:
+            first[key] = name
+    return siblings
+
+
+def _flash_shaping(f: A.FuncDef, inner: list[str]) -> list[str]:
+    """A product recomputing a product in its loop (attention's gradients): FLASH_ROWS rows a
+    program, the last dimension whole (a head), the reduction walked FLASH_STEP at a time and the
+    products inside it whole (causal_mha_grad_flash_d128.dt's tiles; an H200 ran them at 0.74-0.77x
+    of cuDNN's backward at heads of 128, 0.80-0.89x at 64)."""
+    *batch, rows, last = f.dims
+    red = f.expr.dim if isinstance(f.expr, A.Reduce) else None
+    whole = [d for d in dict.fromkeys([last, *inner]) if d != red and d != rows]
+    tiles = [(rows, FLASH_ROWS)] + [(d, 0) for d in whole[:1]] + ([(red, FLASH_STEP)] if red else []) + \
+        [(d, 0) for d in whole[1:]]
+    return [_call(f.name, "block", [(d, 1) for d in batch] + [(rows, FLASH_ROWS)]), _call(f.name, "tensorize", tiles),
+            f"{f.name}.num_warps({FLASH_WARPS});", f"{f.name}.num_stages({FLASH_STAGES});"]
 
 
 def _shared_walks(defs: dict[str, A.FuncDef], fused: dict[str, str]) -> list[str]:
@@ -184,9 +301,11 @@ def _kernels(body: list[A.FuncDef], outputs: list[str], inlined: set[str]) -> di
     return {name: fused[name] for name in (f.name for f in body) if name in fused}
 
 
-def _shaping(forward: A.Program, forward_roots, f: A.FuncDef, hosts: bool = False) -> list[str]:
+def _shaping(forward: A.Program, forward_roots, f: A.FuncDef, hosts: bool = False, fused_into: bool = False) -> list[str]:
     """f's blocks, tiles, warps and stages; `hosts`: reductions are fused into f's kernel, so each
-    program takes whole rows (blocked along the last dimension, each block would compute them again)."""
+    program takes whole rows (blocked along the last dimension, each block would compute them again);
+    `fused_into`: some Func is fused into f's kernel (its programs keep one row each: a block of rows
+    would have each program compute that Func again)."""
     stage = _stage(f)
     reduced = list(dict.fromkeys(n.dim for n in A.walk(f.expr) if isinstance(n, A.Reduce)))
     if hosts and not reduced and len(f.dims) >= 2:
@@ -220,6 +339,11 @@ def _shaping(forward: A.Program, forward_roots, f: A.FuncDef, hosts: bool = Fals
     reads = [e for e in A.walk(f.expr) if isinstance(e, A.Access) and e.subscripts]
     reads = [e for e in reads if e.kind == "input"] or reads  # the inputs' layout decides, else the temporaries'
     innermost = {e.subscripts[-1].dim for e in reads if isinstance(e.subscripts[-1], A.DimRef)}
+    if reduced and reduced[0] in innermost and len(reduced) == 1 and reduced[0] in _whole(forward) and not fused_into:
+        # short rows (a head, which the forward's products keep in one tile): SHORT_ROWS of them a program
+        *outer, rows = f.dims
+        return [_call(stage, "block", [(d, 1) for d in outer] + [(rows, SHORT_ROWS)]),
+                _call(stage, "tensorize", [(rows, SHORT_ROWS), (reduced[0], 0)])]
     if reduced and reduced[0] in innermost:  # along rows in memory: a program a row, walking it
         return [_call(stage, "block", [(d, 1) for d in f.dims]),
                 _call(stage, "tensorize", [(reduced[0], ROW_WALK)] + [(r, WALK) for r in reduced[1:]])]
@@ -230,6 +354,22 @@ def _shaping(forward: A.Program, forward_roots, f: A.FuncDef, hosts: bool = Fals
     order = [f"{stage}.map({', '.join(f.dims)});"] if outer and not reduced and f.update is None else []
     return [_call(stage, "block", [(d, 1) for d in outer] + [(last, block)]),
             _call(stage, "tensorize", [(last, block)] + [(r, COLUMN_WALK) for r in reduced])] + order
+
+
+def _whole(forward: A.Program) -> set[str]:
+    """The dimensions the forward keeps whole in the tiles of its products (`tensorize(n:0)` of a
+    Func computing an rdot: a head, short enough for a matrix-unit tile; a whole row of a norm is
+    no such dimension)."""
+    def products(name: str, seen: set[str]) -> bool:
+        seen.add(name)
+        for e in A.walk(forward.func(name).expr):
+            if isinstance(e, A.Reduce) and e.op == "dot":
+                return True
+            if isinstance(e, A.Access) and e.kind == "func" and e.name not in seen and products(e.name, seen):
+                return True
+        return False
+    return {str(d) for c in forward.schedule if c.primitive == "tensorize" and products(c.func, set())
+            for d, n in c.args if n == 0}
 
 
 def _call(func: str, primitive: str, sizes) -> str:
