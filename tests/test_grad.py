@@ -579,7 +579,7 @@ def test_attention_backward_runs_flash_style_without_storing_the_scores():
 def test_the_default_schedule_recomputes_products_over_a_head_and_keeps_other_products_stored():
     # attention's scores and their gradient are products over the head (which the forward's products
     # keep whole in a tile): each gradient recomputes its tiles of them in its loop, flash-style, and
-    # nothing of [b, h, s, s] is stored (the previous default stored both, 880x slower on an H200)
+    # nothing of [b, h, s, s] is stored (the previous default stored both: 490-745x slower on an H200)
     causal = dt.load(ROOT / "examples" / "llm" / "causal_mha.dt")
     forward, backward = dt.grad(causal, save=SAVED_ATTENTION)
     text = backward.dt_source()
@@ -589,20 +589,41 @@ def test_the_default_schedule_recomputes_products_over_a_head_and_keeps_other_pr
     dtypes = {**dict.fromkeys(("Q", "K", "V", "grad_attention", "attention"), "bf16"), "mx": "f32", "dvsr": "f32"}
     pipeline = backward.pipeline(dtypes)
     assert all(len(t.dims) <= 3 for t in pipeline.temporaries) and len(pipeline.kernels) == 3
-    sizes = dict(b=1, h=2, m=70, l=70, k=16, n=16)
+    sizes = dict(b=1, h=2, m=300, l=300, k=16, n=16)  # several blocks a head, the last cut short
     args = random_inputs(causal, sizes, "f32", seed=6)
-    args["grad_attention"] = np.random.default_rng(7).standard_normal((1, 2, 70, 16)).astype(np.float32)
+    args["grad_attention"] = np.random.default_rng(7).standard_normal((1, 2, 300, 16)).astype(np.float32)
     saved = forward(backend="numba", **{n: args[n] for n in ("Q", "K", "V")})
     want = dt.grad(causal).reference(**_float64(args), sizes=sizes)
     for backend in ("interp", "numba"):
         got = backward(backend=backend, **args, **{n: saved[n] for n in SAVED_ATTENTION})
         for name, value in want.items():
             np.testing.assert_allclose(got[name], value, rtol=2e-4, atol=2e-5 * np.abs(value).max())
-    # a product over a matmul's inner dimension (tiled by the forward, not whole) stays stored, and a
-    # norm's row (whole in its forward's tile, but no product's) is walked one row a program
+    # a product over a matmul's inner dimension (tiled by the forward, not whole) stays stored; a
+    # norm's row (whole in its forward's tile, but no product's: a sum reduces it) and a sequence
+    # the forward keeps whole but reduces with a max and a sum are walked one row a program
     mmsigmoid = dt.grad(dt.load(ROOT / "examples" / "mmsigmoid.dt")).dt_source()
     assert "\nmm.inline();" not in mmsigmoid and "\nmm.block(x:128, y:128);" in mmsigmoid
     assert "ss.block(t:1);" in dt.grad(dt.load(ROOT / "examples" / "llm" / "add_rmsnorm.dt")).dt_source()
+    assert "dvsr.block(m:1);" in dt.grad(dt.load(ROOT / "examples" / "attention_talk.dt")).dt_source()
+    norm_of_product = dt.loads("Func h, ss, y;\nIn X, W;\nVar t, e;\nRVar k, d;\nh[t, e] = rdot(X[t, k], W[e, k], k);\n"
+                               "ss[t] = rsum(h[t, d] * h[t, d], d);\ny[t, e] = h[t, e] * rsqrt(ss[t] / len(d) + 1e-6);\n"
+                               "h.block(t:64, e:64); h.tensorize(t:64, e:64, k:0);\ny.block(t:1); y.tensorize(e:0);\n"
+                               "ss.fuse_at(y, t); y.compile();")
+    assert "ss.block(t:1);" in dt.grad(norm_of_product).dt_source()
+
+
+def test_a_product_read_by_a_product_without_flash_tiles_stays_stored():
+    # o[m] has one dimension: no flash tiles, so s, which it reads, is not recomputed in its loop
+    # (grad_w would recompute it an element at a time), and the gradient matches the reference
+    prog = dt.loads("Func s, o;\nIn Q, K, w;\nVar m;\nRVar l, k;\ns[m, l] = rdot(Q[m, k], K[l, k], k);\n"
+                    "o[m] = rdot(s[m, l], w[l], l);\no.block(m:16); o.tensorize(m:16, l:0, k:0); s.inline(); o.compile();")
+    backward = dt.grad(prog)
+    assert "\ns.inline();" not in backward.dt_source() and "\ns.block(m:128, l:128);" in backward.dt_source()
+    sizes = dict(m=20, l=24, k=8)
+    args = _float64(random_inputs(backward, sizes, "f32", seed=1))
+    want = backward.reference(**args)
+    for name, value in backward(backend="interp", **args).items():
+        np.testing.assert_allclose(value, want[name], rtol=1e-9, atol=1e-9)
 
 
 def test_the_backward_reads_a_saved_output_for_the_numerator_it_divides_and_saves_maxima_it_ignores():

@@ -84,6 +84,21 @@ def test_programs_walking_longest_start_first_and_others_keep_their_order():
             np.testing.assert_allclose(prog(A=a, backend=backend), prog.reference(A=a), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("order", ["", "out.map(m, b, j);", "out.map(b, m, j);", "out.map(b, j:j1/3, m, j1);"])
+def test_reversed_blocks_still_cover_every_block(order):
+    # two dimensions reversed (both bound a walk from above), in any program order, next to a
+    # grouped one: every block is computed once
+    prog = dt.loads("Func out;\nIn A, B;\nVar b, m, j;\nRVar l, p;\n"
+                    "out[b, m, j] = rsum(where(l <= m, A[b, m, l], 0.0), l) + rsum(where(p <= j, B[j, p], 0.0), p);\n"
+                    f"out.block(b:1, m:16, j:16); out.tensorize(m:16, j:16, l:16, p:16); {order} out.compile();")
+    source = prog.source("triton", "f32")
+    assert ("m_pid = m_BLOCK_COUNT - 1 - m_order" in source) and (("j_pid = j_BLOCK_COUNT - 1 - j_order" in source)
+                                                                  == ("j:j1/3" not in order))
+    a, b = normal(3, 50, 50), normal(40, 40)
+    for backend in ("interp", "numba"):
+        np.testing.assert_allclose(prog(A=a, B=b, backend=backend), prog.reference(A=a, B=b), rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_skipping_keeps_rows_masked_throughout(backend):
     """l < m masks row 0 entirely: its max is -inf with or without the skipped tiles."""

@@ -72,23 +72,19 @@ def candidates(forward: A.Program, forward_roots, body: list[A.FuncDef], outputs
     updated = {f.update.target for f in body if f.update}
     inlined = [f.name for f in body if f.name not in outputs and f.name not in updated and not f.update and
                not _reduces(f.expr)]
-    short = _whole(forward)
-    recomputed = _recomputed_products(defs, outputs, set(inlined) | updated, short)
+    short = _short_dims(forward)
+    recomputed, flash = _flash(defs, outputs, set(inlined), updated, short)
     inlined += recomputed
     fused = _kernels(body, outputs, set(inlined))
     lines = [f"{name}.inline();" for name in inlined]
     hosts = {root for name, root in fused.items() if _reduces(defs[name].expr)}
-    # products recomputing products in their loop, over short dimensions only (the last a head)
-    flash = {o: _inner_dims(defs[o].expr, defs, set(inlined)) for o in outputs
-             if o not in fused and defs[o].dims and defs[o].dims[-1] in short and isinstance(defs[o].expr, A.Reduce)
-             and _reads(defs[o].expr, set(recomputed), defs, set(inlined))}
-    flash = {o: inner for o, inner in flash.items() if set(inner) <= short}
     siblings = _flash_siblings(defs, flash)
     for f in body:
         if f.name in flash and f.name not in siblings:
             lines.append("\n".join(_flash_shaping(f, flash[f.name])))
         elif f.name not in inlined and f.name not in fused and f.name not in siblings:
-            lines.append("\n".join(_shaping(forward, forward_roots, f, f.name in hosts, f.name in fused.values())))
+            lines.append("\n".join(_shaping(forward, forward_roots, f, f.name in hosts, f.name in fused.values(),
+                                             short)))
     for name, root in siblings.items():
         red = defs[name].expr.dim
         lines.append(f"{name}.fuse_at({root}, {defs[root].dims[-1]});\n{root}.compute_with({name}, {red});")
@@ -106,24 +102,32 @@ def candidates(forward: A.Program, forward_roots, body: list[A.FuncDef], outputs
     return [line for line in lines if line]
 
 
-def _recomputed_products(defs: dict[str, A.FuncDef], outputs, passing: set[str], short: set[str]) -> list[str]:
-    """Products over short dimensions (`short`: a head) that only other products read, over one of
-    their dimensions (attention's scores [b, h, m, l], which grad_Q reduces over l and grad_K over
-    m; the scores' gradient): inlined, so that each product recomputes its tiles of them in its
-    loop and nothing of [b, h, s, s] is stored, as FlashAttention's backward does. `passing`:
-    Funcs inlined anyway (element-wise)."""
-    found = [n for n, f in defs.items() if n not in outputs and n not in passing and f.update is None and
-             any(isinstance(e, A.Reduce) and e.op == "dot" for e in A.walk(f.expr)) and
-             all(e.dim in short for e in A.walk(f.expr) if isinstance(e, A.Reduce))]
+def _flash(defs: dict[str, A.FuncDef], outputs, inlined: set[str], updated: set[str], short: set[str]):
+    """(recomputed, flash): the products over short dimensions (`short`: a head) that only other
+    products read, over one of their dimensions (attention's scores [b, h, m, l], which grad_Q
+    reduces over l and grad_K over m; the scores' gradient), to be inlined, so that each product
+    recomputes its tiles of them in its loop and nothing of [b, h, s, s] is stored, as
+    FlashAttention's backward does; and the outputs reading them, each with the dimensions reduced
+    inside it, which take flash tiles. A product is recomputed only where every Func reading it
+    (past the element-wise ones, `inlined`) takes flash tiles: another would recompute it an
+    element at a time."""
+    recomputed = [n for n, f in defs.items() if n not in outputs and n not in inlined and n not in updated and
+                  f.update is None and any(isinstance(e, A.Reduce) and e.op == "dot" for e in A.walk(f.expr)) and
+                  all(e.dim in short for e in A.walk(f.expr) if isinstance(e, A.Reduce))]
     while True:
-        through = passing | set(found)
-        # the Funcs reading it past those inlined (which pass it on): each reads it inside its reductions
-        kept = [n for n in found if all(_reduced_over(n, defs[r].expr, defs, through - {n}, frozenset())
-                                        for r in defs if r not in through and _reads(defs[r].expr, {n}, defs,
-                                                                                      through - {n}))]
-        if kept == found:
-            return found
-        found = kept
+        through = inlined | set(recomputed)
+        flash = {o: _inner_dims(defs[o].expr, defs, through) for o in outputs
+                 if len(defs[o].dims) >= 2 and defs[o].dims[-1] in short and isinstance(defs[o].expr, A.Reduce)
+                 and _reads(defs[o].expr, set(recomputed), defs, through)}
+        flash = {o: inner for o, inner in flash.items() if set(inner) <= short}
+        # the Funcs reading it past those inlined (which pass it on): each is a flash output reading it
+        # inside its products
+        kept = [n for n in recomputed
+                if all(r in flash and _reduced_over(n, defs[r].expr, defs, through - {n}, frozenset())
+                       for r in defs if r not in through and _reads(defs[r].expr, {n}, defs, through - {n}))]
+        if kept == recomputed:
+            return recomputed, flash
+        recomputed = kept
 
 
 def _reduced_over(name: str, e: A.Expr, defs, through: set[str], reducing: frozenset) -> bool:
@@ -139,8 +143,8 @@ def _reduced_over(name: str, e: A.Expr, defs, through: set[str], reducing: froze
                 return False  # read at other indices: what its reductions reduce is another question
             return _reduced_over(name, defs[e.name].expr, defs, through, reducing)
         return True
-    if isinstance(e, A.Reduce):
-        reducing = reducing | {e.dim} if e.op == "dot" else frozenset()
+    if isinstance(e, (A.Reduce, A.Scan)):
+        reducing = reducing | {e.dim} if isinstance(e, A.Reduce) and e.op == "dot" else frozenset()
     return all(_reduced_over(name, k, defs, through, reducing) for k in A.children(e))
 
 
@@ -155,14 +159,16 @@ def _reads(e: A.Expr, names: set[str], defs, through: set[str]) -> bool:
 
 def _inner_dims(e: A.Expr, defs, through: set[str]) -> list[str]:
     """The dimensions reduced inside e's own reduction: in e and in the Funcs of `through` it reads."""
-    found = []
-    for n in A.walk(e):
-        if isinstance(n, A.Reduce) and n is not e:
-            found.append(n.dim)
-        if isinstance(n, A.Access) and n.kind == "func" and n.name in through:
-            found += [d for d in _inner_dims(defs[n.name].expr, defs, through - {n.name})]
-            found += [n2.dim for n2 in [defs[n.name].expr] if isinstance(n2, A.Reduce)]
-    return list(dict.fromkeys(found))
+    return list(dict.fromkeys(n.dim for n in A.walk(e) if isinstance(n, A.Reduce) and n is not e)) + \
+        [d for n in A.walk(e) if isinstance(n, A.Access) and n.kind == "func" and n.name in through
+         for d in _reduced_dims(defs[n.name].expr, defs, through - {n.name})]
+
+
+def _reduced_dims(e: A.Expr, defs, through: set[str]) -> list[str]:
+    """The dimensions reduced in e, and in the Funcs of `through` it reads."""
+    return [n.dim for n in A.walk(e) if isinstance(n, A.Reduce)] + \
+        [d for n in A.walk(e) if isinstance(n, A.Access) and n.kind == "func" and n.name in through
+         for d in _reduced_dims(defs[n.name].expr, defs, through - {n.name})]
 
 
 def _flash_siblings(defs: dict[str, A.FuncDef], flash: dict) -> dict[str, str]:
@@ -186,8 +192,9 @@ def _flash_siblings(defs: dict[str, A.FuncDef], flash: dict) -> dict[str, str]:
 def _flash_shaping(f: A.FuncDef, inner: list[str]) -> list[str]:
     """A product recomputing a product in its loop (attention's gradients): FLASH_ROWS rows a
     program, the last dimension whole (a head), the reduction walked FLASH_STEP at a time and the
-    products inside it whole (causal_mha_grad_flash_d128.dt's tiles; an H200 ran them at 0.74-0.77x
-    of cuDNN's backward at heads of 128, 0.80-0.89x at 64)."""
+    products inside it whole (causal_mha_grad_flash_d128.dt's tiles; on an H200, causal attention's
+    backward ran at 0.74-0.77x of cuDNN's at heads of 128, 0.70-0.76x at 64, where tiles of its own
+    reach 0.80-0.91x: causal_mha_grad_flash.dt)."""
     *batch, rows, last = f.dims
     red = f.expr.dim if isinstance(f.expr, A.Reduce) else None
     whole = [d for d in dict.fromkeys([last, *inner]) if d != red and d != rows]
@@ -301,11 +308,13 @@ def _kernels(body: list[A.FuncDef], outputs: list[str], inlined: set[str]) -> di
     return {name: fused[name] for name in (f.name for f in body) if name in fused}
 
 
-def _shaping(forward: A.Program, forward_roots, f: A.FuncDef, hosts: bool = False, fused_into: bool = False) -> list[str]:
+def _shaping(forward: A.Program, forward_roots, f: A.FuncDef, hosts: bool = False, fused_into: bool = False,
+             short: frozenset = frozenset()) -> list[str]:
     """f's blocks, tiles, warps and stages; `hosts`: reductions are fused into f's kernel, so each
     program takes whole rows (blocked along the last dimension, each block would compute them again);
     `fused_into`: some Func is fused into f's kernel (its programs keep one row each: a block of rows
-    would have each program compute that Func again)."""
+    would have each program compute that Func again); `short`: dimensions short enough for a tile
+    (`_short_dims`)."""
     stage = _stage(f)
     reduced = list(dict.fromkeys(n.dim for n in A.walk(f.expr) if isinstance(n, A.Reduce)))
     if hosts and not reduced and len(f.dims) >= 2:
@@ -339,7 +348,7 @@ def _shaping(forward: A.Program, forward_roots, f: A.FuncDef, hosts: bool = Fals
     reads = [e for e in A.walk(f.expr) if isinstance(e, A.Access) and e.subscripts]
     reads = [e for e in reads if e.kind == "input"] or reads  # the inputs' layout decides, else the temporaries'
     innermost = {e.subscripts[-1].dim for e in reads if isinstance(e.subscripts[-1], A.DimRef)}
-    if reduced and reduced[0] in innermost and len(reduced) == 1 and reduced[0] in _whole(forward) and not fused_into:
+    if reduced and reduced[0] in innermost and len(reduced) == 1 and reduced[0] in short and not fused_into:
         # short rows (a head, which the forward's products keep in one tile): SHORT_ROWS of them a program
         *outer, rows = f.dims
         return [_call(stage, "block", [(d, 1) for d in outer] + [(rows, SHORT_ROWS)]),
@@ -356,20 +365,27 @@ def _shaping(forward: A.Program, forward_roots, f: A.FuncDef, hosts: bool = Fals
             _call(stage, "tensorize", [(last, block)] + [(r, COLUMN_WALK) for r in reduced])] + order
 
 
-def _whole(forward: A.Program) -> set[str]:
-    """The dimensions the forward keeps whole in the tiles of its products (`tensorize(n:0)` of a
-    Func computing an rdot: a head, short enough for a matrix-unit tile; a whole row of a norm is
-    no such dimension)."""
+def _short_dims(forward: A.Program) -> frozenset[str]:
+    """The dimensions the forward keeps whole in the tiles of its products and reduces with
+    products only: a head (`tensorize(k:0)` in a kernel computing an rdot). A sequence or a row
+    that a max or a sum reduces is none, whole in a tile or not."""
+    inlined = {c.func for c in forward.schedule if c.primitive == "inline"}
+    fused = {c.func: str(c.args[0]) for c in forward.schedule if c.primitive == "fuse_at"}
+
     def products(name: str, seen: set[str]) -> bool:
+        """Whether name's kernel computes an rdot: in name, or in a Func inlined or fused into it."""
         seen.add(name)
         for e in A.walk(forward.func(name).expr):
             if isinstance(e, A.Reduce) and e.op == "dot":
                 return True
-            if isinstance(e, A.Access) and e.kind == "func" and e.name not in seen and products(e.name, seen):
+            if isinstance(e, A.Access) and e.kind == "func" and e.name not in seen and \
+                    (e.name in inlined or fused.get(e.name) == name) and products(e.name, seen):
                 return True
         return False
-    return {str(d) for c in forward.schedule if c.primitive == "tensorize" and products(c.func, set())
-            for d, n in c.args if n == 0}
+    names = {f.name for f in forward.funcs}
+    otherwise = {e.dim for f in forward.funcs for e in A.walk(f.expr) if isinstance(e, A.Reduce) and e.op != "dot"}
+    return frozenset(str(d) for c in forward.schedule if c.primitive == "tensorize" and c.func in names
+                     and products(c.func, set()) for d, n in c.args if n == 0 and str(d) not in otherwise)
 
 
 def _call(func: str, primitive: str, sizes) -> str:

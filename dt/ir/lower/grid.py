@@ -96,10 +96,9 @@ class GridLowering:
         """Blocks of a dimension bounding a walk from above (causal: `l <= m`, keys up to the
         block's last row) taken in descending order: the programs that walk longest start first,
         and the short ones fill the last wave (FlashAttention 3's causal order; 2-5% on
-        attention's grad_Q)."""
-        for d in sorted(self.longest_first, key=lambda d: -self.block_lets.get(d, (-1,))[0]):
-            if d not in self.block_lets:
-                continue
+        attention's grad_Q). A dimension whose blocks `map` groups (`m:m1/8`) keeps its order."""
+        # the last entry's first: rewriting it leaves the earlier ones' places in `out` as they were
+        for d in sorted(self.longest_first & self.block_lets.keys(), key=lambda d: self.block_lets[d][0], reverse=True):
             i, count = self.block_lets[d]
             let = self.out[i]
             order = self.fresh(f"{d}_order")  # the ascending index: what the ids of the next entries subtract

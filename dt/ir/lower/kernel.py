@@ -66,6 +66,7 @@ class KernelLowering(GridLowering, LoopNestLowering, WalkSums, ExpressionLowerin
         self.reads: list[str] = []
         self.load_dtypes: dict[str, str] = {}  # tile variables holding a Load, and its dtype
         self.block_lets: dict[str, tuple[int, IExpr]] = {}  # dim -> (its block index's Let in out, block count)
+        self.grid_entries_end = 0  # where in out the statements deriving block indices from pid end
         self.longest_first: set[str] = set()  # dims whose blocks bound a walk from above
         self.open_loops: list[tuple] = []  # (dim, loop variable, start) of each loop being built, outermost first
         self.writes: list[str] = [root]  # the root, then the outputs fused or inlined into this kernel

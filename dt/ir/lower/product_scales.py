@@ -67,7 +67,9 @@ def _factor(e: A.Reduce, fused: dict[str, str], online: dict[str, frozenset[str]
         cores[0] = A.Cast(cores[0], "f32")  # int8 data a factor made a float product stays one
     out: A.Expr = A.Reduce(e.op, tuple(cores), e.dim, e.loc, e.dim_loc, e.dim_decl, e.slot)
     for op, s in scales:
-        # a divisor as its reciprocal: one division a row (or none: a constant), not one a lane
+        # a divisor as its reciprocal: one division a row (or none: a constant), not one a lane. In
+        # float32, 1 / s is 0 past |s| = 2**126 and inf for a subnormal s, where a / s may be finite:
+        # a normaliser (a row sum, a scale) is neither
         out = A.Binary("*", out, A.Binary("/", A.Num(1.0), s)) if op == "/" else A.Binary(op, out, s)
     return out
 

@@ -215,7 +215,7 @@ class ReductionLowering:
                 end = ax.limit if ax.limit is not None else iadd(ax.start, ax.size)
                 last = iadd(end, offset) if scale == 1 else iadd(imul(end, scale), offset + 1 - scale)
                 stop = imin(stop, last)
-                uppers.append((cond, ax, offset, scale))
+                uppers.append((cond, other, offset, scale))
             else:  # from the tile holding scale * the block's first index + offset
                 first = IBin("max", IConst(0), iadd(imul(ax.start, scale) if scale != 1 else ax.start, offset))
                 start = imul(ifloordiv(first, tile), tile)
@@ -229,8 +229,9 @@ class ReductionLowering:
             return start, (split, IBin("max", split, imul(ifloordiv(stop, tile), tile))), stop, cond, exact
         if len(uppers) != 1 or lowers or uppers[0][3] != 1:
             return start, None, stop, None, exact
-        cond, ax, offset, _ = uppers[0]
-        self.longest_first.add(next(d for d, a in env.items() if self.axes[a] is ax))
+        cond, other, offset, _ = uppers[0]
+        ax = self.axes[env[other]]
+        self.longest_first.add(other)  # for the grid: its blocks go longest walk first (longest_walks_first)
         # whole tiles at or below the block's first index + offset, inside the walk (and the extent)
         whole = imin(iadd(ax.start, offset + 1), stop)
         split = imul(ifloordiv(IBin("max", IConst(0), whole), tile), tile)
