@@ -606,7 +606,8 @@ def test_the_default_schedule_recomputes_products_over_a_head_and_keeps_other_pr
     assert "ss.block(t:1);" in dt.grad(dt.load(ROOT / "examples" / "llm" / "add_rmsnorm.dt")).dt_source()
     assert "dvsr.block(m:1);" in dt.grad(dt.load(ROOT / "examples" / "attention_talk.dt")).dt_source()
     norm_of_product = dt.loads("Func h, ss, y;\nIn X, W;\nVar t, e;\nRVar k, d;\nh[t, e] = rdot(X[t, k], W[e, k], k);\n"
-                               "ss[t] = rsum(h[t, d] * h[t, d], d);\ny[t, e] = h[t, e] * rsqrt(ss[t] / len(d) + 1e-6);\n"
+                               "ss[t] = rsum(h[t, d] * h[t, d], d);\n"
+                               "y[t, e] = h[t, e] * rsqrt(ss[t] / len(d) + 1e-6);\n"
                                "h.block(t:64, e:64); h.tensorize(t:64, e:64, k:0);\ny.block(t:1); y.tensorize(e:0);\n"
                                "ss.fuse_at(y, t); y.compile();")
     assert "ss.block(t:1);" in dt.grad(norm_of_product).dt_source()
@@ -616,7 +617,8 @@ def test_a_product_read_by_a_product_without_flash_tiles_stays_stored():
     # o[m] has one dimension: no flash tiles, so s, which it reads, is not recomputed in its loop
     # (grad_w would recompute it an element at a time), and the gradient matches the reference
     prog = dt.loads("Func s, o;\nIn Q, K, w;\nVar m;\nRVar l, k;\ns[m, l] = rdot(Q[m, k], K[l, k], k);\n"
-                    "o[m] = rdot(s[m, l], w[l], l);\no.block(m:16); o.tensorize(m:16, l:0, k:0); s.inline(); o.compile();")
+                    "o[m] = rdot(s[m, l], w[l], l);\n"
+                    "o.block(m:16); o.tensorize(m:16, l:0, k:0); s.inline(); o.compile();")
     backward = dt.grad(prog)
     assert "\ns.inline();" not in backward.dt_source() and "\ns.block(m:128, l:128);" in backward.dt_source()
     sizes = dict(m=20, l=24, k=8)

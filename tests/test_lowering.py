@@ -478,8 +478,8 @@ def test_a_producer_of_a_func_computed_with_another_is_computed_only_in_the_loop
 @pytest.mark.parametrize("expr", ["rdot(A[x, k] / s[x], B[k, y] * 0.5, k)", "rdot(A[x, k] + s[x], B[k, y], k)"])
 def test_a_products_scales_apply_to_its_result_and_loads_no_step_changes_come_before_the_loop(expr):
     # s[x] and 0.5 do not vary along k: as factors they apply to the product's result (a divisor
-    # as its reciprocal), and the operands load straight into it; otherwise s's tile (the block's own rows) loads once, before
-    # the loop over k, while A's and B's move with k
+    # as its reciprocal), and the operands load straight into it; otherwise s's tile (the block's
+    # own rows) loads once, before the loop over k, while A's and B's move with k
     prog = dt.loads(f"Func o;\nIn A, B, s;\nVar x, y;\nRVar k;\no[x, y] = {expr};\n"
                     "o.block(x:16, y:16); o.tensorize(x:16, y:16, k:16); o.compile();")
     source = prog.source("triton", "bf16")
