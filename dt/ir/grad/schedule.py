@@ -116,7 +116,8 @@ def _flash(defs: dict[str, A.FuncDef], outputs, inlined: set[str], updated: set[
                   all(e.dim in short for e in A.walk(f.expr) if isinstance(e, A.Reduce))]
     while True:
         through = inlined | set(recomputed)
-        flash = {o: _inner_dims(defs[o].expr, defs, through) for o in outputs
+        # each with the dimensions reduced inside its own reduction
+        flash = {o: [d for a in defs[o].expr.args for d in _reduced_dims(a, defs, through)] for o in outputs
                  if len(defs[o].dims) >= 2 and defs[o].dims[-1] in short and isinstance(defs[o].expr, A.Reduce)
                  and _reads(defs[o].expr, set(recomputed), defs, through)}
         flash = {o: inner for o, inner in flash.items() if set(inner) <= short}
@@ -157,13 +158,6 @@ def _reads(e: A.Expr, names: set[str], defs, through: set[str]) -> bool:
     return False
 
 
-def _inner_dims(e: A.Expr, defs, through: set[str]) -> list[str]:
-    """The dimensions reduced inside e's own reduction: in e and in the Funcs of `through` it reads."""
-    return list(dict.fromkeys(n.dim for n in A.walk(e) if isinstance(n, A.Reduce) and n is not e)) + \
-        [d for n in A.walk(e) if isinstance(n, A.Access) and n.kind == "func" and n.name in through
-         for d in _reduced_dims(defs[n.name].expr, defs, through - {n.name})]
-
-
 def _reduced_dims(e: A.Expr, defs, through: set[str]) -> list[str]:
     """The dimensions reduced in e, and in the Funcs of `through` it reads."""
     return [n.dim for n in A.walk(e) if isinstance(n, A.Reduce)] + \
@@ -177,10 +171,8 @@ def _flash_siblings(defs: dict[str, A.FuncDef], flash: dict) -> dict[str, str]:
     computes it too, fused at its innermost loop and sharing its walk (one tile of scores a step)."""
     first: dict[tuple, str] = {}
     siblings = {}
-    for name in flash:
+    for name in flash:  # each a reduction over two dimensions or more (_flash)
         f = defs[name]
-        if not isinstance(f.expr, A.Reduce) or len(f.dims) < 2:
-            continue
         key = (f.dims[:-1], f.expr.dim)
         if key in first:
             siblings[name] = first[key]
