@@ -35,13 +35,13 @@ def test_split_rows_match_the_reference(backend, body, reference):
 @pytest.mark.parametrize("backend", ["interp", "numba"])
 def test_split_decode_matches_the_unsplit_program(backend):
     rng = np.random.default_rng(1)
-    b, h, l, k, d = 2, 3, 2500, 16, 8  # 3 chunks of 1024, the last one partial
+    b, h, l, k, d = 2, 3, 5000, 16, 8  # 3 chunks of 2048, the last one partial
     Q, K, V = (rng.standard_normal(s).astype(np.float32) for s in ((b, h, k), (b, h, l, k), (b, h, l, d)))
     split = dt.loads(DECODE, file="decode_split.dt")
     unsplit = dt.load("examples/llm/decode.dt")
     want = unsplit(Q=Q, K=K, V=V, backend=backend)
     np.testing.assert_allclose(split(Q=Q, K=K, V=V, backend=backend), want, rtol=1e-5, atol=1e-6)
-    assert split.checked.chunk_dims == {"l_chunk": ("l", 1024)}
+    assert split.checked.chunk_dims == {"l_chunk": ("l", 2048)}
     # the three Funcs computed with num are split together, into one kernel that stores their chunks
     assert len(split.checked.kernel_roots) == 2
     assert set(split.checked.stored_fused) == {"row_max_chunks", "row_sum_chunks"}
@@ -219,7 +219,7 @@ def test_unsupported_splits_say_why():
     with pytest.raises(DTScheduleError, match="compiled to one kernel"):
         dt.loads(DECODE.replace("out.compile();", "out.compile_to_kernel();"), file="d.dt")
     with pytest.raises(DTScheduleError, match="split alike"):
-        dt.loads(DECODE.replace("num.split(l:1024);", "num.split(l:1024);\nrow_max.split(l:512);"), file="d.dt")
+        dt.loads(DECODE.replace("num.split(l:2048);", "num.split(l:2048);\nrow_max.split(l:512);"), file="d.dt")
     # a max read by a sum of the same loop in a form other than exp(e - max)
     with pytest.raises(DTScheduleError, match="combines its chunks"):
         dt.loads("Func o, s, m;\nIn A;\nVar x;\nRVar y;\nm[x] = rmax(A[x, y], y);\ns[x] = rsum(A[x, y] - m[x], y);\n"
