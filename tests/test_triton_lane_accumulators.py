@@ -3,6 +3,8 @@ reductions get them, the code they render, and that the kernels still compute th
 reference. Their speed is measured on the GPU (docs/performance.md)."""
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 import dt
@@ -271,6 +273,32 @@ def test_a_tile_another_statement_reads_is_not_taken_in():
                                      loop.kind, loop.loc),) + kernel.body[at + 1:]
     kernel = S.Kernel(kernel.name, kernel.func, kernel.program_count, body, kernel.num_warps)
     assert not any(u.name == "y_sum_accumulator_lanes" for u in _lane_tiles(with_lane_accumulators(kernel)))
+
+
+def _changed(statements: dict) -> bool:
+    """Whether softmax_safe's row sum is still taken into lanes with its loop's statements changed
+    (name -> the statements standing for it there)."""
+    kernel = dt.load("examples/softmax_safe.dt").pipeline("f32").kernels[0]
+    at, loop = next((k, s) for k, s in enumerate(kernel.body) if isinstance(s, S.For))
+    body = tuple(t for s in loop.body for t in statements.get(getattr(s, "name", None), (s,)))
+    body = kernel.body[:at] + (dataclasses.replace(loop, body=body),) + kernel.body[at + 1:]
+    kernel = S.Kernel(kernel.name, kernel.func, kernel.program_count, body, kernel.num_warps)
+    return any(u.name == "y_sum_accumulator_lanes" for u in _lane_tiles(with_lane_accumulators(kernel)))
+
+
+def test_a_step_the_lanes_cannot_reproduce_keeps_its_sum():
+    """The tile's sum moves to the update: a name it reads, assigned between them, would be read
+    changed. A factor reading the accumulator would read it where the lanes leave it unassigned."""
+    kernel = dt.load("examples/softmax_safe.dt").pipeline("f32").kernels[0]
+    loop = next(s for s in kernel.body if isinstance(s, S.For))
+    tile, shift, update = (next(t for t in loop.body if getattr(t, "name", None) == name)
+                           for name in ("y_tile_exp_sum", "y_shift", "y_sum_accumulator"))
+    assert _changed({})
+    halved = S.Assign(shift.name, S.Binary("*", S.Ref(shift.name, shift.value.dims, "f32"), S.Literal(0.5, "f32")))
+    assert not _changed({tile.name: (tile, halved)})
+    acc = update.value.a.a
+    assert not _changed({update.name: (dataclasses.replace(update, value=S.Binary(
+        "+", S.Binary("*", acc, acc), update.value.b)),)})
 
 
 @pytest.mark.needs_triton
