@@ -299,6 +299,12 @@ def test_a_step_the_lanes_cannot_reproduce_keeps_its_sum():
     acc = update.value.a.a
     assert not _changed({update.name: (dataclasses.replace(update, value=S.Binary(
         "+", S.Binary("*", acc, acc), update.value.b)),)})
+    # a write to memory between them; a factor reading the tile, which would be dropped
+    store = S.Store("A", (), S.Literal(0.0, "f32"))
+    assert not _changed({tile.name: (tile, store)})
+    tile_ref = S.Ref(tile.name, tile.value.dims, "f32")
+    assert not _changed({update.name: (dataclasses.replace(update, value=S.Binary(
+        "+", S.Binary("*", acc, S.Binary("*", update.value.a.b, tile_ref)), update.value.b)),)})
 
 
 @pytest.mark.needs_triton

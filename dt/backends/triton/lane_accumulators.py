@@ -187,8 +187,10 @@ def _rewrite(body: tuple, taken: set[str], from_dot: set[str], read_once: set[st
             if taken_in is not None:  # computed at the step instead: nothing between may change what it reads
                 j = next(j for j, t in enumerate(loop_body) if isinstance(t, S.Assign) and t.name == taken_in)
                 read = {n.name for n in S.walk_texpr(reduce.x) if isinstance(n, S.Ref)}
-                if not wide(reduce.x.dims) or any(isinstance(t, S.Assign) and t.name in read or isinstance(t, S.For)
-                                                  for t in loop_body[j + 1:k]):
+                between = loop_body[j + 1:k]  # a write to memory there could change what its loads read
+                if not wide(reduce.x.dims) or (scale is not None and _refers(scale, taken_in)) or any(
+                        isinstance(t, (S.For, S.Store, S.Scatter)) or isinstance(t, S.Assign) and t.name in read
+                        for t in between):
                     continue
                 dropped.add(j)
             lanes = S.fresh_name(f"{s.name}_lanes", taken)
