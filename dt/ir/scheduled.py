@@ -516,6 +516,13 @@ def statement_values(s) -> tuple[TExpr, ...]:
     return (*s.subscripts, s.value) if isinstance(s, Scatter) else ()
 
 
+def without_layout(e: TExpr) -> TExpr:
+    """e without the Expand and BroadcastTo that laid it out."""
+    while isinstance(e, (Expand, BroadcastTo)):
+        e = e.x
+    return e
+
+
 def is_minus_inf(e: TExpr) -> bool:
     """-inf: a literal, or inf negated (`neg(inf)`: how `-inf` in DT source lowers)."""
     sign, x = (-1.0, e.x) if isinstance(e, Unary) and e.op == "neg" else (1.0, e)

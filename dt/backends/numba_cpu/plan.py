@@ -339,6 +339,4 @@ class KernelPlan:
 
 def is_mask(e: S.TExpr) -> bool:
     """e is a Mask, relaid out or not: true wherever a lane is computed."""
-    while isinstance(e, (S.Expand, S.BroadcastTo)):
-        e = e.x
-    return isinstance(e, S.Mask)
+    return isinstance(S.without_layout(e), S.Mask)

@@ -107,14 +107,14 @@ def _step(s, loop_axes: set[str], from_dot: set[str], tiles: dict):
     """(reduce, wrapper, scale, taken_in) when `s` is `acc = acc <combine> wrapper(Reduce(op, tile,
     axis))` over one of the loop's own axes, or a sum `acc = acc * scale + wrapper(Reduce(...))`;
     wrapper rebuilds the reduced value's layout, scale is None or the factor without its layout.
-    The reduction may sit in a tile of `tiles` (name -> value: the loop's tiles only `s` reads, as
-    the online softmax's `tile_exp_sum`); taken_in names it (None: none)."""
+    The reduction may sit in a tile of `tiles` (name -> its value: the loop's tiles assigned before
+    `s` that only `s` reads, as the online softmax's `tile_exp_sum`); taken_in names it (None: none)."""
     if not (isinstance(s, S.Assign) and isinstance(s.value, S.Binary)):
         return None
     combine, acc, reduced = s.value.op, s.value.a, s.value.b
     scale = None
     if combine == "+" and isinstance(acc, S.Binary) and acc.op == "*":
-        acc, scale = acc.a, _unwrapped(acc.b)
+        acc, scale = acc.a, S.without_layout(acc.b)
         if _refers(scale, s.name):
             return None
     if not (isinstance(acc, S.Ref) and acc.name == s.name):
@@ -140,13 +140,6 @@ def _step(s, loop_axes: set[str], from_dot: set[str], tiles: dict):
     return reduced, wrap, scale, taken_in
 
 
-def _unwrapped(value: S.TExpr) -> S.TExpr:
-    """value without the Expand and BroadcastTo that laid it out."""
-    while isinstance(value, (S.Expand, S.BroadcastTo)):
-        value = value.x
-    return value
-
-
 def _touches(stmt, name: str) -> bool:
     """Whether `stmt` reads or assigns the tile `name`."""
     if isinstance(stmt, S.For):
@@ -157,6 +150,15 @@ def _touches(stmt, name: str) -> bool:
 
 def _refers(value: S.TExpr, name: str) -> bool:
     return any(isinstance(n, S.Ref) and n.name == name for n in S.walk_texpr(value))
+
+
+def _movable(tile: S.TExpr, scale, taken_in: str, between: list) -> bool:
+    """Whether a tile's value (`taken_in`'s) computes the same at the step after the statements
+    `between`: none writes memory (its loads could read it changed) or assigns a name it reads,
+    and the step's factor does not read the tile, whose assignment goes."""
+    read = {n.name for n in S.walk_texpr(tile) if isinstance(n, S.Ref)}
+    return not (scale is not None and _refers(scale, taken_in)) and not any(
+        isinstance(t, (S.For, S.Store, S.Scatter)) or isinstance(t, S.Assign) and t.name in read for t in between)
 
 
 def _rewrite(body: tuple, taken: set[str], from_dot: set[str], read_once: set[str], wide) -> tuple:
@@ -173,9 +175,9 @@ def _rewrite(body: tuple, taken: set[str], from_dot: set[str], read_once: set[st
         own_axes = {a.name for a in loop.body if isinstance(a, S.Axis) and loop.var in S.index_names(a.start)}
         inits = {s.name: k for k, s in enumerate(out[:i]) if isinstance(s, S.Assign)}
         loop_body, after, dropped = list(loop.body), [], set()
+        places = {t.name: j for j, t in enumerate(loop_body) if isinstance(t, S.Assign) and t.name in read_once}
         for k, s in enumerate(loop_body):
-            tiles = {t.name: t.value for t in loop_body[:k] if isinstance(t, S.Assign) and t.name in read_once}
-            step = _step(s, own_axes, from_dot, tiles)
+            step = _step(s, own_axes, from_dot, {n: loop_body[j].value for n, j in places.items() if j < k})
             if step is None or s.name not in inits:
                 continue
             reduce, wrap, scale, taken_in = step
@@ -184,13 +186,9 @@ def _rewrite(body: tuple, taken: set[str], from_dot: set[str], read_once: set[st
             if not (isinstance(init.value, S.Full) and init.value.value == REDUCTIONS[reduce.op].identity) \
                     or _refers(reduce.x, s.name) or any(_touches(t, s.name) for t in others):
                 continue
-            if taken_in is not None:  # computed at the step instead: nothing between may change what it reads
-                j = next(j for j, t in enumerate(loop_body) if isinstance(t, S.Assign) and t.name == taken_in)
-                read = {n.name for n in S.walk_texpr(reduce.x) if isinstance(n, S.Ref)}
-                between = loop_body[j + 1:k]  # a write to memory there could change what its loads read
-                if not wide(reduce.x.dims) or (scale is not None and _refers(scale, taken_in)) or any(
-                        isinstance(t, (S.For, S.Store, S.Scatter)) or isinstance(t, S.Assign) and t.name in read
-                        for t in between):
+            if taken_in is not None:
+                j = places[taken_in]
+                if not (wide(reduce.x.dims) and _movable(reduce.x, scale, taken_in, loop_body[j + 1:k])):
                     continue
                 dropped.add(j)
             lanes = S.fresh_name(f"{s.name}_lanes", taken)
