@@ -252,6 +252,19 @@ class BroadcastTo(_Composite, TExpr):
 
 
 @dataclass(frozen=True)
+class SwapPairs(_Composite, TExpr):
+    """`x` with the lanes of `axis`, its last axis, exchanged in pairs (lane 2i takes lane
+    2i + 1's value and lane 2i + 1 lane 2i's). Made by the Triton backend (pair_swaps.py) in
+    place of the loads of a neighbour `X[d + 1]` / `X[d - 1]` that a `where(d % 2 == 0, ...)`
+    picks between; no other backend receives it."""
+    x: TExpr
+    axis: str
+
+    def _layout(self):
+        return self.x.dims, self.x.unit
+
+
+@dataclass(frozen=True)
 class Mask(TExpr):
     """True on the valid lanes of `axis`."""
     axis: str
@@ -541,7 +554,7 @@ def walk_texpr(e: TExpr):
 def texpr_children(e: TExpr) -> tuple[TExpr, ...]:
     if isinstance(e, Gather):
         return e.subscripts
-    if isinstance(e, (Unary, Expand, BroadcastTo, Cast, Reduce, Scan)):
+    if isinstance(e, (Unary, Expand, BroadcastTo, Cast, Reduce, Scan, SwapPairs)):
         return (e.x,)
     if isinstance(e, Binary):
         return (e.a, e.b)
@@ -556,7 +569,7 @@ def with_children(e: TExpr, kids: tuple[TExpr, ...]) -> TExpr:
     """e with its children (texpr_children's order) replaced by `kids`."""
     if isinstance(e, Gather):
         return replace(e, subscripts=tuple(kids))
-    if isinstance(e, (Unary, Expand, BroadcastTo, Cast, Reduce, Scan)):
+    if isinstance(e, (Unary, Expand, BroadcastTo, Cast, Reduce, Scan, SwapPairs)):
         return replace(e, x=kids[0])
     if isinstance(e, Binary):
         return replace(e, a=kids[0], b=kids[1])

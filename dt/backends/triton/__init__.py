@@ -111,7 +111,7 @@ class TritonBackend:
                 result = replay(*args, *scalar_args, *outputs.values()) if outputs else replay(*args, *scalar_args)
             else:  # the launcher: recording this key's launches the first time (None: not replayable)
                 if module.tile_checks:
-                    check_at_launch(module.tile_checks, module.dot_dims, sizes)
+                    check_at_launch(module.tile_checks, module.least_tiles, sizes)
                 extent_args = [sizes[f"{d}_SIZE"] for d in module.call_extents]
                 try:
                     if replay is _UNRECORDED:

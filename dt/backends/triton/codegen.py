@@ -46,7 +46,7 @@ class Module:
     scalars: tuple[str, ...]
     call_extents: tuple[str, ...]  # dims the launcher takes as arguments (no input binds them)
     tile_checks: tuple[TileCheck, ...]
-    dot_dims: dict[str, int]  # `{dim}_SIZE` in a tl.dot -> the lanes its padded tile has at least
+    least_tiles: dict[str, int]  # `{dim}_SIZE` -> the lanes its padded tile has at least (tl.dot, pair swaps)
     launch_lines: tuple[tuple[int, int, S.Kernel], ...]  # (first, last line, kernel) of each launch
     kernels: tuple[str, ...]  # the @triton.jit kernels' names in the module
     gluon_kernels: tuple[str, ...] = ()  # their Gluon twins' (gluon.py), run on Hopper GPUs
@@ -85,11 +85,11 @@ def render(pipeline: S.Pipeline, f32_dot: str = "ieee", width: int | None = LINE
                                                      gluon_names, refusals)
     used_helpers = set().union(*(kr.helpers_used for kr in kernels))
     used_gluon_helpers = set().union(*(kr.gluon.helpers_used for kr in kernels if kr.gluon))
-    dot_dims = {}
+    least_tiles = {}
     for kr in kernels:
-        for size, least in kr.dot_dims.items():
-            dot_dims[size] = max(dot_dims.get(size, 0), least)
-    launcher = Launcher(pipeline, kernels, function, in_launcher, helper_names, dot_dims)
+        for size, least in kr.least_tiles.items():
+            least_tiles[size] = max(least_tiles.get(size, 0), least)
+    launcher = Launcher(pipeline, kernels, function, in_launcher, helper_names, least_tiles)
     launch_helpers = ["_check"]
     if any(kr.program_count for kr in kernels):
         launch_helpers.append("_multiprocessors")
@@ -132,7 +132,7 @@ def render(pipeline: S.Pipeline, f32_dot: str = "ieee", width: int | None = LINE
     source = _format(w.lines, width)
     checks = tuple(c for kr in kernels for c in kr.limits.deferred)
     return Module(source, function, tuple(t.name for t in pipeline.inputs), pipeline.scalars,
-                  launcher.call_extents, checks, dot_dims, _launch_lines(source, pipeline, kernel_names),
+                  launcher.call_extents, checks, least_tiles, _launch_lines(source, pipeline, kernel_names),
                   tuple(kernel_names.values()), tuple(kr.gluon.name for kr in kernels if kr.gluon))
 
 

@@ -15,6 +15,7 @@ from dt.backends.triton.integers import Signs, integer_scalars
 from dt.backends.triton.lane_accumulators import int32_index_dims, with_lane_accumulators
 from dt.backends.triton.layout import AxisLayout, KernelLayout, dot_minimum
 from dt.backends.triton.limits import TileLimits
+from dt.backends.triton.pair_swaps import with_pair_swaps
 from dt.backends.triton.tma import TmaPlan
 from dt.ir import scheduled as S
 from dt.ir import uses
@@ -22,12 +23,15 @@ from dt.ir.index_expr import index_source as index, renamed
 
 
 class KernelRenderer(ExpressionRenderer):
-    """Names, plans and renders one kernel; `helpers_used`, `dot_dims`, `limits.deferred` and
+    """Names, plans and renders one kernel; `helpers_used`, `least_tiles`, `limits.deferred` and
     `tma` tell the module and its launcher what the kernel needs."""
+    pair_swaps = True  # neighbours a parity where picks between read from swapped pairs (pair_swaps.py)
 
     def __init__(self, kernel: S.Kernel, pipeline: S.Pipeline, f32_dot: str, reserved, helpers, name):
         # (the loops of one walk are side by side before the lanes' results come between them)
         self.eviction = eviction_policies(kernel)
+        if self.pair_swaps:
+            kernel = with_pair_swaps(kernel)
         kernel = with_lane_accumulators(kernel)
         self.kernel = kernel
         self.pipeline = pipeline
@@ -43,7 +47,7 @@ class KernelRenderer(ExpressionRenderer):
         self.integer_scalars = integer_scalars(pipeline)
         self.names = Names(reserved)
         self.helpers_used: set[str] = set()
-        self.dot_dims: dict[str, int] = {}  # a whole-extent tile in a tl.dot -> the lanes it takes at least
+        self.least_tiles: dict[str, int] = {}  # a whole-extent tile -> the lanes it takes at least
         # The kernel's IR names first (as they are), then the names it derives (`x_offsets`, `A_ptr`).
         self.names.ir("pid")
         self.scalars = {s: self.names.ir(pipeline.global_names.scalars[s]) for s in self.params.scalars}
@@ -64,6 +68,7 @@ class KernelRenderer(ExpressionRenderer):
         self.gather_indices: dict[tuple[int, int], str] = {}  # (id of a Gather, axis) -> its named subscript
         self._plan_axes()
         self._plan_dots()
+        self._plan_pairs()
         self.tma = TmaPlan(kernel, pipeline, self.layout, self.names)
         self.use_tma = self.names.fresh("USE_TMA") if self.tma.descriptors else None
         self.program_count = self.names.fresh("program_count") if kernel.persistent else None
@@ -117,7 +122,7 @@ class KernelRenderer(ExpressionRenderer):
             for axis, least in zip((node.a.dims[0], node.axis, node.b.dims[1]), dot_minimum(node)):
                 tile = self.layout.axes[axis].tile
                 if isinstance(tile, str):
-                    self.dot_dims[tile] = max(self.dot_dims.get(tile, 0), least)
+                    self.least_tiles[tile] = max(self.least_tiles.get(tile, 0), least)
 
     def _tensor_core(self, dot: S.Dot) -> bool:
         tiles = [self.layout.axes[a].tile for a in (dot.a.dims[0], dot.axis, dot.b.dims[1])]
@@ -130,6 +135,14 @@ class KernelRenderer(ExpressionRenderer):
     def shape_text(self, axes) -> str:
         sizes = [self.tile_text(a) for a in axes]
         return f"({sizes[0]},)" if len(sizes) == 1 else f"({', '.join(sizes)})"
+
+    def _plan_pairs(self):
+        """A tile whose lanes are swapped in pairs takes 2 lanes at least (an extent of 1 pads)."""
+        for s in S.walk_statements(self.kernel.body):
+            if isinstance(s, S.Assign) and isinstance(s.value, S.SwapPairs):
+                tile = self.layout.axes[s.value.axis].tile
+                if isinstance(tile, str):
+                    self.least_tiles[tile] = max(self.least_tiles.get(tile, 0), 2)
 
     # ------------------------------------------------------------ kernel
     def parameters(self) -> list[str]:
@@ -209,11 +222,25 @@ class KernelRenderer(ExpressionRenderer):
     def Assign(self, s: S.Assign, w: Writer):
         self.limits.check_tiles(s.value, s.loc, s.dt_name or s.name)
         self.name_gather_subscripts(s.value, w, s.loc)
-        if s.value in self.tma.box_descriptor:
+        if isinstance(s.value, S.SwapPairs):
+            self.swap_pairs(s, w)
+        elif s.value in self.tma.box_descriptor:
             name = self.names.ir(s.name)
             self.tma_or_pointers(w, f"{name} = {self.box_load(s.value)}", f"{name} = {self.pointer_load(s.value)}")
         else:
             w.line(f"{self.names.ir(s.name)} = {self.texpr(s.value, s.loc)}")
+
+    def swap_pairs(self, s: S.Assign, w: Writer):
+        """tile -> [..., lanes / 2, 2] -> its even and odd lanes -> joined odd first, shaped back."""
+        x = s.value.x
+        name = self.names.ir(s.name)
+        tile = self.layout.axes[s.value.axis].tile
+        half = str(tile // 2) if isinstance(tile, int) else f"{self.tiles[tile]} // 2"
+        pairs = "(" + ", ".join([self.tile_text(a) for a in x.dims[:-1]] + [half, "2"]) + ")"
+        source = self.texpr(x, s.loc)
+        even, odd = self.names.fresh(f"{source}_even"), self.names.fresh(f"{source}_odd")
+        w.line(f"{even}, {odd} = tl.split(tl.reshape({source}, {pairs}))")
+        w.line(f"{name} = tl.reshape(tl.join({odd}, {even}), {self.shape_text(x.dims)})")
 
     def For(self, s: S.For, w: Writer):
         bounds = loop_bounds(self.index(s.start), self.index(s.stop), s.step)

@@ -37,7 +37,7 @@ from dt.ir.ops import REDUCTIONS
 
 def with_lane_accumulators(kernel: S.Kernel) -> S.Kernel:
     """`kernel` with every eligible tile-by-tile reduction accumulated lane by lane."""
-    taken = _names(kernel)
+    taken = kernel_names(kernel)
     from_dot = _dot_results(kernel.body)
     body = _rewrite(kernel.body, taken, from_dot, _read_once(kernel.body), _wide_tiles(kernel))
     if body == kernel.body:
@@ -45,7 +45,7 @@ def with_lane_accumulators(kernel: S.Kernel) -> S.Kernel:
     return dataclasses.replace(kernel, body=body)
 
 
-def _names(kernel: S.Kernel) -> set[str]:
+def kernel_names(kernel: S.Kernel) -> set[str]:
     """Every name the kernel's code may use: a new tile must not take any (a scalar input, an
     extent, a loop variable, a module-level name of the generated code)."""
     names = set(S.RESERVED_NAMES) | S.index_names(kernel.program_count) | uses.used_index_names(kernel.body)

@@ -19,13 +19,13 @@ class Launcher:
     """The public function: checks inputs, infers extents, allocates, launches in order."""
 
     def __init__(self, pipeline: S.Pipeline, kernels: list[KernelRenderer], function: str, reserved, helpers: dict,
-                 dot_dims):
+                 least_tiles):
         self.pipeline = pipeline
         self.kernels = kernels
         self.function = function
         self.helpers = helpers
         self.check = helpers["_check"]
-        self.dot_dims = dot_dims
+        self.least_tiles = least_tiles
         self.names = Names(reserved)
         bound = {d for t in pipeline.inputs for d in t.dims}
         chunked = {d for d, _, _ in pipeline.chunks}
@@ -121,7 +121,7 @@ class Launcher:
         tiles = {}
         for size in kr.tiles:
             tile = f"triton.next_power_of_2({self.sizes[size[:-len('_SIZE')]]})"
-            tiles[size] = f"max({self.dot_dims[size]}, {tile})" if size in self.dot_dims else tile
+            tiles[size] = f"max({self.least_tiles[size]}, {tile})" if size in self.least_tiles else tile
             if kr.use_tma:  # named: the TMA boxes use it too
                 name = self.names.fresh(kr.tiles[size])
                 w.line(f"{name} = {tiles[size]}")

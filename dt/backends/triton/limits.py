@@ -63,10 +63,10 @@ class TileLimits:
                 self.check_tile(node.dims, node.unit, loc, f"a tile computing '{dt_name}'")
 
 
-def check_at_launch(checks: tuple[TileCheck, ...], dot_dims: dict[str, int], sizes: dict):
+def check_at_launch(checks: tuple[TileCheck, ...], least_tiles: dict[str, int], sizes: dict):
     """Refuse a whole-extent tile that the call's extents (`sizes`, by `{dim}_SIZE`) make too large."""
     for check in checks:
-        factors = [f if isinstance(f, int) else tile_padding(sizes[f], dot_dims.get(f, 1)) for f in check.factors]
+        factors = [f if isinstance(f, int) else tile_padding(sizes[f], least_tiles.get(f, 1)) for f in check.factors]
         numel = math.prod(factors)
         if numel > MAX_TILE:
             extents = ", ".join(f"{f[:-len('_SIZE')]}={sizes[f]}" for f in check.factors if isinstance(f, str))
