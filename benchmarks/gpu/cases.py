@@ -317,9 +317,6 @@ SCHEDULES: list[tuple[str, str | None, str | None, str]] = [
     ("layernorm_stats", "x=4096, k=4096", None, _S + "layernorm_stats_2048.dt"),
     ("layernorm_stats", "x=16384, k=4096", "bf16", _S + "layernorm_stats_2048.dt"),
     ("layernorm_stats", "x=4096, k=8192", "bf16", _S + "layernorm_stats_2048.dt"),
-    # dt tune's programs of 4 rows x 128 columns at 4096 x 14,336 f32: 1.02-1.03x the example's one row
-    # x 2048 columns on the f32 rows, 0.84-0.86x on the bf16 ones (H100)
-    ("swiglu", None, "f32", _S + "swiglu_4x128.dt"),
     # dt tune's 2048-wide walk of each row, at 4096 x 4096 f32: 1.04-1.05x the whole row in one tile on the
     # f32 rows, 0.95-0.98x on the bf16 ones (H100)
     ("softmax_grad", None, "f32", _S + "softmax_grad_2048.dt"),
