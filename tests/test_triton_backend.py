@@ -363,6 +363,19 @@ def test_a_max_or_min_across_lanes_keeps_nan(fn, schedule):
     np.testing.assert_array_equal(np.asarray(prog(backend="triton", A=a)), want)
 
 
+@pytest.mark.parametrize("value", ["rsum(A[x, y] + 1.0, y)", "rsum(exp(A[x, y]), y)", "rmin(A[x, y] * A[x, y] + 1.0, y)",
+                                   "rmax(-1.0 - A[x, y] * A[x, y], y)"])
+@pytest.mark.parametrize("tile", [6, 12])
+def test_reductions_over_tiles_triton_pads_leave_out_the_padding(value, tile):
+    """A tile of 6 lanes is 8 in Triton (tl.arange takes powers of two): lanes 6 and 7 load 0,
+    and whatever is computed from that (1.0 and exp(0) in a sum, a min of 1.0 over values above it,
+    a max of -1.0 over values below) must not reach the reduction."""
+    prog = dt.loads(f"Func s; In A; Var x; RVar y;\ns[x] = {value};\ns.block(x:1); s.tensorize(y:{tile});\n"
+                    "s.compile();")
+    args = random_inputs(prog, {"x": 3, "y": 4 * tile + 5}, "f32", seed=7)
+    assert_close(prog(backend="triton", **args), prog.reference(**args), "f32")
+
+
 @pytest.mark.parametrize("dtype", ["f32", "bf16"])
 @pytest.mark.parametrize("fn", ["rmax", "rmin", "cummax", "cummin"])
 def test_the_interpreter_runs_nan_keeping_max_and_min_as_numpy(fn, dtype, monkeypatch):

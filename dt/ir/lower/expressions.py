@@ -198,9 +198,11 @@ class ExpressionLowering:
         return str(size.value) if isinstance(size, IConst) else "the whole extent"
 
     def masked(self, value: S.TExpr, axis: str, fill: float) -> S.TExpr:
-        """Lanes of `axis` past its end (or padding, in backends that pad) replaced by fill."""
+        """Lanes of `axis` past its end (or padding, in backends that pad) replaced by fill. A tile
+        of a constant size without a limit has neither unless the size is not a power of two:
+        Triton pads such a tile (6 lanes to 8), and its lanes 6 and 7 must not reach a sum."""
         ax = self.axes[axis]
-        if ax.limit is None and isinstance(ax.size, IConst):
+        if ax.limit is None and isinstance(ax.size, IConst) and ax.size.value & (ax.size.value - 1) == 0:
             return value
         mask = S.Mask(axis) if value.dims == (axis,) else S.Expand(S.Mask(axis), value.dims)
         return S.Where(mask, value, S.Literal(fill, value.dtype))
