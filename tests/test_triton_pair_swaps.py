@@ -76,18 +76,28 @@ def _runs() -> bool:
     return backends.available("triton")
 
 
-@pytest.mark.parametrize("value,schedule,sizes", [
-    (ROTATE, "o.block(x:1); o.tensorize(d:0);", {"x": 3, "d": 8}),
-    (ROTATE, "o.block(x:1); o.tensorize(d:0);", {"x": 2, "d": 7}),  # the last lane's partner is past the row
-    (ROTATE, "o.block(x:1); o.tensorize(d:0);", {"x": 2, "d": 1}),
-    (ROTATE, "o.block(x:2, d:4); o.tensorize(x:2, d:4);", {"x": 3, "d": 10}),  # tiles from even starts
-    (ROTATE, "o.block(x:1, d:3); o.tensorize(d:3);", {"x": 2, "d": 10}),  # left as gathers
-    ("where(d % 2 == 1, X[x, d - 1], X[x, d + 1] * 2.0)", "o.block(x:1); o.tensorize(d:0);", {"x": 2, "d": 9}),
+@pytest.mark.parametrize("dims,value,schedule,sizes,swapped", [
+    ("o[x, d]", ROTATE, "o.block(x:1); o.tensorize(d:0);", {"x": 3, "d": 8}, True),
+    ("o[x, d]", ROTATE, "o.block(x:1); o.tensorize(d:0);", {"x": 2, "d": 7}, True),  # the last partner is past the row
+    ("o[x, d]", ROTATE, "o.block(x:1); o.tensorize(d:0);", {"x": 2, "d": 1}, True),
+    ("o[x, d]", ROTATE, "o.block(x:2, d:4); o.tensorize(x:2, d:4);", {"x": 3, "d": 11}, True),  # blocks end at min(even, d)
+    ("o[x, d]", ROTATE, "o.block(x:1); o.tensorize(d:4);", {"x": 2, "d": 10}, True),  # a loop of 4-lane tiles
+    ("o[x, d]", ROTATE, "o.block(x:1, d:3); o.tensorize(d:3);", {"x": 2, "d": 10}, False),  # odd tiles
+    ("o[b, x, d]", "where(d % 2 == 1, X[b, x, d - 1], X[b, x, d + 1] * 2.0)",
+     "o.block(b:2, x:2); o.tensorize(b:2, x:2, d:0);", {"b": 3, "x": 3, "d": 9}, True),
+    ("o[x]", "rsum(where(d % 2 == 0, -X[x, d + 1], X[x, d - 1]) * X[x, d], d)",
+     "o.block(x:2); o.tensorize(x:2, d:4);", {"x": 3, "d": 13}, True),  # whole tiles, then the cut one
 ])
-def test_kernels_with_swapped_pairs_match_the_reference(value, schedule, sizes):
+def test_kernels_with_swapped_pairs_match_the_reference(dims, value, schedule, sizes, swapped):
     pytest.importorskip("torch")
     if not _runs():
         pytest.skip("Triton kernels run on a GPU or under TRITON_INTERPRET=1")
-    prog = _program(value, schedule)
+    outer = ", ".join(v for v in ("b", "x") if v in sizes)
+    d = "Var" if "d]" in dims else "RVar"  # a reduction over d where the output lacks it
+    prog = dt.loads(f"""Func o; In X; Var {outer}; {d} d;
+{dims} = {value};
+{schedule}
+o.compile();""")
+    assert ("tl.split(" in prog.source("triton", "f32")) == swapped
     args = random_inputs(prog, sizes, "f32", seed=3)
     assert_close(prog(backend="triton", **args), prog.reference(**args), "f32")

@@ -27,7 +27,6 @@ class GluonLayouts(KernelRenderer):
     """What a Gluon twin's renderer (gluon.py) adds to the Triton renderer's for layouts: `grids`
     (by column dimension) and `default` are set by the twin; each layout spans one warpgroup
     (a partition's)."""
-    pair_swaps = False  # tl.split / tl.join would need layouts of their own
     grids: dict
     default: Grid
 

@@ -115,6 +115,8 @@ class GluonPlan:
                                            "is no product's operand")
                 if isinstance(s, S.Assign) and isinstance(s.value, S.BroadcastTo):
                     raise NotPipelined("a broadcast assigned")
+                if isinstance(s, S.Assign) and isinstance(s.value, S.SwapPairs):
+                    raise NotPipelined("a tile's pairs swapped (pair_swaps.py: tl.split and tl.join)")
                 dims = s.value.dims
                 if len(dims) > 2:
                     raise NotPipelined(f"a tile of {len(dims)} dimensions")

@@ -25,13 +25,11 @@ from dt.ir.index_expr import index_source as index, renamed
 class KernelRenderer(ExpressionRenderer):
     """Names, plans and renders one kernel; `helpers_used`, `least_tiles`, `limits.deferred` and
     `tma` tell the module and its launcher what the kernel needs."""
-    pair_swaps = True  # neighbours a parity where picks between read from swapped pairs (pair_swaps.py)
 
     def __init__(self, kernel: S.Kernel, pipeline: S.Pipeline, f32_dot: str, reserved, helpers, name):
+        kernel = with_pair_swaps(kernel)
         # (the loops of one walk are side by side before the lanes' results come between them)
         self.eviction = eviction_policies(kernel)
-        if self.pair_swaps:
-            kernel = with_pair_swaps(kernel)
         kernel = with_lane_accumulators(kernel)
         self.kernel = kernel
         self.pipeline = pipeline

@@ -22,6 +22,7 @@ import dataclasses
 from dt.backends.triton.lane_accumulators import kernel_names
 from dt.ir import scheduled as S
 from dt.ir.index_expr import IBin, IConst, IVar
+from dt.ir.naming import fresh_name
 
 
 def with_pair_swaps(kernel: S.Kernel) -> S.Kernel:
@@ -29,7 +30,7 @@ def with_pair_swaps(kernel: S.Kernel) -> S.Kernel:
     tile, lanes swapped in pairs (see the module's docstring)."""
     written = {s.tensor for s in S.walk_statements(kernel.body) if isinstance(s, (S.Store, S.Scatter))}
     rewrite = _Rewrite(kernel_names(kernel), written)
-    body = rewrite.body(kernel.body, _Scope({}, set(), {}, {}, {}))
+    body = rewrite.body(kernel.body, _Scope({}, {}, set(), {}, {}, {}))
     if body == kernel.body:
         return kernel
     return dataclasses.replace(kernel, body=_without_unread(body, rewrite.replaced))
@@ -47,14 +48,18 @@ class _Rewrite:
         for s in body:
             if isinstance(s, S.Axis):
                 scope.axes[s.name] = s
-            elif isinstance(s, S.Let) and _even(s.value, scope.even):
-                scope.even.add(s.name)
+            elif isinstance(s, S.Let):
+                scope.lets[s.name] = s.value
+                if _even(s.value, scope.even):
+                    scope.even.add(s.name)
             elif isinstance(s, S.For):
+                assigned = {t.name for t in S.walk_statements(s.body) if isinstance(t, S.Assign)}
                 inner = scope.inner()
+                inner.forget(assigned)  # a tile assigned in the loop holds another value from the second step
                 if _even(s.start, scope.even) and s.step % 2 == 0:
                     inner.even.add(s.var)
                 s = dataclasses.replace(s, body=self.body(s.body, inner))
-                scope.forget({t.name for t in S.walk_statements(s.body) if isinstance(t, S.Assign)})
+                scope.forget(assigned)
             elif isinstance(s, (S.Assign, S.Store)):
                 s = dataclasses.replace(s, value=self.texpr(s.value, scope, out))
             out.append(s)
@@ -81,7 +86,7 @@ class _Rewrite:
             return e
         a = self.branch(e.a, axis, +1 if even_lanes_take_a else -1, scope, out)
         b = self.branch(e.b, axis, -1 if even_lanes_take_a else +1, scope, out)
-        return dataclasses.replace(e, a=a, b=b)
+        return a if a == b else dataclasses.replace(e, a=a, b=b)
 
     def branch(self, e: S.TExpr, axis: str, shift: int, scope: "_Scope", out: list) -> S.TExpr:
         """`e` with each Ref to a gather of a neighbour at `shift` along `axis` replaced by the
@@ -94,11 +99,11 @@ class _Rewrite:
             key = (gather.tensor, indices, gather.order, gather.dtype)
             load = next((name for k, name in scope.loads.items() if _same_load(k, key, scope.axes)), None)
             if load is None:  # the neighbours only: load the row itself (aligned, vectorised)
-                load = _fresh(gather.tensor, self.taken)
+                load = fresh_name(gather.tensor, self.taken)
                 out.append(S.Assign(load, S.Load(*key, loc=gather.loc), dt_name=gather.tensor, loc=gather.loc))
                 scope.loads[key] = load
             if load not in scope.swapped:
-                name = _fresh(f"{load}_pairs", self.taken)
+                name = fresh_name(f"{load}_pairs", self.taken)
                 out.append(S.Assign(name, S.SwapPairs(S.Ref(load, e.ref_dims, e.dtype, e.ref_unit), axis)))
                 scope.swapped[load] = name
             self.replaced.add(e.name)
@@ -109,16 +114,19 @@ class _Rewrite:
 
 @dataclasses.dataclass
 class _Scope:
-    """What a statement list sees: its axes, names known even, plain loads (key -> tile), gathers
-    (tile -> Gather) and pair tiles made (load's tile -> pairs' tile), its enclosing lists' too."""
+    """What a statement list sees: its axes, Let values, names known even, plain loads (key ->
+    tile), gathers (tile -> Gather) and pair tiles made (load's tile -> pairs' tile), its
+    enclosing lists' too."""
     axes: dict
+    lets: dict
     even: set
     loads: dict
     gathers: dict
     swapped: dict
 
     def inner(self) -> "_Scope":
-        return _Scope(dict(self.axes), set(self.even), dict(self.loads), dict(self.gathers), dict(self.swapped))
+        return _Scope(dict(self.axes), dict(self.lets), set(self.even), dict(self.loads), dict(self.gathers),
+                      dict(self.swapped))
 
     def forget(self, names: set[str]):
         """Drop what tiles `names` held: they are assigned again."""
@@ -176,7 +184,7 @@ def _lanes_of(g: S.Gather, axis: str, shift: int, c: _Scope) -> tuple[str, ...] 
         sub = S.without_layout(sub)
         if isinstance(sub, S.Binary) and sub.op == ("+" if shift > 0 else "-") and isinstance(sub.a, S.IndexOf) \
                 and sub.a.axis == axis and _literal(sub.b) == 1:
-            if not _masked_alike(c.axes[axis], extent):
+            if not _masked_alike(c.axes[axis], extent, c):
                 return None
             indices.append(axis)
         elif isinstance(sub, S.IndexOf):
@@ -200,23 +208,22 @@ def _same_load(a: tuple, b: tuple, axes) -> bool:
         for x, y in zip(a[1], b[1]))
 
 
-def _masked_alike(axis: S.Axis, extent) -> bool:
+def _masked_alike(axis: S.Axis, extent, scope: _Scope) -> bool:
     """Whether a lane's partner is valid in `axis` exactly where it lies inside [0, extent) (the
-    pairs being whole, the start even): the load masks lanes at the axis's limit, or, without
-    one, at an extent's size from 0 (Triton pads the tile), or masks none (a constant size)."""
+    pairs being whole, the start even): the load masks lanes at the axis's limit (`extent`, or
+    a block's end `min(even, extent)`, whose even bound no pair straddles), or, without one, at
+    an extent's size from 0 (Triton pads the tile), or masks none (a constant size)."""
     if axis.limit is not None:
-        return extent == axis.limit
+        limit = axis.limit
+        while isinstance(limit, IVar) and limit.name in scope.lets:
+            limit = scope.lets[limit.name]
+        if limit == extent:
+            return True
+        return isinstance(limit, IBin) and limit.op == "min" and any(
+            side == extent and _even(other, scope.even) for side, other in ((limit.a, limit.b), (limit.b, limit.a)))
     if isinstance(axis.size, IConst):
         return True
     return axis.start == IConst(0) and axis.size == extent
-
-
-def _fresh(base: str, taken: set[str]) -> str:
-    name, n = base, 2
-    while name in taken:
-        name, n = f"{base}_{n}", n + 1
-    taken.add(name)
-    return name
 
 
 def _without_unread(body, gathers: set[str]):
