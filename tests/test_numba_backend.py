@@ -199,6 +199,42 @@ def test_threads_do_not_change_results():
     np.testing.assert_array_equal(parallel, serial)
 
 
+class _DeferredPool:
+    """A pool whose work runs when its result is asked for: the calling thread takes every chunk first."""
+
+    def __init__(self):
+        self.submitted = 0
+
+    def submit(self, work):
+        self.submitted += 1
+        return type("Deferred", (), {"result": staticmethod(work)})()
+
+
+def test_a_launch_with_little_work_stays_on_the_calling_thread(monkeypatch):
+    if numba.config.NUMBA_NUM_THREADS < 2:
+        pytest.skip("one thread: every launch runs on the calling thread")
+    prog = dt.load(ROOT / "examples" / "cpu" / "add.dt")
+    generated = backends.get("numba").module(prog.pipeline("f32"))
+    pool = _DeferredPool()
+    monkeypatch.setattr(generated, "_POOL", pool)
+    monkeypatch.setattr(generated, "_WORK_SECONDS", {})
+    monkeypatch.setattr(numba, "get_num_threads", lambda: 2)
+    args = random_inputs(prog, dict(x=3, y=2500), "f32", seed=1)
+    expected = prog.reference(**args)
+
+    def call():
+        out = generated.add(args["A"], args["B"], args["alpha"], 3, 2500)["add_out"]
+        np.testing.assert_allclose(out, expected, rtol=1e-6)
+        return pool.submitted
+
+    monkeypatch.setattr(generated, "_SERIAL_BELOW", 1e9)  # any work is little
+    assert call() == 1  # nothing measured yet: the pool's thread is asked
+    assert call() == 1  # measured little: this thread alone
+    monkeypatch.setattr(generated, "_SERIAL_BELOW", 0.0)  # no work is little
+    assert call() == 2
+    assert call() == 3
+
+
 def test_source_is_what_compile_runs_and_what_dt_compile_writes(tmp_path):
     prog = dt.load(example_path("matmul"))
     backend = backends.get("numba")

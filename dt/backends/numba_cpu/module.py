@@ -33,6 +33,7 @@ MODULE_GLOBALS = ("math", "np", "numba", "njit", "intrinsic", "ir", "get_host_cp
                   "cgutils",
                   "ThreadPoolExecutor", "count", "f32", "f64",
                   "i32", "i64", "u16", "u32", "u64", "_KERNEL", "_HELPER", "_POOL", "_launch", "_operand", "_result",
+                  "perf_counter", "_SERIAL_BELOW", "_WORK_SECONDS",
                   *ML_DTYPES.values())
 
 # Threads run the program instances of a launch: numba's parallel loops (prange) cost seconds of
@@ -42,23 +43,35 @@ LAUNCH = '''\
 def _launch(kernel, programs, *args):
     """Run program instances 0..programs-1 of `kernel` on numba.get_num_threads() threads
     (NUMBA_NUM_THREADS by default). The threads take chunks of consecutive program ids in turn,
-    so that one slowed down by other work on the machine ends up with fewer."""
+    so that one slowed down by other work on the machine ends up with fewer. A launch that took
+    less than _SERIAL_BELOW seconds of work last time (the same kernel and shapes) runs on this
+    thread alone: handing chunks to the pool and waiting for it costs tens of microseconds."""
     threads = min(numba.get_num_threads(), programs)
-    if threads == 1:
+    key = (kernel, tuple(getattr(a, "shape", None) for a in args))
+    if threads <= 1 or _WORK_SECONDS.get(key, _SERIAL_BELOW) < _SERIAL_BELOW:
+        start = perf_counter()
         kernel(0, programs, *args)
+        _WORK_SECONDS[key] = perf_counter() - start
         return
     chunks = min(programs, 4 * threads)
     chunk_ids = count()  # shared by the threads: next() on it is atomic
 
     def work():
+        done = 0
         for chunk in chunk_ids:
             if chunk >= chunks:
-                return
-            kernel(programs * chunk // chunks, programs * (chunk + 1) // chunks, *args)
+                return done
+            first, last = programs * chunk // chunks, programs * (chunk + 1) // chunks
+            kernel(first, last, *args)
+            done += last - first
+        return done
 
     kernel(0, 0, *args)  # compiles it, or loads it from the cache, in this thread only
     others = [_POOL.submit(work) for _ in range(threads - 1)]
-    work()
+    start = perf_counter()
+    mine = work()
+    if mine:  # this thread's pace, over every program: the work of the launch on one thread
+        _WORK_SECONDS[key] = (perf_counter() - start) * programs / mine
     for other in others:
         other.result()
 '''
@@ -124,6 +137,7 @@ class _Module:
         w.line("import math")
         w.line("from concurrent.futures import ThreadPoolExecutor")
         w.line("from itertools import count")
+        w.line("from time import perf_counter")
         w.line("")
         w.line("import numba")
         w.line("import numpy as np")
@@ -154,6 +168,10 @@ class _Module:
         hfm = ", ".join(f'"{f}"' for f in HELPER_FASTMATH)
         w.line(f'_HELPER = dict(cache=True, error_model="numpy", fastmath={{{hfm}}})')
         w.line('_POOL = ThreadPoolExecutor(max(1, numba.config.NUMBA_NUM_THREADS - 1), thread_name_prefix="dt")')
+        w.line("# A launch with less work than this (seconds, on one thread) runs on the calling thread only: two")
+        w.line("# threads would save less than the pool's hand-off and join cost (PyTorch's grain size, timed).")
+        w.line("_SERIAL_BELOW = 1e-4")
+        w.line("_WORK_SECONDS = {}  # (kernel, the arguments' shapes) -> the last launch's work on one thread")
         w.line("")
         w.line("")
         w.lines += LAUNCH.rstrip("\n").split("\n")
