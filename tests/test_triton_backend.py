@@ -376,6 +376,24 @@ def test_reductions_over_tiles_triton_pads_leave_out_the_padding(value, tile):
     assert_close(prog(backend="triton", **args), prog.reference(**args), "f32")
 
 
+@pytest.mark.parametrize("source", [
+    "Func s; In A; Var x; RVar y;\ns[x] = rargmax(-1.0 - A[x, y] * A[x, y], y);\ns.block(x:1); s.tensorize(y:6);\n"
+    "s.compile();",
+    "Func s; In A; Var x; RVar y;\ns[x] = rsum(exp(A[x, y]), y);\ns.split(y:6); s.block(x:1); s.tensorize(y:3);\n"
+    "s.compile();",
+    "Func o, m, s; In A; Var x, z; RVar y;\nm[x] = rmax(A[x, y], y);\ns[x] = rsum(exp(A[x, y] - m[x]), y);\n"
+    "o[x, z] = exp(A[x, z] - m[x]) / reshape(s[x], x, 1);\no.block(x:1); o.tensorize(z:6, y:6);\n"
+    "m.fuse_at(o, x); s.fuse_at(o, x); s.compute_with(m, y); o.compile_to_kernel();",
+])
+def test_arg_reductions_splits_and_online_statistics_over_padded_tiles(source):
+    """The padding of 6- and 3-lane tiles (8 and 4 in Triton) out of an arg-reduction's lanes,
+    a split's chunks and the online softmax's running max and sum."""
+    prog = dt.loads(source)
+    extents = {"x": 3, "y": 13, "z": 13} if "Var x, z" in source else {"x": 3, "y": 13}
+    args = random_inputs(prog, extents, "f32", seed=2)
+    assert_close(prog(backend="triton", **args), prog.reference(**args), "f32")
+
+
 @pytest.mark.parametrize("dtype", ["f32", "bf16"])
 @pytest.mark.parametrize("fn", ["rmax", "rmin", "cummax", "cummin"])
 def test_the_interpreter_runs_nan_keeping_max_and_min_as_numpy(fn, dtype, monkeypatch):
