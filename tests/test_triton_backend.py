@@ -365,7 +365,7 @@ def test_a_max_or_min_across_lanes_keeps_nan(fn, schedule):
 
 @pytest.mark.parametrize("value", ["rsum(A[x, y] + 1.0, y)", "rsum(exp(A[x, y]), y)", "rmin(A[x, y] * A[x, y] + 1.0, y)",
                                    "rmax(-1.0 - A[x, y] * A[x, y], y)"])
-@pytest.mark.parametrize("tile", [6, 12])
+@pytest.mark.parametrize("tile", [3, 6, 12])
 def test_reductions_over_tiles_triton_pads_leave_out_the_padding(value, tile):
     """A tile of 6 lanes is 8 in Triton (tl.arange takes powers of two): lanes 6 and 7 load 0,
     and whatever is computed from that (1.0 and exp(0) in a sum, a min of 1.0 over values above it,

@@ -274,10 +274,11 @@ KERNELS.update(BACKWARD_KERNELS)
 
 
 # ----------------------------------------------------------------------- DT schedules
-# The schedule the `dt` provider runs: the first row whose kernel matches and whose shape
-# ('x=4096, y=1000', as Case.shape_text) and dtype match or are None. Tune on the GPU with
-# `bench.py --tune` (times every candidate below) and edit this table; `--schedule` overrides
-# it for one run. Paths are relative to the repository root.
+# The schedule the `dt` provider runs where neither `--schedule` nor a tuned file
+# (schedules/tuned/<kernel>_<shape>_<dtype>.dt, written by tune.py, one set for every device)
+# names one: the first row whose kernel matches and whose shape ('x=4096, y=1000', as
+# Case.shape_text) and dtype match or are None. Tune on the GPU with `bench.py --tune` (times
+# every candidate below) and edit this table. Paths are relative to the repository root.
 _S = "benchmarks/gpu/schedules/"
 SCHEDULES: list[tuple[str, str | None, str | None, str]] = [
     ("dyt", "x=4096, y=1000", None, _S + "dyt_row.dt"),

@@ -48,6 +48,8 @@ def _launch(kernel, programs, *args):
     thread alone: handing chunks to the pool and waiting for it costs tens of microseconds."""
     threads = min(numba.get_num_threads(), programs)
     key = (kernel, tuple(getattr(a, "shape", None) for a in args))
+    if len(_WORK_SECONDS) > 4096:  # shapes that change on every call: start afresh rather than grow
+        _WORK_SECONDS.clear()
     if threads <= 1 or _WORK_SECONDS.get(key, _SERIAL_BELOW) < _SERIAL_BELOW:
         start = perf_counter()
         kernel(0, programs, *args)
