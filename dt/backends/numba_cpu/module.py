@@ -66,7 +66,6 @@ def _launch(kernel, programs, *args):
             first, last = programs * chunk // chunks, programs * (chunk + 1) // chunks
             kernel(first, last, *args)
             done += last - first
-        return done
 
     kernel(0, 0, *args)  # compiles it, or loads it from the cache, in this thread only
     others = [_POOL.submit(work) for _ in range(threads - 1)]

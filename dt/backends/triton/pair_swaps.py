@@ -86,7 +86,7 @@ class _Rewrite:
             return e
         a = self.branch(e.a, axis, +1 if even_lanes_take_a else -1, scope, out)
         b = self.branch(e.b, axis, -1 if even_lanes_take_a else +1, scope, out)
-        return a if a == b else dataclasses.replace(e, a=a, b=b)
+        return a if a == b and a.dims == e.dims else dataclasses.replace(e, a=a, b=b)
 
     def branch(self, e: S.TExpr, axis: str, shift: int, scope: "_Scope", out: list) -> S.TExpr:
         """`e` with each Ref to a gather of a neighbour at `shift` along `axis` replaced by the
