@@ -47,6 +47,18 @@ def test_split_decode_matches_the_unsplit_program(backend):
     assert set(split.checked.stored_fused) == {"row_max_chunks", "row_sum_chunks"}
 
 
+@pytest.mark.parametrize("backend", ["interp", "numba", pytest.param("triton", marks=pytest.mark.needs_triton)])
+@pytest.mark.parametrize("tile", [1, 3])
+@pytest.mark.parametrize("bound", ["l >= m", "l > m - 3"])
+def test_a_lower_bound_in_a_split_walk_starts_no_chunk_before_the_chunk(backend, tile, bound):
+    """A chunk's walk starts at the later of its own first index and the condition's bound: taking
+    the condition's alone walked every chunk from m, adding the elements of the chunks before."""
+    prog = dt.loads(f"Func o; In A; Var m; RVar l;\no[m] = rsum(where({bound}, A[m, l], 0.0), l);\n"
+                    f"o.block(m:1); o.tensorize(l:{tile}); o.split(l:3);\no.compile();", file="lower.dt")
+    A = np.random.default_rng(3).standard_normal((6, 10)).astype(np.float32)
+    np.testing.assert_allclose(np.asarray(prog(A=A, backend=backend)), prog.reference(A=A), rtol=1e-5, atol=1e-5)
+
+
 def test_a_chunk_masked_throughout_adds_nothing():
     # causal rows: the chunks past a row's diagonal are -inf throughout; row 0 is -inf everywhere
     prog = dt.loads("""Func out, s, mx, e, dvsr, num;

@@ -394,6 +394,16 @@ def test_arg_reductions_splits_and_online_statistics_over_padded_tiles(source):
     assert_close(prog(backend="triton", **args), prog.reference(**args), "f32")
 
 
+def test_top_k_over_padded_tiles_ranks_no_padding_lane():
+    """Top-5 over 3-lane tiles (4 in Triton): a padding lane's key is -inf, its code must not
+    enter the ranks (it took the place of the row's largest element)."""
+    prog = dt.loads("Func ti; In L; Var r, i; RVar v;\nti[r, i] = rargtopk(L[r, v], v, i);\n"
+                    "ti.block(r:1); ti.tensorize(i:0, v:3);\nti.compile();")
+    L = np.array([[0, 1, 2, 4, 3], [1, 2, 3, -np.inf, -np.inf]], dtype=np.float32)
+    got = np.asarray(prog(L=L, sizes={"i": 5}, backend="triton"))
+    np.testing.assert_array_equal(got, prog.reference(L=L, sizes={"i": 5}))
+
+
 @pytest.mark.parametrize("dtype", ["f32", "bf16"])
 @pytest.mark.parametrize("fn", ["rmax", "rmin", "cummax", "cummin"])
 def test_the_interpreter_runs_nan_keeping_max_and_min_as_numpy(fn, dtype, monkeypatch):

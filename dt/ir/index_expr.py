@@ -83,6 +83,13 @@ def imin(a, b) -> IExpr:
     return IBin("min", a, b)
 
 
+def imax(a, b) -> IExpr:
+    a, b = iconst(a), iconst(b)
+    if isinstance(a, IConst) and isinstance(b, IConst):
+        return IConst(max(a.value, b.value))
+    return IBin("max", a, b)
+
+
 def icdiv(a, b) -> IExpr:
     return ifloordiv(iadd(a, isub(b, 1)), b)
 

@@ -21,6 +21,15 @@ from dt.ir.ops import OPS
 INDEX = "i64"
 
 
+def has_invalid_lanes(axis: S.Axis) -> bool:
+    """Whether a tile of `axis` may hold lanes past its end: a limit, a whole extent's tile, or a
+    constant size that is not a power of two, which Triton pads (6 lanes to 8: lanes 6 and 7 load
+    0, and what is computed from that must not reach a sum, a max or a rank)."""
+    if axis.limit is not None or not isinstance(axis.size, IConst):
+        return True
+    return axis.size.value & (axis.size.value - 1) != 0
+
+
 class ExpressionLowering:
     """The expression part of a kernel's lowering (dt.ir.lower.kernel.KernelLowering)."""
 
@@ -198,11 +207,8 @@ class ExpressionLowering:
         return str(size.value) if isinstance(size, IConst) else "the whole extent"
 
     def masked(self, value: S.TExpr, axis: str, fill: float) -> S.TExpr:
-        """Lanes of `axis` past its end (or padding, in backends that pad) replaced by fill. A tile
-        of a constant size without a limit has neither unless the size is not a power of two:
-        Triton pads such a tile (6 lanes to 8), and its lanes 6 and 7 must not reach a sum."""
-        ax = self.axes[axis]
-        if ax.limit is None and isinstance(ax.size, IConst) and ax.size.value & (ax.size.value - 1) == 0:
+        """Lanes of `axis` past its end (or padding, in backends that pad) replaced by fill."""
+        if not has_invalid_lanes(self.axes[axis]):
             return value
         mask = S.Mask(axis) if value.dims == (axis,) else S.Expand(S.Mask(axis), value.dims)
         return S.Where(mask, value, S.Literal(fill, value.dtype))

@@ -21,7 +21,7 @@ from dt.errors import DTScheduleError
 from dt.ir import algorithm as A
 from dt.ir import scheduled as S
 from dt.ir.index_expr import IConst, IVar
-from dt.ir.lower.expressions import INDEX
+from dt.ir.lower.expressions import INDEX, has_invalid_lanes
 from dt.ir.naming import size_name
 
 
@@ -150,9 +150,8 @@ class RankLowering:
         return value if value.dims == tuple(dims) else S.Expand(value, tuple(dims))
 
     def _masked_by(self, value: S.TExpr, axis: str, fill: S.TExpr) -> S.TExpr:
-        """value with the lanes past `axis`'s end replaced by `fill` (an expression)."""
-        ax = self.axes[axis]
-        if ax.limit is None and isinstance(ax.size, IConst):
+        """value with the lanes past `axis`'s end (or padding) replaced by `fill` (an expression)."""
+        if not has_invalid_lanes(self.axes[axis]):
             return value
         return S.Where(self._expand(S.Mask(axis), value.dims), value, fill)
 

@@ -13,7 +13,7 @@ from dt.ir import scheduled as S
 from dt.ir.check.compute_with import top_reductions
 from dt.ir.check.statistics import loop_statistic, mean_reduction
 from dt.ir.check.uses import read_through
-from dt.ir.index_expr import IBin, IConst, IVar, iadd, ifloordiv, imin, imul, isub
+from dt.ir.index_expr import IBin, IConst, IVar, iadd, ifloordiv, imax, imin, imul, isub
 from dt.ir.lower import skipping
 from dt.ir.lower.dtypes import float8_dot_dtype
 from dt.ir.lower.expressions import INDEX
@@ -216,9 +216,10 @@ class ReductionLowering:
                 last = iadd(end, offset) if scale == 1 else iadd(imul(end, scale), offset + 1 - scale)
                 stop = imin(stop, last)
                 uppers.append((cond, other, offset, scale))
-            else:  # from the tile holding scale * the block's first index + offset
+            else:  # from the tile holding scale * the block's first index + offset (the latest of the bounds)
                 first = IBin("max", IConst(0), iadd(imul(ax.start, scale) if scale != 1 else ax.start, offset))
-                start = imul(ifloordiv(first, tile), tile)
+                bound = imul(ifloordiv(first, tile), tile)
+                start = bound if start == IConst(0) else imax(start, bound)
                 lowers.append((cond, ax, offset, scale))
         if len(lowers) == 1 and not uppers and lowers[0][3] == 1:
             cond, ax, offset, _ = lowers[0]
