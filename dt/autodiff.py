@@ -35,6 +35,12 @@ def grad(prog, wrt=None, save=(), of=None):
                           f"name some of its inputs: {', '.join(prog.inputs)}")
         if x in checked.index_inputs:
             raise DTError(f"'{x}' indexes another tensor: it has no gradient", None, f"leave '{x}' out of wrt")
+    for f in checked.algorithm.values():
+        if f.update is not None and f.update.target in checked.written:
+            raise DTError(f"'{f.update.target}' is written by an update, which dt.grad does not differentiate through: "
+                          f"the gradient would leave the update out", f.loc,
+                          "differentiate the program without the update (write what it adds as a reduction), or "
+                          "write this gradient by hand")
     ignored = None  # the Funcs no gradient to wrt flows through, worked out if a max is saved
     for s in save:
         if s not in checked.written:

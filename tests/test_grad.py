@@ -378,6 +378,16 @@ def test_what_save_cannot_do_is_an_error_that_says_why():
         dt.grad(dt.load(ROOT / "examples" / "attention_safe.dt"), save="e")
 
 
+def test_a_program_with_an_update_is_refused_rather_than_differentiated_without_it():
+    """The derivation reads definitions only: through `g[I[t], d] += ...` it would have given a
+    gradient missing what the update adds (all zeros here), silently."""
+    prog = dt.loads("Func g, o; In E, I, G; Var v, d, t;\ng[v, d] = 0.0 * E[v, d];\n"
+                    "g[I[t], d] += G[t, d] * E[I[t], d];\no[v, d] = g[v, d] * E[v, d];\no.compile(); g.compile();\n")
+    for wrt in ("E", "G"):
+        with pytest.raises(dt.DTError, match="'g' is written by an update, which dt.grad does not differentiate"):
+            dt.grad(prog, wrt=wrt, of="o")
+
+
 def test_a_gradient_program_no_schedule_holds_for_is_an_error_not_a_program_that_fails_later():
     prog = dt.loads("Func o;\nIn A;\nVar x, y;\no[x, y] = cumsum(A[x, y], x) * A[x, y];\no.tensorize(y:0);\no.compile();\n")
     with pytest.raises(dt.DTError, match="found no schedule under which"):
