@@ -1,12 +1,13 @@
 """What a kernel reads from outside its own statements: the tensors, scalars and extents its
-launcher passes (`kernel_params`), and the names its index expressions use (`used_index_names`)."""
+launcher passes (`kernel_params`), the names its index expressions use (`used_index_names`), and
+every name its code may use (`taken_names`), which a pass making a new tile must avoid."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from dt.ir.index_expr import index_names
-from dt.ir.naming import size_name
-from dt.ir.scheduled import (Axis, For, Gather, Index, Kernel, Let, Load, Param, Extent, Pipeline, Scatter,
+from dt.ir.naming import RESERVED_NAMES, size_name
+from dt.ir.scheduled import (Assign, Axis, For, Gather, Index, Kernel, Let, Load, Param, Extent, Pipeline, Scatter,
                              Store, statement_values, walk_statements, walk_texpr)
 
 
@@ -77,3 +78,21 @@ def used_index_names(body) -> set[str]:
                 for extent in node.extents:
                     used |= index_names(extent)
     return used
+
+
+def taken_names(kernel: Kernel) -> set[str]:
+    """Every name the kernel's code may use: a new tile must not take any (a scalar input, an
+    extent, a loop variable, a module-level name of the generated code)."""
+    names = set(RESERVED_NAMES) | index_names(kernel.program_count) | used_index_names(kernel.body)
+    for s in walk_statements(kernel.body):
+        if isinstance(s, For):
+            names.add(s.var)
+        elif not isinstance(s, (Store, Scatter)):
+            names.add(s.name)
+        if isinstance(s, (Assign, Store)):
+            for n in walk_texpr(s.value):
+                if isinstance(n, Param):
+                    names.add(n.name)
+                elif isinstance(n, Extent):
+                    names.add(size_name(n.dim))
+    return names

@@ -37,30 +37,12 @@ from dt.ir.ops import REDUCTIONS
 
 def with_lane_accumulators(kernel: S.Kernel) -> S.Kernel:
     """`kernel` with every eligible tile-by-tile reduction accumulated lane by lane."""
-    taken = kernel_names(kernel)
+    taken = uses.taken_names(kernel)
     from_dot = _dot_results(kernel.body)
     body = _rewrite(kernel.body, taken, from_dot, _read_once(kernel.body), _wide_tiles(kernel))
     if body == kernel.body:
         return kernel
     return dataclasses.replace(kernel, body=body)
-
-
-def kernel_names(kernel: S.Kernel) -> set[str]:
-    """Every name the kernel's code may use: a new tile must not take any (a scalar input, an
-    extent, a loop variable, a module-level name of the generated code)."""
-    names = set(S.RESERVED_NAMES) | S.index_names(kernel.program_count) | uses.used_index_names(kernel.body)
-    for s in S.walk_statements(kernel.body):
-        if isinstance(s, S.For):
-            names.add(s.var)
-        elif not isinstance(s, (S.Store, S.Scatter)):
-            names.add(s.name)
-        if isinstance(s, (S.Assign, S.Store)):
-            for n in S.walk_texpr(s.value):
-                if isinstance(n, S.Param):
-                    names.add(n.name)
-                elif isinstance(n, S.Extent):
-                    names.add(S.size_name(n.dim))
-    return names
 
 
 def _dot_results(body) -> set[str]:

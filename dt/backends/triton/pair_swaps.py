@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from dt.backends.triton.lane_accumulators import kernel_names
 from dt.ir import scheduled as S
+from dt.ir import uses
 from dt.ir.index_expr import IBin, IConst, IVar
 from dt.ir.naming import fresh_name
 
@@ -29,7 +29,7 @@ def with_pair_swaps(kernel: S.Kernel) -> S.Kernel:
     """`kernel` with every neighbour gather a parity `where` picks between read from its load's
     tile, lanes swapped in pairs (see the module's docstring)."""
     written = {s.tensor for s in S.walk_statements(kernel.body) if isinstance(s, (S.Store, S.Scatter))}
-    rewrite = _Rewrite(kernel_names(kernel), written)
+    rewrite = _Rewrite(uses.taken_names(kernel), written)
     body = rewrite.body(kernel.body, _Scope({}, {}, set(), {}, {}, {}))
     if body == kernel.body:
         return kernel
