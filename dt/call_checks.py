@@ -10,7 +10,7 @@ import re
 import numpy as np
 
 from dt.dtypes import ITEM_BYTES, NUMPY_NAMES, TORCH_NAMES
-from dt.errors import DTExtentError, DTInputError, Loc
+from dt.errors import DTExtentError, DTInputError, DTTypeError, Loc
 from dt.ir import algorithm as A
 from dt.ir.check.schedule import MAX_EXTENT
 from dt.ir.tiles import value_dims
@@ -220,3 +220,33 @@ def func_read_extents(checked, extents: dict[str, int], argument: str):
                                 f"its axis {axis}, '{own}' ({extents[own]})", access.loc,
                                 f"give '{dim}' at most {extents[own]}, or '{own}' at least {extents[dim]} (in "
                                 f"{argument} or the inputs' shapes), or read '{access.name}' along '{own}'")
+
+
+def divisors(divisions, extents: dict[str, int], scalars: dict) -> None:
+    """Each subscript's `//` or `%` (CheckedProgram.call_divisors) divides by a positive integer
+    at these extents and scalars."""
+    for access, division in divisions:
+        value = _integer_value(division.b, extents, scalars)
+        if isinstance(value, int) and value > 0:
+            continue
+        if isinstance(division.b, A.ScalarRef):
+            raise DTTypeError(f"scalar '{division.b.name}' divides a subscript (// or %) but is {value!r}",
+                              division.b.loc or access.loc, f"pass {division.b.name} as a positive integer")
+        raise DTTypeError(f"'{division.op}' in the index of '{access.name}' ({access.text}) divides by "
+                          f"{A.expr_text(division.b)}, which is {value!r} at this call", division.loc or access.loc,
+                          "pass tensors, sizes= or scalars that make it a positive integer")
+
+
+def _integer_value(e: A.Expr, extents: dict[str, int], scalars: dict):
+    if isinstance(e, A.Len):
+        return extents[e.dim]
+    if isinstance(e, A.ScalarRef):
+        return scalars[e.name]
+    if isinstance(e, A.Num):
+        return int(e.value)
+    a, b = _integer_value(e.a, extents, scalars), _integer_value(e.b, extents, scalars)
+    if not (isinstance(a, int) and isinstance(b, int)):
+        return a if not isinstance(a, int) else b  # a float scalar: not an integer
+    if e.op == "//":
+        return a // b if b > 0 else 0
+    return {"+": a + b, "-": a - b, "*": a * b}[e.op]

@@ -15,7 +15,7 @@ from dt.arrays import backend_view, copy_into, to_numpy, to_torch
 from dt.call_checks import is_torch
 from dt.debug import config as debug_config
 from dt.dtypes import ALL, NUMPY_NAMES, TORCH_NAMES
-from dt.errors import (DTBackendError, DTError, DTExtentError, DTInputError, DTSyntaxError, DTTypeError, Loc,
+from dt.errors import (DTBackendError, DTError, DTExtentError, DTInputError, DTSyntaxError, Loc,
                        ScheduleNote, user_facing)
 from dt.frontend import api
 from dt.frontend.parser import normalise_source, parse
@@ -63,7 +63,7 @@ class Program:
     def input_dims(self) -> frozenset[str]:
         """The dimensions whose extents the inputs' shapes give (and the axes of inputs that no
         dimension spans): what a call needs no `sizes=` for."""
-        bound = {A.binding_dim(s, self.checked.dim_kinds) for a in self._accesses for s in a.subscripts}
+        bound = {d for _, dims in self.checked.input_bindings for d in dims}
         return frozenset(d for axes in self.checked.input_axes.values() for d in axes) | (bound - {None})
 
     @cached_property
@@ -363,14 +363,13 @@ class Program:
             scalars[n] = self._scalar(n, args[n])
             if isinstance(scalars[n], int):  # an integer scalar: it may index (K[l + start])
                 dtypes[n] = "i64"
-            if n in self.checked.divisor_scalars and not scalars[n] > 0:
-                raise DTTypeError(f"scalar '{n}' divides a subscript (// or %) but is {scalars[n]!r}",
-                                  self.checked.divisor_scalars[n], f"pass {n} as a positive integer")
         devices = {str(a.device) for a in arrays.values() if is_torch(a)}
         if len(devices) > 1:
             raise DTInputError(f"inputs are on different devices ({', '.join(sorted(devices))})", None,
                                "move every tensor to one device")
-        return _Binding(arrays, scalars, self._extents(arrays, {} if sizes is None else sizes), dtypes, device)
+        extents = self._extents(arrays, {} if sizes is None else sizes)
+        call_checks.divisors(self.checked.call_divisors, extents, scalars)
+        return _Binding(arrays, scalars, extents, dtypes, device)
 
     def _extents(self, arrays: dict, sizes, argument: str = "sizes") -> dict[str, int]:
         """The extent of every dimension the program needs, each checked: from the shapes of
@@ -398,7 +397,7 @@ class Program:
     def _array_extents(self, arrays: dict) -> dict[str, tuple[int, str, Loc | None]]:
         """dimension -> (extent, which axis of which input gave it, where that input is indexed)."""
         extents: dict[str, tuple[int, str, Loc | None]] = {}
-        for access in self._accesses:
+        for access, bindings in self.checked.input_bindings:
             if access.name not in arrays:
                 continue
             shape = tuple(arrays[access.name].shape)
@@ -408,9 +407,9 @@ class Program:
                                     f"tensor passed has rank {len(shape)} (shape {shape})", access.loc,
                                     f"pass a {rank}-D tensor")
             axis_dims = self.checked.input_axes[access.name]
-            for axis, (sub, n) in enumerate(zip(access.subscripts, shape)):
+            for axis, (binding, n) in enumerate(zip(bindings, shape)):
                 source = f"{access.text} axis {axis}"
-                for dim in dict.fromkeys((A.binding_dim(sub, self.checked.dim_kinds), axis_dims[axis])):
+                for dim in dict.fromkeys((binding, axis_dims[axis])):
                     if dim is None:
                         continue
                     if dim in extents and extents[dim][0] != n:

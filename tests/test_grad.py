@@ -676,3 +676,23 @@ def test_a_division_by_infinity_is_no_shift_the_outputs_ignore():
     prog = dt.loads(SOFTMAX_HEAD + "e[x, y] = exp(A[x, y] - m[x]) / inf;\ns[x] = rsum(e[x, z], z);\n"
                     "o[x, y] = exp(A[x, y] - m[x]) + e[x, y] + s[x];\no.compile();\n")
     assert "d_m[" in dt.grad(prog).dt_source()
+
+
+def test_a_subscript_of_two_dimensions_of_the_left_binds_nothing_in_the_gradient():
+    # grad_X sums over x and y, so they are RVars there; X[x - y + len(y) - 1] still binds neither
+    prog = dt.loads("Func o;\nIn X, W;\nVar x, y;\no[x, y] = X[x - y + len(y) - 1] * W[x, y];\no.compile();\n")
+    rng = np.random.default_rng(1)
+    X, W, g = rng.standard_normal(8), rng.standard_normal((5, 4)), rng.standard_normal((5, 4))
+    got = dt.grad(prog)(backend="interp", X=X, W=W, grad_o=g)
+    index = np.arange(5)[:, None] - np.arange(4)[None, :] + 3
+    want_X = np.zeros(8)
+    np.add.at(want_X, index, g * W)
+    np.testing.assert_allclose(got["grad_X"], want_X, atol=1e-12)
+    np.testing.assert_allclose(got["grad_W"], g * X[index], atol=1e-12)
+
+
+def test_the_gradient_through_a_cast_to_f64_is_stored_as_the_input_is():
+    prog = dt.loads("Func o;\nIn A;\nVar x;\no[x] = cast(A[x], f64) * 2.0;\no.compile();\n")
+    got = dt.grad(prog)(backend="interp", grad_o=np.ones(4, np.float32))
+    assert got.dtype == np.float32
+    np.testing.assert_array_equal(got, 2.0)

@@ -344,10 +344,22 @@ def test_a_scalar_dividing_a_subscript_must_be_positive():
     prog = dt.loads("In K; SIn p; Var l; Func o;\no[l] = K[l // p];\no.compile();")
     for bad in (0, -2):
         with pytest.raises(DTTypeError) as info:
-            prog(backend="interp", K=np.ones(3, np.float32), p=bad)
+            prog(backend="interp", K=np.ones(3, np.float32), p=bad, sizes={"l": 3})
         assert f"scalar 'p' divides a subscript (// or %) but is {bad}" in info.value.message
         assert info.value.loc.line == 2 and info.value.hint == "pass p as a positive integer"
 
+
+
+def test_a_divisor_of_lens_is_checked_when_called():
+    # RoPE over half-width tables: C[s, d % (len(d) // 2)] (0 where len(d) is 1)
+    prog = dt.loads("In X, C; Var s, d; Func o;\no[s, d] = X[s, d] * C[s, d % (len(d) // 2)];\no.compile();")
+    rng = np.random.default_rng(0)
+    X, C = rng.standard_normal((3, 8)), rng.standard_normal((3, 4))
+    for backend in ("interp", "numba"):
+        np.testing.assert_allclose(prog(backend=backend, X=X, C=C), X * np.concatenate([C, C], 1))
+    with pytest.raises(DTTypeError, match=r"divides by len\(d\) // 2, which is 0 at this call") as info:
+        prog(backend="interp", X=X[:, :1], C=C)
+    assert info.value.loc.line == 2 and info.value.loc.col == 26
 
 I8_PRODUCT = "In X, W; Var m, n; RVar k; Func o;\no[m, n] = rdot(X[m, k], W[n, k], k);\n"
 

@@ -654,6 +654,10 @@ def test_f64_is_refused():
         prog(backend="triton", A=np.zeros((2, 2)), B=np.zeros((2, 2)), alpha=1.0)
     with pytest.raises(DTBackendError, match="f64"):
         prog.source("triton", "f64")
+    cast = dt.loads("Func o;\nIn A;\nVar x;\no[x] = cast(A[x], f64) * 2.0;\no.compile();\n")
+    with pytest.raises(DTBackendError, match="cannot compute in f64") as e:
+        cast.source("triton")
+    assert e.value.loc.line == 4
 
 
 class _NeedsSharedMemory:

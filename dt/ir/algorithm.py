@@ -399,11 +399,12 @@ def constant_factors(e: Expr, dim: str) -> tuple[Expr, list[tuple[str, Expr]]]:
     return e, found
 
 
-def binding_dim(subscript: Expr, dim_kinds: dict[str, str]) -> str | None:
+def binding_dim(subscript: Expr, reduced: frozenset[str]) -> str | None:
     """The dimension a subscript binds to its tensor axis's extent: `d`, or `d` plus or minus
-    constants, lens and reduction dimensions (`x + 1`, `t - j` with `j` a reduction dimension,
-    bound elsewhere); None for anything else (`h // 4`, `2 * i`, `g * len(cg) + cg`, a gather) and
-    when two readings compete."""
+    constants, lens and dimensions `reduced` where the subscript is (`x + 1`, `t - j` inside a
+    reduction over `j`, bound elsewhere); None for anything else (`h // 4`, `2 * i`,
+    `g * len(cg) + cg`, `x - y` with `y` a dimension of the left-hand side, a gather) and when two
+    readings compete."""
     terms = signed_terms(subscript)
     found = []
     for i, (sign, term) in enumerate(terms):
@@ -411,7 +412,7 @@ def binding_dim(subscript: Expr, dim_kinds: dict[str, str]) -> str | None:
             continue
         rest = [t for j, (_, t) in enumerate(terms) if j != i]
         if all(not any(isinstance(n, Access) for n in walk(t)) and (isinstance(t, DimRef) or not free_dims(t)) and
-               all(dim_kinds.get(d) == "RVar" and d != term.dim for d in free_dims(t)) for t in rest):
+               all(d in reduced and d != term.dim for d in free_dims(t)) for t in rest):
             found.append(term.dim)
     return found[0] if len(found) == 1 else None
 

@@ -63,6 +63,15 @@ def render(pipeline: S.Pipeline, f32_dot: str = "ieee", width: int | None = LINE
                                  f"{' under its interpreter' if interpret else ''}", None,
                                  f"it supports {', '.join(renderable)}; use the interp or numba backend for "
                                  f"{t.dtype}")
+    for k in pipeline.kernels:
+        for statement in S.walk_statements(k.body):
+            cast = next((e for v in S.statement_values(statement) for e in S.walk_texpr(v)
+                         if isinstance(e, S.Cast) and e.dtype not in renderable), None)
+            if cast is not None:
+                raise DTBackendError(f"the triton backend cannot compute in {cast.dtype} (a cast to it)"
+                                     f"{' under its interpreter' if interpret else ''}", statement.loc,
+                                     f"cast to one of {', '.join(renderable)}, or use the interp or numba "
+                                     f"backend")
     if f32_dot not in F32_DOT_PRECISIONS:
         raise DTBackendError(f"unknown f32 dot precision {f32_dot!r}", None,
                              f"set DT_TRITON_F32_DOT to one of {', '.join(F32_DOT_PRECISIONS)}")

@@ -7,6 +7,7 @@ from functools import cached_property
 
 from dt.errors import Loc
 from dt.ir import algorithm as A
+from dt.ir.check.subscripts import call_divisor
 from dt.ir.check.uses import uses
 from dt.ir.tiles import Tile
 
@@ -106,11 +107,21 @@ class CheckedProgram:
                      if isinstance(sub, A.DimRef) and sub.dim != self.written[a.name].dims[axis])
 
     @cached_property
+    def input_bindings(self) -> tuple[tuple[A.Access, tuple[str | None, ...]], ...]:
+        """Every access of an input in the written definitions (gathers' index reads included),
+        with the dimension each subscript binds (A.binding_dim; the reduction dimensions there are
+        the RVars its definition does not write along): what binds extents when the program is
+        called."""
+        result = []
+        for f in self.written.values():
+            reduced = frozenset(d for d, kind in self.dim_kinds.items() if kind == "RVar" and d not in f.dims)
+            result += [(e, tuple(A.binding_dim(s, reduced) for s in e.subscripts))
+                       for x in f.exprs for e in A.walk(x) if isinstance(e, A.Access) and e.kind == "input"]
+        return tuple(result)
+
+    @cached_property
     def input_accesses(self) -> tuple[A.Access, ...]:
-        """Every access of an input in the written definitions (gathers' index reads included):
-        what binds extents when the program is called."""
-        return tuple(e for f in self.written.values() for x in f.exprs for e in A.walk(x)
-                     if isinstance(e, A.Access) and e.kind == "input")
+        return tuple(access for access, _ in self.input_bindings)
 
     def subscript_nodes(self):
         """(access, axis, node) for every expression inside every subscript of the written
@@ -139,23 +150,22 @@ class CheckedProgram:
         return frozenset(node.name for _, _, node in self.subscript_nodes() if isinstance(node, A.ScalarRef))
 
     @cached_property
-    def divisor_scalars(self) -> dict[str, Loc | None]:
-        """The scalars a subscript divides by (l // p, l % p) -> where: positive by necessity,
-        checked when the program is called."""
-        return {s.name: s.loc for _, _, node in self.subscript_nodes()
-                if isinstance(node, A.Binary) and node.op in ("//", "%")
-                for s in A.walk(node.b) if isinstance(s, A.ScalarRef)}
+    def call_divisors(self) -> tuple[tuple[A.Access, A.Binary], ...]:
+        """(access, `//` or `%`) for each subscript's division by what is not positive by its form
+        (`l // p`, `d % (len(d) // 2)`): checked when the program is called."""
+        return tuple((access, node) for access, _, node in self.subscript_nodes() if call_divisor(node))
 
     @cached_property
     def input_axes(self) -> dict[str, tuple[str, ...]]:
         """The dimension each axis of each input spans: the first dimension an access binds to it
         (A.binding_dim: `A[x]`, `X[t - j]`), else one of its own, `{input}_axis{i}`, that only the
-        tensor passed gives an extent (`E[I[t], d]`: the rows of E)."""
+        tensor passed gives an extent (`E[I[t], d]`: the rows of E); a Var declared by that name is
+        that dimension (dt.grad's `grad_X[X_axis0]`)."""
         binding: dict[str, list[str | None]] = {}
-        for e in self.input_accesses:
+        for e, dims in self.input_bindings:
             axes = binding.setdefault(e.name, [None] * len(e.subscripts))
-            for i, s in enumerate(e.subscripts):
-                axes[i] = axes[i] or A.binding_dim(s, self.dim_kinds)
+            for i, dim in enumerate(dims):
+                axes[i] = axes[i] or dim
         taken = {d.name for d in self.program.declarations}
         result = {}
         for name, axes in binding.items():
@@ -163,7 +173,7 @@ class CheckedProgram:
             for i, dim in enumerate(axes):
                 if dim is None:
                     dim = f"{name}_axis{i}"
-                    while dim in taken:
+                    while dim in taken and self.dim_kinds.get(dim) != "Var":
                         dim += "_"
                     taken.add(dim)
                 dims.append(dim)

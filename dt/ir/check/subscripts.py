@@ -50,17 +50,32 @@ def _check_index(s: A.Expr, access: A.Access):
 
 def _check_divisor(e: A.Binary, s: A.Expr, access: A.Access):
     """`//` and `%` in a subscript divide by a positive integer: a constant, a len, an integer
-    scalar (checked when called), or sums and products of those."""
+    scalar, or `+ - * //` of those (`len(d) // 2`); one that is not positive by its form is
+    checked when the program is called (call_divisor)."""
     stack = [e.b]
     while stack:
         d = stack.pop()
-        if isinstance(d, (A.Len, A.ScalarRef)) or (isinstance(d, A.Num) and d.integer and d.value > 0):
-            continue
-        if isinstance(d, A.Binary) and d.op in ("+", "*"):
+        if isinstance(d, (A.Len, A.ScalarRef)) or (isinstance(d, A.Num) and d.integer and
+                                                   (d.value > 0 or d is not e.b)):
+            continue  # not positive by its form: checked at the call
+        if isinstance(d, A.Binary) and d.op in ("+", "-", "*", "//"):
             stack += [d.a, d.b]
             continue
         certainly = isinstance(d, A.Num) or (isinstance(d, A.Unary) and d.op == "neg" and isinstance(d.x, A.Num))
         raise DTTypeError(f"'{e.op}' in the index {A.expr_text(s)} of '{access.name}' divides by "
                           f"{A.expr_text(e.b)}, which {'is not' if certainly else 'may not be'} a positive integer",
                           e.loc or access.loc,
-                          "divide by a positive integer constant, a len(...) or an integer scalar")
+                          "divide by a positive integer constant, a len(...), an integer scalar, or + - * // of "
+                          "those")
+
+
+def call_divisor(e: A.Expr) -> bool:
+    """Whether e is a subscript's `//` or `%` whose divisor a call must check is positive: one
+    not positive by its form (`len(d) // 2` is 0 where len(d) is 1; a scalar may be anything)."""
+    return isinstance(e, A.Binary) and e.op in ("//", "%") and not _positive(e.b)
+
+
+def _positive(d: A.Expr) -> bool:
+    if isinstance(d, (A.Len, A.Num)):
+        return not isinstance(d, A.Num) or d.value > 0
+    return isinstance(d, A.Binary) and d.op in ("+", "*") and _positive(d.a) and _positive(d.b)
