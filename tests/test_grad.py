@@ -113,6 +113,25 @@ def test_a_rotated_read_sends_its_gradient_rotated_back():
     assert max(errors.values()) < 1e-5, errors
 
 
+
+def test_a_gradient_output_is_fused_into_another_as_the_forward_fused_their_outputs():
+    # rope.dt stores k_out from q_out's kernel (k_out.fuse_at(q_out, s)): grad_K joins grad_Q's kernel alike,
+    # with k_out's tiles, instead of a kernel of its own blocked by 1024 along a d of 8
+    backward = dt.grad(dt.load(ROOT / "examples" / "llm" / "rope.dt"), wrt=("Q", "K"))
+    text = backward.dt_source()
+    assert "grad_K.tensorize(kh:0, d:0);\ngrad_K.fuse_at(grad_Q, s);" in text and "grad_K.block" not in text
+    assert len(backward.pipeline("f32").kernels) == 1
+    rng = np.random.default_rng(3)
+    Q, K, grad_q, grad_k = (rng.standard_normal(shape) for shape in ((2, 3, 4, 8), (2, 3, 2, 8), (2, 3, 4, 8),
+                                                                      (2, 3, 2, 8)))
+    C, S = rng.standard_normal((3, 8)), rng.standard_normal((3, 8))
+    got = backward(backend="numba", C=C, S=S, grad_q_out=grad_q, grad_k_out=grad_k)
+    sign = np.where(np.arange(8) < 4, -1.0, 1.0)
+    for grad, want_of in ((got["grad_Q"], grad_q), (got["grad_K"], grad_k)):
+        # out[d] = x[d] C[d] + x[(d + 4) % 8] sign[d] S[d]: x[j] gets g[j] C[j] + g[(j - 4) % 8] (sign S)[(j - 4) % 8]
+        want = want_of * C[None, :, None] + np.roll(want_of * (sign * S)[None, :, None], 4, axis=-1)
+        np.testing.assert_allclose(grad, want, rtol=1e-5, atol=1e-6)
+
 @pytest.mark.parametrize("subscript, back", [("y - 3", "y + 3"), ("(y - 3) % len(y)", "(y + 3) % len(y)"),
                                             ("(y - len(y) // 2) % len(y)", "(y + len(y) // 2) % len(y)"),
                                             ("(y - z) % len(y)", "(y + z) % len(y)")])

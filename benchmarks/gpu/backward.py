@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 
 from cases import EXAMPLES, MATMUL, MEMORY, SCHEDULE_DIR, Kernel
-from llm import _targets
+from llm import _rope_table, _targets
 
 DTYPES = ("f32", "bf16")
 ROWS = ("x", "y")
@@ -131,6 +131,18 @@ def _swiglu_grad(G, U, grad_swiglu, silu=None):
 
 def _swiglu_saved(t, s):
     return {"silu": F.silu(t["G"])}  # what autograd saves for the product (with U)
+
+
+def _rope_grad(C, S, grad_q_out, grad_k_out):
+    """The backward of Q * cos + rotate_half(Q) * sin (and K's) as autograd runs it: the products'
+    gradients, and rotate_half's (cat's slices, the negation) sending g * sin half a row back."""
+    cos, sin = C[:, None, :], S[:, None, :]
+
+    def back(g):
+        rotated = g * sin
+        half = rotated.shape[-1] // 2
+        return g * cos + torch.cat([rotated[..., half:], -rotated[..., :half]], dim=-1)
+    return back(grad_q_out), back(grad_k_out)
 
 
 def _cross_entropy_grad(L, T, grad_loss, row_max=None, row_sum=None, logp=None, total_weight=None):
@@ -251,6 +263,19 @@ def _liger_swiglu_grad(lf, t, s):
     from liger_kernel.ops.swiglu import swiglu_backward
     G, U, dc = t["G"].clone(), t["U"].clone(), t["grad_swiglu"]
     return lambda: swiglu_backward(G, U, dc)
+
+
+def _liger_rope_grad(lf, t, s):
+    """Liger's rope_backward takes the gradients as [b, h, s, d] views of [b, s, h, d] memory and
+    rotates them in place: copies made here, outside the timing."""
+    from liger_kernel.ops.rope import rope_backward
+    dq, dk = t["grad_q_out"].clone().transpose(1, 2), t["grad_k_out"].clone().transpose(1, 2)
+    cos, sin = t["C"][None], t["S"][None]
+
+    def call():
+        grad_q, grad_k = rope_backward(dq, dk, cos, sin)
+        return grad_q.transpose(1, 2), grad_k.transpose(1, 2)
+    return call
 
 
 def _liger_cross_entropy_grad(lf, t, s):
@@ -374,6 +399,16 @@ BACKWARD_KERNELS: dict[str, Kernel] = {k.name: k for k in [
            notes="SwiGLU's backward (examples/llm/swiglu.dt): grad_G and grad_U, one kernel, silu(G) recomputed. "
                  "Eager is what autograd calls for F.silu(G) * U (mul's backward from the saved silu(G) and U, "
                  "then aten.silu_backward), Liger its swiglu_backward (recomputes, writes over G and U)."),
+    Kernel("rope_grad", MEMORY, _GRAD / "rope_grad.dt",
+           {"C": ("s", "d"), "S": ("s", "d"), "grad_q_out": ("b", "s", "h", "d"), "grad_k_out": ("b", "s", "kh", "d")},
+           ("b", "s", "h", "d"), {}, ("b", "s", "h", "kh", "d"),
+           ((1, 4096, 32, 8, 128), (4, 2048, 32, 8, 128), (8, 1000, 32, 8, 128)), ((4, 2048, 32, 8, 128),),
+           ((1, 5, 3, 1, 12),), DTYPES, _rope_grad, liger=_liger_rope_grad,
+           made_inputs={"C": _rope_table(torch.cos, "d", True), "S": _rope_table(torch.sin, "d", True)},
+           notes="rotate-half RoPE's backward (examples/llm/rope.dt, `dt grad --wrt Q,K`): grad_Q and grad_K, one "
+                 "kernel (grad_K fused into grad_Q's as the forward fuses k_out into q_out's), the gradients read "
+                 "half a row round the other way; nothing saved. Eager is what autograd runs for the forward's "
+                 "torch code (products, cat's slices, a negation), Liger its rope_backward (in place)."),
     Kernel("cross_entropy_grad", MEMORY, _GRAD / "cross_entropy_grad.dt",
            {"L": ("r", "v"), "T": ("r",), "grad_loss": ("r",), "row_max": ("r",), "row_sum": ("r",)}, ("r", "v"), {},
            ("r", "v"),

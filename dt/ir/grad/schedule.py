@@ -22,6 +22,9 @@ the lowering accept.
   fused into it and stored from it: a residual's two gradients, a layernorm's dW and dBias), an
   element-wise one at its innermost loop (the same tile, from the same loads: SwiGLU's two
   gradients), a reduction at its outermost; only a kernel hosting reductions takes whole rows.
+  An element-wise gradient output over the dimensions of a forward Func that the forward fused
+  into another's kernel joins the kernel of the gradient output over that other's dimensions at
+  the same loop, with the forward Func's tiles (RoPE's grad_K in grad_Q's, as k_out in q_out's).
   Reductions over the same dimension there walk it once, split in chunks of rows across
   programs (`split`, `compute_with`: a layernorm's dW and dBias).
 - A reduction across rows whose dimensions are those of a kernel hosting the rows' statistics,
@@ -79,9 +82,13 @@ def candidates(forward: A.Program, forward_roots, body: list[A.FuncDef], outputs
     lines = [f"{name}.inline();" for name in inlined]
     hosts = {root for name, root in fused.items() if _reduces(defs[name].expr)}
     siblings = _flash_siblings(defs, flash)
+    mirrored = _mirrored(forward, defs, outputs, fused)
     for f in body:
         if f.name in flash and f.name not in siblings:
             lines.append("\n".join(_flash_shaping(f, flash[f.name])))
+        elif f.name in mirrored:
+            host, dim, tiles = mirrored[f.name]
+            lines.append("\n".join(tiles + [f"{f.name}.fuse_at({host}, {dim});"]))
         elif f.name not in inlined and f.name not in fused and f.name not in siblings:
             lines.append("\n".join(_shaping(forward, forward_roots, f, f.name in hosts, f.name in fused.values(),
                                              short)))
@@ -95,7 +102,7 @@ def candidates(forward: A.Program, forward_roots, body: list[A.FuncDef], outputs
         lines += [f"{name}.fuse_at({root}, {d});" for d in dims]
     lines += _walk_sums(defs, fused, set(inlined), hosts)
     lines += _shared_walks(defs, fused)
-    for name in fused:  # where the checker refused to fuse it: a kernel of its own (refused whole where fused)
+    for name in [*fused, *mirrored]:  # where the checker refused to fuse it: a kernel of its own (refused whole where fused)
         lines.append("\n".join(_shaping(forward, forward_roots, defs[name])))
     for name in siblings:
         lines.append("\n".join(_flash_shaping(defs[name], flash[name])))
@@ -300,6 +307,42 @@ def _kernels(body: list[A.FuncDef], outputs: list[str], inlined: set[str]) -> di
     return {name: fused[name] for name in (f.name for f in body) if name in fused}
 
 
+def _mirrored(forward: A.Program, defs: dict[str, A.FuncDef], outputs: list[str],
+              fused: dict[str, str]) -> dict[str, tuple[str, str, list[str]]]:
+    """Element-wise gradient outputs to fuse into another's kernel as the forward fused a Func
+    over their dimensions into one over the other's (RoPE's k_out at q_out's token: grad_K at
+    grad_Q's) -> (that output, the dimension, the forward Func's tiles)."""
+    result = {}
+    by_dims = {}
+    for o in outputs:
+        by_dims.setdefault(defs[o].dims, o)
+    for c in forward.schedule:
+        if c.primitive != "fuse_at" or c.func not in forward.names_of("Func"):
+            continue
+        guest = by_dims.get(forward.func(c.func).dims)
+        host, dim = by_dims.get(forward.func(str(c.args[0])).dims), str(c.args[1])
+        if guest and host and guest != host and guest not in fused and guest not in result and \
+                not _reduces(defs[guest].expr) and dim in defs[guest].dims and dim in defs[host].dims:
+            tiles = _forward_shaping(forward, c.func, defs[guest], ("tensorize",))
+            result[guest] = (host, dim, tiles or [])
+    return result
+
+
+def _forward_shaping(forward: A.Program, name: str, f: A.FuncDef, primitives=SHAPING) -> list[str] | None:
+    """The forward Func `name`'s shaping statements of `primitives` for f (over its dimensions),
+    where they tile f: its sizes of the dimensions f walks (the forward's tile of k is no tile of
+    num's); None where they leave no tile."""
+    walked = set(f.dims) | {n.dim for n in A.walk(f.expr) if isinstance(n, A.Reduce)}
+    calls = [c for c in forward.schedule if c.func == name and c.primitive in primitives]
+    calls = [c if c.primitive not in ("block", "tensorize") else
+             dataclasses.replace(c, args=tuple(a for a in c.args if a[0] in walked)) for c in calls]
+    calls = [c for c in calls if c.args or c.primitive not in ("block", "tensorize")]
+    calls = [c for c in calls if c.primitive != "map" or all(str(a) in f.dims for a in c.args)]
+    # only where f keeps tiles: a row kernel's (loss.tensorize(v:4096)) leave cross-entropy's update at
+    # the target, over r alone, none: one element a program
+    return [_statement(_stage(f), c) for c in calls] if any(c.primitive == "tensorize" for c in calls) else None
+
+
 def _shaping(forward: A.Program, forward_roots, f: A.FuncDef, hosts: bool = False, fused_into: bool = False,
              short: frozenset = frozenset()) -> list[str]:
     """f's blocks, tiles, warps and stages; `hosts`: reductions are fused into f's kernel, so each
@@ -314,17 +357,8 @@ def _shaping(forward: A.Program, forward_roots, f: A.FuncDef, hosts: bool = Fals
         return [_call(stage, "block", [(d, 1) for d in outer]), _call(stage, "tensorize", [(last, HOSTED_WALK)]),
                 f"{stage}.num_warps({HOSTED_WARPS});"]
     same = next((r for r in forward_roots if forward.func(r).dims == f.dims), None)
-    if same is not None:  # its sizes of the dimensions f walks (the forward's tile of k is no tile of num's)
-        walked = set(f.dims) | set(reduced)
-        calls = [c for c in forward.schedule if c.func == same and c.primitive in SHAPING]
-        calls = [c if c.primitive not in ("block", "tensorize") else
-                 dataclasses.replace(c, args=tuple(a for a in c.args if a[0] in walked)) for c in calls]
-        calls = [c for c in calls if c.args or c.primitive not in ("block", "tensorize")]
-        calls = [c for c in calls if c.primitive != "map" or all(str(a) in f.dims for a in c.args)]
-        # only where f keeps tiles: a row kernel's (loss.tensorize(v:4096)) leave cross-entropy's update at
-        # the target, over r alone, none: one element a program
-        if any(c.primitive == "tensorize" for c in calls):
-            return [_statement(stage, c) for c in calls]
+    if same is not None and _forward_shaping(forward, same, f):
+        return _forward_shaping(forward, same, f)
     if isinstance(f.expr, A.Reduce) and f.expr.op == "dot" and len(f.dims) >= 2:
         *batch, rows, cols = f.dims
         blocks = [(d, 1) for d in batch] + [(rows, PRODUCT_TILE), (cols, PRODUCT_TILE)]
