@@ -8,6 +8,7 @@ import os
 import re
 
 import numpy as np
+from numpy.lib.array_utils import byte_bounds
 
 from dt.dtypes import ITEM_BYTES, NUMPY_NAMES, TORCH_NAMES
 from dt.errors import DTExtentError, DTInputError, DTTypeError, Loc
@@ -22,10 +23,12 @@ I64 = (-2 ** 63, 2 ** 63)  # the range of an integer scalar
 
 
 def scalar_value(name: str, value, loc: Loc | None) -> float | int:
-    """A scalar argument as the kernels take it: Python and NumPy integers as integers (within
-    i64), floats, 0-d arrays and tensors of those, and other real numbers as floats; nan and inf
+    """A scalar argument as the kernels take it: Python and NumPy integers and 0-d integer arrays
+    and tensors as integers (within i64), floats, 0-d arrays and tensors of those, and other real numbers as floats; nan and inf
     as they are. Not bools, complex numbers, strings or arrays of more than one element."""
     what = _not_real(value)
+    if what is None and getattr(value, "shape", None) == () and re.match(r"(torch\.)?u?int", str(value.dtype)):
+        value = int(value.item())  # a 0-d integer array or tensor: an integer, as a NumPy integer is
     if what is None and isinstance(value, (int, np.integer)):
         if I64[0] <= int(value) < I64[1]:
             return int(value)
@@ -182,15 +185,20 @@ def given_outputs(out, specs: dict[str, tuple[tuple[int, ...], str]], torch_devi
 
 
 def _overlap(a, b) -> bool:
-    """Whether two arrays (NumPy's or torch's) share memory, by the bytes they span."""
-    if is_torch(a) != is_torch(b):
+    """Whether two arrays (NumPy's or torch's, in any mix) share memory, by the bytes they span."""
+    bounds_a, bounds_b = _bounds(a), _bounds(b)
+    if bounds_a is None or bounds_b is None or bounds_a[0] != bounds_b[0]:
         return False
-    if isinstance(a, np.ndarray):
-        return np.may_share_memory(a, b)
-    if a.device != b.device or not a.numel() or not b.numel():
-        return False
-    start_a, start_b = a.data_ptr(), b.data_ptr()
-    return start_a < start_b + _span(b) and start_b < start_a + _span(a)
+    return bounds_a[1] < bounds_b[2] and bounds_b[1] < bounds_a[2]
+
+
+def _bounds(x) -> tuple[str, int, int] | None:
+    """(device, first byte, one past the last byte) of an array's memory; None for an empty one."""
+    if is_torch(x):
+        return (str(x.device), x.data_ptr(), x.data_ptr() + _span(x)) if x.numel() else None
+    if not isinstance(x, np.ndarray) or not x.size:
+        return None
+    return ("cpu", *byte_bounds(x))
 
 
 def _span(t) -> int:
@@ -250,3 +258,53 @@ def _integer_value(e: A.Expr, extents: dict[str, int], scalars: dict):
     if e.op == "//":
         return a // b if b > 0 else 0
     return {"+": a + b, "-": a - b, "*": a * b}[e.op]
+
+
+def index_arithmetic(subscripts, extents: dict[str, int], scalars: dict) -> None:
+    """Every step of each subscript's arithmetic (CheckedProgram.computed_subscripts) stays within
+    i64 over the dimensions' ranges at these extents and scalars: a backend's index would wrap
+    round into another element (`K[l * s + 1]` with s = 2**62)."""
+    for access, subscript in subscripts:
+        ranges: list[tuple[A.Expr, int, int]] = []
+        if _range(subscript, extents, scalars, ranges) is None:
+            continue  # an op whose range is not followed here (a cast): the backends' own arithmetic
+        for node, low, high in ranges:
+            if low < I64[0] or high >= I64[1]:
+                raise DTInputError(f"the index {A.expr_text(subscript)} of '{access.name}' reaches "
+                                   f"{A.expr_text(node)} = {high if high >= I64[1] else low} at this call, past the "
+                                   f"64-bit integers indices are computed in", node.loc or access.loc,
+                                   "pass smaller scalars or extents")
+
+
+def _range(e: A.Expr, extents: dict[str, int], scalars: dict, ranges: list) -> tuple[int, int] | None:
+    """The least and greatest value of an index expression over its dimensions' ranges (each
+    node's appended to `ranges`); None where it has an op not followed here."""
+    if isinstance(e, A.DimRef):
+        result = (0, extents[e.dim] - 1) if e.dim in extents else None
+    elif isinstance(e, A.Len):
+        result = (extents[e.dim],) * 2 if e.dim in extents else None
+    elif isinstance(e, A.Num):
+        result = (int(e.value),) * 2
+    elif isinstance(e, A.ScalarRef):
+        value = scalars.get(e.name)
+        result = (value, value) if isinstance(value, int) else None
+    elif isinstance(e, A.Unary) and e.op in ("neg", "abs"):
+        x = _range(e.x, extents, scalars, ranges)
+        result = x and ((-x[1], -x[0]) if e.op == "neg" else
+                        (0 if x[0] <= 0 <= x[1] else min(abs(x[0]), abs(x[1])), max(abs(x[0]), abs(x[1]))))
+    elif isinstance(e, A.Binary) and e.op in ("+", "-", "*", "//", "%", "maximum", "minimum"):
+        a, b = _range(e.a, extents, scalars, ranges), _range(e.b, extents, scalars, ranges)
+        if a is None or b is None or (e.op in ("//", "%") and b[0] <= 0):
+            return None  # a divisor not positive: call_checks.divisors says so
+        if e.op == "%":
+            result = (0, b[1] - 1)
+        else:
+            combine = {"+": lambda x, y: x + y, "-": lambda x, y: x - y, "*": lambda x, y: x * y,
+                       "//": lambda x, y: x // y, "maximum": max, "minimum": min}[e.op]
+            corners = [combine(x, y) for x in a for y in b]
+            result = (min(corners), max(corners))
+    else:
+        result = None
+    if result is not None:
+        ranges.append((e, *result))
+    return result

@@ -21,25 +21,34 @@ class UsageError(Exception):
 
 
 def _sizes(pairs: list[str]) -> dict[str, int]:
-    sizes = {}
-    for pair in pairs or ():
-        name, sep, value = pair.partition("=")
-        if not sep or not value.strip().isdigit():
-            raise SystemExit(f"dt: --size takes name=integer, got {pair!r}")
-        sizes[name.strip()] = int(value)
-    return sizes
+    """--size DIM=N pairs; the extents themselves are the runtime's to check (at least 1, ...)."""
+    return _named_values(pairs, "--size", "name=integer", int)
 
 
 def _scalars(pairs: list[str]) -> dict[str, float | int]:
-    scalars = {}
+    return _named_values(pairs, "--scalar", "name=number", _integer_or_float)
+
+
+def _named_values(pairs: list[str], option: str, form: str, parse) -> dict:
+    """The NAME=VALUE pairs given by a repeated option, each value read by `parse`."""
+    values = {}
     for pair in pairs or ():
-        name, sep, value = pair.partition("=")
+        name, sep, text = pair.partition("=")
         try:
-            value = value.strip()  # an integer stays one: it may index (K[l + start])
-            scalars[name.strip()] = int(value) if value.lstrip("+-").isdigit() else float(value)
+            if not sep or not name.strip():
+                raise ValueError(pair)
+            values[name.strip()] = parse(text)
         except ValueError:
-            raise SystemExit(f"dt: --scalar takes name=number, got {pair!r}") from None
-    return scalars
+            raise UsageError(f"{option} takes {form}, got {pair!r}") from None
+    return values
+
+
+def _integer_or_float(text: str) -> int | float:
+    """An integer stays one: a scalar may index (K[l + start])."""
+    try:
+        return int(text)
+    except ValueError:
+        return float(text)
 
 
 def _tolerance(text: str) -> float:
@@ -66,9 +75,17 @@ def _count(text: str) -> int:
 # ---------------------------------------------------------------- inputs from files
 
 
+# The first bytes of a .npy file, and of a .npz file (a zip archive, or an empty one)
+_ARRAY_FILE_STARTS = (b"\x93NUMPY", b"PK\x03\x04", b"PK\x05\x06")
+
+
 def _load_array(path: str, what: str):
     import numpy as np
     try:
+        with open(path, "rb") as f:
+            # np.load takes any other file for a pickle, and would say so, and how to unpickle it
+            if not f.read(6).startswith(_ARRAY_FILE_STARTS):
+                raise UsageError(f"cannot read {path} ({what}): it is not a .npy or .npz file")
         return np.load(path, allow_pickle=False)  # never unpickle: a .npy/.npz holds numbers only
     except (FileNotFoundError, IsADirectoryError):  # reported by main() as for a DT file
         raise
@@ -94,7 +111,8 @@ def _file_inputs(prog, pairs: list[str], npz_files: list[str]) -> tuple[dict, di
             try:
                 if np.ndim(value) != 0:
                     raise ValueError(f"shape {np.shape(value)}")
-                value = float(value)
+                # an integer stays one, as with --scalar: it may index (K[l + start])
+                value = int(value) if np.asarray(value).dtype.kind in "iu" else float(value)
             except (TypeError, ValueError) as e:
                 raise UsageError(f"{path}: scalar {name} must be a single real number ({e})") from None
         given[name], origin[name] = value, path
@@ -159,12 +177,15 @@ def cmd_run(args) -> int:
     twice = sorted(set(scalars) & set(given))
     if twice:
         raise UsageError(f"{', '.join(twice)} given both by --scalar and by {origin[twice[0]]}")
-    sizes = _extents_from_files(prog, given, _sizes(args.size))
+    given_sizes = _sizes(args.size)
+    sizes = _extents_from_files(prog, given, given_sizes)
     missing = [d for d in prog.checked.needed_dims if d not in sizes]
     if missing:
         print(f"dt: give the extent of every dimension: missing {' '.join(f'--size {d}=N' for d in missing)}",
               file=sys.stderr)
         return 2
+    # checked here, so that an error names the flag typed (random_inputs checks a dict of "extents")
+    prog._extents({n: a for n, a in given.items() if n in prog.inputs}, given_sizes, "--size")
     files_dtype = next((d for d in map(dtype_name, (a for a in given.values() if isinstance(a, np.ndarray))) if d),
                        None)
     default, named = parse_dtypes(args.dtype or [])
@@ -287,7 +308,7 @@ def cmd_compile(args) -> int:
     else:
         text = prog.source(name, args.dtype)
     if args.output:
-        Path(args.output).write_text(text)
+        _write(args.output, text)
         print(f"wrote {args.output}")
     else:
         sys.stdout.write(text)
@@ -299,6 +320,7 @@ def cmd_lint(args) -> int:
     from dt import backends
     prog = dt.load(args.file)
     sizes = _sizes(args.size or [])
+    prog._given_extents(sizes, "--size")  # names and values, checked in the words of the flag
     backend = backends.get(args.backend)
     found = prog.lint(sizes, args.dtype, args.backend)
     facts = None
@@ -347,12 +369,19 @@ def cmd_grad(args) -> int:
     result = dt.grad(prog, wrt=wrt, save=save)
     forward, backward = result if save else (None, result)
     if forward is not None:
-        Path(args.forward).write_text(forward.dt_source())
+        _write(args.forward, forward.dt_source())
     if args.output:
-        Path(args.output).write_text(backward.dt_source())
+        _write(args.output, backward.dt_source())
     else:
         print(backward.dt_source(), end="")
     return 0
+
+
+def _write(path: str, text: str):
+    try:
+        Path(path).write_text(text)
+    except OSError as e:  # also a failed write after the file opened (a full disk), which names no file
+        raise UsageError(f"cannot write {path}: {e.strerror or e}") from None
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -117,7 +117,10 @@ class Program:
         signature = []
         for k, v in args.items():
             if getattr(v, "ndim", None) is not None:  # arrays, tensors and NumPy scalars (a dtype each)
-                signature.append((k, type(v), v.shape, v.dtype, getattr(v, "device", None)))
+                device = getattr(v, "device", None)
+                # a tensor's layout, and whether it is a lazily negated or conjugated view (x.conj().imag)
+                lazy = (v.layout, v.is_neg() or v.is_conj()) if device is not None and hasattr(v, "is_neg") else None
+                signature.append((k, type(v), v.shape, v.dtype, device, lazy))
             elif isinstance(v, (int, float)):
                 signature.append((k, type(v)))
             else:
@@ -154,10 +157,16 @@ class Program:
         # fixes each argument's type, so this holds for every call with this plan).
         as_given = all(is_torch(args[n]) if wants_torch else isinstance(args[n], np.ndarray) for n in inputs)
         convert_in = to_torch if wants_torch else to_numpy
+        lazy = [n for n in inputs if is_torch(args[n]) and (args[n].is_neg() or args[n].is_conj())]
+        # what the scalars' values decide, checked at every call (the call key fixes their types only)
+        divisions, subscripts = ([x for x in checks if any(isinstance(n, A.ScalarRef) for n in A.walk(x[1]))]
+                                 for checks in (self.checked.call_divisors, self.checked.computed_subscripts))
 
         specs = {t.name: (tuple(b.extents[d] for d in t.dims), t.dtype) for t in pipeline.outputs}
 
         def run(args, out=None):
+            if lazy:  # read as the values they stand for (the call key fixes which inputs are lazy views)
+                args = {**args, **{n: args[n].resolve_conj().resolve_neg() for n in lazy}}
             arrays = {n: args[n] for n in inputs} if as_given else {n: convert_in(args[n]) for n in inputs}
             given = call_checks.given_outputs(out, specs, device, {n: args[n] for n in inputs}) \
                 if out is not None else {}
@@ -172,6 +181,9 @@ class Program:
                         raise OverflowError(n)
             except (TypeError, ValueError, OverflowError):
                 scalar_values = {n: self._scalar(n, args[n]) for n in scalars}
+            if divisions or subscripts:
+                call_checks.divisors(divisions, b.extents, scalar_values)
+                call_checks.index_arithmetic(subscripts, b.extents, scalar_values)
             outs = compiled(arrays, scalar_values, size_args, in_place) if in_place else \
                 compiled(arrays, scalar_values, size_args)
             outs = {n: o for n, o in outs.items() if n not in in_place}
@@ -340,6 +352,10 @@ class Program:
                 raise DTInputError(f"missing input '{n}'", decl.loc if decl else None, f"pass {n}=<array>")
             a = args[n]
             if is_torch(a):
+                if str(a.layout) != "torch.strided" or a.device.type == "meta":
+                    raise DTInputError(f"input '{n}' is a {a.layout} tensor on {a.device}, which holds no dense data "
+                                       "a kernel can read", self._first_access(n),
+                                       "pass a dense tensor with data (.to_dense(), or one on a real device)")
                 device = device if device is not None else a.device
                 dtype = TORCH_NAMES.get(str(a.dtype))
                 shown = str(a.dtype)
@@ -369,6 +385,7 @@ class Program:
                                "move every tensor to one device")
         extents = self._extents(arrays, {} if sizes is None else sizes)
         call_checks.divisors(self.checked.call_divisors, extents, scalars)
+        call_checks.index_arithmetic(self.checked.computed_subscripts, extents, scalars)
         return _Binding(arrays, scalars, extents, dtypes, device)
 
     def _extents(self, arrays: dict, sizes, argument: str = "sizes") -> dict[str, int]:

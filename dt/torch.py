@@ -102,6 +102,11 @@ def function(prog, *, backend: str | None = None, wrt=None, save=()):
 
         @staticmethod
         def backward(ctx, *grads):
+            if torch.is_grad_enabled():  # create_graph=True: the backward's own graph would be missing dt's part
+                raise DTError(f"{prog.name}'s gradient is a dt kernel, which autograd cannot differentiate again "
+                              "(create_graph=True, a double backward)", None,
+                              "differentiate it once, or derive the second derivative with dt.grad as a program "
+                              "of its own")
             if not any(ctx.needs_input_grad[:len(pair.inputs)]):
                 return (None,) * (len(pair.inputs) + len(pair.scalars))
             tensors = ctx.saved_tensors
@@ -148,7 +153,7 @@ def custom_op(prog, name: str, *, backend: str | None = None, wrt=None, save=())
     registered once per process: asking again for the same program returns the same function."""
     if "::" not in name:
         raise DTError(f"the operator name {name!r} has no namespace", None, 'name it "namespace::op", e.g. "mylib::rmsnorm"')
-    key = (prog.ast.source or prog.name, backend, wrt, save)
+    key = (prog.ast.source or prog.ir(), backend, wrt, save)  # a program built in Python: its scheduled IR
     if name in _REGISTERED:
         if _REGISTERED[name][0] == key:
             return _REGISTERED[name][1]

@@ -150,3 +150,10 @@ def test_compute_with_from_python_matches_the_dt_source():
     a = np.random.default_rng(0).standard_normal((5, 21)).astype(np.float32)
     want = a * a.sum(1, keepdims=True) - (a * a).sum(1, keepdims=True)
     np.testing.assert_allclose(prog(A=a), want, rtol=1e-5, atol=1e-5)
+
+
+def test_tuning_a_program_built_in_python_says_it_has_no_dt_text():
+    x, A, f = dt.Var("x"), dt.In("A"), dt.Func("f")
+    f[x] = A[x] * 2.0
+    with pytest.raises(dt.DTError, match="built with the Python API: tuning rewrites a program's DT text"):
+        dt.program(f).tune({"x": 8}, backend="numba", budget=1)

@@ -458,3 +458,43 @@ def test_threads_first_getting_a_backend_share_one_instance(tmp_path, monkeypatc
     import slow_backend
     assert errors == [] and len(slow_backend.built) == 1
     assert len(got) == 8 and all(b is got[0] for b in got)
+
+
+def test_index_arithmetic_past_i64_is_refused_at_every_call():
+    prog = dt.loads("Func o; In K; SIn s; Var l;\no[l] = K[l * s + 1];\no.compile();\n")
+    K = np.arange(1, 9, dtype=np.float32)
+    np.testing.assert_array_equal(prog(K=K, s=1, sizes={"l": 4}, backend="numba"), [2, 3, 4, 5])
+    for s in (2 ** 62, -2 ** 62):  # the same call signature as the call before: checked at each call
+        with pytest.raises(DTInputError, match=r"the index l \* s \+ 1 of 'K' reaches l \* s = -?\d+ at this call"):
+            prog(K=K, s=s, sizes={"l": 4}, backend="numba")
+    shifted = dt.loads("Func o; In K; SIn start; Var l;\no[l] = K[l + start];\no.compile();\n")
+    with pytest.raises(DTInputError, match="past the 64-bit integers"):
+        shifted(K=K, start=2 ** 63 - 1, sizes={"l": 8}, backend="interp")
+
+
+def test_a_divisor_scalar_is_checked_at_every_call():
+    prog = dt.loads("In K; SIn p; Var l; Func o;\no[l] = K[l // p];\no.compile();")
+    np.testing.assert_array_equal(prog(backend="numba", K=np.ones(3, np.float32), p=2, sizes={"l": 3}), 1.0)
+    with pytest.raises(DTError, match="scalar 'p' divides a subscript"):  # the plan of the call before
+        prog(backend="numba", K=np.ones(3, np.float32), p=0, sizes={"l": 3})
+
+
+def test_a_zero_d_integer_array_is_an_integer_scalar():
+    torch = pytest.importorskip("torch", reason="torch is not installed (pip install dt[torch])")
+    shift = dt.loads("Func o; In K; SIn start; Var l;\no[l] = K[l + start];\no.compile();\n")
+    K = np.arange(10, dtype=np.float32)
+    for start in (np.array(2), torch.tensor(2), np.uint8(2)):
+        np.testing.assert_array_equal(shift(K=K, start=start, backend="interp"), [2, 3, 4, 5, 6, 7, 8, 9, 0, 0])
+
+
+def test_a_lazily_negated_tensor_is_read_as_its_values_and_sparse_or_meta_ones_are_refused():
+    torch = pytest.importorskip("torch", reason="torch is not installed (pip install dt[torch])")
+    relu = dt.load(ROOT / "examples" / "relu.dt")
+    negated = torch.tensor([[1 + 2j, 3 - 4j]]).conj().imag  # [[-2, 4]] with its negative bit set
+    for backend in ("interp", "numba"):
+        for _ in range(2):  # the first call plans, the second runs the plan
+            assert relu(A=negated, backend=backend).tolist() == [[0.0, 4.0]]
+        assert relu(A=torch.tensor([[-2.0, 4.0]]), backend=backend).tolist() == [[0.0, 4.0]]
+    for odd, what in ((torch.eye(2).to_sparse(), "sparse"), (torch.empty(2, 2, device="meta"), "meta")):
+        with pytest.raises(DTInputError, match=f"input 'A' is a .*{what}.*holds no dense data"):
+            relu(A=odd, backend="interp")

@@ -322,3 +322,72 @@ def test_run_takes_one_inputs_dtype(capsys):
     assert "dtype Xq=i8 Wq=i8 Sx=f32 Sw=f32" in out and "the bf16 defaults" in out
     assert main(args[:-2] + ["--dtype", "Q=i8", "--backend", "interp"]) != 0
     assert "which w8a8_matmul does not read" in capsys.readouterr().err
+
+
+def test_run_reads_an_integer_scalar_from_an_npz_as_an_integer(tmp_path, capsys, recording):
+    """start indexes K: an integer in the file stays one (as with --scalar start=2)."""
+    shift = tmp_path / "shift.dt"
+    shift.write_text("Func o; In K; SIn start; Var l;\no[l] = K[l + start];\no.compile();\n")
+    k = np.arange(10, dtype=np.float32)
+    np.savez(tmp_path / "shift.npz", K=k, start=np.int64(2))
+    assert main(["run", str(shift), "--inputs", str(tmp_path / "shift.npz"), "--backend", "recording",
+                 "--repeat", "0"]) == 0
+    assert "start 2 from" in capsys.readouterr().out
+    got = recording.received[-1]["start"]
+    assert got == 2 and isinstance(got, (int, np.integer))
+
+
+@pytest.mark.parametrize("args,fragment", [
+    (["--size", "x=abc"], "--size takes name=integer, got 'x=abc'"),
+    (["--size", "x=3.0"], "--size takes name=integer, got 'x=3.0'"),
+    (["--size", "x=\u00b2"], "--size takes name=integer, got 'x=\u00b2'"),  # a digit to str.isdigit, not to int
+    (["--size", "x"], "--size takes name=integer, got 'x'"),
+    (["--size", "x=-1"], "--size gives 'x' = -1; extents must be at least 1"),
+    (["--size", "x=0"], "--size gives 'x' = 0; extents must be at least 1"),
+    (["--size", "q=3"], "--size names 'q', which is not a dimension of add"),
+    (["--scalar", "alpha=abc"], "--scalar takes name=number, got 'alpha=abc'"),
+])
+def test_run_refuses_bad_sizes_and_scalars_as_usage_errors(args, fragment, capsys):
+    given = {a.split("=")[0] for a in args[1::2]}
+    defaults = [arg for d in ("x", "y") if d not in given for arg in ("--size", f"{d}=3")]
+    assert main(["run", "examples/add.dt", "--backend", "interp", *defaults, *args]) == 2
+    err = capsys.readouterr().err
+    assert fragment in err and "extents gives" not in err and "extents names" not in err and "Traceback" not in err, err
+
+
+def test_a_bad_size_exits_2_from_the_console_script():
+    done = _dt("run", "examples/add.dt", "--size", "x=abc", "--size", "y=3")
+    assert done.returncode == 2 and done.stderr == "dt: --size takes name=integer, got 'x=abc'\n", done.stderr
+
+
+def test_unwritable_output_files_are_errors_naming_them(tmp_path, capsys):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    inside_a_file = str(blocker / "out.txt")  # NotADirectoryError: an OSError main() did not catch
+    layernorm = str(ROOT / "examples" / "layernorm.dt")
+    commands = [["compile", "examples/add.dt", "-o", inside_a_file],
+                ["grad", layernorm, "-o", inside_a_file],
+                ["grad", layernorm, "--save", "mean", "--forward", inside_a_file, "-o", str(tmp_path / "grad.dt")]]
+    if Path("/dev/full").exists():  # the write itself fails (no space), after the file opened
+        commands.append(["compile", "examples/add.dt", "-o", "/dev/full"])
+    for command in commands:
+        assert main(command) == 2, command
+        err = capsys.readouterr().err
+        path = command[command.index("--forward") + 1 if "--forward" in command else -1]
+        assert err.startswith(f"dt: cannot write {path}: ") and "Traceback" not in err, err
+
+
+def test_run_says_a_file_that_is_not_an_array_file_is_not_one(tmp_path, capsys):
+    (tmp_path / "notes.txt").write_text("1 2 3\n")
+    for option in (["--input", f"A={tmp_path / 'notes.txt'}"], ["--inputs", str(tmp_path / "notes.txt")]):
+        assert main(["run", "examples/relu.dt", *option]) == 2
+        err = capsys.readouterr().err
+        assert f"{tmp_path / 'notes.txt'}" in err and "is not a .npy or .npz file" in err, err
+        assert "pickle" not in err and "unsafe" not in err, err
+
+
+def test_lint_names_the_size_option_in_extent_errors(capsys):
+    assert main(["lint", "examples/add.dt", "--size", "x=0", "--size", "y=3", "--no-compiled"]) == 2
+    assert "--size gives 'x' = 0; extents must be at least 1" in capsys.readouterr().err
+    assert main(["lint", "examples/add.dt", "--size", "q=3", "--no-compiled"]) == 2
+    assert "--size names 'q', which is not a dimension of add" in capsys.readouterr().err

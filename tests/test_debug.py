@@ -5,6 +5,7 @@ import dataclasses
 import os
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -500,6 +501,16 @@ def test_breakpoint_in_a_program_built_with_the_python_api():
     assert len(hits) == 1 and hits[0].file == __file__ and "dt.rsum" in hits[0].text
 
 
+def test_func_breakpoint_stops_only_in_its_func_when_another_is_defined_on_its_line():
+    prog = dt.loads("Func f, g; In A; Var x;\nf[x] = A[x] * 2; g[x] = f[x] + 1;\ng.block(x:4);\nf.block(x:2);\n"
+                    "f.compile();\ng.compile();\n", name="two", file="two.dt")
+    for func, first in (("f", "two.dt:2:8"), ("g", "two.dt:2:25")):  # each stops at the first load it computes
+        stops = []
+        with dt.debug.break_at(func=func, action=lambda f: stops.append((f.func, place(f.loc)))) as bp:
+            prog(A=np.arange(6, dtype=np.float32))
+        assert bp.hits == len(stops) and set(stops) == {(func, first)}, stops
+
+
 # ---------------------------------------------------------------- tracing
 
 
@@ -668,6 +679,22 @@ def test_sanitizers_from_the_environment_and_a_clean_stop(monkeypatch):
     monkeypatch.delenv("DT_SHUFFLE")
     a = softmax_input()
     np.testing.assert_allclose(prog(A=a), prog.reference(A=a), rtol=1e-5)  # nothing left over
+
+
+@pytest.mark.parametrize("variable,value", [("DT_SANITIZE", "0"), ("DT_SANITIZE", "off"), ("DT_SANITIZE", "No"),
+                                            ("DT_SANITIZE", "false"), ("DT_BREAK", ";"), ("DT_BREAK", " , ")])
+def test_environment_values_meaning_off_turn_nothing_on(monkeypatch, variable, value):
+    from dt.debug import config
+    from dt.runtime import resolve_backend
+    default = resolve_backend(None)
+    monkeypatch.setenv(variable, value)
+    assert config.current() is None
+    assert resolve_backend(None) == default  # not the interpreter, as while debugging
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", dt.debug.DTDebugWarning)
+        config.warn_if_ignored("numba", "relu")  # nothing is set, so nothing is ignored
+    monkeypatch.setenv("DT_SANITIZE", "bounds")  # and a value that means on still is
+    assert config.current().checks == {"bounds"} and resolve_backend(None) == "interp"
 
 
 # ---------------------------------------------------------------- every example

@@ -239,3 +239,14 @@ def test_an_inlined_integer_func_indexes_a_gather():
     a, e = np.array([0.1, 1.7, 5.2], np.float32), normal(6, 4)
     np.testing.assert_array_equal(p(A=a, E=e), e[[0, 1, 5]])
 
+
+
+def test_an_out_sharing_memory_with_an_input_of_the_other_kind_is_refused():
+    torch = pytest.importorskip("torch", reason="torch is not installed (pip install dt[torch])")
+    p = dt.loads("Func o; In A, B; Var x, y;\no[x, y] = A[y, x] + B[x, y];\no.compile();\n")
+    a = np.arange(36, dtype=np.float32).reshape(6, 6)
+    with pytest.raises(dt.DTInputError, match="out 'o' shares memory with 'A'"):  # A NumPy, out torch over it
+        p(A=a, B=torch.zeros(6, 6), out=torch.from_numpy(a), backend="interp")
+    apart = torch.empty(6, 6)
+    assert p(A=a, B=torch.zeros(6, 6), out=apart, backend="interp") is apart
+    np.testing.assert_array_equal(apart.numpy(), a.T)

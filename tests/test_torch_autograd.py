@@ -188,3 +188,30 @@ def test_the_function_keeps_only_what_its_backward_reads():
     assert all(t is None for t in out.grad_fn.saved_tensors)  # the gradient reads only grad_o (and y's extent)
     out.sum().backward()
     torch.testing.assert_close(a.grad, torch.full((3, 4), 2.0))
+
+
+def test_a_second_derivative_through_a_dt_gradient_is_refused():
+    import torch
+    import dt.torch as dtt
+    square = dtt.function(dt.loads("Func y; In X; Var t;\ny[t] = X[t] * X[t];\ny.compile();\n", name="sq"),
+                          backend="numba")
+    x = torch.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    first, = torch.autograd.grad(square(X=x).sum(), x)  # once: 2x
+    assert first.tolist() == [2.0, 4.0, 6.0]
+    with pytest.raises(dt.DTError, match="cannot differentiate again"):
+        torch.autograd.grad(square(X=x).sum(), x, create_graph=True)
+
+
+def test_an_operator_name_asked_again_for_an_edited_python_program_is_refused():
+    import torch
+    from dt import Func, In, Var
+
+    def scaled(factor):
+        x, A, f = Var("x"), In("A"), Func("f")
+        f[x] = A[x] * factor
+        return dt.program(f)
+    op = scaled(2.0).as_custom_op("dt_tests::scaled_py", backend="numba")
+    assert scaled(2.0).as_custom_op("dt_tests::scaled_py", backend="numba") is op  # the same program again
+    with pytest.raises(dt.DTError, match="registered already"):
+        scaled(3.0).as_custom_op("dt_tests::scaled_py", backend="numba")
+    assert op(A=torch.ones(3)).tolist() == [2.0, 2.0, 2.0]

@@ -74,9 +74,9 @@ class Breakpoint:
         loc = st.loc
         if loc is None:
             return False
-        if self.func is not None:
+        if self.func is not None:  # its definition line, less what other Funcs defined on that line hold
             place = info.func_lines.get(self.func)
-            return place is not None and (loc.file, loc.line) == place
+            return place is not None and (loc.file, loc.line) == place and info.func_at(loc) == self.func
         if self.file is not None and not same_file(loc.file, self.file):
             return False
         return loc.line == self.line and (self.col is None or loc.col == self.col)

@@ -3,8 +3,12 @@ through the dt.debug API or the environment. The environment is read at every pr
 like DT_BACKEND:
 
     DT_BREAK=softmax.dt:10@pid=3;_sum     breakpoints, separated by ';' or ','
-    DT_SANITIZE=1                         every sanitizer (or a list: bounds,uninit,race,nan)
+    DT_SANITIZE=1                         every sanitizer (or a list: bounds,uninit,race,nan;
+                                          0, off, false, no or empty: none)
     DT_SHUFFLE=7                          run program instances in an order shuffled with seed 7
+
+A variable whose value sets nothing (DT_SANITIZE=0, DT_BREAK=';') turns nothing on: programs
+keep their default backend.
 """
 from __future__ import annotations
 
@@ -50,8 +54,10 @@ def current() -> Config | None:
     for context_checks, seed in _contexts:
         checks |= context_checks
         shuffle = seed if seed is not None else shuffle
-    return Config(tuple(_breakpoints) + tuple(_env_breakpoints(env_break)), tuple(_traces),
-                  frozenset(checks), shuffle)
+    breakpoints = tuple(_breakpoints) + tuple(_env_breakpoints(env_break))
+    if not (breakpoints or _traces or checks or shuffle is not None):  # DT_SANITIZE=0, DT_BREAK=';': all off
+        return None
+    return Config(breakpoints, tuple(_traces), frozenset(checks), shuffle)
 
 
 def warn_if_ignored(backend: str, program: str):

@@ -81,9 +81,23 @@ class ProgramInfo:
         assert [s.node for s in self.statements] == [s for _, s in order], "hook numbering out of step"
         self.funcs = {s.target.dt_name for s in self.statements if s.target and s.target.role == "func"}
         self.func_lines = {}  # Func -> (file, line) of its definition
+        self._definitions: dict[tuple[str, int], list[tuple[int, str]]] = {}  # (file, line) -> [(column, Func)]
         for s in self.statements:
             if s.target and s.target.role == "func" and s.loc is not None:
                 self.func_lines.setdefault(s.target.dt_name, (s.loc.file, s.loc.line))
+                self._definitions.setdefault((s.loc.file, s.loc.line), []).append((s.loc.col, s.target.dt_name))
+        for columns in self._definitions.values():
+            columns.sort()
+
+    def func_at(self, loc: Loc) -> str | None:
+        """The Func whose definition holds `loc`: of those defined on its line (`f[x] = ...; g[x] = ...`),
+        the last to start at or before its column; None where none does."""
+        owner = None
+        for col, func in self._definitions.get((loc.file, loc.line), ()):
+            if col > loc.col:
+                break
+            owner = func
+        return owner
 
     def kernel_of(self, sid: int) -> str:
         return self.kernel_names[self.statements[sid].kernel]

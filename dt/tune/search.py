@@ -114,6 +114,9 @@ def tune(prog, sizes: dict[str, int], dtype: str | dict[str, str] = "f32", backe
     search: `Interrupted` is raised with the result so far (uncached)."""
     from dt.testing import given_scalars
     from dt.tune import cache as tuning_cache
+    if not prog.ast.source:  # candidates are DT texts, and the cache's key is the algorithm's text
+        raise DTError(f"{prog.name} was built with the Python API: tuning rewrites a program's DT text, and it "
+                      "has none", None, "write the program in DT (dt.loads / dt.load) to tune it")
     scalars = given_scalars(prog, scalars)
     extents = prog._extents({}, sizes, "sizes")
     dtype = resolved(prog, dtype)

@@ -150,6 +150,15 @@ class CheckedProgram:
         return frozenset(node.name for _, _, node in self.subscript_nodes() if isinstance(node, A.ScalarRef))
 
     @cached_property
+    def computed_subscripts(self) -> tuple[tuple[A.Access, A.Expr], ...]:
+        """(access, subscript) for each subscript computed from dimensions, lens, constants and
+        scalars (no gather) beyond a dimension alone: its arithmetic must stay within i64 at the
+        extents and scalars of a call (call_checks.index_arithmetic)."""
+        return tuple((access, s) for f in self.written.values() for x in f.exprs for access in A.walk(x)
+                     if isinstance(access, A.Access) for s in access.subscripts
+                     if not isinstance(s, A.DimRef) and not any(isinstance(n, A.Access) for n in A.walk(s)))
+
+    @cached_property
     def call_divisors(self) -> tuple[tuple[A.Access, A.Binary], ...]:
         """(access, `//` or `%`) for each subscript's division by what is not positive by its form
         (`l // p`, `d % (len(d) // 2)`): checked when the program is called."""
