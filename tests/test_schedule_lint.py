@@ -1,5 +1,5 @@
 """Every schedule dt ships is linted where it runs: each schedule of the GPU benchmark's rows
-(benchmarks/gpu/cases.py: the table's and the tuned ones) at each row's shape and dtype, every
+(benchmarks/gpu/cases.py: the table's and each device's tuned ones) at each row's shape and dtype, every
 GPU schedule in examples/ and benchmarks/gpu/schedules/ at its header's `dt run` line's sizes
 too (or without extents), and the CPU examples on the CPU's rules. A
 warning is either absent or allowed in the file's header with the reason (`# allow: CODE --
@@ -34,11 +34,13 @@ def gpu_targets():
     cases = pytest.importorskip("cases", reason="the benchmark's rows need torch (benchmarks/gpu/cases.py)")
     seen: dict[Path, list] = {}
     for case in cases.cases(cases.KERNELS):
-        path = cases.schedule_for(case).resolve()
         extents = case.kernel.extents(case.shape)
         inputs = {n: Shaped(tuple(extents[d] for d in dims)) for n, dims in case.kernel.inputs.items()}
         sizes = {d: extents[d] for d in case.kernel.dt_sizes}
-        seen.setdefault(path, []).append((case.title, dict(sizes=sizes, dtype=case.dtype, **inputs)))
+        # the row's schedule on each device with tuned schedules (schedules/tuned/<device>/), each file once
+        devices = cases.tuned_devices() or ["cpu"]
+        for path in dict.fromkeys(cases.schedule_for(case, device=d).resolve() for d in devices):
+            seen.setdefault(path, []).append((case.title, dict(sizes=sizes, dtype=case.dtype, **inputs)))
     files = sorted(p.resolve() for p in (ROOT / "examples").glob("*.dt")) + \
         sorted(p.resolve() for p in (ROOT / "examples" / "llm").glob("*.dt")) + \
         sorted(p.resolve() for p in (ROOT / "benchmarks" / "gpu" / "schedules").rglob("*.dt"))

@@ -114,7 +114,7 @@ def test_lane_accumulated_kernels_match_the_reference(dtype, sizes, shift):
 
 @pytest.mark.needs_triton
 def test_tiled_layernorm_matches_the_reference():
-    prog = dt.load("benchmarks/gpu/schedules/tuned/layernorm_128x65536_bf16.dt")
+    prog = dt.load("benchmarks/gpu/schedules/tuned/h100/layernorm_128x65536_bf16.dt")
     assert _lane_tiles(with_lane_accumulators(prog.pipeline("bf16").kernels[0]))
     args = random_inputs(prog, {"x": 2, "y": 20000}, "bf16", seed=2)
     assert_close(prog(backend="triton", **args), prog.reference(**args), "bf16")

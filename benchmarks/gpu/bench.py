@@ -11,6 +11,12 @@ DIR/gpu-TAG.log (tracebacks).
     python benchmarks/gpu/bench.py --out DIR [--kernels softmax,dyt] [--providers dt,eager]
         [--dtypes bf16] [--match TEXT ...] [--quick] [--tune] [--schedule KERNEL[:SHAPE[:DTYPE]]=PATH ...]
         [--contender KERNEL[:SHAPE[:DTYPE]]=PATH ...] [--budget 480] [--tag NAME] [--list] [--no-plots]
+        [--device-slug h200]
+
+The `dt` provider runs each row's tuned schedule of this device (schedules/tuned/<slug>/, the slug of
+torch.cuda.get_device_name(): h100, h200; --device-slug names another), else another device's of the
+same architecture, else cases.py's table (cases.schedule_choice); each record says which file ran
+(`schedule`) and why (`schedule_origin`: tuned, fallback, table, ...).
 
 Without a CUDA device (or with --dry-run) it runs the same logic on the CPU, on tiny shapes,
 with dt's interpreter and time.perf_counter. The method and the commands for a GPU machine
@@ -36,10 +42,11 @@ sys.path[:0] = [str(HERE), str(HERE.parents[1])]  # this folder's modules, and d
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
+import devices  # noqa: E402
 import measure  # noqa: E402
 import render  # noqa: E402
-from cases import (DTYPES, KERNELS, MATMUL, MEMORY, ROOT, Case, candidates, cases, matching,  # noqa: E402
-                   schedule_for, schedule_keys)
+from cases import (CANDIDATE, DTYPES, KERNELS, MATMUL, MEMORY, ROOT, Case, candidates, cases,  # noqa: E402
+                   matching, schedule_choice, schedule_keys)
 
 ALL_PROVIDERS = ("dt", "eager", "compile", "max-autotune", "liger", "sdpa")
 REFERENCE_F64_BYTES = 8 << 30
@@ -60,7 +67,8 @@ class Provider:
     # build(case, ctx) -> make; make(tensors) -> the zero-argument callable that is checked and timed.
     # build runs once per row (loading, compiling wrappers); make prepares anything outside the timing.
     build: Callable
-    schedule: Path | None = None
+    schedule: Path | None = None  # the file a dt provider runs (None: the row's, cases.schedule_choice)
+    origin: str = CANDIDATE       # why it runs that file (a record's schedule_origin), when `schedule` is given
 
 
 class Context:
@@ -68,6 +76,9 @@ class Context:
         self.device, self.dry = device, dry
         self.dt_backend = args.dt_backend or ("interp" if dry else "triton")
         self.overrides = dict(args.schedule or [])
+        # whose tuned schedules the dt provider runs: --device-slug's, else this device's (the CPU's in a dry run)
+        override = getattr(args, "device_slug", None)
+        self.tuned = devices.current(override) if override or not dry else devices.Device("cpu")
         self.contenders = args.contender or []
         self.programs: dict[Path, object] = {}
         self._liger = None
@@ -77,6 +88,10 @@ class Context:
             import dt
             self.programs[path] = dt.load(path)
         return self.programs[path]
+
+    def schedule(self, case: Case):
+        """The row's schedule for the dt provider and why (cases.ScheduleChoice)."""
+        return schedule_choice(case, self.overrides, self.tuned)
 
     def liger(self):
         """liger_kernel.transformers.functional, imported once; Skip when it cannot run here."""
@@ -96,7 +111,7 @@ class Context:
 # ----------------------------------------------------------------------- providers
 def _dt(schedule: Path | None):
     def build(case: Case, ctx: Context):
-        path = schedule or schedule_for(case, ctx.overrides)
+        path = schedule or ctx.schedule(case).path
         prog = ctx.program(path)
         scalars, backend = case.kernel.scalars, ctx.dt_backend
         sizes = {d: case.extents[d] for d in case.kernel.dt_sizes} or None
@@ -209,7 +224,9 @@ def run_case(case: Case, providers: list[Provider], ctx: Context, timer: measure
                 started = time.perf_counter()
                 make = p.build(case, ctx)
                 if p.name == "dt" or p.name.startswith("dt@"):
-                    rec["schedule"] = str(_relative(p.schedule or schedule_for(case, ctx.overrides)))
+                    chosen = ctx.schedule(case) if p.schedule is None else None
+                    rec.update(schedule=str(_relative(chosen.path if chosen else p.schedule)),
+                               schedule_origin=chosen.origin if chosen else p.origin)
                 measure.poison_allocator(case.out_shape, dtype, device)
                 out = make(check_inputs)()  # the first call compiles (outside the timing)
                 measure.synchronize(device)
@@ -386,6 +403,10 @@ def parse_args(argv):
     p.add_argument("--dry-run", action="store_true", help="run on the CPU on tiny shapes (the default without CUDA)")
     p.add_argument("--list", action="store_true", help="print the rows and the DT schedule of each, then exit")
     p.add_argument("--no-plots", action="store_true", help="skip the PNGs (report.py draws them from the JSON)")
+    p.add_argument("--device-slug", type=devices.slug_arg, metavar="SLUG",
+                   help="run the tuned schedules of this device (schedules/tuned/SLUG/, e.g. h200; else those of "
+                        "another device of its architecture) instead of this GPU's (default: the slug of "
+                        "torch.cuda.get_device_name(); in a dry run none)")
     return p.parse_args(argv)
 
 
@@ -412,9 +433,11 @@ def _main(args, dry: bool) -> int:
     _check_schedule_keys(args, rows, provider_names)
     ctx = Context(args, device, dry)
     if args.list:
+        print(f"tuned schedules of {ctx.tuned.slug} ({ctx.tuned.arch or 'architecture unknown'})", flush=True)
         for c in rows:
             names = [p.name for p in providers_for(c, provider_names, args.tune, ctx.contenders)]
-            print(f"{c.title:<48} {_relative(schedule_for(c, ctx.overrides))}  [{', '.join(names)}]")
+            choice = ctx.schedule(c)
+            print(f"{c.title:<48} {_relative(choice.path)} ({choice.origin})  [{', '.join(names)}]")
         return 0
 
     out = Path(args.out)
@@ -425,9 +448,10 @@ def _main(args, dry: bool) -> int:
     started = datetime.now(timezone.utc)
     run = dict(measure.device_description(device), id=f"{args.tag}@{started:%Y-%m-%dT%H:%M:%SZ}",
                started=started.isoformat(timespec="seconds"), command=" ".join(sys.argv), dry_run=dry,
-               timer=timer_text, dt_backend=ctx.dt_backend, liger=_liger_version(ctx, provider_names))
+               timer=timer_text, dt_backend=ctx.dt_backend, liger=_liger_version(ctx, provider_names),
+               device_slug=ctx.tuned.slug, device_arch=ctx.tuned.arch)
     print(f"{run['device']} | torch {run['torch']} | triton {run['triton']} | timer {timer_text} | "
-          f"{len(rows)} rows x {provider_names}", flush=True)
+          f"tuned schedules of {ctx.tuned.slug} | {len(rows)} rows x {provider_names}", flush=True)
     try:
         run["copy"] = measure.copy_bandwidth(row_timer(args.timer, dry, None, 0), device)
         print(f"copy bandwidth: {run['copy']['gbps']:.0f} GB/s (read + write)", flush=True)

@@ -16,6 +16,9 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
+import devices
+from devices import Device
+
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
 SCHEDULE_DIR = Path(__file__).resolve().parent / "schedules"
@@ -275,9 +278,10 @@ KERNELS.update(BACKWARD_KERNELS)
 
 # ----------------------------------------------------------------------- DT schedules
 # The schedule the `dt` provider runs where neither `--schedule` nor a tuned file
-# (schedules/tuned/<kernel>_<shape>_<dtype>.dt, written by tune.py, one set for every device)
-# names one: the first row whose kernel matches and whose shape ('x=4096, y=1000', as
-# Case.shape_text) and dtype match or are None. Tune on the GPU with `bench.py --tune` (times
+# (schedules/tuned/<device>/<kernel>_<shape>_<dtype>.dt, written by tune.py: the device's own,
+# else one of another device of its architecture; see schedule_choice) names one: the first row
+# whose kernel matches and whose shape ('x=4096, y=1000', as Case.shape_text) and dtype match
+# or are None. Tune on the GPU with `bench.py --tune` (times
 # every candidate below) and edit this table. Paths are relative to the repository root.
 _S = "benchmarks/gpu/schedules/"
 SCHEDULES: list[tuple[str, str | None, str | None, str]] = [
@@ -379,6 +383,8 @@ SCHEDULES: list[tuple[str, str | None, str | None, str]] = [
 ]
 
 
+# Each device's schedule-search winners (tune.py), in a folder named by its slug (devices.slug:
+# tuned/h100/, tuned/h200/): a schedule fast on one GPU can be a poor choice on another.
 TUNED_DIR = SCHEDULE_DIR / "tuned"
 
 
@@ -386,6 +392,11 @@ def tuned_name(kernel: str, shape_text: str, dtype: str) -> str:
     """'softmax', 'x=4096, y=1000', 'f32' -> 'softmax_4096x1000_f32.dt'."""
     extents = "x".join(part.split("=")[1] for part in shape_text.split(", "))
     return f"{kernel}_{extents}_{dtype}.dt"
+
+
+def tuned_devices() -> list[str]:
+    """The slugs of the devices with tuned schedules (the folders of TUNED_DIR), sorted."""
+    return sorted(p.name for p in TUNED_DIR.iterdir() if p.is_dir()) if TUNED_DIR.is_dir() else []
 
 
 def schedule_keys(case: Case) -> tuple[str, str, str]:
@@ -396,20 +407,49 @@ def schedule_keys(case: Case) -> tuple[str, str, str]:
     return f"{row}:{case.dtype}", row, case.kernel.name
 
 
-def schedule_for(case: Case, overrides: dict | None = None) -> Path:
-    """The .dt file for this case: an override (its most specific key of schedule_keys), else
-    the row's schedule-search winner (tune.py), else the table."""
+# Where a row's schedule came from (bench.py records it as `schedule_origin`)
+OVERRIDE = "override"    # --schedule
+TUNED = "tuned"          # the device's own search winner, tuned/<its slug>/
+FALLBACK = "fallback"    # the search winner of another device of its architecture, tuned/<that slug>/
+TABLE = "table"          # SCHEDULES
+EXAMPLE = "example"      # no row of SCHEDULES: the kernel's example
+CANDIDATE = "candidate"  # a file the provider was given (bench.py --tune, --contender; tune_goals.py)
+
+
+@dataclass(frozen=True)
+class ScheduleChoice:
+    path: Path
+    origin: str             # one of OVERRIDE, TUNED, FALLBACK, TABLE, EXAMPLE, CANDIDATE
+    tuned_on: str | None = None  # TUNED, FALLBACK: the slug of the device whose search chose it
+
+
+def schedule_choice(case: Case, overrides: dict | None = None, device: Device | str | None = None) -> ScheduleChoice:
+    """The .dt file for this case and why: an override (its most specific key of schedule_keys),
+    else the row's schedule-search winner (tune.py) on `device` (a devices.Device, or a slug;
+    None: devices.current()), else the winner on another device of the same architecture (the
+    first of them by slug; an H200 runs the H100's), else the table's, else the kernel's example."""
     overrides = overrides or {}
     for key in schedule_keys(case):
         if key in overrides:
-            return Path(overrides[key])
-    tuned = TUNED_DIR / tuned_name(case.kernel.name, case.shape_text, case.dtype)
-    if tuned.exists():
-        return tuned
+            return ScheduleChoice(Path(overrides[key]), OVERRIDE)
+    device = devices.current() if device is None else Device.named(device) if isinstance(device, str) else device
+    name = tuned_name(case.kernel.name, case.shape_text, case.dtype)
+    own = TUNED_DIR / device.slug / name
+    if own.exists():
+        return ScheduleChoice(own, TUNED, device.slug)
+    if device.arch is not None:
+        for other in tuned_devices():
+            if other != device.slug and devices.ARCH.get(other) == device.arch and (TUNED_DIR / other / name).exists():
+                return ScheduleChoice(TUNED_DIR / other / name, FALLBACK, other)
     for kernel, shape, dtype, path in SCHEDULES:
         if kernel == case.kernel.name and shape in (None, case.shape_text) and dtype in (None, case.dtype):
-            return ROOT / path
-    return case.kernel.program
+            return ScheduleChoice(ROOT / path, TABLE)
+    return ScheduleChoice(case.kernel.program, EXAMPLE)
+
+
+def schedule_for(case: Case, overrides: dict | None = None, device: Device | str | None = None) -> Path:
+    """The .dt file for this case (schedule_choice's)."""
+    return schedule_choice(case, overrides, device).path
 
 
 def candidates(kernel: Kernel) -> list[Path]:

@@ -120,6 +120,22 @@ def _cell(r: dict | None) -> str:
     return _num(r["ms"]) if r["status"] == "ok" else r["status"]
 
 
+def schedule_label(r: dict) -> str:
+    """A dt record's schedule as the summary names it: the file's name without .dt, after its device's
+    folder for a tuned one ('h100/softmax_safe_4096x4096_bf16'), and '(fallback)' where the file is
+    another device's (no tuned schedule of this device for the row; records without `schedule_origin`
+    are from runs before tuned schedules were filed per device)."""
+    if not r.get("schedule"):
+        return ""
+    path = Path(r["schedule"])
+    name = f"{path.parent.name}/{path.stem}" if path.parent.parent.name == "tuned" else path.stem
+    return name + _fallback_note(r)
+
+
+def _fallback_note(r: dict) -> str:
+    return " (fallback)" if r.get("schedule_origin") == "fallback" else ""
+
+
 def _best_dt(rows: list[dict]) -> dict | None:
     dts = [r for r in rows if is_dt(r["provider"])]
     ok = [r for r in dts if r["status"] == "ok" and r.get("ms")]
@@ -166,7 +182,7 @@ def _summary(records: list[dict], kind: str) -> list[str]:
         else:
             cells += [_num((rows[0].get("flops") or 0) / 1e9, "{:.2f}"), _cell(dt), _num(ok.get("tflops"), "{:.1f}"),
                       _num(ok.get("pct_cublas"), "{:.0f}%"), _num(ok.get("gbps"), "{:.0f}")]
-        cells.append(Path(dt["schedule"]).stem if dt and dt.get("schedule") else "")
+        cells.append(schedule_label(dt) if dt else "")
         cells += [_cell(by_provider.get(p)) for p in baselines]
         if kind == MATMUL:
             cells.append(_num(next((r["cublas_ms"] for r in rows if r.get("cublas_ms")), None)))
@@ -185,7 +201,7 @@ def _detail(records: list[dict]) -> list[str]:
     table = []
     for _, rows in _cases(records, MEMORY) + _cases(records, MATMUL):
         for r in sorted(rows, key=lambda r: provider_order(r["provider"])):
-            note = r.get("error") or (str(r["schedule"]) if r.get("schedule") else "")
+            note = r.get("error") or (str(r["schedule"]) + _fallback_note(r) if r.get("schedule") else "")
             table.append([
                 r["kernel"], r["shape"], r["dtype"], r["provider"], r["status"], _num(r.get("ms")),
                 _num(r.get("gbps"), "{:.0f}"), _num(r.get("pct_copy"), "{:.0f}%"), _num(r.get("tflops"), "{:.1f}"),

@@ -35,8 +35,8 @@ sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve
 import measure  # noqa: E402
 import render  # noqa: E402
 
-FIELDS = ("run", "device", "timer", "kernel", "shape", "dtype", "provider", "status", "schedule", "ms", "ms_runs",
-          "pct_copy_same", "pct_cublas", "best_baseline", "speedup_vs_best", "speedup_range")
+FIELDS = ("run", "device", "timer", "kernel", "shape", "dtype", "provider", "status", "schedule", "schedule_origin",
+          "ms", "ms_runs", "pct_copy_same", "pct_cublas", "best_baseline", "speedup_vs_best", "speedup_range")
 OUTCOMES = ("faster", "tie", "slower")
 
 
@@ -88,7 +88,7 @@ def summary(records: list[dict]) -> list[dict]:
         paired = [(r["ms"], dt_ms[kernel, shape, dtype, r["run"]]) for r in runs
                   if provider != "dt" and (kernel, shape, dtype, r["run"]) in dt_ms]
         rows.append(dict(kernel=kernel, shape=shape, dtype=dtype, provider=provider,
-                         schedule=Path(schedule).stem if schedule else "",
+                         schedule=render.schedule_label(runs[0]),
                          speedups=[r["speedup_vs_best"] for r in runs], outcomes=outcomes,
                          baselines=[r["best_baseline"] for r in runs],
                          median=statistics.median(r["speedup_vs_best"] for r in runs),

@@ -31,9 +31,11 @@ def _per_thread(elements: int, warps: int) -> int:
     return elements // (warps * 32)
 
 
-# Row-wise kernels: the Func computed, and the reductions fused at its row loop.
+# Row-wise kernels: the Func computed, and the reductions fused at its row loop (softmax_grad: the
+# backward row of benchmarks/gpu/backward.py, its algorithm as dt.grad derives it).
 ROWWISE = {"softmax": ("_softmax", ("_sum",)), "softmax_safe": ("_softmax", ("_max", "_sum")),
-           "layernorm": ("layernorm", ("mean", "variance")), "rmsnorm": ("rmsnorm", ("ms",))}
+           "layernorm": ("layernorm", ("mean", "variance")), "rmsnorm": ("rmsnorm", ("ms",)),
+           "softmax_grad": ("grad_A", ("d__sum",))}
 # Row-wise kernels whose statistics can share one walk over a tiled row (compute_with), offered
 # on walks of one width over rows longer than the given width (layernorm's third pass comes
 # from L2 up to 16384 wide, where the two-pass statistics measured no faster: docs/studies.md,

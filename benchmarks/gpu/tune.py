@@ -4,16 +4,19 @@ in parallel worker processes, check each against the float64 reference, screen t
 ones in two round-robin rounds, time the finalists again, and report the fastest per row.
 
     python3 benchmarks/gpu/tune.py --out DIR [--kernels K,...] [--dtypes D,...] [--match TEXT]
-        [--workers N] [--budget SECONDS]
+        [--workers N] [--budget SECONDS] [--device-slug SLUG]
 
 Writes DIR/tune-TAG.json: per row, every variant's time or error and, for the fastest, its
-DT source. Then, on any machine,
+DT source; and the device it ran on (its name, and the slug its winners are filed under:
+devices.slug of the name, h100, h200, or --device-slug's). Then, on any machine,
 
-    python benchmarks/gpu/tune.py --write DIR1/tune-elementwise.json DIR2/tune-mm.json ...
+    python benchmarks/gpu/tune.py --write benchmarks/results/tune.json DIR1/tune-elementwise.json ...
 
-writes each row's winner to benchmarks/gpu/schedules/tuned/KERNEL_SHAPE_DTYPE.dt (the file
-the benchmark's `dt` provider runs for that row, see cases.schedule_for), merges the runs
-into benchmarks/results/tune.json and summarises them in benchmarks/results/tune.md. Where
+writes each row's winner to benchmarks/gpu/schedules/tuned/SLUG/KERNEL_SHAPE_DTYPE.dt, the
+folder of the device the row was searched on (the file the benchmark's `dt` provider runs
+for that row on that device, and on another of its architecture that has none of its own; see
+cases.schedule_choice), merges the runs into benchmarks/results/tune.json (a row per device,
+kernel, shape and dtype) and summarises them in benchmarks/results/tune.md. Where
 the search's winner and another schedule are within its noise, a measurement that tells them
 apart (run_to_run.py over bench.py --contender runs) settles it:
 
@@ -21,7 +24,8 @@ apart (run_to_run.py over bench.py --contender runs) settles it:
         "in 8 fresh processes it ran faster than the search's pick in each (run_to_run.py)"
 
 records that schedule of space.py as the row's winner in tune.json, with the evidence, and
-writes the schedules again; a later --write keeps it until a new search of the row. Times are
+writes the schedules again (--device-slug SLUG says whose row, where several devices searched
+it); a later --write keeps it until a new search of the row. Times are
 medians of the benchmark's timer for the row (measure.row_timer: memory-bound rows on a cold L2
 for every run, compute-bound ones with do_bench as is) with a shorter repetition (10 ms
 warm-up, 40 ms), enough to screen schedules (each keeps the faster of
@@ -48,6 +52,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import torch  # noqa: E402
 
+import devices  # noqa: E402
 import measure  # noqa: E402
 import space  # noqa: E402
 from cases import KERNELS, ROOT, TUNED_DIR, cases, matching, tuned_name  # noqa: E402
@@ -163,13 +168,21 @@ def main(argv=None) -> int:
     p.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 2) - 2))
     p.add_argument("--budget", type=float, default=0, help="seconds; start no new row after this (0: none)")
     p.add_argument("--rounds", type=measure.positive_int, default=3, help="round-robin rounds timing each row's finalists")
+    p.add_argument("--device-slug", type=devices.slug_arg, metavar="SLUG",
+                   help="searching: file the winners under schedules/tuned/SLUG/ (default: the slug of "
+                        "torch.cuda.get_device_name(), h100, h200); --choose: the device whose row it is")
     args = p.parse_args(argv)
     if args.write:
+        if args.device_slug:
+            p.error("--write files each row under the device it was searched on: leave out --device-slug")
         return write(args.write)
     if args.choose:
-        return choose(*args.choose)
+        return choose(*args.choose, device_slug=args.device_slug)
     if not args.out:
         p.error("--out is required to search")
+    device = devices.current(args.device_slug)
+    print(f"the winners go to {TUNED_DIR.relative_to(ROOT) / device.slug}/ ({device.arch or 'architecture unknown'})",
+          flush=True)
     rows = cases(args.kernels.split(","), args.dtypes.split(",") if args.dtypes else None)
     rows = matching(rows, args.match)
     out = Path(args.out)
@@ -214,7 +227,8 @@ def main(argv=None) -> int:
             print(f"{case.title}: no variant ran", flush=True)
         results.append(row)
         (out / f"tune-{args.tag}.json").write_text(json.dumps(
-            {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": results}, indent=1))
+            {"device": torch.cuda.get_device_name(), "device_slug": device.slug, "device_arch": device.arch,
+             "torch": torch.__version__, "rows": results}, indent=1))
     print(f"done in {time.monotonic() - t0:.0f} s", flush=True)
     return 0
 
@@ -223,9 +237,16 @@ def _num(ms: float | None) -> str:
     return "" if ms is None else f"{ms:.4f}"
 
 
-def choose(title: str, variant: str, evidence: str) -> int:
-    """Record `variant` as the winner of the row titled `title` in the merged tune.json, with
-    the evidence that it is faster than the search's pick, and write the schedules again."""
+def row_slug(row: dict) -> str:
+    """The slug of the device a row of tune.json was searched on: recorded (searches since
+    schedules are filed per device), else the slug of its device's name."""
+    return row.get("device_slug") or devices.slug(row.get("device") or "")
+
+
+def choose(title: str, variant: str, evidence: str, device_slug: str | None = None) -> int:
+    """Record `variant` as the winner of the row titled `title` (of the device `device_slug`;
+    None: the only device that searched it) in the merged tune.json, with the evidence that it
+    is faster than the search's pick, and write the schedules again."""
     case = next((c for c in cases(list(KERNELS)) if c.title == title), None)
     if case is None:
         raise SystemExit(f"no benchmark row is titled {title!r} (titles as bench.py --list prints them)")
@@ -234,10 +255,15 @@ def choose(title: str, variant: str, evidence: str) -> int:
         raise SystemExit(f"space.py has no schedule {variant!r} for {title}")
     merged = RESULTS / "tune.json"
     doc = json.loads(merged.read_text())
-    row = next((r for r in doc["rows"] if (r["kernel"], r["shape"], r["dtype"]) ==
-                (case.kernel.name, case.shape_text, case.dtype)), None)
+    found = [r for r in doc["rows"] if (r["kernel"], r["shape"], r["dtype"]) ==
+             (case.kernel.name, case.shape_text, case.dtype) and device_slug in (None, row_slug(r))]
+    if len(found) > 1:
+        raise SystemExit(f"{title} was searched on {', '.join(sorted(row_slug(r) for r in found))}: "
+                         "say whose row with --device-slug")
+    row = found[0] if found else None
     if row is None or row.get("best") is None:
-        raise SystemExit(f"{merged} has no search of {title} with a winner: search it first (--out, --match)")
+        on = f" on {device_slug}" if device_slug else ""
+        raise SystemExit(f"{merged} has no search of {title}{on} with a winner: search it first (--out, --match)")
     if variant == row["best"]:
         raise SystemExit(f"{variant} is already the search's pick for {title}")
     failed = next((v["error"] for v in row["variants"] if v["name"] == variant and "error" in v), None)
@@ -248,15 +274,31 @@ def choose(title: str, variant: str, evidence: str) -> int:
     return write([merged])
 
 
+def _kept_allows(before: str | None, text: str) -> str:
+    """`text`, or the file it replaces where that is `text` with `# allow: CODE -- why` lines added
+    (a performance warning accepted by hand for this schedule, dt.lint): they stay while it does."""
+    if before is not None and "".join(line for line in before.splitlines(keepends=True)
+                                      if not line.startswith("# allow:")) == text:
+        return before
+    return text
+
+
 def write(paths) -> int:
     """Each row's winner as a .dt file, the merged runs as JSON, and a markdown summary."""
     runs = [json.loads(Path(p).read_text()) for p in paths]
-    # Later runs win; a merged tune.json (its rows carry their device) may be given too.
-    rows = {(r["kernel"], r["shape"], r["dtype"]): {"device": run.get("device"), **r} for run in runs
-            for r in run["rows"]}
-    TUNED_DIR.mkdir(parents=True, exist_ok=True)
-    for old in TUNED_DIR.glob("*.dt"):
-        old.unlink()
+    # Later runs win, per device; a merged tune.json (its rows carry their device) may be given too.
+    rows = {}
+    for run in runs:
+        for r in run["rows"]:
+            row = {"device": run.get("device"), **({"device_slug": run["device_slug"]} if run.get("device_slug")
+                                                    else {}), **r}
+            rows[(row_slug(row), r["kernel"], r["shape"], r["dtype"])] = row
+    previous = {}  # what each file held: its `# allow:` lines stay while its schedule does
+    for slug in {key[0] for key in rows}:  # the folders of the devices these runs searched on, written afresh
+        (TUNED_DIR / slug).mkdir(parents=True, exist_ok=True)
+        for old in (TUNED_DIR / slug).glob("*.dt"):
+            previous[old] = old.read_text()
+            old.unlink()
     lines = ["# Schedule search results", "",
              "Produced by `benchmarks/gpu/tune.py` (method in `docs/performance.md`): every schedule of "
              "`benchmarks/gpu/space.py` for each row, checked against the float64 reference and screened with "
@@ -267,13 +309,16 @@ def write(paths) -> int:
              "timer, with a flush that leaves the lines a kernel read with evict_last); the schedules within 5% of the "
              "fastest (at most six, the finalists) are timed again in alternating rounds, and the lowest median "
              "wins (rows without finalists are from runs before that). The winner of each row is "
-             "`benchmarks/gpu/schedules/tuned/<file>`; the benchmark (`bench.py`) measures it again the "
+             "`benchmarks/gpu/schedules/tuned/<file>`, in the folder of the device it was searched on "
+             "(`h100/`, `h200/`; on another device of the same architecture the benchmark runs it where that "
+             "device has no file of its own); the benchmark (`bench.py`) measures it again the "
              "benchmark's way, and where another schedule measured faster there (`tune.py --choose`), that one is the "
              "row's file, the evidence named (its `ms` is blank when the row's search, older than the schedule, "
              "did not try it). The others' median is of their screening times.", "",
              "| kernel | shape | dtype | device | timer | tried | failed | best | ms | finalists | file | median of the others ms |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    for (kernel, shape, dtype), r in sorted(rows.items()):
+    written = 0
+    for (slug, kernel, shape, dtype), r in sorted(rows.items()):
         # finalists (timed again, alternating) by their medians first, then the others
         timed = sorted((v for v in r["variants"] if "ms" in v), key=lambda v: (v.get("final_ms", math.inf), v["ms"]))
         failed = len(r["variants"]) - len(timed)
@@ -283,7 +328,7 @@ def write(paths) -> int:
             lines.append(f"| {kernel} | {shape} | {dtype} | {r['device']} | {timer} | {len(r['variants'])} | {failed} | — "
                          "| | | | |")
             continue
-        path = TUNED_DIR / tuned_name(kernel, shape, dtype)
+        path = TUNED_DIR / slug / tuned_name(kernel, shape, dtype)
         finalists = sum("final_ms" in v for v in timed)
         best_ms = best.get("final_ms", best["ms"])
         if "chosen" not in r:
@@ -304,17 +349,19 @@ def write(paths) -> int:
             evidence = chosen["evidence"].replace("|", "\\|")
             winner = (f"{chosen['name']}, chosen over {best['name']} ({evidence}) | "
                       + _num(searched.get("final_ms", searched.get("ms"))))
-        path.write_text(header + source)
+        path.write_text(_kept_allows(previous.get(path), header + source))
+        written += 1
         others = [v["ms"] for v in timed if v is not best]
         median = sorted(others)[len(others) // 2] if others else None
         lines.append(f"| {kernel} | {shape} | {dtype} | {r['device']} | {timer} | {len(r['variants'])} | {failed} | "
-                     f"{winner} | {finalists or ''} | {path.name} | {_num(median)} |")
+                     f"{winner} | {finalists or ''} | {slug}/{path.name} | {_num(median)} |")
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "tune.json").write_text(json.dumps({"runs": [{k: v for k, v in r.items() if k != "rows"}
                                                             for run in runs for r in run.get("runs", [run])],
                                                    "rows": list(rows.values())}, indent=1) + "\n")
     (RESULTS / "tune.md").write_text("\n".join(lines) + "\n")
-    print(f"wrote {len(list(TUNED_DIR.glob('*.dt')))} schedules to {TUNED_DIR}, {RESULTS / 'tune.md'}")
+    print(f"wrote {written} schedules to {', '.join(str(TUNED_DIR / s) for s in sorted({k[0] for k in rows}))}, "
+          f"{RESULTS / 'tune.md'}")
     return 0
 
 

@@ -3,14 +3,16 @@ benchmarks/results/gpu.md (SAMPLE: tuned from that program with the statements d
 removed, so its algorithm and fusion are kept and its blocks, tiles, program order, warps,
 stages and launch hints are the tuner's), and against the best baseline on shapes outside that
 table (OUTSIDE: tuned from the kernel's example, as a user would start). For each row: tune within the budget
-(prog.tune, cache off), write the fastest as DT text (DIR/schedules/), then check and time it
-beside the committed schedule and the baselines with the benchmark's own row method
+(prog.tune, cache off), write the fastest as DT text (DIR/schedules/<device>/, laid out as
+benchmarks/gpu/schedules/tuned/ is: the device's slug, h100 or h200 or --device-slug's, then the
+row's file name), then check and time it beside the committed schedule (the one bench.py runs on
+this device: cases.schedule_choice) and the baselines with the benchmark's own row method
 (bench.run_case: the float64 reference, the row's timer, round-robin rounds). Writes
 DIR/tune-goals-TAG.json (the benchmark's records plus each search's), after every row, and each
 search's report (dt.tune.report: its schedules' times plotted) in DIR/reports/.
 
     python benchmarks/gpu/tune_goals.py --out DIR [--rows sample|outside] [--budget 60] [--shard 0/2]
-        [--match TEXT ...] [--tag NAME]
+        [--match TEXT ...] [--tag NAME] [--device-slug SLUG]
     python benchmarks/gpu/tune_goals.py --summarize DIR|FILE.json ...   (the markdown table)
 
 On a machine of several GPUs, one process per GPU (CUDA_VISIBLE_DEVICES=i, --shard i/n) takes
@@ -33,8 +35,9 @@ sys.path[:0] = [str(HERE), str(HERE.parents[1])]
 import torch  # noqa: E402
 
 import bench  # noqa: E402
+import devices  # noqa: E402
 import measure  # noqa: E402
-from cases import KERNELS, Case, schedule_for, tuned_name  # noqa: E402
+from cases import KERNELS, Case, tuned_name  # noqa: E402
 
 # Rows of gpu.md: every kernel of the talk's table and six of the LLM ones, both dtypes, the long
 # rows (128x65536), the unusual ones (4096x1000, a 16-row product, 2mm's short reductions).
@@ -73,6 +76,9 @@ def parse_args(argv):
     p.add_argument("--repeats", type=int, default=5, help="round-robin rounds of the comparison")
     p.add_argument("--workers", type=int, help="processes compiling ahead (default: dt tune's)")
     p.add_argument("--tag", default="run")
+    p.add_argument("--device-slug", type=devices.slug_arg, metavar="SLUG",
+                   help="compare with this device's committed schedules and file the results under "
+                        "DIR/schedules/SLUG/ (default: the slug of torch.cuda.get_device_name(), h100, h200)")
     p.add_argument("--summarize", nargs="+", metavar="PATH",
                    help="print the markdown table of these runs (directories, or a file of several)")
     return p.parse_args(argv)
@@ -111,9 +117,11 @@ def main(argv=None) -> int:
     device = torch.device("cpu" if dry else "cuda")
     backend = "interp" if dry else "triton"
     out = Path(args.out)
-    (out / "schedules").mkdir(parents=True, exist_ok=True)
-    ctx = bench.Context(SimpleNamespace(dt_backend=backend, schedule=None, contender=None), device, dry)
-    run = dict(measure.device_description(device), tag=args.tag, rows=args.rows, budget=args.budget)
+    ctx = bench.Context(SimpleNamespace(dt_backend=backend, schedule=None, contender=None,
+                                        device_slug=args.device_slug), device, dry)
+    (out / "schedules" / ctx.tuned.slug).mkdir(parents=True, exist_ok=True)
+    run = dict(measure.device_description(device), tag=args.tag, rows=args.rows, budget=args.budget,
+               device_slug=ctx.tuned.slug, device_arch=ctx.tuned.arch)
     records, searches = [], []
     path = out / f"tune-goals-{args.tag}.json"
     with open(out / f"tune-goals-{args.tag}.log", "a") as log:
@@ -122,14 +130,15 @@ def main(argv=None) -> int:
                 case = Case(case.kernel, case.kernel.tiny[0], case.dtype, case.kernel.extents(case.kernel.tiny[0]))
             print(f"{case.title}: tuning for {args.budget:g} s", flush=True)
             begin = time.monotonic()
+            chosen = ctx.schedule(case)  # the schedule bench.py runs for the row on this device
             if args.rows == "sample":  # the committed program's algorithm and fusion, its tiling left to dt tune
-                committed = dt.load(schedule_for(case))
+                committed = dt.load(chosen.path)
                 prog = dt.loads(without_shaping(committed.ast, committed.checked.kernel_roots), name=committed.name)
             else:  # a new shape: the kernel's example as a user would start
                 prog = dt.load(case.kernel.program)
             result = prog.tune(program_sizes(prog, case), case.dtype, backend, args.budget, cache=False,
                                workers=args.workers, scalars=case.kernel.scalars)
-            tuned = out / "schedules" / tuned_name(case.kernel.name, case.shape_text, case.dtype)
+            tuned = out / "schedules" / ctx.tuned.slug / tuned_name(case.kernel.name, case.shape_text, case.dtype)
             searched = sum(t.candidate.name != "as written" for t in result.timed)
             report.write(result, out / "reports" / tuned.stem)
             tuned.write_text(f"# Tuned by `dt tune` for {case.shape_text} ({case.dtype}) on {result.device} in "
@@ -141,7 +150,7 @@ def main(argv=None) -> int:
                                  best=result.best.name, best_ms=result.timed[0].ms, schedule=str(tuned),
                                  as_written_ms=result.baselines.get("as written")))
             print(result.table(3), flush=True)
-            providers = [bench.Provider("dt", bench._dt(schedule_for(case)), schedule_for(case)),
+            providers = [bench.Provider("dt", bench._dt(chosen.path), chosen.path, chosen.origin),
                          bench.Provider("dt-tune", bench._dt(tuned), tuned)]
             if args.rows == "outside":
                 providers += [p for p in bench.providers_for(case, list(BASELINES), False) if not dry or

@@ -555,18 +555,19 @@ def test_baseline_functions_compute_the_dt_algorithm(name):
 
 def _schedule_files():
     return sorted({p for k in cases.KERNELS.values() for p in cases.candidates(k)}
-                  | {cases.ROOT / row[3] for row in cases.SCHEDULES} | set(cases.TUNED_DIR.glob("*.dt")))
+                  | {cases.ROOT / row[3] for row in cases.SCHEDULES} | set(cases.TUNED_DIR.glob("*/*.dt")))
 
 
 def _kernel_of(path):
-    if path.parent == cases.TUNED_DIR:  # KERNEL_EXTENTS_DTYPE.dt
+    if path.parent.parent == cases.TUNED_DIR:  # DEVICE/KERNEL_EXTENTS_DTYPE.dt
         return next(k for name, k in cases.KERNELS.items()
                     if path.stem.startswith(name + "_") and path.stem[len(name) + 1].isdigit())
     table = {cases.ROOT / p: name for name, _, _, p in cases.SCHEDULES}  # e.g. examples/llm/decode_split.dt
     return next(k for k in cases.KERNELS.values() if path in cases.candidates(k) or table.get(path) == k.name)
 
 
-@pytest.mark.parametrize("path", _schedule_files(), ids=lambda p: p.name)
+@pytest.mark.parametrize("path", _schedule_files(),
+                         ids=lambda p: f"{p.parent.name}/{p.name}" if p.parent.parent == cases.TUNED_DIR else p.name)
 def test_every_schedule_is_its_kernels_algorithm(path):
     """Each .dt the table, the schedule search or --tune can pick computes its kernel's
     algorithm on the interpreter, and the Triton backend generates code for it in f32 and bf16."""
@@ -593,9 +594,9 @@ def test_schedule_table_and_overrides():
     k = cases.KERNELS["matmul"]
     skinny = cases.Case(k, (16, 4096, 4096), "f16", k.extents((16, 4096, 4096)))
     square = cases.Case(k, (4096, 4096, 4096), "f16", k.extents((4096, 4096, 4096)))
-    assert cases.schedule_for(skinny).name == "matmul_16x4096x4096_f16.dt"  # the search's winner
+    assert cases.schedule_for(skinny, device="h100").name == "matmul_16x4096x4096_f16.dt"  # the search's winner
     odd = cases.Case(k, (16, 512, 4096), "f16", k.extents((16, 512, 4096)))  # a row never searched: the table
-    assert cases.schedule_for(odd).name == "matmul_128x128x64.dt"
+    assert cases.schedule_for(odd, device="h100").name == "matmul_128x128x64.dt"
     assert cases.schedule_for(square, {"matmul": "/x/y.dt"}) == Path("/x/y.dt")
     assert cases.schedule_for(skinny, {"matmul:x=16, y=4096, k=4096": "/a.dt", "matmul": "/b.dt"}) == Path("/a.dt")
     by_dtype = {"matmul:x=16, y=4096, k=4096:f16": "/c.dt", "matmul:x=16, y=4096, k=4096": "/a.dt"}
@@ -633,11 +634,11 @@ def test_tune_writes_each_rows_winner(tmp_path, monkeypatch):
     path = tmp_path / "tune-x.json"
     path.write_text(json.dumps(run))
     assert tune.main(["--write", str(path)]) == 0
-    written = tmp_path / "tuned" / "softmax_4096x1000_f32.dt"
+    written = tmp_path / "tuned" / "gpu" / "softmax_4096x1000_f32.dt"  # the folder of device "GPU"
     assert written.read_text().endswith(fast_text) and f"variant {fast}, 0.0100 ms (one timing) on GPU" in \
         written.read_text()
     table = (tmp_path / "results" / "tune.md").read_text()
-    assert f"| softmax | x=4096, y=1000 | f32 | GPU | cold | 3 | 1 | {fast} | 0.0100 |  | softmax_4096x1000_f32.dt | " \
+    assert f"| softmax | x=4096, y=1000 | f32 | GPU | cold | 3 | 1 | {fast} | 0.0100 |  | gpu/softmax_4096x1000_f32.dt | " \
         "0.0200 |" in table
     del run["rows"][0]["timer"]  # a search from before the cold timer
     path.write_text(json.dumps(run))
@@ -702,10 +703,10 @@ def test_tune_writes_the_finalists_winner(tmp_path, monkeypatch):
     path = tmp_path / "tune-x.json"
     path.write_text(json.dumps(run))
     assert tune.main(["--write", str(path)]) == 0
-    written = (tmp_path / "tuned" / "softmax_4096x1000_f32.dt").read_text()
+    written = (tmp_path / "tuned" / "gpu" / "softmax_4096x1000_f32.dt").read_text()
     assert written.endswith(second_text)
     assert f"variant {second}, 0.0110 ms (the median of 3 rounds alternating 2 finalists) on GPU" in written
-    assert f"| {second} | 0.0110 | 2 | softmax_4096x1000_f32.dt | 0.0100 |" in (tmp_path / "results" / "tune.md").read_text()
+    assert f"| {second} | 0.0110 | 2 | gpu/softmax_4096x1000_f32.dt | 0.0100 |" in (tmp_path / "results" / "tune.md").read_text()
 
 
 @pytest.mark.slow
@@ -950,13 +951,13 @@ def test_tune_choose_makes_another_schedule_the_rows_file_until_the_row_is_searc
     assert tune.main(["--choose", "add [x=4096, y=8192] bf16", chosen, "it won | the run-off (results/r.md)"]) == 0
     assert "it won \\| the run-off" in (tmp_path / "results" / "tune.md").read_text()  # the table stays whole
     assert tune.main(["--choose", "add [x=4096, y=8192] bf16", chosen, "it won the run-off (results/r.md)"]) == 0
-    written = (tmp_path / "tuned" / "add_4096x8192_bf16.dt").read_text()
+    written = (tmp_path / "tuned" / "gpu" / "add_4096x8192_bf16.dt").read_text()
     assert written.endswith(variants[chosen])
     header = " ".join(line[2:] for line in written.splitlines() if line.startswith("# "))
     assert (f"variant {chosen} of benchmarks/gpu/space.py, chosen over the search's pick ({picked}, "
             "benchmarks/gpu/tune.py) on GPU: it won the run-off (results/r.md).") in header
     assert all(len(line) <= 100 for line in written.splitlines() if line.startswith("# "))
-    assert dt.load(tmp_path / "tuned" / "add_4096x8192_bf16.dt").outputs == ("add_out",)
+    assert dt.load(tmp_path / "tuned" / "gpu" / "add_4096x8192_bf16.dt").outputs == ("add_out",)
     table = (tmp_path / "results" / "tune.md").read_text()
     assert f"| {chosen}, chosen over {picked} (it won the run-off (results/r.md)) |  | 1 |" in table
     merged = json.loads((tmp_path / "results" / "tune.json").read_text())
@@ -964,11 +965,11 @@ def test_tune_choose_makes_another_schedule_the_rows_file_until_the_row_is_searc
                                            "evidence": "it won the run-off (results/r.md)"}
 
     assert tune.main(["--write", str(tmp_path / "results" / "tune.json")]) == 0  # kept by a later --write
-    assert (tmp_path / "tuned" / "add_4096x8192_bf16.dt").read_text().endswith(variants[chosen])
+    assert (tmp_path / "tuned" / "gpu" / "add_4096x8192_bf16.dt").read_text().endswith(variants[chosen])
     search = tmp_path / "tune-new.json"  # a new search of the row replaces the choice
     search.write_text(json.dumps({"device": "GPU", "rows": [row]}))
     assert tune.main(["--write", str(tmp_path / "results" / "tune.json"), str(search)]) == 0
-    assert (tmp_path / "tuned" / "add_4096x8192_bf16.dt").read_text().endswith(variants[picked])
+    assert (tmp_path / "tuned" / "gpu" / "add_4096x8192_bf16.dt").read_text().endswith(variants[picked])
 
 
 def test_the_search_space_drops_schedules_dt_calls_slow():
