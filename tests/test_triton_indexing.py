@@ -84,7 +84,22 @@ def test_floor_division_is_tritons_own_where_it_floors():
     assert "T_axis1_index = l_offsets // 4" in paged
     assert "Kc_axis1_index = (l_offsets % 4)" in paged and "_remainder" not in paged
     shifted = source("Var x; Func o;\no[x] = (x - 5) // 3 + (x - 5) % 3;\no.tensorize(x:16);\no.compile();", {})
-    assert "o = _floor_divide(x_offsets - 5, 3) + _remainder(x_offsets - 5, 3)" in shifted
+    # a remainder of a difference of non-negative terms adds the divisor's complement instead: the same
+    # value never negative, so Triton's own % (and a contiguous index tile: vector loads)
+    assert "o = _floor_divide(x_offsets - 5, 3) + (x_offsets + (3 - 5 % 3)) % 3" in shifted
+
+
+@pytest.mark.parametrize("shift", (0, 1, 5, 16, 37))
+def test_a_rotation_back_is_pythons_remainder_and_loads_the_row_in_order(shift):
+    """(x - c) % len(x) reads X rotated back by c (dt.grad's rotate-half RoPE: c = len(x) // 2),
+    for c past the extent too."""
+    src = f"In X; Var x; Func o;\no[x] = X[(x - {shift}) % len(x)] + cast((x - len(x) // 2) % len(x), f32);\no.compile();"
+    for n in (16, 13):
+        X = np.arange(n, dtype=np.float32) * 10
+        index = np.arange(n)
+        want = X[(index - shift) % n] + (index - n // 2) % n
+        np.testing.assert_array_equal(np.asarray(run(src, sizes={"x": n}, X=X)), want)
+    assert "_remainder" not in source(src)
 
 
 def test_a_gather_in_a_tma_kernel_reads_through_pointers():

@@ -152,10 +152,16 @@ class ExpressionLowering:
             dims, dtype = self.cp.funcs[e.name].dims, self.types.func_dtypes[e.name]
         if not is_integer(dtype):
             dtype = floats or self.compute
+        key = ("gather", e.name, aligned, order, dtype)  # read again at the same subscripts: the same tile
+        cached = self.lookup(key)
+        if cached is not None:
+            return cached
         if e.name not in self.reads:
             self.reads.append(e.name)
         extents = tuple(IVar(size_name(d)) for d in dims)
-        return self.assign(e.name, S.Gather(e.name, aligned, extents, order, dtype, e.loc), e.name, e.loc)
+        ref = self.assign(e.name, S.Gather(e.name, aligned, extents, order, dtype, e.loc), e.name, e.loc)
+        self.scopes[-1][key] = ref
+        return ref
 
     def access(self, e: A.Access, func: str, env, order, dtype: str | None = None):
         axes = tuple(env[i] for i in e.dims)
