@@ -320,7 +320,8 @@ def cmd_lint(args) -> int:
     from dt import backends
     prog = dt.load(args.file)
     sizes = _sizes(args.size or [])
-    prog._given_extents(sizes, "--size")  # names and values, checked in the words of the flag
+    if sizes:  # names, values and what is missing, checked in the words of the flag
+        prog._extents({}, sizes, "--size")
     backend = backends.get(args.backend)
     found = prog.lint(sizes, args.dtype, args.backend)
     facts = None
@@ -489,15 +490,15 @@ def main(argv=None) -> int:
     except UsageError as e:
         print(f"dt: {e}", file=sys.stderr)
         return 2
-    except (FileNotFoundError, IsADirectoryError) as e:
-        print(f"dt: {e.strerror}: {e.filename}", file=sys.stderr)
-        return 2
     except BrokenPipeError:
         # The reader of our output went away (`dt conformance --list | head`): stop quietly. Point
         # stdout at /dev/null so that the interpreter's last flush at exit cannot fail again
         # (the recipe of Python's documentation of SIGPIPE).
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
+    except OSError as e:  # a file a command reads or writes (`dt conformance --report`, `dt tune -o`)
+        print(f"dt: {e.strerror or e}" + (f": {e.filename}" if e.filename else ""), file=sys.stderr)
+        return 2
     finally:
         warnings.formatwarning = plain
 

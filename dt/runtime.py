@@ -405,8 +405,9 @@ class Program:
                 result[dim] = -(-result[split] // chunk)
         missing = [d for d in self.checked.needed_dims if d not in result]
         if missing:
-            raise DTExtentError(f"no extent given for {', '.join(repr(m) for m in missing)}", None,
-                                f"pass {argument}={{{', '.join(repr(m) + ': ...' for m in missing)}}}")
+            hint = (" ".join(f"{argument} {m}=N" for m in missing) if argument.startswith("--") else
+                    f"{argument}={{{', '.join(repr(m) + ': ...' for m in missing)}}}")  # a flag, or a dict
+            raise DTExtentError(f"no extent given for {', '.join(repr(m) for m in missing)}", None, f"pass {hint}")
         for d, (n, _, loc) in from_arrays.items():
             call_checks.check_extent(n, f"the extent of '{d}' is", loc)
         return result

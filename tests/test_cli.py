@@ -391,3 +391,12 @@ def test_lint_names_the_size_option_in_extent_errors(capsys):
     assert "--size gives 'x' = 0; extents must be at least 1" in capsys.readouterr().err
     assert main(["lint", "examples/add.dt", "--size", "q=3", "--no-compiled"]) == 2
     assert "--size names 'q', which is not a dimension of add" in capsys.readouterr().err
+
+
+def test_conformance_and_lint_say_what_is_wrong_without_a_traceback(tmp_path, capsys):
+    report = tmp_path / "missing" / "report.md"  # its folder does not exist
+    assert main(["conformance", "--backend", "interp", "--ops", "rsum*", "--dtypes", "f32", "--report",
+                 str(report)]) == 2
+    assert f"dt: No such file or directory: {report}" in capsys.readouterr().err
+    assert main(["lint", str(ROOT / "examples" / "add.dt"), "--size", "x=4"]) == 2
+    assert "hint: pass --size y=N" in capsys.readouterr().err

@@ -49,6 +49,7 @@ def cmd_tune(args) -> int:
     from dt.tune.search import Interrupted
     prog = dt.load(args.file)
     sizes = args.parse_sizes(args.size or [])
+    prog._extents({}, sizes, "--size")  # names and values, checked in the words of the flag
     dtype = with_default(prog, *parse(args.dtype or []))
     caught = []  # SIGTERM, once it stopped the search
     try:
