@@ -55,6 +55,23 @@ def test_each_parity_test_picks_the_partner(value):
     assert not _gathers(kernel)
 
 
+@pytest.mark.parametrize("value", [
+    # dt.grad's form: each partner's read under the parity of d + 1 or d - 1, and guarded to the row
+    "where((d + 1) % 2 == 0, 0.0, X[x, d + 1]) - where((d - 1) % 2 == 0, X[x, d - 1], 0.0)",
+    "where((d - 1) % 2 != 0, X[x, d + 1], X[x, d - 1] * 3.0)",
+])
+def test_a_parity_test_of_a_shifted_lane_picks_the_partner(value):
+    kernel = with_pair_swaps(_program(value).pipeline("f32").kernels[0])
+    assert len([s for s in kernel.body if isinstance(s, S.Assign) and isinstance(s.value, S.SwapPairs)]) == 1
+    assert not _gathers(kernel)
+
+
+def test_the_gradient_of_interleaved_rope_reads_each_gradient_once():
+    backward = dt.grad(dt.load("examples/llm/rope_interleaved.dt"), wrt=("Q", "K"))
+    source = codegen.render(backward.pipeline("bf16")).source
+    assert source.count("tl.split(") == 2 and "grad_q_out_ptr + grad_q_out_b_index" not in source
+
+
 @pytest.mark.parametrize("value,schedule,dims", [
     (ROTATE, "o.block(x:1, d:3); o.tensorize(d:3);", "o[x, d]"),  # odd tiles: a pair would straddle two
     ("where(d % 2 == 0, X[x, d - 1], X[x, d + 1])", "o.block(x:1); o.tensorize(d:0);", "o[x, d]"),  # not partners
@@ -87,6 +104,8 @@ def _runs() -> bool:
      "o.block(b:2, x:2); o.tensorize(b:2, x:2, d:0);", {"b": 3, "x": 3, "d": 9}, True),
     ("o[x]", "rsum(where(d % 2 == 0, -X[x, d + 1], X[x, d - 1]) * X[x, d], d)",
      "o.block(x:2); o.tensorize(x:2, d:4);", {"x": 3, "d": 13}, True),  # whole tiles, then the cut one
+    ("o[x, d]", "where((d + 1 >= 0) * (d + 1 < len(d)), where((d + 1) % 2 == 0, 0.0, X[x, d + 1]), 0.0)"
+     " - where((d - 1) % 2 == 0, X[x, d - 1], 0.0)", "o.block(x:1); o.tensorize(d:0);", {"x": 2, "d": 7}, True),
 ])
 def test_kernels_with_swapped_pairs_match_the_reference(dims, value, schedule, sizes, swapped):
     pytest.importorskip("torch")

@@ -145,6 +145,19 @@ def _rope_grad(C, S, grad_q_out, grad_k_out):
     return back(grad_q_out), back(grad_k_out)
 
 
+def _rope_interleaved_grad(C, S, grad_q_out, grad_k_out):
+    """The backward of interleaved RoPE (each pair (e, o) of a row to (e cos - o sin, o cos + e sin),
+    cos and sin of half-width tables): (ge cos + go sin, go cos - ge sin) for each pair of gradients,
+    what autograd computes through the forward's torch code (its products, stack and unflatten)."""
+    cos, sin = C[:, None, :], S[:, None, :]
+
+    def back(g):
+        pairs = g.unflatten(-1, (-1, 2))
+        even, odd = pairs[..., 0], pairs[..., 1]
+        return torch.stack([even * cos + odd * sin, odd * cos - even * sin], dim=-1).flatten(-2)
+    return back(grad_q_out), back(grad_k_out)
+
+
 def _cross_entropy_grad(L, T, grad_loss, row_max=None, row_sum=None, logp=None, total_weight=None):
     """F.cross_entropy(reduction='none')'s backward as autograd runs it: nll_loss's, then log_softmax's.
     What dt's forward saved (row_max, row_sum) is dt's alone."""
@@ -409,6 +422,17 @@ BACKWARD_KERNELS: dict[str, Kernel] = {k.name: k for k in [
                  "kernel (grad_K fused into grad_Q's as the forward fuses k_out into q_out's), the gradients read "
                  "half a row round the other way; nothing saved. Eager is what autograd runs for the forward's "
                  "torch code (products, cat's slices, a negation), Liger its rope_backward (in place)."),
+    Kernel("rope_interleaved_grad", MEMORY, _GRAD / "rope_interleaved_grad.dt",
+           {"C": ("s", "C_axis1"), "S": ("s", "C_axis1"), "grad_q_out": ("b", "s", "h", "d"),
+            "grad_k_out": ("b", "s", "kh", "d")},
+           ("b", "s", "h", "d"), {}, ("b", "s", "h", "kh", "d", "C_axis1"),
+           ((1, 4096, 32, 8, 128, 64), (4, 2048, 32, 8, 128, 64), (8, 1000, 32, 8, 128, 64)),
+           ((4, 2048, 32, 8, 128, 64),), ((1, 5, 3, 1, 12, 6),), DTYPES, _rope_interleaved_grad,
+           made_inputs={"C": _rope_table(torch.cos, "C_axis1", False), "S": _rope_table(torch.sin, "C_axis1", False)},
+           notes="interleaved RoPE's backward (examples/llm/rope_interleaved.dt, `dt grad --wrt Q,K`): grad_Q and "
+                 "grad_K, one kernel; each lane's partner in its pair from the loaded row, lanes swapped in pairs. "
+                 "Eager and torch.compile run the backward autograd computes for the forward's torch code, "
+                 "written out; no Liger kernel has this form."),
     Kernel("cross_entropy_grad", MEMORY, _GRAD / "cross_entropy_grad.dt",
            {"L": ("r", "v"), "T": ("r",), "grad_loss": ("r",), "row_max": ("r",), "row_sum": ("r",)}, ("r", "v"), {},
            ("r", "v"),

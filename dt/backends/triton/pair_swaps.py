@@ -136,15 +136,23 @@ class _Scope:
 
 
 def _parity_test(cond: S.TExpr):
-    """(axis, whether even lanes take the where's first branch) for `axis % 2 == k` or `!= k`, k
-    0 or 1; else None."""
+    """(axis, whether even lanes take the where's first branch) for `(axis + c) % 2 == k` or
+    `!= k`, c an integer (0, or -1 and +1 as dt.grad writes the partners' conditions back: `(d + 1)
+    % 2 == 0` holds on odd lanes), k 0 or 1; else None."""
     cond = S.without_layout(cond)
     if not (isinstance(cond, S.Binary) and cond.op in ("==", "!=") and _literal(cond.b) in (0, 1)):
         return None
-    mod = cond.a
-    if not (isinstance(mod, S.Binary) and mod.op == "%" and isinstance(mod.a, S.IndexOf) and _literal(mod.b) == 2):
+    mod = S.without_layout(cond.a)
+    if not (isinstance(mod, S.Binary) and mod.op == "%" and _literal(mod.b) == 2):
         return None
-    return mod.a.axis, (_literal(cond.b) == 0) == (cond.op == "==")
+    lane, offset = S.without_layout(mod.a), 0
+    if isinstance(lane, S.Binary) and lane.op in ("+", "-") and isinstance(_literal(lane.b), (int, float)) \
+            and float(_literal(lane.b)).is_integer():
+        offset = int(_literal(lane.b)) * (1 if lane.op == "+" else -1)
+        lane = S.without_layout(lane.a)
+    if not isinstance(lane, S.IndexOf):
+        return None
+    return lane.axis, (offset % 2 == _literal(cond.b)) == (cond.op == "==")
 
 
 def _literal(e: S.TExpr):
