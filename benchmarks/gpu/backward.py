@@ -379,6 +379,21 @@ def _attention_grad_kernel():
                         "flash's five products, half the square each.")
 
 
+def _rope_grad_kernel(name, fn, liger, tables, notes):
+    """A RoPE backward row: the forward's shapes (benchmarks/gpu/llm.py), its cos and sin tables of
+    the full width of d (Hugging Face's) or half of it (`tables`)."""
+    half = tables == "half"
+    width = ("C_axis1",) if half else ()
+    table = ("s", "C_axis1") if half else ("s", "d")
+    shapes = tuple((b, s, 32, 8, 128) + ((64,) if half else ()) for b, s in ((1, 4096), (4, 2048), (8, 1000)))
+    return Kernel(name, MEMORY, _GRAD / f"{name}.dt", {"C": table, "S": table, "grad_q_out": ("b", "s", "h", "d"),
+                                                       "grad_k_out": ("b", "s", "kh", "d")},
+                  ("b", "s", "h", "d"), {}, ("b", "s", "h", "kh", "d") + width, shapes, shapes[1:2],
+                  ((1, 5, 3, 1, 12) + ((6,) if half else ()),), DTYPES, fn, liger=liger,
+                  made_inputs={"C": _rope_table(torch.cos, table[1], not half),
+                               "S": _rope_table(torch.sin, table[1], not half)}, notes=notes)
+
+
 BACKWARD_KERNELS: dict[str, Kernel] = {k.name: k for k in [
     Kernel("rmsnorm_grad", MEMORY, _GRAD / "rmsnorm_grad.dt",
            {"A": ROWS, "W": ("y",), "grad_rmsnorm": ROWS, "ms": ("x",)}, ROWS, {"eps": 1e-6}, ROWS,
@@ -412,27 +427,17 @@ BACKWARD_KERNELS: dict[str, Kernel] = {k.name: k for k in [
            notes="SwiGLU's backward (examples/llm/swiglu.dt): grad_G and grad_U, one kernel, silu(G) recomputed. "
                  "Eager is what autograd calls for F.silu(G) * U (mul's backward from the saved silu(G) and U, "
                  "then aten.silu_backward), Liger its swiglu_backward (recomputes, writes over G and U)."),
-    Kernel("rope_grad", MEMORY, _GRAD / "rope_grad.dt",
-           {"C": ("s", "d"), "S": ("s", "d"), "grad_q_out": ("b", "s", "h", "d"), "grad_k_out": ("b", "s", "kh", "d")},
-           ("b", "s", "h", "d"), {}, ("b", "s", "h", "kh", "d"),
-           ((1, 4096, 32, 8, 128), (4, 2048, 32, 8, 128), (8, 1000, 32, 8, 128)), ((4, 2048, 32, 8, 128),),
-           ((1, 5, 3, 1, 12),), DTYPES, _rope_grad, liger=_liger_rope_grad,
-           made_inputs={"C": _rope_table(torch.cos, "d", True), "S": _rope_table(torch.sin, "d", True)},
-           notes="rotate-half RoPE's backward (examples/llm/rope.dt, `dt grad --wrt Q,K`): grad_Q and grad_K, one "
-                 "kernel (grad_K fused into grad_Q's as the forward fuses k_out into q_out's), the gradients read "
-                 "half a row round the other way; nothing saved. Eager is what autograd runs for the forward's "
-                 "torch code (products, cat's slices, a negation), Liger its rope_backward (in place)."),
-    Kernel("rope_interleaved_grad", MEMORY, _GRAD / "rope_interleaved_grad.dt",
-           {"C": ("s", "C_axis1"), "S": ("s", "C_axis1"), "grad_q_out": ("b", "s", "h", "d"),
-            "grad_k_out": ("b", "s", "kh", "d")},
-           ("b", "s", "h", "d"), {}, ("b", "s", "h", "kh", "d", "C_axis1"),
-           ((1, 4096, 32, 8, 128, 64), (4, 2048, 32, 8, 128, 64), (8, 1000, 32, 8, 128, 64)),
-           ((4, 2048, 32, 8, 128, 64),), ((1, 5, 3, 1, 12, 6),), DTYPES, _rope_interleaved_grad,
-           made_inputs={"C": _rope_table(torch.cos, "C_axis1", False), "S": _rope_table(torch.sin, "C_axis1", False)},
-           notes="interleaved RoPE's backward (examples/llm/rope_interleaved.dt, `dt grad --wrt Q,K`): grad_Q and "
-                 "grad_K, one kernel; each lane's partner in its pair from the loaded row, lanes swapped in pairs. "
-                 "Eager and torch.compile run the backward autograd computes for the forward's torch code, "
-                 "written out; no Liger kernel has this form."),
+    _rope_grad_kernel("rope_grad", _rope_grad, _liger_rope_grad, "full",
+                      "rotate-half RoPE's backward (examples/llm/rope.dt, `dt grad --wrt Q,K`): grad_Q and grad_K, "
+                      "one kernel (grad_K fused into grad_Q's as the forward fuses k_out into q_out's), the "
+                      "gradients read half a row round the other way; nothing saved. Eager is what autograd runs "
+                      "for the forward's torch code (products, cat's slices, a negation), Liger its rope_backward "
+                      "(in place)."),
+    _rope_grad_kernel("rope_interleaved_grad", _rope_interleaved_grad, None, "half",
+                      "interleaved RoPE's backward (examples/llm/rope_interleaved.dt, `dt grad --wrt Q,K`): grad_Q "
+                      "and grad_K, one kernel; each lane's partner in its pair from the loaded row, lanes swapped in "
+                      "pairs. Eager and torch.compile run the backward autograd computes for the forward's torch "
+                      "code, written out; no Liger kernel has this form."),
     Kernel("cross_entropy_grad", MEMORY, _GRAD / "cross_entropy_grad.dt",
            {"L": ("r", "v"), "T": ("r",), "grad_loss": ("r",), "row_max": ("r",), "row_sum": ("r",)}, ("r", "v"), {},
            ("r", "v"),
