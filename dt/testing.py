@@ -96,7 +96,8 @@ class Closest:
 @dataclass(frozen=True)
 class Comparison:
     """An output against its reference: `ok` when |out - ref| <= rtol*|ref| + atol*scale at
-    every element, where `scale` is max|ref| (so atol is relative to the output's magnitude)."""
+    every element, where `scale` is max|ref| (so atol is relative to the output's magnitude), an
+    infinite reference matched exactly and a NaN by a NaN."""
     ok: bool
     max_abs: float
     max_rel: float
@@ -131,7 +132,8 @@ def compare(out, ref, dtype: str, rtol: float | None = None, atol: float | None 
     with np.errstate(invalid="ignore", divide="ignore"):
         diff = np.abs(out - ref)
         allowed = atol * max(scale, 1e-30) + rtol * np.abs(ref)
-        bad = ~((diff <= allowed) | (out == ref) | (np.isnan(out) & np.isnan(ref)))
+        # an infinite reference is matched exactly: its tolerance (rtol * inf) would pass anything but NaN
+        bad = ~((finite & (diff <= allowed)) | (out == ref) | (np.isnan(out) & np.isnan(ref)))
         both = finite & np.isfinite(out)
         max_abs = float(diff[both].max()) if both.any() else 0.0
         rel = diff[both] / np.maximum(np.abs(ref[both]), 1e-30)

@@ -157,3 +157,12 @@ def test_tuning_a_program_built_in_python_says_it_has_no_dt_text():
     f[x] = A[x] * 2.0
     with pytest.raises(dt.DTError, match="built with the Python API: tuning rewrites a program's DT text"):
         dt.program(f).tune({"x": 8}, backend="numba", budget=1)
+
+
+def test_an_infinite_reference_is_matched_exactly():
+    from dt.testing import compare
+    ref = np.array([np.inf, -np.inf, 1.0])
+    assert compare(np.array([np.inf, -np.inf, 1.0], np.float32), ref, "f32").ok
+    for wrong in ([0.0, -np.inf, 1.0], [np.inf, 3.0e38, 1.0], [np.inf, np.nan, 1.0]):
+        result = compare(np.array(wrong, np.float32), ref, "f32")
+        assert not result.ok and result.first_bad == ([w == r for w, r in zip(wrong, ref)].index(False),)

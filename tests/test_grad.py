@@ -715,3 +715,13 @@ def test_the_gradient_through_a_cast_to_f64_is_stored_as_the_input_is():
     got = dt.grad(prog)(backend="interp", grad_o=np.ones(4, np.float32))
     assert got.dtype == np.float32
     np.testing.assert_array_equal(got, 2.0)
+
+
+def test_a_reduction_dimension_in_a_subscript_binds_no_dimension_a_plain_subscript_binds():
+    # conv1d's gradient: grad_W[c, j] sums X[b, c, t + j - (len(j) - 1)] over t; j is W's width, not X's length
+    prog = dt.load(ROOT / "examples" / "llm" / "conv1d.dt")
+    rng = np.random.default_rng(2)
+    X, W, B = rng.standard_normal((1, 3, 6)), rng.standard_normal((3, 3)), rng.standard_normal(3)
+    got = dt.grad(prog)(backend="interp", X=X, W=W, B=B, grad_out=np.ones((1, 3, 6)))
+    assert got["grad_W"].shape == (3, 3) and got["grad_X"].shape == (1, 3, 6)
+    assert gradient_errors(prog, {"b": 1, "c": 3, "t": 6, "j": 3})["W"] < 1e-5

@@ -109,15 +109,17 @@ class CheckedProgram:
     @cached_property
     def input_bindings(self) -> tuple[tuple[A.Access, tuple[str | None, ...]], ...]:
         """Every access of an input in the written definitions (gathers' index reads included),
-        with the dimension each subscript binds (A.binding_dim; the reduction dimensions there are
-        the RVars its definition does not write along): what binds extents when the program is
-        called."""
-        result = []
+        with the dimension each subscript binds (A.binding; the reduction dimensions there are
+        the RVars its definition does not write along; a weak binding only where no subscript
+        binds its dimension strongly): what binds extents when the program is called."""
+        found = []
         for f in self.written.values():
             reduced = frozenset(d for d, kind in self.dim_kinds.items() if kind == "RVar" and d not in f.dims)
-            result += [(e, tuple(A.binding_dim(s, reduced) for s in e.subscripts))
-                       for x in f.exprs for e in A.walk(x) if isinstance(e, A.Access) and e.kind == "input"]
-        return tuple(result)
+            found += [(e, tuple(A.binding(s, reduced) for s in e.subscripts))
+                      for x in f.exprs for e in A.walk(x) if isinstance(e, A.Access) and e.kind == "input"]
+        strong = {b[0] for _, bindings in found for b in bindings if b is not None and b[1]}
+        return tuple((e, tuple(b[0] if b is not None and (b[1] or b[0] not in strong) else None for b in bindings))
+                     for e, bindings in found)
 
     @cached_property
     def input_accesses(self) -> tuple[A.Access, ...]:
@@ -167,7 +169,7 @@ class CheckedProgram:
     @cached_property
     def input_axes(self) -> dict[str, tuple[str, ...]]:
         """The dimension each axis of each input spans: the first dimension an access binds to it
-        (A.binding_dim: `A[x]`, `X[t - j]`), else one of its own, `{input}_axis{i}`, that only the
+        (A.binding: `A[x]`, `X[t - j]`), else one of its own, `{input}_axis{i}`, that only the
         tensor passed gives an extent (`E[I[t], d]`: the rows of E); a Var declared by that name is
         that dimension (dt.grad's `grad_X[X_axis0]`)."""
         binding: dict[str, list[str | None]] = {}
