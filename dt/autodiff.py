@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dt.errors import DTError
 from dt.ir import algorithm as A
+from dt.ir.check.names import CALL_KEYWORDS
 from dt.ir.grad import schedule as grad_schedule
 from dt.ir.grad.reverse import gradient_source, without_gradient
 
@@ -46,6 +47,10 @@ def grad(prog, wrt=None, save=(), of=None):
         if s not in checked.written:
             raise DTError(f"'{s}' is not a Func {prog.name}'s outputs need", None,
                           f"save some of: {', '.join(checked.written)}")
+        if s in CALL_KEYWORDS:  # the backward reads it as an input of that name
+            raise DTError(f"'{s}' cannot be saved under its name: it becomes an input of the gradient program, and a "
+                          f"program call takes {s}= {CALL_KEYWORDS[s]}", checked.written[s].loc,
+                          f"rename the Func (e.g. {s}_) to save it")
         expr = checked.written[s].expr
         if isinstance(expr, A.Reduce) and expr.op in ("max", "min"):
             ignored = without_gradient(checked, wrt, checked.outputs if of is None else of) if ignored is None else ignored

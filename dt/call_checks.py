@@ -308,3 +308,31 @@ def _range(e: A.Expr, extents: dict[str, int], scalars: dict, ranges: list) -> t
     if result is not None:
         ranges.append((e, *result))
     return result
+
+
+def array_extents(checked, arrays: dict) -> dict[str, tuple[int, str, Loc | None]]:
+    """dimension -> (extent, which axis of which input gave it, where that input is indexed)."""
+    extents: dict[str, tuple[int, str, Loc | None]] = {}
+    for access, bindings in checked.input_bindings:
+        if access.name not in arrays:
+            continue
+        shape = tuple(arrays[access.name].shape)
+        rank = len(access.subscripts)
+        if len(shape) != rank:
+            raise DTExtentError(f"'{access.name}' is indexed with {rank} dimension(s) ({access.text}) but the "
+                                f"tensor passed has rank {len(shape)} (shape {shape})", access.loc,
+                                f"pass a {rank}-D tensor")
+        axis_dims = checked.input_axes[access.name]
+        for axis, (binding, n) in enumerate(zip(bindings, shape)):
+            source = f"{access.text} axis {axis}"
+            for dim in dict.fromkeys((binding, axis_dims[axis])):
+                if dim is None:
+                    continue
+                if dim in extents and extents[dim][0] != n:
+                    have, where, first = extents[dim]
+                    raise DTExtentError(f"the extent of '{dim}' disagrees: {have} from {where}, but {n} from "
+                                        f"{source}", access.loc,
+                                        "pass tensors whose shapes agree on every dimension",
+                                        ((f"{dim} = {have} from {where}", first),))
+                extents.setdefault(dim, (n, source, access.loc))
+    return extents

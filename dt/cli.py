@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import statistics
 import sys
@@ -10,146 +9,12 @@ import time
 import warnings
 from pathlib import Path
 
+from dt import cli_inputs
+from dt.cli_inputs import UsageError
 from dt.dtypes import FLOAT8
 from dt.dtypes import NAMES as DTYPE_CHOICES
 from dt.tune import cli as tune_cli
 from dt.errors import DTError, PerformanceWarning
-
-
-class UsageError(Exception):
-    """A command line dt cannot act on: printed as `dt: ...`, exit status 2."""
-
-
-def _sizes(pairs: list[str]) -> dict[str, int]:
-    """--size DIM=N pairs; the extents themselves are the runtime's to check (at least 1, ...)."""
-    return _named_values(pairs, "--size", "name=integer", int)
-
-
-def _scalars(pairs: list[str]) -> dict[str, float | int]:
-    return _named_values(pairs, "--scalar", "name=number", _integer_or_float)
-
-
-def _named_values(pairs: list[str], option: str, form: str, parse) -> dict:
-    """The NAME=VALUE pairs given by a repeated option, each value read by `parse`."""
-    values = {}
-    for pair in pairs or ():
-        name, sep, text = pair.partition("=")
-        try:
-            if not sep or not name.strip():
-                raise ValueError(pair)
-            values[name.strip()] = parse(text)
-        except ValueError:
-            raise UsageError(f"{option} takes {form}, got {pair!r}") from None
-    return values
-
-
-def _integer_or_float(text: str) -> int | float:
-    """An integer stays one: a scalar may index (K[l + start])."""
-    try:
-        return int(text)
-    except ValueError:
-        return float(text)
-
-
-def _tolerance(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not (math.isfinite(value) and value >= 0):
-        raise argparse.ArgumentTypeError(f"a finite number >= 0, got {text!r}")
-    return value
-
-
-def _count(text: str) -> int:
-    """A seed or a number of runs: an integer >= 0 (NumPy refuses negative seeds)."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"an integer >= 0, got {text!r}")
-    return value
-
-
-# ---------------------------------------------------------------- inputs from files
-
-
-# The first bytes of a .npy file, and of a .npz file (a zip archive, or an empty one)
-_ARRAY_FILE_STARTS = (b"\x93NUMPY", b"PK\x03\x04", b"PK\x05\x06")
-
-
-def _load_array(path: str, what: str):
-    import numpy as np
-    try:
-        with open(path, "rb") as f:
-            # np.load takes any other file for a pickle, and would say so, and how to unpickle it
-            if not f.read(6).startswith(_ARRAY_FILE_STARTS):
-                raise UsageError(f"cannot read {path} ({what}): it is not a .npy or .npz file")
-        return np.load(path, allow_pickle=False)  # never unpickle: a .npy/.npz holds numbers only
-    except (FileNotFoundError, IsADirectoryError):  # reported by main() as for a DT file
-        raise
-    except (OSError, ValueError, EOFError) as e:
-        raise UsageError(f"cannot read {path} ({what}): {e}") from None
-
-
-def _file_inputs(prog, pairs: list[str], npz_files: list[str]) -> tuple[dict, dict[str, str]]:
-    """The arrays (and scalars) given by --input NAME=FILE.npy and --inputs FILE.npz, by name,
-    and the file each came from."""
-    import numpy as np
-    given: dict = {}
-    origin: dict[str, str] = {}
-
-    def add(name: str, value, path: str):
-        if name not in prog.inputs and name not in prog.scalars:
-            raise UsageError(f"{path}: the program has no input or scalar {name!r} "
-                             f"(inputs: {', '.join(prog.inputs) or '-'}"
-                             + (f"; scalars: {', '.join(prog.scalars)})" if prog.scalars else ")"))
-        if name in given:
-            raise UsageError(f"{name} is given twice: by {origin[name]} and by {path}")
-        if name in prog.scalars:
-            try:
-                if np.ndim(value) != 0:
-                    raise ValueError(f"shape {np.shape(value)}")
-                # an integer stays one, as with --scalar: it may index (K[l + start])
-                value = int(value) if np.asarray(value).dtype.kind in "iu" else float(value)
-            except (TypeError, ValueError) as e:
-                raise UsageError(f"{path}: scalar {name} must be a single real number ({e})") from None
-        given[name], origin[name] = value, path
-
-    for pair in pairs or ():
-        name, sep, path = pair.partition("=")
-        if not sep or not name.strip() or not path:
-            raise UsageError(f"--input takes NAME=FILE.npy, got {pair!r}")
-        array = _load_array(path, f"--input {name.strip()}")
-        if not isinstance(array, np.ndarray):
-            raise UsageError(f"{path}: --input takes a .npy file of one array; give .npz files with --inputs")
-        add(name.strip(), array, path)
-    for path in npz_files or ():
-        archive = _load_array(path, "--inputs")
-        if isinstance(archive, np.ndarray):
-            raise UsageError(f"{path}: --inputs takes a .npz file of named arrays; give .npy files with "
-                             f"--input NAME=FILE.npy")
-        with archive:
-            for name in archive.files:
-                try:
-                    array = archive[name]
-                except ValueError as e:  # an object array, which would need unpickling
-                    raise UsageError(f"cannot read {path} (array {name!r}): {e}") from None
-                add(name, array, path)
-    return given, origin
-
-
-def _extents_from_files(prog, given: dict, sizes: dict[str, int]) -> dict[str, int]:
-    """--size extents, completed by the shapes of the inputs read from files (the runtime's
-    check: ranks, and extents the files disagree on)."""
-    extents = dict(sizes)
-    arrays = {n: a for n, a in given.items() if n in prog.inputs}
-    for dim, (n, source, _) in prog._array_extents(arrays).items():
-        if dim in sizes and sizes[dim] != n:
-            raise UsageError(f"--size {dim}={sizes[dim]}, but {source} of the input files has {dim}={n}")
-        extents.setdefault(dim, n)
-    return extents
 
 
 def _describe_inputs(prog, origin: dict[str, str], given_scalars: dict, seed: int, values: dict) -> str:
@@ -172,13 +37,13 @@ def cmd_run(args) -> int:
     from dt.tune.dtypes import parse as parse_dtypes
 
     prog = dt.load(args.file)
-    given, origin = _file_inputs(prog, args.input, args.inputs)
-    scalars = _scalars(args.scalar)
+    given, origin = cli_inputs.file_inputs(prog, args.input, args.inputs)
+    scalars = cli_inputs.scalars(args.scalar)
     twice = sorted(set(scalars) & set(given))
     if twice:
         raise UsageError(f"{', '.join(twice)} given both by --scalar and by {origin[twice[0]]}")
-    given_sizes = _sizes(args.size)
-    sizes = _extents_from_files(prog, given, given_sizes)
+    given_sizes = cli_inputs.sizes(args.size)
+    sizes = cli_inputs.extents_from_files(prog, given, given_sizes)
     missing = [d for d in prog.checked.needed_dims if d not in sizes]
     if missing:
         print(f"dt: give the extent of every dimension: missing {' '.join(f'--size {d}=N' for d in missing)}",
@@ -319,7 +184,7 @@ def cmd_lint(args) -> int:
     import dt
     from dt import backends
     prog = dt.load(args.file)
-    sizes = _sizes(args.size or [])
+    sizes = cli_inputs.sizes(args.size or [])
     if sizes:  # names, values and what is missing, checked in the words of the flag
         prog._extents({}, sizes, "--size")
     backend = backends.get(args.backend)
@@ -406,10 +271,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--inputs", action="append", metavar="FILE.npz",
                      help="inputs (and scalars) read from a .npz file, each under its name (repeat)")
     run.add_argument("--scalar", action="append", metavar="NAME=VALUE", help="value of a scalar input")
-    run.add_argument("--seed", type=_count, default=0, help="seed of the random inputs (an integer >= 0)")
-    run.add_argument("--repeat", type=_count, default=3, help="timed runs after the first call")
-    run.add_argument("--rtol", type=_tolerance, help="relative tolerance (default: the output dtype's)")
-    run.add_argument("--atol", type=_tolerance,
+    run.add_argument("--seed", type=cli_inputs.count, default=0, help="seed of the random inputs (an integer >= 0)")
+    run.add_argument("--repeat", type=cli_inputs.count, default=3, help="timed runs after the first call")
+    run.add_argument("--rtol", type=cli_inputs.tolerance, help="relative tolerance (default: the output dtype's)")
+    run.add_argument("--atol", type=cli_inputs.tolerance,
                      help="absolute tolerance, as a fraction of max|reference| (default: the output dtype's)")
     run.set_defaults(fn=cmd_run)
 
@@ -453,7 +318,7 @@ def build_parser() -> argparse.ArgumentParser:
     grd.add_argument("-o", "--output", help="file to write (default: standard output)")
     grd.set_defaults(fn=cmd_grad)
 
-    tune_cli.add_parsers(sub, _sizes, _scalars, _count)
+    tune_cli.add_parsers(sub, cli_inputs.sizes, cli_inputs.scalars, cli_inputs.count)
     conf = sub.add_parser("conformance", help="certify a backend: run the conformance suite on it")
     conf.add_argument("--backend", help="the backend to certify (default: $DT_BACKEND, else interp)")
     conf.add_argument("--ops", action="append", metavar="PATTERN",

@@ -391,7 +391,7 @@ class Program:
     def _extents(self, arrays: dict, sizes, argument: str = "sizes") -> dict[str, int]:
         """The extent of every dimension the program needs, each checked: from the shapes of
         `arrays` (every input, or none) and from `sizes`, the dict passed as `argument`."""
-        from_arrays = self._array_extents(arrays)
+        from_arrays = call_checks.array_extents(self.checked, arrays)
         result = {d: n for d, (n, _, _) in from_arrays.items()}
         for dim, n in self._given_extents(sizes, argument).items():
             if dim in from_arrays and from_arrays[dim][0] != n:
@@ -411,33 +411,6 @@ class Program:
         for d, (n, _, loc) in from_arrays.items():
             call_checks.check_extent(n, f"the extent of '{d}' is", loc)
         return result
-
-    def _array_extents(self, arrays: dict) -> dict[str, tuple[int, str, Loc | None]]:
-        """dimension -> (extent, which axis of which input gave it, where that input is indexed)."""
-        extents: dict[str, tuple[int, str, Loc | None]] = {}
-        for access, bindings in self.checked.input_bindings:
-            if access.name not in arrays:
-                continue
-            shape = tuple(arrays[access.name].shape)
-            rank = len(access.subscripts)
-            if len(shape) != rank:
-                raise DTExtentError(f"'{access.name}' is indexed with {rank} dimension(s) ({access.text}) but the "
-                                    f"tensor passed has rank {len(shape)} (shape {shape})", access.loc,
-                                    f"pass a {rank}-D tensor")
-            axis_dims = self.checked.input_axes[access.name]
-            for axis, (binding, n) in enumerate(zip(bindings, shape)):
-                source = f"{access.text} axis {axis}"
-                for dim in dict.fromkeys((binding, axis_dims[axis])):
-                    if dim is None:
-                        continue
-                    if dim in extents and extents[dim][0] != n:
-                        have, where, first = extents[dim]
-                        raise DTExtentError(f"the extent of '{dim}' disagrees: {have} from {where}, but {n} from "
-                                            f"{source}", access.loc,
-                                            "pass tensors whose shapes agree on every dimension",
-                                            ((f"{dim} = {have} from {where}", first),))
-                    extents.setdefault(dim, (n, source, access.loc))
-        return extents
 
     def _given_extents(self, sizes, argument: str) -> dict[str, int]:
         """The extents in `sizes`, the dict passed as `argument`: names of dimensions, integer extents."""

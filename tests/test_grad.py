@@ -725,3 +725,10 @@ def test_a_reduction_dimension_in_a_subscript_binds_no_dimension_a_plain_subscri
     got = dt.grad(prog)(backend="interp", X=X, W=W, B=B, grad_out=np.ones((1, 3, 6)))
     assert got["grad_W"].shape == (3, 3) and got["grad_X"].shape == (1, 3, 6)
     assert gradient_errors(prog, {"b": 1, "c": 3, "t": 6, "j": 3})["W"] < 1e-5
+
+
+def test_saving_a_func_named_as_a_call_keyword_says_to_rename_it():
+    prog = dt.load(ROOT / "examples" / "mmsigmoid.dt")  # its output is `out`
+    with pytest.raises(dt.DTError, match="'out' cannot be saved under its name") as e:
+        dt.grad(prog, save=("out",))
+    assert e.value.hint == "rename the Func (e.g. out_) to save it" and e.value.loc is not None

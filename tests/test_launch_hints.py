@@ -223,6 +223,18 @@ def test_narrow_rows_keep_pointers_in_that_dtype_only():
     assert "TensorDescriptor" not in f16
 
 
+def test_a_box_too_large_for_shared_memory_keeps_pointers():
+    """A split product's chunks, combined in a [64, 16, 64] f32 tile (256 KiB, more than an H100's
+    shared memory), go through pointers; its operands' 4-8 KiB boxes through descriptors."""
+    source = """Func mm; In A, B; Var x, y; RVar k;
+mm[x, y] = rdot(A[x, k], B[k, y], k);
+mm.block(x:64, y:64); mm.tensorize(x:64, y:64, k:32); mm.split(k:256); mm.tma(); mm.compile();
+"""
+    code = codegen.render(dt.loads(source).pipeline("f16"), width=None).source
+    assert "A_desc.load(" in code and "B_desc.load(" in code and "mm_desc.store(" in code
+    assert "mm_chunks_desc_2" not in code and "tl.load(mm_chunks_ptr" in code
+
+
 def test_more_than_five_dimensions_have_no_box():
     source = """Func out; In A; Var a, b, c, d, x, y;
 out[a, b, c, d, x, y] = A[a, b, c, d, x, y] * 2.0;

@@ -399,26 +399,6 @@ def constant_factors(e: Expr, dim: str) -> tuple[Expr, list[tuple[str, Expr]]]:
     return e, found
 
 
-def binding(subscript: Expr, reduced: frozenset[str]) -> tuple[str, bool] | None:
-    """(the dimension a subscript binds to its tensor axis's extent, whether strongly): `d` or `d`
-    plus or minus constants and lens binds `d` strongly (`x`, `x + 1`); `d` plus or minus also
-    dimensions `reduced` where the subscript is (`t - j` inside a reduction over `j`, bound
-    elsewhere) weakly: only where no subscript binds `d` strongly (conv1d's `X[c, t - j]` gives
-    `t` X's length, but its gradient's `X[c, t + j - (len(j) - 1)]` inside a sum over `t` leaves `j`
-    the width `W[c, j]` gives). None for anything else (`h // 4`, `2 * i`, `g * len(cg) + cg`,
-    `x - y` with `y` a dimension of the left-hand side, a gather) and when two readings compete."""
-    terms = signed_terms(subscript)
-    found = []
-    for i, (sign, term) in enumerate(terms):
-        if sign != 1 or not isinstance(term, DimRef):
-            continue
-        rest = [t for j, (_, t) in enumerate(terms) if j != i]
-        if all(not any(isinstance(n, Access) for n in walk(t)) and (isinstance(t, DimRef) or not free_dims(t)) and
-               all(d in reduced and d != term.dim for d in free_dims(t)) for t in rest):
-            found.append((term.dim, not any(free_dims(t) for t in rest)))
-    return found[0] if len(found) == 1 else None
-
-
 @dataclass(frozen=True)
 class Update:
     """Where an update definition writes (`g[I[t], d] += e`): into the Func `target` at

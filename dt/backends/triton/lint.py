@@ -13,7 +13,7 @@ from dt.backends.triton.lane_accumulators import with_lane_accumulators
 from dt.backends.triton.layout import MIN_DOT, KernelLayout, dot_minimum
 from dt.backends.triton.limits import tile_padding
 from dt.backends.triton.precision import F32_DOT_ENV, f32_dot_precision
-from dt.backends.triton.tma import TMA_MAX_BOX, TMA_MIN_ROW_BYTES, TmaPlan
+from dt.backends.triton.tma import TMA_MAX_BOX, TMA_MAX_BOX_BYTES, TMA_MIN_ROW_BYTES, TmaPlan
 from dt.dtypes import ITEM_BYTES, is_integer
 from dt.errors import PerformanceWarning
 from dt.ir import scheduled as S
@@ -169,7 +169,8 @@ def tma_fallback(facts: KernelFacts):
                          "asynchronously",
                     hint=f"TMA moves a tile that is a box of its tensor: indexed by its dimensions in order, each "
                          f"tiled with a power of two of at most {TMA_MAX_BOX} dividing the block, or the whole of an "
-                         f"unblocked extent, and {TMA_MIN_ROW_BYTES} bytes or more along the last",
+                         f"unblocked extent, {TMA_MIN_ROW_BYTES} bytes or more along the last and at most "
+                         f"{TMA_MAX_BOX_BYTES // 1024} KiB in all (a buffer of shared memory)",
                     func=func, notes=((f"{func}.tma() is here", loc),))
     for spec in (pipeline.tensor(t) for t in dict.fromkeys(kernel.reads + kernel.writes)):
         extents = [facts.extent(d) for d in spec.dims]

@@ -109,13 +109,13 @@ class CheckedProgram:
     @cached_property
     def input_bindings(self) -> tuple[tuple[A.Access, tuple[str | None, ...]], ...]:
         """Every access of an input in the written definitions (gathers' index reads included),
-        with the dimension each subscript binds (A.binding; the reduction dimensions there are
+        with the dimension each subscript binds (binding; the reduction dimensions there are
         the RVars its definition does not write along; a weak binding only where no subscript
         binds its dimension strongly): what binds extents when the program is called."""
         found = []
         for f in self.written.values():
             reduced = frozenset(d for d, kind in self.dim_kinds.items() if kind == "RVar" and d not in f.dims)
-            found += [(e, tuple(A.binding(s, reduced) for s in e.subscripts))
+            found += [(e, tuple(binding(s, reduced) for s in e.subscripts))
                       for x in f.exprs for e in A.walk(x) if isinstance(e, A.Access) and e.kind == "input"]
         strong = {b[0] for _, bindings in found for b in bindings if b is not None and b[1]}
         return tuple((e, tuple(b[0] if b is not None and (b[1] or b[0] not in strong) else None for b in bindings))
@@ -169,7 +169,7 @@ class CheckedProgram:
     @cached_property
     def input_axes(self) -> dict[str, tuple[str, ...]]:
         """The dimension each axis of each input spans: the first dimension an access binds to it
-        (A.binding: `A[x]`, `X[t - j]`), else one of its own, `{input}_axis{i}`, that only the
+        (binding: `A[x]`, `X[t - j]`), else one of its own, `{input}_axis{i}`, that only the
         tensor passed gives an extent (`E[I[t], d]`: the rows of E); a Var declared by that name is
         that dimension (dt.grad's `grad_X[X_axis0]`)."""
         binding: dict[str, list[str | None]] = {}
@@ -243,3 +243,23 @@ class CheckedProgram:
 
     def kernel_funcs(self, root: str) -> tuple[str, ...]:
         return (root,) + tuple(f for f in self.funcs if f != root and self.root_of(f) == root)
+
+
+def binding(subscript: A.Expr, reduced: frozenset[str]) -> tuple[str, bool] | None:
+    """(the dimension a subscript binds to its tensor axis's extent, whether strongly): `d` or `d`
+    plus or minus constants and lens binds `d` strongly (`x`, `x + 1`); `d` plus or minus also
+    dimensions `reduced` where the subscript is (`t - j` inside a reduction over `j`, bound
+    elsewhere) weakly: only where no subscript binds `d` strongly (conv1d's `X[c, t - j]` gives
+    `t` X's length, but its gradient's `X[c, t + j - (len(j) - 1)]` inside a sum over `t` leaves `j`
+    the width `W[c, j]` gives). None for anything else (`h // 4`, `2 * i`, `g * len(cg) + cg`,
+    `x - y` with `y` a dimension of the left-hand side, a gather) and when two readings compete."""
+    terms = A.signed_terms(subscript)
+    found = []
+    for i, (sign, term) in enumerate(terms):
+        if sign != 1 or not isinstance(term, A.DimRef):
+            continue
+        rest = [t for j, (_, t) in enumerate(terms) if j != i]
+        if all(not any(isinstance(n, A.Access) for n in A.walk(t)) and (isinstance(t, A.DimRef) or not A.free_dims(t)) and
+               all(d in reduced and d != term.dim for d in A.free_dims(t)) for t in rest):
+            found.append((term.dim, not any(A.free_dims(t) for t in rest)))
+    return found[0] if len(found) == 1 else None
