@@ -24,8 +24,9 @@ I64 = (-2 ** 63, 2 ** 63)  # the range of an integer scalar
 
 def scalar_value(name: str, value, loc: Loc | None) -> float | int:
     """A scalar argument as the kernels take it: Python and NumPy integers and 0-d integer arrays
-    and tensors as integers (within i64), floats, 0-d arrays and tensors of those, and other real numbers as floats; nan and inf
-    as they are. Not bools, complex numbers, strings or arrays of more than one element."""
+    and tensors as integers (within i64), floats, 0-d arrays and tensors of those, and other real
+    numbers as floats; nan and inf as they are. Not bools, complex numbers, strings or arrays of
+    more than one element."""
     what = _not_real(value)
     if what is None and getattr(value, "shape", None) == () and re.match(r"(torch\.)?u?int", str(value.dtype)):
         value = int(value.item())  # a 0-d integer array or tensor: an integer, as a NumPy integer is
@@ -246,6 +247,8 @@ def divisors(divisions, extents: dict[str, int], scalars: dict) -> None:
 
 
 def _integer_value(e: A.Expr, extents: dict[str, int], scalars: dict):
+    """The value of a divisor of lens, constants and scalars at a call (a float scalar's, which
+    divides nothing, as it is; a `//` by what is not positive gives 0: its own check says so)."""
     if isinstance(e, A.Len):
         return extents[e.dim]
     if isinstance(e, A.ScalarRef):
@@ -254,7 +257,7 @@ def _integer_value(e: A.Expr, extents: dict[str, int], scalars: dict):
         return int(e.value)
     a, b = _integer_value(e.a, extents, scalars), _integer_value(e.b, extents, scalars)
     if not (isinstance(a, int) and isinstance(b, int)):
-        return a if not isinstance(a, int) else b  # a float scalar: not an integer
+        return a if not isinstance(a, int) else b
     if e.op == "//":
         return a // b if b > 0 else 0
     return {"+": a + b, "-": a - b, "*": a * b}[e.op]

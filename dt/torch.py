@@ -73,6 +73,15 @@ class _Pair:
         return [by_name[s] for s in self.save]
 
 
+def _refuse_a_second_derivative(prog):
+    """Under create_graph=True (a double backward) autograd would record the backward's graph, which
+    lacks the dt kernel's part: refused, rather than a second derivative missing terms."""
+    if torch.is_grad_enabled():
+        raise DTError(f"{prog.name}'s gradient is a dt kernel, which autograd cannot differentiate again "
+                      "(create_graph=True, a double backward)", None,
+                      "differentiate it once, or derive the second derivative with dt.grad as a program of its own")
+
+
 def _zeros(spec) -> torch.Tensor:
     shape, dtype, device = spec
     return torch.zeros(shape, dtype=dtype, device=device)
@@ -102,11 +111,7 @@ def function(prog, *, backend: str | None = None, wrt=None, save=()):
 
         @staticmethod
         def backward(ctx, *grads):
-            if torch.is_grad_enabled():  # create_graph=True: the backward's own graph would be missing dt's part
-                raise DTError(f"{prog.name}'s gradient is a dt kernel, which autograd cannot differentiate again "
-                              "(create_graph=True, a double backward)", None,
-                              "differentiate it once, or derive the second derivative with dt.grad as a program "
-                              "of its own")
+            _refuse_a_second_derivative(prog)
             if not any(ctx.needs_input_grad[:len(pair.inputs)]):
                 return (None,) * (len(pair.inputs) + len(pair.scalars))
             tensors = ctx.saved_tensors
@@ -191,6 +196,7 @@ def custom_op(prog, name: str, *, backend: str | None = None, wrt=None, save=())
         ctx.output_specs = [(o.shape, o.dtype, o.device) for o in output[:len(pair.outputs)]]
 
     def backward(ctx, *grads):
+        _refuse_a_second_derivative(prog)
         tensors = ctx.saved_tensors
         grads = [_zeros(spec) if g is None else g for g, spec in zip(grads, ctx.output_specs)]
         computed = backward_op(*tensors[:len(pair.inputs)], *ctx.scalar_values, *grads[:len(pair.outputs)],

@@ -121,6 +121,8 @@ def test_a_gradient_output_is_fused_into_another_as_the_forward_fused_their_outp
     text = backward.dt_source()
     assert "grad_K.tensorize(kh:0, d:0);\ngrad_K.fuse_at(grad_Q, s);" in text and "grad_K.block" not in text
     assert len(backward.pipeline("f32").kernels) == 1
+    # S is read rotated twice (where(.., -S[s, rot], S[s, rot])) for each of k and q: one gather serves all
+    assert backward.source("triton", "bf16").count("tl.load(S_ptr") == 1
     rng = np.random.default_rng(3)
     Q, K, grad_q, grad_k = (rng.standard_normal(shape) for shape in ((2, 3, 4, 8), (2, 3, 2, 8), (2, 3, 4, 8),
                                                                       (2, 3, 2, 8)))
@@ -708,6 +710,18 @@ def test_a_subscript_of_two_dimensions_of_the_left_binds_nothing_in_the_gradient
     np.add.at(want_X, index, g * W)
     np.testing.assert_allclose(got["grad_X"], want_X, atol=1e-12)
     np.testing.assert_allclose(got["grad_W"], g * X[index], atol=1e-12)
+
+
+def test_the_gradient_through_a_cast_to_bf16_is_rounded_as_torchs():
+    torch = pytest.importorskip("torch", reason="torch is not installed (pip install dt[torch])")
+    prog = dt.loads("Func o; In A, W; Var x;\no[x] = cast(A[x], bf16) * W[x];\no.compile();\n")
+    rng = np.random.default_rng(0)
+    A, W, G = (rng.standard_normal(8).astype(np.float32) * s for s in (1.0, 3.3, 1.37))
+    G = torch.tensor(G).to(torch.bfloat16).float().numpy()  # the gradient torch passes the bf16 product
+    got = dt.grad(prog, wrt=("A",))(W=W, grad_o=G, backend="interp")
+    a = torch.tensor(A, requires_grad=True)
+    (a.to(torch.bfloat16) * torch.tensor(W)).backward(torch.tensor(G).to(torch.bfloat16))
+    np.testing.assert_array_equal(np.asarray(got, np.float32), a.grad.numpy())
 
 
 def test_the_gradient_through_a_cast_to_f64_is_stored_as_the_input_is():

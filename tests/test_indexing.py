@@ -349,7 +349,6 @@ def test_a_scalar_dividing_a_subscript_must_be_positive():
         assert info.value.loc.line == 2 and info.value.hint == "pass p as a positive integer"
 
 
-
 def test_a_divisor_of_lens_is_checked_when_called():
     # RoPE over half-width tables: C[s, d % (len(d) // 2)] (0 where len(d) is 1)
     prog = dt.loads("In X, C; Var s, d; Func o;\no[s, d] = X[s, d] * C[s, d % (len(d) // 2)];\no.compile();")

@@ -240,7 +240,6 @@ def test_an_inlined_integer_func_indexes_a_gather():
     np.testing.assert_array_equal(p(A=a, E=e), e[[0, 1, 5]])
 
 
-
 def test_an_out_sharing_memory_with_an_input_of_the_other_kind_is_refused():
     torch = pytest.importorskip("torch", reason="torch is not installed (pip install dt[torch])")
     p = dt.loads("Func o; In A, B; Var x, y;\no[x, y] = A[y, x] + B[x, y];\no.compile();\n")

@@ -200,6 +200,10 @@ def test_a_second_derivative_through_a_dt_gradient_is_refused():
     assert first.tolist() == [2.0, 4.0, 6.0]
     with pytest.raises(dt.DTError, match="cannot differentiate again"):
         torch.autograd.grad(square(X=x).sum(), x, create_graph=True)
+    cube = dtt.custom_op(dt.loads("Func y; In X; Var t;\ny[t] = X[t] * X[t] * X[t];\ny.compile();\n", name="cube"),
+                         "dt_tests::cube", backend="numba")
+    with pytest.raises(dt.DTError, match="cannot differentiate again"):
+        torch.autograd.grad(cube(X=x).sum(), x, create_graph=True)
 
 
 def test_an_operator_name_asked_again_for_an_edited_python_program_is_refused():

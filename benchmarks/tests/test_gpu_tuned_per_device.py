@@ -129,14 +129,18 @@ def test_without_a_tuned_schedule_of_its_architecture_a_device_runs_the_table(tu
     assert cases.schedule_choice(untabled, device="a100") == cases.ScheduleChoice(kernel.program, cases.EXAMPLE)
 
 
-def test_the_committed_tuned_schedules_are_the_h100s():
-    """They were searched on an H100 (their headers name the device); an H200 borrows them."""
-    assert cases.tuned_devices() == ["h100"]
-    files = sorted((cases.TUNED_DIR / "h100").glob("*.dt"))
-    assert len(files) > 50 and not list(cases.TUNED_DIR.glob("*.dt"))  # none left outside a device's folder
-    assert all(f"on {H100}" in " ".join(f.read_text().splitlines()[:6]) for f in files)
-    row = _case("softmax_safe", (4096, 4096), "bf16")
-    assert cases.schedule_choice(row, device="h200").origin == cases.FALLBACK
+def test_each_committed_tuned_schedule_names_the_device_it_was_searched_on():
+    """Each folder's files name their device in the header; an H200 runs its own where it has them
+    and borrows the H100's elsewhere."""
+    names = {"h100": H100, "h200": "NVIDIA H200"}
+    assert set(cases.tuned_devices()) == set(names)
+    assert len(list((cases.TUNED_DIR / "h100").glob("*.dt"))) > 50
+    assert not list(cases.TUNED_DIR.glob("*.dt"))  # none left outside a device's folder
+    for slug, name in names.items():
+        files = sorted((cases.TUNED_DIR / slug).glob("*.dt"))
+        assert files and all(f"on {name}" in " ".join(f.read_text().splitlines()[:6]) for f in files)
+    assert cases.schedule_choice(_case("softmax_safe", (4096, 4096), "bf16"), device="h200").origin == cases.TUNED
+    assert cases.schedule_choice(_case("softmax_safe", (4096, 4096), "f32"), device="h200").origin == cases.FALLBACK
 
 
 # ----------------------------------------------------------------------- records and reports

@@ -169,7 +169,7 @@ def tma_fallback(facts: KernelFacts):
                          "asynchronously",
                     hint=f"TMA moves a tile that is a box of its tensor: indexed by its dimensions in order, each "
                          f"tiled with a power of two of at most {TMA_MAX_BOX} dividing the block, or the whole of an "
-                         f"unblocked extent, {TMA_MIN_ROW_BYTES} bytes or more along the last and at most "
+                         f"unblocked extent, {TMA_MIN_ROW_BYTES} bytes or more along the last; a load's at most "
                          f"{TMA_MAX_BOX_BYTES // 1024} KiB in all (a buffer of shared memory)",
                     func=func, notes=((f"{func}.tma() is here", loc),))
     for spec in (pipeline.tensor(t) for t in dict.fromkeys(kernel.reads + kernel.writes)):

@@ -16,9 +16,10 @@ from dt.ir import scheduled as S
 TMA_MAX_BOX = 256  # a TMA box spans at most 256 elements along each dimension
 TMA_MIN_ROW_BYTES = 16  # and at least 16 bytes along the contiguous one
 TMA_MAX_RANK = 5
-# A box moves through a buffer of shared memory (one a pipeline stage): a larger one goes through
+# A loaded box lands in a buffer of shared memory (one a pipeline stage): a larger one goes through
 # pointers, so that tma() never asks for more than a GPU has (a split product's chunks combined,
 # [64, 16, 64] f32 = 256 KiB, against an H100's 227 KiB); matmul and attention boxes take 8-32 KiB.
+# A stored box is not limited: an epilogue's (a 128 x 256 f32 product, 128 KiB) reuses the loop's.
 TMA_MAX_BOX_BYTES = 64 * 1024
 FLOAT_ITEM_BYTES = max(ITEM_BYTES[d] for d in ("f32", "f16", "bf16"))  # the widest a float program's tiles hold
 
@@ -78,8 +79,8 @@ class TmaPlan:
                 f"TMA moves a tile that is a box of its tensor: indexed by its dimensions in the tensor's order, "
                 f"of 1 to {TMA_MAX_RANK} dimensions, each tiled with a power of two of at most {TMA_MAX_BOX} that is "
                 f"the block or divides it, or with the whole of an unblocked extent (tensorize(v:0)), and "
-                f"{TMA_MIN_ROW_BYTES} bytes or more along the last and at most {TMA_MAX_BOX_BYTES // 1024} KiB "
-                f"in all; or remove {self.kernel.func}.tma()")
+                f"{TMA_MIN_ROW_BYTES} bytes or more along the last (a load's at most {TMA_MAX_BOX_BYTES // 1024} "
+                f"KiB in all); or remove {self.kernel.func}.tma()")
 
     def tiled(self, indices) -> tuple[str, ...]:
         """The tile axes among `indices`: a scalar axis is a box dimension of 1 the tile lacks."""
@@ -105,7 +106,8 @@ class TmaPlan:
         last = box[-1]
         if isinstance(last, int) and last * max(FLOAT_ITEM_BYTES, ITEM_BYTES[spec.dtype]) < TMA_MIN_ROW_BYTES:
             return False  # too narrow in every dtype
-        if math.prod(n for n in box if isinstance(n, int)) * ITEM_BYTES[spec.dtype] > TMA_MAX_BOX_BYTES:
+        if isinstance(node, S.Load) and math.prod(n for n in box if isinstance(n, int)) * ITEM_BYTES[spec.dtype] > \
+                TMA_MAX_BOX_BYTES:
             return True  # a box, but too large for a buffer of shared memory: pointers
         if spec.dtype == "bool":  # Triton's int1 (a byte in memory, a bit in registers): pointers here
             return True

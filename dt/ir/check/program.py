@@ -118,8 +118,10 @@ class CheckedProgram:
             found += [(e, tuple(binding(s, reduced) for s in e.subscripts))
                       for x in f.exprs for e in A.walk(x) if isinstance(e, A.Access) and e.kind == "input"]
         strong = {b[0] for _, bindings in found for b in bindings if b is not None and b[1]}
-        return tuple((e, tuple(b[0] if b is not None and (b[1] or b[0] not in strong) else None for b in bindings))
-                     for e, bindings in found)
+
+        def bound(b: tuple[str, bool] | None) -> str | None:
+            return b[0] if b is not None and (b[1] or b[0] not in strong) else None
+        return tuple((e, tuple(bound(b) for b in bindings)) for e, bindings in found)
 
     @cached_property
     def input_accesses(self) -> tuple[A.Access, ...]:
@@ -259,7 +261,8 @@ def binding(subscript: A.Expr, reduced: frozenset[str]) -> tuple[str, bool] | No
         if sign != 1 or not isinstance(term, A.DimRef):
             continue
         rest = [t for j, (_, t) in enumerate(terms) if j != i]
-        if all(not any(isinstance(n, A.Access) for n in A.walk(t)) and (isinstance(t, A.DimRef) or not A.free_dims(t)) and
+        if all(not any(isinstance(n, A.Access) for n in A.walk(t)) and
+               (isinstance(t, A.DimRef) or not A.free_dims(t)) and
                all(d in reduced and d != term.dim for d in A.free_dims(t)) for t in rest):
             found.append((term.dim, not any(A.free_dims(t) for t in rest)))
     return found[0] if len(found) == 1 else None

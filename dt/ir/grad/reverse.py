@@ -160,8 +160,8 @@ def reverse(gradient: Gradient, checked, wrt: tuple[str, ...], of: tuple[str, ..
         # only through gathers: zeros that the updates add into, without reading x (an embedding table)
         total = _sum(sent.get(x, [])) or (num(0) if gradient.scatters.get(x) else
                                           rules.call("where", A.Binary("==", read, read), num(0), num(0)))
-        if isinstance(total, A.Cast):  # stored as the gradients are, not in the dtype of a cast of x (cast(A, f64))
-            total = total.x
+        if isinstance(total, A.Cast) and total.dtype == "f64":  # widening: stored as the gradients are, not f64
+            total = total.x  # (a narrowing cast stays: it rounds the gradient, as torch's .to() does)
         name = gradient.public(f"grad_{x}", f"the gradient of '{x}'")
         gradient.backward.append(A.FuncDef(name, axes, total))
         gradient.outputs.append(name)

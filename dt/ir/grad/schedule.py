@@ -102,7 +102,8 @@ def candidates(forward: A.Program, forward_roots, body: list[A.FuncDef], outputs
         lines += [f"{name}.fuse_at({root}, {d});" for d in dims]
     lines += _walk_sums(defs, fused, set(inlined), hosts)
     lines += _shared_walks(defs, fused)
-    for name in [*fused, *mirrored]:  # where the checker refused to fuse it: a kernel of its own (refused whole where fused)
+    # where the checker refused to fuse it, a kernel of its own (refused whole where fused)
+    for name in [*fused, *mirrored]:
         lines.append("\n".join(_shaping(forward, forward_roots, defs[name])))
     for name in siblings:
         lines.append("\n".join(_flash_shaping(defs[name], flash[name])))
@@ -311,7 +312,9 @@ def _mirrored(forward: A.Program, defs: dict[str, A.FuncDef], outputs: list[str]
               fused: dict[str, str]) -> dict[str, tuple[str, str, list[str]]]:
     """Element-wise gradient outputs to fuse into another's kernel as the forward fused a Func
     over their dimensions into one over the other's (RoPE's k_out at q_out's token: grad_K at
-    grad_Q's) -> (that output, the dimension, the forward Func's tiles)."""
+    grad_Q's) -> (that output, the dimension, the forward Func's tiles). Outputs are matched to
+    the forward's Funcs by their dimensions (the first over each), not as a Func's own gradient:
+    a schedule only, which the checker may refuse (then the output gets a kernel of its own)."""
     result = {}
     by_dims = {}
     for o in outputs:
