@@ -227,6 +227,15 @@ def test_a_producer_read_past_its_end_gives_zero_stored_or_inlined(backend, sche
     check(prog, backend, A=a, want=np.append(np.exp(a[1:]), 0.0))
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_fused_producer_read_at_a_shift_by_another_kernel_reads_what_its_kernel_stored(backend):
+    prog = dt.loads("Func f, g, h; In A; Var x;\nf[x] = exp(A[x]);\ng[x] = f[x] * 2.0;\nh[x] = f[x + 1] + g[x];\n"
+                    "g.block(x:4); f.fuse_at(g, x);\ng.compile(); h.compile();\n")
+    a = rng.standard_normal(11).astype(np.float32)
+    got = prog(backend=backend, A=a)
+    np.testing.assert_allclose(got["h"], np.append(np.exp(a[1:]), 0.0) + 2 * np.exp(a), rtol=1e-6)
+
+
 def test_a_fused_producer_read_at_a_shift_is_refused_naming_the_shift():
     with pytest.raises(DTScheduleError) as info:
         dt.loads(PRODUCER + "g.block(x:4); f.fuse_at(g, x);")

@@ -127,12 +127,10 @@ def test_triton_corner_cases_match_the_reference_more_examples(family):
     run(family, FAST_PARTS, HUNT_EXAMPLES or SLOW_PARTS * EXAMPLES[family])
 
 
-# Found by the with_max form of bounded_reductions, which now splits only without it (reported): an
-# arg-reduction computed with its max (compute_with) is refused as soon as the loop is split, with
-# an error about Funcs the program does not have, though language.md splits the Funcs computed
-# with a split Func along with it, rargmax included ("'am_chunks' is fused, so it is computed only
-# over the tiles of the loop it is fused at, but 'am' reads it at computed indices,
-# am_chunks[am_best_chunk[m], m]"). Without compute_with, the same split runs and is right.
+# Found by the with_max form of bounded_reductions: an arg-reduction computed with its max
+# (compute_with) was refused as soon as the loop was split ("'am_chunks' is fused ... but 'am' reads
+# it at computed indices", Funcs the program does not have), though language.md splits the Funcs
+# computed with a split Func along with it, rargmax included.
 ARG_WITH_MAX_SPLIT = """Func r, am, mx;
 In A;
 Var m;
@@ -149,8 +147,6 @@ r.compile();
 """
 
 
-@pytest.mark.xfail(strict=True, raises=dt.DTScheduleError,
-                   reason="an rargmax computed with its rmax cannot be split: dt refuses its own partial am_chunks")
 def test_an_arg_reduction_splits_with_the_max_it_shares_its_loop_with():
     skip_without_the_backend()
     check_against_the_reference(S.Case(ARG_WITH_MAX_SPLIT, {"m": 5, "l": 13}, "f32"))

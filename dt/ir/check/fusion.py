@@ -71,6 +71,8 @@ def check_fused_uses(cp: CheckedProgram):
         loc = cp.schedules[producer].locs.get("fuse_at")
         for f in cp.funcs.values():
             for use in cp.reads[f.name]:
+                if use.name == producer and cp.root_of(f.name) != cp.root_of(producer):
+                    continue  # read from another kernel: a tensor the producer's kernel stored (stored_fused)
                 if use.name == producer and use.dims is None:
                     raise DTScheduleError(f"'{producer}' is fused, so it is computed only over the tiles of the loop it "
                                           f"is fused at, but '{f.name}' reads it at computed indices, {use.text}",

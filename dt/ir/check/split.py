@@ -172,9 +172,9 @@ def _split_group(members, dim, chunk, chunk_dim, funcs, schedules, taken) -> lis
                     _combined(r, chunk_dim, chunk_read(r), shift_of[id(r)], reductions, chunk_read)
                     for r in reductions[m]}
         funcs[m] = A.FuncDef(m, funcs[m].dims, _replace(funcs[m].expr, combined), funcs[m].loc)
-    for name, f in best.items():
-        owner_of = f.dims and next(m for m in members if funcs[m].dims == f.dims)
-        schedules[name] = FuncSchedule(fuse_at=(owner_of, f.dims[-1]), locs={"fuse_at": loc})
+    for name, f in best.items():  # in the kernel of the arg-reduction reading it (`{m}_best_chunk`)
+        reader = next(m for m in members if name.startswith(f"{m}_best_chunk"))
+        schedules[name] = FuncSchedule(fuse_at=(reader, f.dims[-1]), locs={"fuse_at": loc})
 
     partials = list(new_defs)
     everything = list(partials)
