@@ -235,32 +235,17 @@ def divisors(divisions, extents: dict[str, int], scalars: dict) -> None:
     """Each subscript's `//` or `%` (CheckedProgram.call_divisors) divides by a positive integer
     at these extents and scalars."""
     for access, division in divisions:
-        value = _integer_value(division.b, extents, scalars)
-        if isinstance(value, int) and value > 0:
+        bounds = _range(division.b, extents, scalars, [])  # lens, constants and scalars: one value
+        if bounds is not None and bounds[0] > 0:
             continue
         if isinstance(division.b, A.ScalarRef):
-            raise DTTypeError(f"scalar '{division.b.name}' divides a subscript (// or %) but is {value!r}",
-                              division.b.loc or access.loc, f"pass {division.b.name} as a positive integer")
+            raise DTTypeError(f"scalar '{division.b.name}' divides a subscript (// or %) but is "
+                              f"{scalars[division.b.name]!r}", division.b.loc or access.loc,
+                              f"pass {division.b.name} as a positive integer")
+        value = f"{bounds[0]}" if bounds is not None else "not a positive integer"
         raise DTTypeError(f"'{division.op}' in the index of '{access.name}' ({access.text}) divides by "
-                          f"{A.expr_text(division.b)}, which is {value!r} at this call", division.loc or access.loc,
+                          f"{A.expr_text(division.b)}, which is {value} at this call", division.loc or access.loc,
                           "pass tensors, sizes= or scalars that make it a positive integer")
-
-
-def _integer_value(e: A.Expr, extents: dict[str, int], scalars: dict):
-    """The value of a divisor of lens, constants and scalars at a call (a float scalar's, which
-    divides nothing, as it is; a `//` by what is not positive gives 0: its own check says so)."""
-    if isinstance(e, A.Len):
-        return extents[e.dim]
-    if isinstance(e, A.ScalarRef):
-        return scalars[e.name]
-    if isinstance(e, A.Num):
-        return int(e.value)
-    a, b = _integer_value(e.a, extents, scalars), _integer_value(e.b, extents, scalars)
-    if not (isinstance(a, int) and isinstance(b, int)):
-        return a if not isinstance(a, int) else b
-    if e.op == "//":
-        return a // b if b > 0 else 0
-    return {"+": a + b, "-": a - b, "*": a * b}[e.op]
 
 
 def index_arithmetic(subscripts, extents: dict[str, int], scalars: dict) -> None:

@@ -166,15 +166,16 @@ def _split_group(members, dim, chunk, chunk_dim, funcs, schedules, taken) -> lis
             body = _masked(r, in_chunk, shift_of[id(r)], chunk_read, reductions)
             new_defs[name] = A.FuncDef(name, dims, body, funcs[m].loc)
     best: dict[str, A.FuncDef] = {}  # an arg-reduction's best chunk, computed in the split Func's kernel
+    reader: dict[str, str] = {}  # each best chunk -> the arg-reduction's Func, which reads it
     for m in members:
         combined = {id(r): _arg_combined(r, m, names[id(r)], in_chunk, dim, chunk_dim, funcs, best, taken)
                     if r.op in ("argmax", "argmin") else
                     _combined(r, chunk_dim, chunk_read(r), shift_of[id(r)], reductions, chunk_read)
                     for r in reductions[m]}
         funcs[m] = A.FuncDef(m, funcs[m].dims, _replace(funcs[m].expr, combined), funcs[m].loc)
-    for name, f in best.items():  # in the kernel of the arg-reduction reading it (`{m}_best_chunk`)
-        reader = next(m for m in members if name.startswith(f"{m}_best_chunk"))
-        schedules[name] = FuncSchedule(fuse_at=(reader, f.dims[-1]), locs={"fuse_at": loc})
+        reader.update({name: m for name in best if name not in reader})
+    for name, f in best.items():  # in the kernel of the arg-reduction reading it
+        schedules[name] = FuncSchedule(fuse_at=(reader[name], f.dims[-1]), locs={"fuse_at": loc})
 
     partials = list(new_defs)
     everything = list(partials)

@@ -319,8 +319,9 @@ def _mirrored(forward: A.Program, defs: dict[str, A.FuncDef], outputs: list[str]
     by_dims = {}
     for o in outputs:
         by_dims.setdefault(defs[o].dims, o)
+    funcs = forward.names_of("Func")
     for c in forward.schedule:
-        if c.primitive != "fuse_at" or c.func not in forward.names_of("Func"):
+        if c.primitive != "fuse_at" or c.func not in funcs:
             continue
         guest = by_dims.get(forward.func(c.func).dims)
         host, dim = by_dims.get(forward.func(str(c.args[0])).dims), str(c.args[1])
@@ -360,8 +361,9 @@ def _shaping(forward: A.Program, forward_roots, f: A.FuncDef, hosts: bool = Fals
         return [_call(stage, "block", [(d, 1) for d in outer]), _call(stage, "tensorize", [(last, HOSTED_WALK)]),
                 f"{stage}.num_warps({HOSTED_WARPS});"]
     same = next((r for r in forward_roots if forward.func(r).dims == f.dims), None)
-    if same is not None and _forward_shaping(forward, same, f):
-        return _forward_shaping(forward, same, f)
+    reused = _forward_shaping(forward, same, f) if same is not None else None
+    if reused:
+        return reused
     if isinstance(f.expr, A.Reduce) and f.expr.op == "dot" and len(f.dims) >= 2:
         *batch, rows, cols = f.dims
         blocks = [(d, 1) for d in batch] + [(rows, PRODUCT_TILE), (cols, PRODUCT_TILE)]
