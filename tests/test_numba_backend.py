@@ -709,18 +709,40 @@ def test_a_product_stored_as_it_is_is_computed_in_the_output():
 
 def test_a_product_over_whole_rows_of_the_output_is_summed_there():
     # 2mm_inner's second product: summed over l's tiles, over all of n (whole rows of the
-    # output, contiguous as a scratch tile), so it accumulates in the output after a zero fill
+    # output, contiguous as a scratch tile), so it accumulates in the output; its first step
+    # writes over the output's tile, which is zero-filled only where the loop over l runs no step
     prog = dt.load(EXAMPLES_DIR / "cpu" / "2mm_inner.dt")
     source = prog.source("numba")
     kernel = source[source.index("@njit(**_KERNEL)"):]
-    assert "_2mm_global[m_start + m_i, n_start + n_i] = f32(0.0)" in kernel and "l_accumulator" not in kernel
+    assert "        if 0 >= l_SIZE:\n            for m_i in range(m_valid):\n                for n_i in range(n_valid):\n" \
+           "                    _2mm_global[m_start + m_i, n_start + n_i] = f32(0.0)\n" in kernel
+    assert "l_accumulator" not in kernel
     assert "_dot(_2mm_global, m_start, n_start, k_accumulator, u64(0), u64(0), C_global, l_start, n_start, " \
-           "m_valid, n_valid, l_valid, True, _2mm_packing)" in kernel
+           "m_valid, n_valid, l_valid, l_iter != 0, _2mm_packing)" in kernel
     for sizes in [dict(m=33, n=7, k=3, l=130), dict(m=1, n=65, k=1, l=64)]:
         args = random_inputs(prog, sizes, "f32", seed=2)
-        out = np.full((sizes["m"], sizes["n"]), np.nan, np.float32)
+        out = np.full((sizes["m"], sizes["n"]), np.nan, np.float32)  # the first step reads none of it
         prog(backend="numba", out=out, **args)
         assert_close(out, prog.reference(**args), "f32")
+    # a loop over l of no step (no extent is 0; the kernel called as a launch would with l = 0)
+    generated = backends.get("numba").module(prog.pipeline("f32"))
+    A, B, C = np.ones((40, 3), np.float32), np.ones((3, 0), np.float32), np.ones((0, 70), np.float32)
+    out = np.full((40, 70), np.nan, np.float32)
+    generated._2mm_kernel(0, 2, A, B, C, out, 40, 70, 3, 0)
+    np.testing.assert_array_equal(out, 0)
+
+
+def test_a_product_summed_over_a_loop_writes_its_first_step_over_its_accumulator():
+    # matmul's k_accumulator: no zero fill before the loop over k's tiles (it runs at least one
+    # step: no extent is 0), whose first step writes the product over whatever the tile held
+    prog = dt.loads(MATMUL_DT.format(k=8))
+    kernel = prog.source("numba")
+    kernel = kernel[kernel.index("def mm_kernel"):]
+    assert "        if 0 >= k_SIZE:\n            for x_i in range(x_valid):\n" in kernel
+    assert "k_valid, k_iter != 0, k_accumulator_packing)" in kernel
+    for x, y, k in [(37, 101, 23), (16, 64, 8), (3, 5, 1)]:
+        args = random_inputs(prog, dict(x=x, y=y, k=k), "f32", seed=k)
+        assert_close(prog(backend="numba", **args), prog.reference(**args), "f32")
 
 
 def test_a_product_used_beyond_its_store_keeps_its_scratch_tile():
@@ -769,7 +791,7 @@ def test_a_weight_stored_transposed_is_read_in_place(dtype):
     prog = dt.loads("Func y;\nIn X, W;\nVar m, n;\nRVar k;\ny[m, n] = rdot(X[m, k], W[n, k], k);\n"
                     "y.block(m:64, n:64);\ny.tensorize(m:64, n:64, k:32);\ny.compile();")
     kernel = prog.source("numba", dtype)
-    assert "W_global, k_start, n_start, m_valid, n_valid, k_valid, True, k_accumulator_packing, b_transposed=True)" \
+    assert "W_global, k_start, n_start, m_valid, n_valid, k_valid, k_iter != 0, k_accumulator_packing, b_transposed=True)" \
         in kernel and "W_tile" not in kernel
     for sizes in (dict(m=70, n=45, k=77), dict(m=64, n=64, k=64)):
         args = random_inputs(prog, sizes, dtype, seed=3)

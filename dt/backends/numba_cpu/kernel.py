@@ -118,6 +118,14 @@ class KernelRenderer(ExprRenderer):
         if s.name in self.plan.inlined or id(s) in self.plan.unfilled:
             return
         store = self.plan.storage[s.name]
+        loop = self.plan.filled_if_empty.get(id(s))
+        if loop is not None:  # the loop's first step writes over the tile: filled only where it has none
+            self.flush(w)
+            w.line(f"if {self.plan.idx(loop.start)} >= {self.plan.idx(loop.stop)}:")
+            with w.indent():
+                self.nest(w, store.dims, lambda env: f"{self.at(store, env)} = ", s.value, writes=s.name)
+                self.flush(w)
+            return
         if isinstance(s.value, S.Dot):
             self.dot(w, s, store)
             return
@@ -334,7 +342,10 @@ class KernelRenderer(ExprRenderer):
             operands.append(", ".join(found))
         # without an accumulator (or right after its zero fill) _dot writes the product, unread
         accumulate = d.acc is not None and id(s) not in plan.overwriting
-        if accumulate and not (isinstance(d.acc, S.Ref) and d.acc.name == s.name):
+        loop = plan.overwriting_first.get(id(s))
+        if loop is not None:  # over the zero-filled tile in the loop's first step
+            accumulate = f"{plan.names.ir(loop.var)} != {plan.idx(loop.start)}"
+        elif accumulate and not (isinstance(d.acc, S.Ref) and d.acc.name == s.name):
             self.nest(w, (i, j), lambda env: f"{self.at(store, env)} = ", d.acc)
         helper = "_dot_int" if integer else "_dot"
         self.helpers.add(helper)

@@ -7,7 +7,8 @@ loop, Dot results) are *stored*: in a scratch array over their looped axes, allo
 call of the kernel function, or in a scalar where every axis has one lane. A Dot result whose
 only use is its store into an output tensor is kept in that tensor's tile instead (no scratch
 tile to copy out), and a Dot right after its target's zero fill writes the target instead of
-adding to it (no fill). Likewise an element-wise tile the output is then computed from, lane by
+adding to it (no fill), as does the first step of a loop of Dots adding onto a tile zero-filled
+right before the loop (the fill then runs only where the loop runs no step). Likewise an element-wise tile the output is then computed from, lane by
 lane (softmax's e = exp(A - max), summed, then divided by the sum), is kept in the output's tile.
 """
 from __future__ import annotations
@@ -76,6 +77,11 @@ class KernelPlan:
         self.kept_in: dict[str, str] = {}  # tile kept in an output's tile: that tensor (the renderer's reads and writes)
         self.unfilled: set[int] = set()  # ids of zero fills the Dot after them makes needless
         self.overwriting: set[int] = set()  # ids of those Dots: they write their target, not add to it
+        # a zero fill right before a loop whose every step adds a Dot onto the filled tile: the
+        # fill's id -> that loop (the fill runs only where the loop runs no step), and the Dot's id
+        # -> the loop too (its first step writes the product over the tile, the others add to it)
+        self.filled_if_empty: dict[int, S.For] = {}
+        self.overwriting_first: dict[int, S.For] = {}
         self.plan()
 
     def single(self, axis: str) -> bool:
@@ -245,10 +251,32 @@ class KernelPlan:
                         self.unfilled.add(id(s))
                         self.overwriting.add(id(after))
                     break
+                if isinstance(after, S.For):
+                    dot = self.first_write_in(after.body, s.name)
+                    if dot is not None:
+                        self.filled_if_empty[id(s)] = self.overwriting_first[id(dot)] = after
+                    break
                 rendered = not isinstance(after, (S.Axis, S.Let)) \
                     and not (isinstance(after, S.Assign) and after.name in self.inlined)
                 if rendered:
                     break
+
+    def first_write_in(self, body, name: str) -> S.Assign | None:
+        """The Dot adding onto tile `name` in `body`, where nothing before it in `body` reads or
+        writes `name` (axes, index values and other tiles' assignments that do not read it) and it
+        reads `name` only as its accumulator; else None."""
+        for s in body:
+            if isinstance(s, (S.Axis, S.Let)):
+                continue
+            if not isinstance(s, S.Assign):
+                return None
+            if s.name == name:
+                d = s.value
+                own = isinstance(d, S.Dot) and isinstance(d.acc, S.Ref) and d.acc.name == name
+                return s if own and name not in self.stored_refs(d.a) + self.stored_refs(d.b) else None
+            if name in self.stored_refs(s.value):
+                return None
+        return None
 
     def inlinable(self, s: S.Assign, i, loops, writes, uses, reads, order) -> bool:
         if len(writes[s.name]) > 1 or any(isinstance(n, (S.Reduce, S.Dot, S.Scan)) for n in S.walk_texpr(s.value)):
