@@ -25,6 +25,7 @@ from dt.ir import algorithm as A
 from dt.ir.check.statistics import shifted_exponential
 from dt.ir.check.uses import updates_of
 from dt.ir.grad import rules, schedule
+from dt.ir.grad.inverse import masked, solved_read
 from dt.ir.grad.shift import shift_invariant
 from dt.ir.grad.rules import add, mul, num
 
@@ -306,8 +307,11 @@ def _send(gradient: Gradient, sent: dict, access: A.Access, g: A.Expr, context, 
             g = A.Reduce("sum", (g,), d)
         gradient.scatters.setdefault(access.name, []).append((access.subscripts, dims, g))
         return
+    elif inverse := solved_read(access, context, own, g, product):  # X[b, g * len(cg) + cg, p]: read at the solution
+        dims, g, product = list(inverse.dims), inverse.adjoint, inverse.product
+        context = tuple(d for d in context if d not in inverse.solved_dims)
     else:  # K[b, h // 4, l, k]: each element of K gets the sum of what reached the indices that read it
-        match, dims = _masked(access, context, own)
+        match, dims = masked(access, context, own)
         g = rules.call("where", match, g, num(0))
         if product is not None:  # still a product, of the masked adjoint: it reaches the matrix units
             product = (rules.call("where", match, product[0], num(0)), product[1])
@@ -400,28 +404,6 @@ def _unshifted(g: A.Expr, offsets: dict[str, A.Expr], rotations: dict[str, A.Exp
         inside = A.Binary("*", A.Binary(">=", index, zero), A.Binary("<", index, A.Len(d)))
         g = rules.call("where", inside, g, num(0))
     return g
-
-
-def _masked(access: A.Access, context, own) -> tuple[A.Expr, list[str]]:
-    """(the condition that each computed subscript equals the index of its axis, a dimension
-    named after the axis; the dimensions of the read). The adjoint where it holds, 0 elsewhere,
-    summed over the other dimensions, is the gradient of a read at any index expression. It
-    reads the adjoint once per element of the axis (a scatter-add would not): correct for any
-    index without a gather, costly on long axes."""
-    dims, match = [], None
-    for sub, axis in zip(access.subscripts, own):
-        if isinstance(sub, A.DimRef) and sub.dim in context and sub.dim not in dims:
-            dims.append(sub.dim)
-            continue
-        if axis in context or axis in dims:  # the axis is named after a dimension the read sums over
-            raise DTError(f"the gradient through {access.text} is not derived yet: its axis along '{axis}' is read "
-                          f"at an index of '{axis}' itself", access.loc,
-                          f"read it at '{axis}' plus or minus an offset, rotated ('({axis} + offset) % len({axis})', the "
-                          f"offset without '{axis}'), or at an index of other dimensions")
-        dims.append(axis)
-        equal = A.Binary("==", sub, A.DimRef(axis))
-        match = equal if match is None else A.Binary("*", match, equal)
-    return match, dims
 
 
 # ------------------------------------------------------------------ 3. emit

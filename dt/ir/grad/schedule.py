@@ -11,9 +11,11 @@ the lowering accept.
   match).
 - Products (`rdot`) take tiles for the matrix units; a reduction along rows in memory one row a
   program, walked in wide tiles (64 rows a program where the rows are short: a dimension the
-  forward's products keep whole, a head); one across rows (a weight's gradient) blocks of columns
-  walking the rows; an element-wise root a block of 1024 along its last dimension, programs in
-  row order.
+  forward's products keep whole, a head), also where it sums over other dimensions outside that
+  walk (group norm's and conv1d's dW: a channel's row in each batch), a convolution's taps (a
+  reduction the forward tiles whole in at most 16 lanes) in the tile; one across rows (a
+  weight's gradient) blocks of columns walking the rows; an element-wise root a block of 1024
+  along its last dimension, programs in row order.
 - A product over short dimensions that only other products read over one of its dimensions
   (attention's scores, [b, h, s, s]) is inlined, recomputed in each reader's loop; its readers
   take flash tiles, and two of them over the same dimensions but their last share a kernel and
@@ -26,14 +28,16 @@ the lowering accept.
   into another's kernel joins the kernel of the gradient output over that other's dimensions at
   the same loop, with the forward Func's tiles (RoPE's grad_K in grad_Q's, as k_out in q_out's).
   Reductions over the same dimension there walk it once, split in chunks of rows across
-  programs (`split`, `compute_with`: a layernorm's dW and dBias).
+  programs (`split`, `compute_with`: a layernorm's dW and dBias). One over a convolution's taps
+  hosts the output summing the same rows without them (conv1d's dW[c, j] hosts dB[c]).
 - A reduction across rows whose dimensions are those of a kernel hosting the rows' statistics,
   but the rows (dW beside dx), sums in that kernel's walk over the rows: dx's kernel takes chunks
   of rows a program and stores each chunk's partial sums of dW (and dBias), which a second kernel
   adds up (`split`, `compute_with` over a dimension dx walks).
-- A reduction read from one kernel only is fused into it at its outermost loop (the row
-  statistics of a softmax or layernorm backward, as in the forward); one read from several
-  stays a kernel of its own. Reductions over one dimension fused into one kernel share its walk
+- A reduction read at its own indices from one kernel only is fused into it at its outermost
+  loop (the row statistics of a softmax or layernorm backward, as in the forward), and stored
+  there for kernels reading it at computed indices (group norm's d_rstd in d_mean's kernel,
+  read by grad_X at `c // len(cg)`); one read from several stays a kernel of its own. Reductions over one dimension fused into one kernel share its walk
   where the checker allows (compute_with: the online softmax's max, its sum and the gradient's
   sum shifted by the max).
 """
@@ -43,6 +47,7 @@ import dataclasses
 import re
 
 from dt.ir import algorithm as A
+from dt.ir.grad.flash import flash_products, flash_siblings
 
 SHAPING = ("block", "tensorize", "map", "num_warps", "num_stages")
 FLASH_ROWS, FLASH_STEP, FLASH_WARPS, FLASH_STAGES = 128, 64, 8, 3
@@ -52,6 +57,7 @@ SHORT_ROWS = 64
 PRODUCT_TILE, PRODUCT_DEPTH, PRODUCT_WARPS, PRODUCT_STAGES = 128, 32, 8, 3
 ROW_BLOCK, WALK, WALK_SCAN = 1024, 32, 1024  # an element-wise root: 1024 elements a program, as Triton's take
 ROW_WALK = 1024  # a reduction along a row in memory: one row a program, walked in tiles of this
+TAPS = 16  # a reduction the forward tiles whole in at most this many lanes: a convolution's taps
 # a kernel hosting its rows' statistics walks each row twice (the statistics, then the gradient): one
 # row a program in tiles this long, so that a row of up to 4096 is one tile, read again from cache
 # (softmax's backward at 4096x4096 on an H100: 0.96-0.98x of torch.compile, 0.60x in the forward's
@@ -76,12 +82,12 @@ def candidates(forward: A.Program, forward_roots, body: list[A.FuncDef], outputs
     inlined = [f.name for f in body if f.name not in outputs and f.name not in updated and not f.update and
                not _reduces(f.expr)]
     short = _short_dims(forward)
-    recomputed, flash = _flash(defs, outputs, set(inlined), updated, short)
+    recomputed, flash = flash_products(defs, outputs, set(inlined), updated, short)
     inlined += recomputed
-    fused = _kernels(body, outputs, set(inlined))
+    fused = _kernels(body, outputs, set(inlined), set(_taps(forward)))
     lines = [f"{name}.inline();" for name in inlined]
     hosts = {root for name, root in fused.items() if _reduces(defs[name].expr)}
-    siblings = _flash_siblings(defs, flash)
+    siblings = flash_siblings(defs, flash)
     mirrored = _mirrored(forward, defs, outputs, fused)
     for f in body:
         if f.name in flash and f.name not in siblings:
@@ -91,7 +97,7 @@ def candidates(forward: A.Program, forward_roots, body: list[A.FuncDef], outputs
             lines.append("\n".join(tiles + [f"{f.name}.fuse_at({host}, {dim});"]))
         elif f.name not in inlined and f.name not in fused and f.name not in siblings:
             lines.append("\n".join(_shaping(forward, forward_roots, f, f.name in hosts, f.name in fused.values(),
-                                             short)))
+                                             short, frozenset(defs))))
     for name, root in siblings.items():
         red = defs[name].expr.dim
         lines.append(f"{name}.fuse_at({root}, {defs[root].dims[-1]});\n{root}.compute_with({name}, {red});")
@@ -104,89 +110,10 @@ def candidates(forward: A.Program, forward_roots, body: list[A.FuncDef], outputs
     lines += _shared_walks(defs, fused)
     # where the checker refused to fuse it, a kernel of its own (refused whole where fused)
     for name in [*fused, *mirrored]:
-        lines.append("\n".join(_shaping(forward, forward_roots, defs[name])))
+        lines.append("\n".join(_shaping(forward, forward_roots, defs[name], temporaries=frozenset(defs))))
     for name in siblings:
         lines.append("\n".join(_flash_shaping(defs[name], flash[name])))
     return [line for line in lines if line]
-
-
-def _flash(defs: dict[str, A.FuncDef], outputs, inlined: set[str], updated: set[str], short: set[str]):
-    """(recomputed, flash): the products over short dimensions (`short`: a head) that only other
-    products read, over one of their dimensions (attention's scores [b, h, m, l], which grad_Q
-    reduces over l and grad_K over m; the scores' gradient), to be inlined, so that each product
-    recomputes its tiles of them in its loop and nothing of [b, h, s, s] is stored, as
-    FlashAttention's backward does; and the outputs reading them, each with the dimensions reduced
-    inside it, which take flash tiles. A product is recomputed only where every Func reading it
-    (past the element-wise ones, `inlined`) takes flash tiles: another would recompute it an
-    element at a time."""
-    recomputed = [n for n, f in defs.items() if n not in outputs and n not in inlined and n not in updated and
-                  f.update is None and any(isinstance(e, A.Reduce) and e.op == "dot" for e in A.walk(f.expr)) and
-                  all(e.dim in short for e in A.walk(f.expr) if isinstance(e, A.Reduce))]
-    while True:
-        through = inlined | set(recomputed)
-        # each with the dimensions reduced inside its own reduction
-        flash = {o: [d for a in defs[o].expr.args for d in _reduced_dims(a, defs, through)] for o in outputs
-                 if len(defs[o].dims) >= 2 and defs[o].dims[-1] in short and isinstance(defs[o].expr, A.Reduce)
-                 and _reads(defs[o].expr, set(recomputed), defs, through)}
-        flash = {o: inner for o, inner in flash.items() if set(inner) <= short}
-        # the Funcs reading it past those inlined (which pass it on): each is a flash output reading it
-        # inside its products
-        kept = [n for n in recomputed
-                if all(r in flash and _reduced_over(n, defs[r].expr, defs, through - {n}, frozenset())
-                       for r in defs if r not in through and _reads(defs[r].expr, {n}, defs, through - {n}))]
-        if kept == recomputed:
-            return recomputed, flash
-        recomputed = kept
-
-
-def _reduced_over(name: str, e: A.Expr, defs, through: set[str], reducing: frozenset) -> bool:
-    """Whether every read of `name` in e (or in the Funcs of `through` e reads at their own
-    dimensions) lies inside a product over one of the dimensions it is read at (a max or a sum
-    over them would recompute it without the matrix units, one row at a time)."""
-    if isinstance(e, A.Access) and e.kind == "func":
-        if e.name == name:
-            return any(d in reducing for s in e.subscripts for d in A.free_dims(s))
-        if e.name in through and _reads(defs[e.name].expr, {name}, defs, through):
-            own = defs[e.name].dims
-            if [s.dim if isinstance(s, A.DimRef) else None for s in e.subscripts] != list(own):
-                return False  # read at other indices: what its reductions reduce is another question
-            return _reduced_over(name, defs[e.name].expr, defs, through, reducing)
-        return True
-    if isinstance(e, (A.Reduce, A.Scan)):
-        reducing = reducing | {e.dim} if isinstance(e, A.Reduce) and e.op == "dot" else frozenset()
-    return all(_reduced_over(name, k, defs, through, reducing) for k in A.children(e))
-
-
-def _reads(e: A.Expr, names: set[str], defs, through: set[str]) -> bool:
-    """Whether e reads one of `names`, directly or through the Funcs of `through`."""
-    for n in A.walk(e):
-        if isinstance(n, A.Access) and n.kind == "func":
-            if n.name in names or (n.name in through and _reads(defs[n.name].expr, names, defs, through - {n.name})):
-                return True
-    return False
-
-
-def _reduced_dims(e: A.Expr, defs, through: set[str]) -> list[str]:
-    """The dimensions reduced in e, and in the Funcs of `through` it reads."""
-    return [n.dim for n in A.walk(e) if isinstance(n, A.Reduce)] + \
-        [d for n in A.walk(e) if isinstance(n, A.Access) and n.kind == "func" and n.name in through
-         for d in _reduced_dims(defs[n.name].expr, defs, through - {n.name})]
-
-
-def _flash_siblings(defs: dict[str, A.FuncDef], flash: dict) -> dict[str, str]:
-    """Flash-style products reducing over the same dimension, over the same dimensions but their
-    last (grad_K[b, h, l, k] and grad_V[b, h, l, n]): each later one -> the first, whose kernel
-    computes it too, fused at its innermost loop and sharing its walk (one tile of scores a step)."""
-    first: dict[tuple, str] = {}
-    siblings = {}
-    for name in flash:  # each a reduction over two dimensions or more (_flash)
-        f = defs[name]
-        key = (f.dims[:-1], f.expr.dim)
-        if key in first:
-            siblings[name] = first[key]
-        else:
-            first[key] = name
-    return siblings
 
 
 def _flash_shaping(f: A.FuncDef, inner: list[str]) -> list[str]:
@@ -275,27 +202,35 @@ def _reduces(e: A.Expr) -> bool:
     return any(isinstance(n, (A.Reduce, A.Scan)) for n in A.walk(e))
 
 
-def _kernels(body: list[A.FuncDef], outputs: list[str], inlined: set[str]) -> dict[str, str]:
-    """Each reduction that every reader reaches from one kernel -> that kernel's root: consumers
-    first, a Func belongs to the kernels of the Funcs that read it (an inlined one to its readers')."""
-    readers: dict[str, set[str]] = {f.name: set() for f in body}
+def _kernels(body: list[A.FuncDef], outputs: list[str], inlined: set[str], taps=frozenset()) -> dict[str, str]:
+    """Each reduction that every reader with bare dimensions as subscripts reaches from one kernel
+    -> that kernel's root: consumers first, a Func belongs to the kernels of the Funcs that read it
+    (an inlined one to its readers'). A read at computed indices (`d_mean[b, c // len(cg)]`,
+    directly or through inlined Funcs) takes the stored values, which a kernel computing them
+    elsewhere stores: group norm's d_rstd joins d_mean's kernel, which grad_X reads it from."""
+    readers: dict[str, set[tuple[str, bool]]] = {f.name: set() for f in body}  # (reader, bare subscripts)
     for f in body:
         for e in A.walk(f.expr):
             if isinstance(e, A.Access) and e.kind == "func" and e.name in readers:
-                readers[e.name].add(f.name)
-    kernels: dict[str, set[str]] = {}
+                readers[e.name].add((f.name, all(isinstance(s, A.DimRef) for s in e.subscripts)))
+    kernels: dict[str, set[str]] = {}  # the kernels reading a Func at its own indices
     fused: dict[str, str] = {}
     first = {}  # dims -> the first output over them: outputs alike share its kernel (stored from it)
+    defs = {f.name: f for f in body}
     for o in outputs:
-        first.setdefault(next(f.dims for f in body if f.name == o), o)
+        first.setdefault(defs[o].dims, o)
     for f in reversed(body):
         if f.name in outputs:
             root = first[f.dims]
+            wider = [o for o in outputs if defs[o].dims[:len(f.dims)] == f.dims != defs[o].dims
+                     and set(defs[o].dims[len(f.dims):]) <= taps and _reduced_set(defs[o]) == _reduced_set(f) != set()]
+            if root == f.name and wider:  # conv1d's dB[c] in dW[c, j]'s kernel (its taps j in one tile): one walk
+                root = first[defs[wider[0]].dims]
             kernels[f.name] = {root}
             if root != f.name:
                 fused[f.name] = root
             continue
-        mine = set().union(*(kernels.get(r, {r}) for r in readers[f.name])) if readers[f.name] else {f.name}
+        mine = set().union(*(kernels.get(r, {r}) for r, own in readers[f.name] if own))
         if f.update is not None:  # read by no Func, written into another: a kernel of its own
             kernels[f.name] = {f.name}
         elif f.name in inlined:
@@ -306,6 +241,10 @@ def _kernels(body: list[A.FuncDef], outputs: list[str], inlined: set[str]) -> di
         else:
             kernels[f.name] = {f.name}
     return {name: fused[name] for name in (f.name for f in body) if name in fused}
+
+
+def _reduced_set(f: A.FuncDef) -> set[str]:
+    return {n.dim for n in A.walk(f.expr) if isinstance(n, A.Reduce)}
 
 
 def _mirrored(forward: A.Program, defs: dict[str, A.FuncDef], outputs: list[str],
@@ -327,12 +266,13 @@ def _mirrored(forward: A.Program, defs: dict[str, A.FuncDef], outputs: list[str]
         host, dim = by_dims.get(forward.func(str(c.args[0])).dims), str(c.args[1])
         if guest and host and guest != host and guest not in fused and guest not in result and \
                 not _reduces(defs[guest].expr) and dim in defs[guest].dims and dim in defs[host].dims:
-            tiles = _forward_shaping(forward, c.func, defs[guest], ("tensorize",))
+            tiles = _forward_shaping(forward, c.func, defs[guest], ("tensorize",), frozenset(defs))
             result[guest] = (host, dim, tiles or [])
     return result
 
 
-def _forward_shaping(forward: A.Program, name: str, f: A.FuncDef, primitives=SHAPING) -> list[str] | None:
+def _forward_shaping(forward: A.Program, name: str, f: A.FuncDef, primitives=SHAPING,
+                     temporaries: frozenset = frozenset()) -> list[str] | None:
     """The forward Func `name`'s shaping statements of `primitives` for f (over its dimensions),
     where they tile f: its sizes of the dimensions f walks (the forward's tile of k is no tile of
     num's); None where they leave no tile."""
@@ -342,18 +282,24 @@ def _forward_shaping(forward: A.Program, name: str, f: A.FuncDef, primitives=SHA
              dataclasses.replace(c, args=tuple(a for a in c.args if a[0] in walked)) for c in calls]
     calls = [c for c in calls if c.args or c.primitive not in ("block", "tensorize")]
     calls = [c for c in calls if c.primitive != "map" or all(str(a) in f.dims for a in c.args)]
+    # f's reductions along rows in memory that the forward does not tile (group norm's d_mean walks
+    # s where the forward's mean walks p) take the tile of a row's walk
+    tiled = {str(a[0]) for c in calls if c.primitive == "tensorize" for a in c.args}
+    rows = [(r, ROW_WALK) for r in dict.fromkeys(n.dim for n in A.walk(f.expr) if isinstance(n, A.Reduce))
+            if r not in tiled and r in _innermost(f, temporaries)]
+    calls = [dataclasses.replace(c, args=c.args + tuple(rows)) if c.primitive == "tensorize" else c for c in calls]
     # only where f keeps tiles: a row kernel's (loss.tensorize(v:4096)) leave cross-entropy's update at
     # the target, over r alone, none: one element a program
     return [_statement(_stage(f), c) for c in calls] if any(c.primitive == "tensorize" for c in calls) else None
 
 
 def _shaping(forward: A.Program, forward_roots, f: A.FuncDef, hosts: bool = False, fused_into: bool = False,
-             short: frozenset = frozenset()) -> list[str]:
+             short: frozenset = frozenset(), temporaries: frozenset = frozenset()) -> list[str]:
     """f's blocks, tiles, warps and stages; `hosts`: reductions are fused into f's kernel, so each
     program takes whole rows (blocked along the last dimension, each block would compute them again);
     `fused_into`: some Func is fused into f's kernel (its programs keep one row each: a block of rows
     would have each program compute that Func again); `short`: dimensions short enough for a tile
-    (`_short_dims`)."""
+    (`_short_dims`); `temporaries`: the gradient program's Funcs (`_innermost`)."""
     stage = _stage(f)
     reduced = list(dict.fromkeys(n.dim for n in A.walk(f.expr) if isinstance(n, A.Reduce)))
     if hosts and not reduced and len(f.dims) >= 2:
@@ -361,7 +307,7 @@ def _shaping(forward: A.Program, forward_roots, f: A.FuncDef, hosts: bool = Fals
         return [_call(stage, "block", [(d, 1) for d in outer]), _call(stage, "tensorize", [(last, HOSTED_WALK)]),
                 f"{stage}.num_warps({HOSTED_WARPS});"]
     same = next((r for r in forward_roots if forward.func(r).dims == f.dims), None)
-    reused = _forward_shaping(forward, same, f) if same is not None else None
+    reused = _forward_shaping(forward, same, f, temporaries=temporaries) if same is not None else None
     if reused:
         return reused
     if isinstance(f.expr, A.Reduce) and f.expr.op == "dot" and len(f.dims) >= 2:
@@ -376,9 +322,7 @@ def _shaping(forward: A.Program, forward_roots, f: A.FuncDef, hosts: bool = Fals
     if scanned:  # each program walks the whole scanned dimension (it cannot be blocked)
         return [_call(stage, "block", [(d, 1) for d in f.dims if d != scanned[0]]),
                 _call(stage, "tensorize", [(scanned[0], WALK_SCAN)])]
-    reads = [e for e in A.walk(f.expr) if isinstance(e, A.Access) and e.subscripts]
-    reads = [e for e in reads if e.kind == "input"] or reads  # the inputs' layout decides, else the temporaries'
-    innermost = {e.subscripts[-1].dim for e in reads if isinstance(e.subscripts[-1], A.DimRef)}
+    innermost = _last_dims(f)
     if reduced and reduced[0] in innermost and len(reduced) == 1 and reduced[0] in short and not fused_into:
         # short rows (a head, which the forward's products keep in one tile): SHORT_ROWS of them a program
         *outer, rows = f.dims
@@ -387,6 +331,13 @@ def _shaping(forward: A.Program, forward_roots, f: A.FuncDef, hosts: bool = Fals
     if reduced and reduced[0] in innermost:  # along rows in memory: a program a row, walking it
         return [_call(stage, "block", [(d, 1) for d in f.dims]),
                 _call(stage, "tensorize", [(reduced[0], ROW_WALK)] + [(r, WALK) for r in reduced[1:]])]
+    along = [r for r in reduced if r in _innermost(f, temporaries)]
+    if along:  # a walk along rows inside sums over others (group norm's dW: a channel's row in each batch),
+        # a convolution's taps in one tile (conv1d's dW[c, j]: a program a channel, its four taps at once)
+        taps = _taps(forward)
+        return [_call(stage, "block", [(d, 1) for d in f.dims if d not in taps]),
+                _call(stage, "tensorize", [(d, taps[d]) for d in f.dims if d in taps] + [(along[0], ROW_WALK)]
+                      + [(r, 1) for r in reduced if r != along[0]])]
     *outer, last = f.dims  # across rows (a weight's gradient summed over tokens), or element-wise
     block = COLUMN_BLOCK if reduced else ROW_BLOCK
     # element-wise: programs in row order, neighbours reading neighbouring memory (the default order
@@ -394,6 +345,32 @@ def _shaping(forward: A.Program, forward_roots, f: A.FuncDef, hosts: bool = Fals
     order = [f"{stage}.map({', '.join(f.dims)});"] if outer and not reduced and f.update is None else []
     return [_call(stage, "block", [(d, 1) for d in outer] + [(last, block)]),
             _call(stage, "tensorize", [(last, block)] + [(r, COLUMN_WALK) for r in reduced])] + order
+
+
+def _taps(forward: A.Program) -> dict[str, int]:
+    """The dimensions the forward sums over (not in a product: a matrix product's depth is no
+    convolution's taps) in one small tile (at most TAPS lanes: `pre_sum.tensorize(..., j:4)`) -> that tile."""
+    reduced = {n.dim for f in forward.funcs for n in A.walk(f.expr) if isinstance(n, A.Reduce) and n.op != "dot"}
+    return {str(d): n for c in forward.schedule if c.primitive == "tensorize" for d, n in c.args
+            if str(d) in reduced and isinstance(n, int) and 1 < n <= TAPS}
+
+
+def _last_dims(f: A.FuncDef) -> set[str]:
+    """The dimensions f reads along rows in memory: its inputs' bare last subscripts, else its
+    temporaries'."""
+    reads = [e for e in A.walk(f.expr) if isinstance(e, A.Access) and e.subscripts]
+    reads = [e for e in reads if e.kind == "input"] or reads
+    return {e.subscripts[-1].dim for e in reads if isinstance(e.subscripts[-1], A.DimRef)}
+
+
+def _innermost(f: A.FuncDef, temporaries: frozenset) -> set[str]:
+    """The dimensions f reads rows of tensors in memory along (inputs and incoming gradients, not
+    `temporaries`, the gradient program's Funcs, which may be inlined; else those): the dimensions
+    in the last subscript of each read of two or more, a shifted one included (conv1d's
+    `X[b, c, t + j - (len(j) - 1)]` reads along t and j)."""
+    reads = [e for e in A.walk(f.expr) if isinstance(e, A.Access) and len(e.subscripts) > 1]
+    reads = [e for e in reads if e.name not in temporaries] or reads
+    return {t.dim for e in reads for sign, t in A.signed_terms(e.subscripts[-1]) if sign == 1 and isinstance(t, A.DimRef)}
 
 
 def _short_dims(forward: A.Program) -> frozenset[str]:

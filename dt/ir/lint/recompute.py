@@ -26,7 +26,8 @@ def check(facts: KernelFacts):
 
     def note(assigns, count, what):
         for s in assigns:
-            if s.dt_name in producers and count != 1:
+            stored = isinstance(s.value, (S.Load, S.Gather)) and s.value.tensor == s.dt_name
+            if s.dt_name in producers and count != 1 and not stored:  # a read of it stored by another kernel
                 first.setdefault(s.dt_name, s)
                 if (count, what) not in repeats.setdefault(s.dt_name, []):
                     repeats[s.dt_name].append((count, what))

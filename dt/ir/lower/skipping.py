@@ -53,9 +53,9 @@ def _affine(e: A.Expr) -> tuple[str | None, int, int | None]:
         return None, 0, int(e.value)
     if isinstance(e, A.Binary) and e.op == "*":
         (da, sa, ca), (db, sb, cb) = _affine(e.a), _affine(e.b)
-        if da is not None and db is None and ca == 0:
+        if da is not None and db is None and ca == 0 and cb is not None:  # not x * len(v): no constant
             return da, sa * cb, 0
-        if db is not None and da is None and cb == 0:
+        if db is not None and da is None and cb == 0 and ca is not None:
             return db, sb * ca, 0
     if isinstance(e, A.Binary) and e.op in ("+", "-"):
         (da, sa, ca), (db, sb, cb) = _affine(e.a), _affine(e.b)
