@@ -110,6 +110,70 @@ def _layernorm_saved(t, s):
             "bias": torch.zeros_like(t["W"])}
 
 
+def _group_norm_grad(X, W, grad_out, mean, var, eps, rstd=None, bias=None):
+    """aten's group norm backward (what autograd calls for F.group_norm) from the saved mean and 1/std;
+    without them (the float64 reference) autograd of F.group_norm, whose statistics are X's own."""
+    b, c, s = X.shape
+    groups = mean.shape[1]
+    if rstd is None:
+        x, w = X.detach().requires_grad_(), W.detach().requires_grad_()
+        with torch.enable_grad():
+            y = F.group_norm(x, groups, w, torch.zeros_like(W), eps)
+            grad_X, grad_W = torch.autograd.grad(y, (x, w), grad_out)
+        return grad_X, grad_W, grad_out.sum((0, 2))
+    return torch.ops.aten.native_group_norm_backward(grad_out, X, mean, rstd, W, b, c, s, groups, [True, True, True])
+
+
+def _group_norm_statistics(t, s):
+    """Each group's mean and variance of X, in float32 (what `dt grad --save mean,var` has the forward
+    store: a statistic in the compute dtype) or float64 in the reference."""
+    X = t["X"]
+    groups = t["mean"].shape[1]
+    x = X.reshape(X.shape[0], groups, -1)
+    x = x if x.dtype == torch.float64 else x.float()
+    return {"mean": x.mean(-1), "var": x.var(-1, unbiased=False)}
+
+
+def _group_norm_saved(t, s):
+    """What autograd's forward saves for F.group_norm: each group's mean and 1/std in X's dtype (aten's
+    group norm keeps no float32 statistics for half-precision inputs, unlike its layer norm)."""
+    dtype = t["X"].dtype
+    return {"mean": t["mean"].to(dtype), "rstd": torch.rsqrt(t["var"] + s["eps"]).to(dtype),
+            "bias": torch.zeros_like(t["W"])}
+
+
+def _liger_group_norm_grad(lf, t, s):
+    """Liger's group norm backward from the same statistics (its forward also stores them in X's dtype)."""
+    from liger_kernel.ops.group_norm import group_norm_backward
+    X, W, bias, dY, mean, rstd = (t[n] for n in ("X", "W", "bias", "grad_out", "mean", "rstd"))
+    return lambda: group_norm_backward(dY, X, W, bias, mean, rstd, X.shape[1], mean.shape[1])
+
+
+def _conv1d_grad(X, W, B, grad_out, pre=None):
+    """The backward of F.silu(F.conv1d(X, W, B, padding=width - 1, groups=c)[..., :t]) as autograd runs
+    it from what the forward saved (the convolution's output `pre`, X and W): silu's backward, the
+    slice's (the gradient padded with zeros), then aten.convolution_backward; without `pre` (the
+    float64 reference) autograd of the forward."""
+    width, (b, c, t) = W.shape[1], X.shape
+    if pre is None:
+        x, w, bias = (v.detach().requires_grad_() for v in (X, W, B))
+        with torch.enable_grad():
+            y = F.silu(F.conv1d(x, w[:, None, :], bias, padding=width - 1, groups=c)[..., :t])
+            return torch.autograd.grad(y, (x, w, bias), grad_out)
+    grad_pre = torch.ops.aten.silu_backward(grad_out, pre)
+    padded = grad_pre.new_zeros((b, c, t + width - 1))
+    padded[..., :t] = grad_pre
+    grad_X, grad_W, grad_B = torch.ops.aten.convolution_backward(
+        padded, X, W[:, None, :], [c], [1], [width - 1], [1], False, [0], c, [True, True, True])
+    return grad_X, grad_W[:, 0, :], grad_B
+
+
+def _conv1d_saved(t, s):
+    width, c, n = t["W"].shape[1], t["X"].shape[1], t["X"].shape[2]
+    pre = F.conv1d(t["X"], t["W"][:, None, :], t["B"], padding=width - 1, groups=c)[..., :n]
+    return {"pre": pre}  # what silu saves: its input, the convolution's output cut to t
+
+
 def _softmax_grad(A, grad__softmax, _max=None, _sum=None, out=None):
     """aten's softmax backward from the saved output (what dt's forward saved, _max and _sum, is dt's alone)."""
     if out is None:
@@ -462,5 +526,25 @@ BACKWARD_KERNELS: dict[str, Kernel] = {k.name: k for k in [
                  "in the table's dtype (the table's rows passed as a size: no input gives them); eager is "
                  "aten.embedding_dense_backward (what autograd calls: sorts the ids, deterministic), Liger "
                  "its experimental embedding backward (atomics in the table's dtype)."),
+    Kernel("group_norm_grad", MEMORY, _GRAD / "group_norm_grad.dt",
+           {"X": ("b", "c", "s"), "W": ("c",), "grad_out": ("b", "c", "s"), "mean": ("b", "g"), "var": ("b", "g")},
+           ("b", "c", "s"), {"eps": 1e-5}, ("b", "c", "s", "g", "cg"),
+           ((8, 512, 4096, 32, 16), (2, 320, 4096, 32, 10), (16, 256, 1000, 32, 8)), ((8, 512, 4096, 32, 16),),
+           ((2, 96, 37, 32, 3),), DTYPES, _group_norm_grad, liger=_liger_group_norm_grad, dt_sizes=("g", "cg"),
+           saved=_group_norm_statistics, torch_saved=_group_norm_saved,
+           moved=lambda e, item: 3 * e["b"] * e["c"] * e["s"] * item + 2 * e["c"] * item + 2 * e["b"] * e["g"] * 4,
+           notes="F.group_norm's backward with 32 groups (examples/llm/group_norm.dt, `dt grad --save mean,var`): "
+                 "grad_X, grad_W, grad_Bias. Saved: each group's mean and variance of X (dt, float32) or mean "
+                 "and 1/std (the baselines, in X's dtype as their forwards store them, from the same values). Eager "
+                 "is aten.native_group_norm_backward (what autograd calls), Liger its group_norm_backward."),
+    Kernel("conv1d_grad", MEMORY, _GRAD / "conv1d_grad.dt",
+           {"X": ("b", "c", "t"), "W": ("c", "j"), "B": ("c",), "grad_out": ("b", "c", "t")}, ("b", "c", "t"), {},
+           ("b", "c", "t", "j"), ((4, 2048, 4096, 4), (8, 5120, 2048, 4), (1, 1536, 1000, 4)),
+           ((4, 2048, 4096, 4),), ((2, 5, 300, 4),), DTYPES, _conv1d_grad, torch_saved=_conv1d_saved,
+           moved=lambda e, item: 3 * e["b"] * e["c"] * e["t"] * item,
+           notes="Mamba's causal depthwise conv1d (width 4, bias, SiLU; examples/llm/conv1d.dt)'s backward: grad_X, "
+                 "grad_W, grad_B. dt's derived program recomputes the convolution from X (no save); eager is what "
+                 "autograd runs from the forward's saved convolution output: aten.silu_backward, the slice's "
+                 "zero padding, aten.convolution_backward (cuDNN); no Liger kernel has it."),
     _attention_grad_kernel(),
 ]}
