@@ -42,3 +42,13 @@ def test_a_bias_gradient_joins_only_a_kernel_that_keeps_the_extra_dimension_whol
                     f"o.block(m:64, n:64);\no.tensorize(m:64, n:64, k:{depth});\no.compile();\n")
     lines = _schedule_lines(dt.grad(prog, wrt=("W", "B")))
     assert not any(line.startswith("grad_B.fuse_at(grad_W") for line in lines), lines
+
+
+def test_nested_sums_across_rows_walk_one_of_them_in_a_wide_tile():
+    """RoPE's cos-table gradient sums over b, kh and h: each walked 128 at a time, its tile had
+    32 x 128^3 lanes (no GPU holds it); one sum walks 128 rows, the others one at a time."""
+    rope = dt.load(ROOT / "examples" / "llm" / "rope.dt")
+    lines = _schedule_lines(dt.grad(rope))
+    assert "grad_C.tensorize(d:32, b:128, kh:1, h:1);" in lines, [line for line in lines if "grad_C" in line]
+    errors = gradient_errors(rope, {"b": 2, "s": 3, "h": 2, "kh": 1, "d": 4}, backend="numba")
+    assert max(errors.values()) < 1e-5, errors

@@ -343,8 +343,13 @@ def _shaping(forward: A.Program, forward_roots, f: A.FuncDef, hosts: bool = Fals
     # element-wise: programs in row order, neighbours reading neighbouring memory (the default order
     # varies the first dimension fastest: SwiGLU's rows ran 3-5% slower in it)
     order = [f"{stage}.map({', '.join(f.dims)});"] if outer and not reduced and f.update is None else []
+    # one of several nested sums walked in COLUMN_WALK rows, the others a row at a time (their
+    # tiles multiply: RoPE's cos-table gradient summed over b, kh and h had 32 x 128^3 lanes); a
+    # product's depth keeps its tile
+    products = {n.dim for n in A.walk(f.expr) if isinstance(n, A.Reduce) and n.op == "dot"}
     return [_call(stage, "block", [(d, 1) for d in outer] + [(last, block)]),
-            _call(stage, "tensorize", [(last, block)] + [(r, COLUMN_WALK) for r in reduced])] + order
+            _call(stage, "tensorize", [(last, block)] + [(r, COLUMN_WALK if i == 0 or r in products else 1)
+                                                          for i, r in enumerate(reduced)])] + order
 
 
 def _taps(forward: A.Program) -> dict[str, int]:
