@@ -235,6 +235,26 @@ def test_a_launch_with_little_work_stays_on_the_calling_thread(monkeypatch):
     assert call() == 3
 
 
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork is POSIX's")
+def test_a_forked_process_launches_on_threads_of_its_own():
+    """A child forked after a launch used the pool inherits none of its threads: its launches
+    waited for ever (a DataLoader worker, forked by default on Linux, calling a DT kernel)."""
+    code = textwrap.dedent(f"""
+        import os, sys, numpy as np, dt
+        prog = dt.load({str(ROOT / "examples" / "cpu" / "add.dt")!r})
+        a = np.arange(2048 * 2048, dtype=np.float32).reshape(2048, 2048) / 1e6
+        want = prog(A=a, B=a, alpha=2.0, backend="numba")
+        pid = os.fork()
+        if pid == 0:
+            got = prog(A=a, B=a, alpha=2.0, backend="numba")
+            os._exit(0 if np.array_equal(got, want) else 3)
+        _, status = os.waitpid(pid, 0)
+        sys.exit(os.waitstatus_to_exitcode(status))
+    """)
+    env = dict(os.environ, NUMBA_NUM_THREADS="2")
+    assert subprocess.run([sys.executable, "-c", code], env=env, timeout=60).returncode == 0
+
+
 def test_source_is_what_compile_runs_and_what_dt_compile_writes(tmp_path):
     prog = dt.load(example_path("matmul"))
     backend = backends.get("numba")

@@ -29,10 +29,11 @@ ML_DTYPES = {"bf16": "bfloat16", "f8e4m3": "float8_e4m3fn", "f8e5m2": "float8_e5
 DTYPE_NAME = ML_DTYPES | {d: NUMPY[d].name for d in ("f32", "f64", "f16") + INTEGERS}
 # helpers written with numba.extending.intrinsic and llvmlite, or calling such helpers
 INTRINSICS = {"_reduce_max", "_reduce_min", "_dot", "_pow2_scale"}
-MODULE_GLOBALS = ("math", "np", "numba", "njit", "intrinsic", "ir", "get_host_cpu_features", "llvm_version_info",
+MODULE_GLOBALS = ("math", "os", "np", "numba", "njit", "intrinsic", "ir", "get_host_cpu_features", "llvm_version_info",
                   "cgutils",
                   "ThreadPoolExecutor", "count", "f32", "f64",
-                  "i32", "i64", "u16", "u32", "u64", "_KERNEL", "_HELPER", "_POOL", "_launch", "_operand", "_result",
+                  "i32", "i64", "u16", "u32", "u64", "_KERNEL", "_HELPER", "_POOL", "_new_pool", "_launch", "_operand",
+                  "_result",
                   "perf_counter", "_SERIAL_BELOW", "_WORK_SECONDS", "_DTYPE_NAMES",
                   *ML_DTYPES.values())
 
@@ -136,6 +137,7 @@ class _Module:
         w.line(f"`{self.entry}` at the end is the entry point. Needs {needs}.")
         w.line('"""')
         w.line("import math")
+        w.line("import os")
         w.line("from concurrent.futures import ThreadPoolExecutor")
         w.line("from itertools import count")
         w.line("from time import perf_counter")
@@ -168,7 +170,17 @@ class _Module:
         w.line(f'_KERNEL = dict(cache=True, nogil=True, error_model="numpy", fastmath={{{fm}}})')
         hfm = ", ".join(f'"{f}"' for f in HELPER_FASTMATH)
         w.line(f'_HELPER = dict(cache=True, error_model="numpy", fastmath={{{hfm}}})')
-        w.line('_POOL = ThreadPoolExecutor(max(1, numba.config.NUMBA_NUM_THREADS - 1), thread_name_prefix="dt")')
+        w.line("")
+        w.line("")
+        w.line("def _new_pool():")
+        w.line('    """The threads launches run on; again after os.fork(), as the child has none of the')
+        w.line('    parent\'s (a launch would wait on them for ever: a DataLoader worker calling a DT kernel)."""')
+        w.line("    global _POOL")
+        w.line('    _POOL = ThreadPoolExecutor(max(1, numba.config.NUMBA_NUM_THREADS - 1), thread_name_prefix="dt")')
+        w.line("")
+        w.line("")
+        w.line("_new_pool()")
+        w.line("os.register_at_fork(after_in_child=_new_pool)")
         w.line("# A launch with less work than this (seconds, on one thread) runs on the calling thread only: two")
         w.line("# threads would save less than the pool's hand-off and join cost (PyTorch's grain size, timed).")
         w.line("_SERIAL_BELOW = 1e-4")
