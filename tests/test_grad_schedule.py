@@ -46,9 +46,13 @@ def test_a_bias_gradient_joins_only_a_kernel_that_keeps_the_extra_dimension_whol
 
 def test_nested_sums_across_rows_walk_one_of_them_in_a_wide_tile():
     """RoPE's cos-table gradient sums over b, kh and h: each walked 128 at a time, its tile had
-    32 x 128^3 lanes (no GPU holds it); one sum walks 128 rows, the others one at a time."""
+    32 x 128^3 lanes (no GPU holds it); the sum nearest the rows in memory (a head, not the batch)
+    walks 128 rows, the others one at a time. A product's depth keeps its tile beside them (GQA's
+    grad_K: the sum over the heads and the product over m)."""
     rope = dt.load(ROOT / "examples" / "llm" / "rope.dt")
     lines = _schedule_lines(dt.grad(rope))
-    assert "grad_C.tensorize(d:32, b:128, kh:1, h:1);" in lines, [line for line in lines if "grad_C" in line]
+    assert "grad_C.tensorize(d:32, b:1, kh:128, h:1);" in lines, [line for line in lines if "grad_C" in line]
+    gqa = _schedule_lines(dt.grad(dt.load(ROOT / "examples" / "llm" / "gqa_attention.dt")))
+    assert "grad_K.tensorize(k:32, h:128, m:128);" in gqa, [line for line in gqa if "grad_K" in line]
     errors = gradient_errors(rope, {"b": 2, "s": 3, "h": 2, "kh": 1, "d": 4}, backend="numba")
     assert max(errors.values()) < 1e-5, errors

@@ -240,12 +240,13 @@ def test_a_forked_process_launches_on_threads_of_its_own():
     """A child forked after a launch used the pool inherits none of its threads: its launches
     waited for ever (a DataLoader worker, forked by default on Linux, calling a DT kernel)."""
     code = textwrap.dedent(f"""
-        import os, sys, numpy as np, dt
+        import os, signal, sys, numpy as np, dt
         prog = dt.load({str(ROOT / "examples" / "cpu" / "add.dt")!r})
         a = np.arange(2048 * 2048, dtype=np.float32).reshape(2048, 2048) / 1e6
         want = prog(A=a, B=a, alpha=2.0, backend="numba")
         pid = os.fork()
         if pid == 0:
+            signal.alarm(30)  # a child that hangs ends itself
             got = prog(A=a, B=a, alpha=2.0, backend="numba")
             os._exit(0 if np.array_equal(got, want) else 3)
         _, status = os.waitpid(pid, 0)
@@ -753,8 +754,8 @@ def test_a_product_over_whole_rows_of_the_output_is_summed_there():
 
 
 def test_a_product_summed_over_a_loop_writes_its_first_step_over_its_accumulator():
-    # matmul's k_accumulator: no zero fill before the loop over k's tiles (it runs at least one
-    # step: no extent is 0), whose first step writes the product over whatever the tile held
+    # matmul's k_accumulator: the zero fill runs only where the loop over k's tiles runs no step
+    # (`if 0 >= k_SIZE:`); otherwise the loop's first step writes the product over whatever the tile held
     prog = dt.loads(MATMUL_DT.format(k=8))
     kernel = prog.source("numba")
     kernel = kernel[kernel.index("def mm_kernel"):]

@@ -8,8 +8,9 @@ call of the kernel function, or in a scalar where every axis has one lane. A Dot
 only use is its store into an output tensor is kept in that tensor's tile instead (no scratch
 tile to copy out), and a Dot right after its target's zero fill writes the target instead of
 adding to it (no fill), as does the first step of a loop of Dots adding onto a tile zero-filled
-right before the loop (the fill then runs only where the loop runs no step). Likewise an element-wise tile the output is then computed from, lane by
-lane (softmax's e = exp(A - max), summed, then divided by the sum), is kept in the output's tile.
+right before the loop (the fill then runs only where the loop runs no step). Likewise an
+element-wise tile the output is then computed from, lane by lane (softmax's e = exp(A - max),
+summed, then divided by the sum), is kept in the output's tile.
 """
 from __future__ import annotations
 

@@ -115,8 +115,9 @@ def solved_read(access: A.Access, context: tuple[str, ...], own: tuple[str, ...]
             i, a, offset = stride
             at = x if offset is None else _minus(x, offset)
             to[i] = A.Binary("//", at, a)
-            guards += [A.Binary("==", A.Binary("%", at, a), _integer(0)), A.Binary(">=", at, _integer(0)),
-                       A.Binary("<", A.Binary("//", at, a), A.Len(i))]
+            guards += [A.Binary("==", A.Binary("%", at, a), _integer(0))] + \
+                ([A.Binary(">=", at, _integer(0))] if offset is not None else []) + \
+                [A.Binary("<", A.Binary("//", at, a), A.Len(i))]
             found = {i}
         elif isinstance(sub, A.Binary) and sub.op == "//" and isinstance(sub.a, A.DimRef) and isinstance(sub.b, A.Len) \
                 and sub.a.dim in context and sub.b.dim not in context and sub.b.dim not in taken | set(sums) | {axis}:

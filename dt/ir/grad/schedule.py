@@ -37,9 +37,9 @@ the lowering accept.
 - A reduction read at its own indices from one kernel only is fused into it at its outermost
   loop (the row statistics of a softmax or layernorm backward, as in the forward), and stored
   there for kernels reading it at computed indices (group norm's d_rstd in d_mean's kernel,
-  read by grad_X at `c // len(cg)`); one read from several stays a kernel of its own. Reductions over one dimension fused into one kernel share its walk
-  where the checker allows (compute_with: the online softmax's max, its sum and the gradient's
-  sum shifted by the max).
+  read by grad_X at `c // len(cg)`); one read from several stays a kernel of its own.
+  Reductions over one dimension fused into one kernel share its walk where the checker allows
+  (compute_with: the online softmax's max, its sum and the gradient's sum shifted by the max).
 """
 from __future__ import annotations
 
@@ -343,13 +343,17 @@ def _shaping(forward: A.Program, forward_roots, f: A.FuncDef, hosts: bool = Fals
     # element-wise: programs in row order, neighbours reading neighbouring memory (the default order
     # varies the first dimension fastest: SwiGLU's rows ran 3-5% slower in it)
     order = [f"{stage}.map({', '.join(f.dims)});"] if outer and not reduced and f.update is None else []
-    # one of several nested sums walked in COLUMN_WALK rows, the others a row at a time (their
-    # tiles multiply: RoPE's cos-table gradient summed over b, kh and h had 32 x 128^3 lanes); a
-    # product's depth keeps its tile
+    # of several nested sums, the one nearest the rows in memory walked COLUMN_WALK rows at a time,
+    # the others a row at a time (their tiles multiply: RoPE's cos-table gradient summed over b, kh
+    # and h had 32 x 128^3 lanes; a batch of 1-8 fills little of a wide tile); a product's depth
+    # keeps its tile
     products = {n.dim for n in A.walk(f.expr) if isinstance(n, A.Reduce) and n.op == "dot"}
+    depth = {r: max((i for e in A.walk(f.expr) if isinstance(e, A.Access) for i, sub in enumerate(e.subscripts)
+                     if isinstance(sub, A.DimRef) and sub.dim == r), default=-1) for r in reduced}
+    wide = max((r for r in reduced if r not in products), key=lambda r: depth[r], default=None)
     return [_call(stage, "block", [(d, 1) for d in outer] + [(last, block)]),
-            _call(stage, "tensorize", [(last, block)] + [(r, COLUMN_WALK if i == 0 or r in products else 1)
-                                                          for i, r in enumerate(reduced)])] + order
+            _call(stage, "tensorize", [(last, block)] + [(r, COLUMN_WALK if r == wide or r in products else 1)
+                                                          for r in reduced])] + order
 
 
 def _taps(forward: A.Program) -> dict[str, int]:
@@ -362,7 +366,8 @@ def _taps(forward: A.Program) -> dict[str, int]:
 
 def _last_dims(f: A.FuncDef) -> set[str]:
     """The dimensions f reads along rows in memory: its inputs' bare last subscripts, else its
-    temporaries'."""
+    temporaries'. Which sum a row kernel walks; `_innermost` (shifted subscripts too, every read
+    of a tensor in memory) decides whether sums over other dimensions may wrap that walk."""
     reads = [e for e in A.walk(f.expr) if isinstance(e, A.Access) and e.subscripts]
     reads = [e for e in reads if e.kind == "input"] or reads
     return {e.subscripts[-1].dim for e in reads if isinstance(e.subscripts[-1], A.DimRef)}
