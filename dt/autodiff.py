@@ -23,9 +23,9 @@ def grad(prog, wrt=None, save=(), of=None):
     reading them)."""
     from dt.runtime import loads
     checked = prog.checked
-    wrt = tuple(x for x in prog.inputs if x not in checked.index_inputs) if wrt is None else name_tuple(wrt)
-    save = name_tuple(save)
-    of = None if of is None else name_tuple(of)
+    wrt = tuple(x for x in prog.inputs if x not in checked.index_inputs) if wrt is None else name_tuple(wrt, "wrt")
+    save = name_tuple(save, "save") if save else ()
+    of = None if of is None else name_tuple(of, "of")
     for o in of or ():
         if o not in prog.outputs:
             raise DTError(f"'{o}' is not an output of {prog.name}", None,
@@ -109,6 +109,13 @@ def _schedule(algorithm: str, statements: list[str], outputs: list[str], name: s
     return grad_schedule.merged(kept) + compile_lines
 
 
-def name_tuple(names) -> tuple[str, ...]:
-    """One name, or several, as a tuple (wrt="A" is wrt=("A",))."""
-    return (names,) if isinstance(names, str) else tuple(names)
+def name_tuple(names, what: str = "") -> tuple[str, ...]:
+    """One name, or several, as a tuple (wrt="A" is wrt=("A",)); `what` (wrt, save, of): each
+    named once, and at least one."""
+    names = (names,) if isinstance(names, str) else tuple(names)
+    if what and not names:
+        raise DTError(f"{what} names nothing", None, f"name at least one, or leave {what} out")
+    for n in names:
+        if what and names.count(n) > 1:
+            raise DTError(f"{what} names '{n}' twice", None, f"name each once: {', '.join(dict.fromkeys(names))}")
+    return names

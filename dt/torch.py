@@ -48,12 +48,12 @@ class _Pair:
         """(the inputs' tensors, the scalars' values): by position, a 0-d tensor scalar too."""
         return list(values[:len(self.inputs)]), list(values[len(self.inputs):])
 
-    def run_forward(self, backend, values) -> list:
-        outs = self.forward(backend=backend, **dict(zip(self.inputs + self.scalars, values)))
+    def run_forward(self, backend, values, sizes=None) -> list:
+        outs = self.forward(backend=backend, sizes=sizes, **dict(zip(self.inputs + self.scalars, values)))
         outs = outs if isinstance(outs, dict) else {self.outputs[0]: outs}
         return [outs[o] for o in self.outputs + self.extra]
 
-    def run_backward(self, backend, values, grads, saved) -> list:
+    def run_backward(self, backend, values, grads, saved, sizes=None) -> list:
         """The gradient of each input (None for those not in wrt), then None for each scalar."""
         args = dict(zip(self.inputs + self.scalars, values))
         args.update({f"grad_{o}": g for o, g in zip(self.outputs, grads)})
@@ -63,7 +63,7 @@ class _Pair:
         # dimensions no input of the backward binds (a grouped axis, K[b, h // group, ...]): the forward's extents
         tensors = dict(zip(self.inputs, values))
         unbound = self.backward.unbound_dims
-        sizes = {d: n for d, n in self.prog._extents(tensors, {}).items() if d in unbound} if unbound else None
+        sizes = {d: n for d, n in self.prog._extents(tensors, sizes or {}).items() if d in unbound} if unbound else None
         result = self.backward(backend=backend, sizes=sizes, **taken)
         result = result if isinstance(result, dict) else {self.backward.outputs[0]: result}
         return [result.get(f"grad_{x}") for x in self.inputs] + [None] * len(self.scalars)
@@ -88,16 +88,18 @@ def _zeros(spec) -> torch.Tensor:
 
 
 def function(prog, *, backend: str | None = None, wrt=None, save=()):
-    """A function of torch tensors (prog's inputs and scalars by name) returning its outputs,
-    differentiable with respect to `wrt` (default: every float input) through torch.autograd:
-    its backward runs dt.grad(prog) on `backend` (default: the program's). `save`: Funcs the
-    forward stores for the backward instead of the backward recomputing them."""
+    """A function of torch tensors (prog's inputs and scalars by name, and `sizes=` for the extents
+    no input gives: top-k's k) returning its outputs, differentiable with respect to `wrt`
+    (default: every float input) through torch.autograd: its backward runs dt.grad(prog) on
+    `backend` (default: the program's). `save`: Funcs the forward stores for the backward instead
+    of the backward recomputing them."""
     pair = _Pair(prog, wrt, save)
 
     class DTFunction(torch.autograd.Function):
         @staticmethod
-        def forward(ctx, *values):
-            outs = pair.run_forward(backend, values)
+        def forward(ctx, sizes, *values):
+            outs = pair.run_forward(backend, values, sizes)
+            ctx.sizes = sizes
             tensors, ctx.scalar_values = pair.split(values)
             # only what the backward reads is kept; the others' shapes give extents (meta tensors hold no data)
             ctx.save_for_backward(*[t if n in pair.backward.inputs else None for n, t in zip(pair.inputs, tensors)],
@@ -112,18 +114,18 @@ def function(prog, *, backend: str | None = None, wrt=None, save=()):
         @staticmethod
         def backward(ctx, *grads):
             _refuse_a_second_derivative(prog)
-            if not any(ctx.needs_input_grad[:len(pair.inputs)]):
-                return (None,) * (len(pair.inputs) + len(pair.scalars))
+            if not any(ctx.needs_input_grad[1:len(pair.inputs) + 1]):
+                return (None,) * (1 + len(pair.inputs) + len(pair.scalars))
             tensors = ctx.saved_tensors
             values = [t if t is not None else stand_in for t, stand_in in zip(tensors, ctx.stand_ins)]
             values += ctx.scalar_values
             grads = [_zeros(spec) if g is None else g for g, spec in zip(grads, ctx.output_specs)]
-            return tuple(pair.run_backward(backend, values, grads, tensors[len(pair.inputs):]))
+            return (None, *pair.run_backward(backend, values, grads, tensors[len(pair.inputs):], ctx.sizes))
 
     DTFunction.__name__ = f"{prog.name}_function"
 
-    def call(**kwargs):
-        return DTFunction.apply(*pair.bind(kwargs))
+    def call(sizes: dict | None = None, **kwargs):
+        return DTFunction.apply(sizes, *pair.bind(kwargs))
     call.__name__ = prog.name
     return call
 

@@ -750,3 +750,46 @@ def test_saving_a_func_named_as_a_call_keyword_says_to_rename_it():
     with pytest.raises(dt.DTError, match="'out' cannot be saved under its name") as e:
         dt.grad(prog, save=("out",))
     assert e.value.hint == "rename the Func (e.g. out_) to save it" and e.value.loc is not None
+
+
+def test_an_input_read_through_a_narrowing_cast_and_a_gather_keeps_its_gradients_dtype(backend="numba"):
+    """grad_A was the cast term alone, a bf16 Func, so the update adding the gather's gradient
+    added it in bf16 (0.018 off): only the cast's term is rounded, as torch's .to() rounds."""
+    prog = dt.loads("Func y;\nIn A, I;\nVar x, d;\ny[x, d] = cast(cast(A[x, d], bf16), f32) * 0.001 + A[I[x], d];\n"
+                    "y.compile();\n")
+    backward = dt.grad(prog)
+    assert "grad_A[x, d] = 0.0 + cast(" in backward.dt_source()
+    rng = np.random.default_rng(0)
+    A, I = rng.standard_normal((4, 8)).astype(np.float32), np.array([1, 2, 3, 0])
+    g = (rng.standard_normal((4, 8)) * 3).astype(np.float32)
+    got = np.asarray(backward(I=I, grad_y=g, backend=backend))
+    rounded = np.asarray(dt.loads("Func r;\nIn G;\nVar x, d;\nr[x, d] = cast(G[x, d] * 0.001, bf16);\nr.compile();\n")(
+        G=g, backend="interp"), np.float32)
+    np.testing.assert_allclose(got, rounded + g[np.argsort(I)], rtol=1e-6, atol=1e-6)
+
+
+def test_bad_names_in_wrt_and_save_are_errors_that_say_so():
+    layernorm = dt.load(ROOT / "examples" / "layernorm.dt")
+    for kwargs, message in ((dict(wrt=("A", "A")), "wrt names 'A' twice"), (dict(wrt=()), "wrt names nothing"),
+                            (dict(save=("mean", "mean")), "save names 'mean' twice")):
+        with pytest.raises(dt.DTError, match=message):
+            dt.grad(layernorm, **kwargs)
+
+
+def test_a_func_an_update_writes_at_and_fused_elsewhere_is_a_schedule_error_not_a_crash():
+    """An update's written subscripts read idx: fused into w's kernel, which runs after the update's,
+    it was never stored where the update loads it (an internal error); dt.grad derived such a
+    schedule for `L[r, rargmax(L[r, v], v)] * W[r]`."""
+    source = ("Func idx, g, w;\nIn L, G;\nVar r;\nRVar v;\nidx[r] = rargmax(L[r, v], v);\ng[r, v] = L[r, v] * 0.0;\n"
+              "g[r, idx[r]] += G[r];\nw[r] = G[r] * L[r, idx[r]];\nw.block(r:4);\nw.tensorize(r:4);\n{fuse}\n"
+              "g.compile();\nw.compile();\n")
+    with pytest.raises(dt.DTScheduleError, match="'g_update' reads it in g_update's kernel, which runs before"):
+        dt.loads(source.format(fuse="idx.fuse_at(w, r);")).pipeline("f32")
+    fused_into_update = dt.loads(source.format(fuse="idx.fuse_at(g_update, r);"))  # its written subscripts use it
+    args = random_inputs(fused_into_update, {"r": 8, "v": 16}, "f32")
+    for name, value in fused_into_update(backend="numba", **args).items():
+        np.testing.assert_allclose(value, fused_into_update.reference(**args)[name], rtol=1e-6)
+    prog = dt.loads("Func idx, y;\nIn L, W;\nVar r;\nRVar v;\nidx[r] = rargmax(L[r, v], v);\ny[r] = L[r, idx[r]] * W[r];\n"
+                    "y.compile();\n")
+    errors = gradient_errors(prog, {"r": 5, "v": 7}, backend="numba")
+    assert max(errors.values()) < 1e-5, errors

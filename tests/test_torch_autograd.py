@@ -219,3 +219,22 @@ def test_an_operator_name_asked_again_for_an_edited_python_program_is_refused():
     with pytest.raises(dt.DTError, match="registered already"):
         scaled(3.0).as_custom_op("dt_tests::scaled_py", backend="numba")
     assert op(A=torch.ones(3)).tolist() == [2.0, 2.0, 2.0]
+
+
+def test_a_function_takes_the_extents_no_input_gives():
+    """top-k's k is the extent of `i`, which no input gives: the function takes sizes= (it had no
+    way to pass them, though the extent error asked for sizes=)."""
+    import torch
+    import dt.torch
+    prog = dt.load(ROOT / "examples" / "llm" / "topk.dt")
+    topk = dt.torch.function(prog, backend="numba")
+    L = torch.randn(3, 20, dtype=torch.float64, requires_grad=True)
+    outs = dict(zip(prog.outputs, topk(L=L, sizes={"i": 4})))
+    values, indices = outs["tv"], outs["ti"]
+    want_values, want_indices = torch.topk(L, 4, dim=1)
+    torch.testing.assert_close(values, want_values)
+    assert torch.equal(indices, want_indices)
+    g = torch.randn_like(values)
+    got, = torch.autograd.grad(values, L, g)
+    want, = torch.autograd.grad(want_values, L, g)
+    torch.testing.assert_close(got, want)

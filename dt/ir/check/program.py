@@ -195,8 +195,10 @@ class CheckedProgram:
 
     @cached_property
     def reads(self) -> dict[str, tuple]:
-        """Each computed Func's uses (dt.ir.check.uses.uses of its expression), walked once."""
-        return {n: tuple(uses(f.expr)) for n, f in self.funcs.items()}
+        """Each computed Func's uses (dt.ir.check.uses.uses of its expression, and of an update's
+        written access: `g[r, idx[r]] += ...` reads idx), walked once."""
+        return {n: tuple(u for x in f.exprs for u in uses(x) if u.name != (f.update.target if f.update else None))
+                for n, f in self.funcs.items()}
 
     @cached_property
     def stored_fused(self) -> tuple[str, ...]:

@@ -163,6 +163,8 @@ def reverse(gradient: Gradient, checked, wrt: tuple[str, ...], of: tuple[str, ..
                                           rules.call("where", A.Binary("==", read, read), num(0), num(0)))
         if isinstance(total, A.Cast) and total.dtype == "f64":  # widening: stored as the gradients are, not f64
             total = total.x  # (a narrowing cast stays: it rounds the gradient, as torch's .to() does)
+        if isinstance(total, A.Cast) and gradient.scatters.get(x):  # not stored in the cast's dtype: the
+            total = A.Binary("+", num(0), total)  # updates would add every other term rounded to it
         name = gradient.public(f"grad_{x}", f"the gradient of '{x}'")
         gradient.backward.append(A.FuncDef(name, axes, total))
         gradient.outputs.append(name)
