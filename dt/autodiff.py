@@ -113,9 +113,11 @@ def name_tuple(names, what: str = "") -> tuple[str, ...]:
     """One name, or several, as a tuple (wrt="A" is wrt=("A",)); `what` (wrt, save, of): each
     named once, and at least one."""
     names = (names,) if isinstance(names, str) else tuple(names)
-    if what and not names:
+    if not what:
+        return names
+    if not names:
         raise DTError(f"{what} names nothing", None, f"name at least one, or leave {what} out")
-    for n in names:
-        if what and names.count(n) > 1:
-            raise DTError(f"{what} names '{n}' twice", None, f"name each once: {', '.join(dict.fromkeys(names))}")
+    twice = next((n for n in names if names.count(n) > 1), None)
+    if twice is not None:
+        raise DTError(f"{what} names '{twice}' twice", None, f"name each once: {', '.join(dict.fromkeys(names))}")
     return names

@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 
 from cases import EXAMPLES, MATMUL, MEMORY, SCHEDULE_DIR, Kernel
-from llm import _rope_table, _targets
+from llm import _causal_conv, _conv1d, _rope_table, _targets
 
 DTYPES = ("f32", "bf16")
 ROWS = ("x", "y")
@@ -158,8 +158,7 @@ def _conv1d_grad(X, W, B, grad_out, pre=None):
     if pre is None:
         x, w, bias = (v.detach().requires_grad_() for v in (X, W, B))
         with torch.enable_grad():
-            y = F.silu(F.conv1d(x, w[:, None, :], bias, padding=width - 1, groups=c)[..., :t])
-            return torch.autograd.grad(y, (x, w, bias), grad_out)
+            return torch.autograd.grad(_conv1d(x, w, bias), (x, w, bias), grad_out)
     grad_pre = torch.ops.aten.silu_backward(grad_out, pre)
     padded = grad_pre.new_zeros((b, c, t + width - 1))
     padded[..., :t] = grad_pre
@@ -169,9 +168,7 @@ def _conv1d_grad(X, W, B, grad_out, pre=None):
 
 
 def _conv1d_saved(t, s):
-    width, c, n = t["W"].shape[1], t["X"].shape[1], t["X"].shape[2]
-    pre = F.conv1d(t["X"], t["W"][:, None, :], t["B"], padding=width - 1, groups=c)[..., :n]
-    return {"pre": pre}  # what silu saves: its input, the convolution's output cut to t
+    return {"pre": _causal_conv(t["X"], t["W"], t["B"])}  # what silu saves: its input, cut to t
 
 
 def _softmax_grad(A, grad__softmax, _max=None, _sum=None, out=None):

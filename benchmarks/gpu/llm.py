@@ -100,9 +100,14 @@ def _cross_entropy(L, T):
     return F.cross_entropy(L, T, reduction="none", ignore_index=-100)
 
 
-def _conv1d(X, W, B):
+def _causal_conv(X, W, B):
+    """The depthwise causal convolution of width W.shape[1] with bias, before the SiLU."""
     width = W.shape[1]
-    return F.silu(F.conv1d(X, W[:, None, :], B, padding=width - 1, groups=X.shape[1])[..., :X.shape[2]])
+    return F.conv1d(X, W[:, None, :], B, padding=width - 1, groups=X.shape[1])[..., :X.shape[2]]
+
+
+def _conv1d(X, W, B):
+    return F.silu(_causal_conv(X, W, B))
 
 
 def _group_norm(X, W, B, eps):

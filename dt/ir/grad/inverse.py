@@ -43,7 +43,7 @@ def _all(conditions: list[A.Expr]) -> A.Expr:
     return out
 
 
-def _minus(x: A.Expr, offset: A.Expr) -> A.Expr:
+def minus(x: A.Expr, offset: A.Expr) -> A.Expr:
     """x - offset, written x + 2 for an offset of -2 (not x - -2)."""
     if isinstance(offset, A.Unary) and offset.op == "neg" or isinstance(offset, A.Num) and offset.value < 0:
         return A.Binary("+", x, rules.neg(offset))
@@ -113,7 +113,7 @@ def solved_read(access: A.Access, context: tuple[str, ...], own: tuple[str, ...]
             found = {group, member}
         elif stride := _stride(sub, context):
             i, a, offset = stride
-            at = x if offset is None else _minus(x, offset)
+            at = x if offset is None else minus(x, offset)
             to[i] = A.Binary("//", at, a)
             guards += [A.Binary("==", A.Binary("%", at, a), _integer(0))] + \
                 ([A.Binary(">=", at, _integer(0))] if offset is not None else []) + \
@@ -167,7 +167,7 @@ def masked(access: A.Access, context, own) -> tuple[A.Expr, list[str]]:
     summed over the other dimensions, is the gradient of a read at any index expression. It
     reads the adjoint once per element of the axis (a scatter-add would not): correct for any
     index without a gather, costly on long axes."""
-    dims, match = [], None
+    dims, equal = [], []
     for sub, axis in zip(access.subscripts, own):
         if isinstance(sub, A.DimRef) and sub.dim in context and sub.dim not in dims:
             dims.append(sub.dim)
@@ -178,6 +178,5 @@ def masked(access: A.Access, context, own) -> tuple[A.Expr, list[str]]:
                           f"read it at '{axis}' plus or minus an offset, rotated ('({axis} + offset) % len({axis})', the "
                           f"offset without '{axis}'), or at an index of other dimensions")
         dims.append(axis)
-        equal = A.Binary("==", sub, A.DimRef(axis))
-        match = equal if match is None else A.Binary("*", match, equal)
-    return match, dims
+        equal.append(A.Binary("==", sub, A.DimRef(axis)))
+    return (_all(equal) if equal else None), dims

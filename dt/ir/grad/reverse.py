@@ -25,7 +25,7 @@ from dt.ir import algorithm as A
 from dt.ir.check.statistics import shifted_exponential
 from dt.ir.check.uses import updates_of
 from dt.ir.grad import rules, schedule
-from dt.ir.grad.inverse import masked, solved_read
+from dt.ir.grad.inverse import masked, minus, solved_read
 from dt.ir.grad.shift import shift_invariant
 from dt.ir.grad.rules import add, mul, num
 
@@ -385,12 +385,8 @@ def _rotation(subscript: A.Expr, context, axis: str) -> tuple[str, A.Expr] | Non
 def _unshifted(g: A.Expr, offsets: dict[str, A.Expr], rotations: dict[str, A.Expr]) -> A.Expr:
     """g at d - offset for each shifted dimension d, and 0 where that index is outside d's range;
     at (d - offset) % len(d) for each rotated one, a permutation of d's range (no index outside)."""
-    def back(d: str, o: A.Expr) -> A.Expr:  # d - o, written d + x for o = -x or o = -3 (not d - -x)
-        if isinstance(o, A.Unary) and o.op == "neg" or isinstance(o, A.Num) and o.value < 0:
-            return A.Binary("+", A.DimRef(d), rules.neg(o))
-        return A.Binary("-", A.DimRef(d), o)
-    moved = {d: back(d, o) for d, o in offsets.items()}
-    rotated = {d: A.Binary("%", back(d, o), A.Len(d)) for d, o in rotations.items()}
+    moved = {d: minus(A.DimRef(d), o) for d, o in offsets.items()}
+    rotated = {d: A.Binary("%", minus(A.DimRef(d), o), A.Len(d)) for d, o in rotations.items()}
     indices = moved | rotated
 
     def substitute(e: A.Expr) -> A.Expr:

@@ -78,6 +78,7 @@ def candidates(forward: A.Program, forward_roots, body: list[A.FuncDef], outputs
     """Candidate schedule statements, most wanted first; each string is kept or dropped whole
     (a Func's shaping statements go together)."""
     defs = {f.name: f for f in body}
+    temporaries = frozenset(defs)
     updated = {f.update.target for f in body if f.update}
     inlined = [f.name for f in body if f.name not in outputs and f.name not in updated and not f.update and
                not _reduces(f.expr)]
@@ -97,7 +98,7 @@ def candidates(forward: A.Program, forward_roots, body: list[A.FuncDef], outputs
             lines.append("\n".join(tiles + [f"{f.name}.fuse_at({host}, {dim});"]))
         elif f.name not in inlined and f.name not in fused and f.name not in siblings:
             lines.append("\n".join(_shaping(forward, forward_roots, f, f.name in hosts, f.name in fused.values(),
-                                             short, frozenset(defs))))
+                                             short, temporaries)))
     for name, root in siblings.items():
         red = defs[name].expr.dim
         lines.append(f"{name}.fuse_at({root}, {defs[root].dims[-1]});\n{root}.compute_with({name}, {red});")
@@ -110,7 +111,7 @@ def candidates(forward: A.Program, forward_roots, body: list[A.FuncDef], outputs
     lines += _shared_walks(defs, fused)
     # where the checker refused to fuse it, a kernel of its own (refused whole where fused)
     for name in [*fused, *mirrored]:
-        lines.append("\n".join(_shaping(forward, forward_roots, defs[name], temporaries=frozenset(defs))))
+        lines.append("\n".join(_shaping(forward, forward_roots, defs[name], temporaries=temporaries)))
     for name in siblings:
         lines.append("\n".join(_flash_shaping(defs[name], flash[name])))
     return [line for line in lines if line]
@@ -276,7 +277,7 @@ def _forward_shaping(forward: A.Program, name: str, f: A.FuncDef, primitives=SHA
     """The forward Func `name`'s shaping statements of `primitives` for f (over its dimensions),
     where they tile f: its sizes of the dimensions f walks (the forward's tile of k is no tile of
     num's); None where they leave no tile."""
-    walked = set(f.dims) | {n.dim for n in A.walk(f.expr) if isinstance(n, A.Reduce)}
+    walked = set(f.dims) | _reduced_set(f)
     calls = [c for c in forward.schedule if c.func == name and c.primitive in primitives]
     calls = [c if c.primitive not in ("block", "tensorize") else
              dataclasses.replace(c, args=tuple(a for a in c.args if a[0] in walked)) for c in calls]
